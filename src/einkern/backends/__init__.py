@@ -1,0 +1,78 @@
+"""Backends: one protocol, chosen by name from a registry.
+
+A backend turns a :class:`~einkern.ir.nodes.Problem` into source text
+(:meth:`Backend.emit`) and into an executable (:meth:`Backend.build`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, runtime_checkable
+
+from ..errors import BackendError
+from ..ir.nodes import Problem
+
+
+@runtime_checkable
+class Executable(Protocol):
+    """A compiled problem.  ``run`` executes every statement in order, reading and
+    writing the given arrays in place.  ``arrays`` holds one array per tensor of
+    the program (already validated by the caller: shape, dtype, layout), of the
+    kind the backend accepts (see :meth:`Backend.prepare`)."""
+
+    def run(self, arrays: Mapping[str, Any], scalars: Mapping[str, float]) -> None: ...
+
+
+@runtime_checkable
+class Backend(Protocol):
+    name: str
+
+    def available(self) -> bool:
+        """True when this backend can build and run here."""
+        ...
+
+    def emit(self, problem: Problem) -> str:
+        """Generated source code for the problem."""
+        ...
+
+    def build(self, problem: Problem) -> Executable:
+        """Compile (or load from the on-disk cache) an executable for the problem."""
+        ...
+
+
+_REGISTRY: dict[str, Callable[[], Backend]] = {}
+_INSTANCES: dict[str, Backend] = {}
+
+
+def register_backend(name: str, factory: Callable[[], Backend]) -> None:
+    _REGISTRY[name] = factory
+
+
+def backend_names() -> tuple[str, ...]:
+    _load_builtin()
+    return tuple(_REGISTRY)
+
+
+def get_backend(name: str) -> Backend:
+    """Backend by name; ``"auto"`` picks ``cuda`` when a GPU is usable, else ``cpu``."""
+    _load_builtin()
+    if name == "auto":
+        cuda = get_backend("cuda")
+        return cuda if cuda.available() else get_backend("cpu")
+    if name not in _REGISTRY:
+        raise BackendError(
+            f"unknown backend {name!r}", hint=f"choose one of: auto, {', '.join(_REGISTRY)}"
+        )
+    if name not in _INSTANCES:
+        _INSTANCES[name] = _REGISTRY[name]()
+    return _INSTANCES[name]
+
+
+def _load_builtin() -> None:
+    if _REGISTRY:
+        return
+    from .cpu import CpuBackend
+    from .cuda import CudaBackend
+
+    register_backend("cpu", CpuBackend)
+    register_backend("cuda", CudaBackend)

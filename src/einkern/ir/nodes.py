@@ -1,0 +1,327 @@
+"""The program IR: immutable, printable data.  Index names are names, not positions.
+
+Summation is explicit: the Einstein convention of the source has been resolved
+by the builder into :class:`Sum` nodes, so every index inside a statement's
+right-hand side is either an output index (parallel) or bound by exactly one
+enclosing :class:`Sum` (a reduction index).
+
+A :class:`Problem` is a program with a size for every extent; backends compile
+problems, since generated kernels are specialised to their sizes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Union
+
+from ..source import Span
+
+DTYPES = ("float32", "float64")
+LAYOUTS = ("row", "column")
+ITEMSIZE = {"float32": 4, "float64": 8}
+ELEMENTWISE_FUNCTIONS = {
+    # name: number of arguments
+    "sqrt": 1,
+    "exp": 1,
+    "log": 1,
+    "abs": 1,
+    "sin": 1,
+    "cos": 1,
+    "tanh": 1,
+    "max": 2,
+    "min": 2,
+    "pow": 2,
+}
+
+
+# ---- expressions -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Const:
+    value: float
+
+    def __str__(self) -> str:
+        return repr(self.value)
+
+
+@dataclass(frozen=True)
+class ScalarRef:
+    """A scalar parameter, given at call time (or its declared default)."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class Access:
+    """Element ``tensor[indices]``."""
+
+    tensor: str
+    indices: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return f"{self.tensor}[{','.join(self.indices)}]"
+
+
+@dataclass(frozen=True)
+class Neg:
+    operand: Expr
+
+    def __str__(self) -> str:
+        return f"-({self.operand})"
+
+
+@dataclass(frozen=True)
+class Binary:
+    op: str  # "+", "-", "*", "/"
+    left: Expr
+    right: Expr
+
+    def __str__(self) -> str:
+        return f"({self.left} {self.op} {self.right})"
+
+
+@dataclass(frozen=True)
+class Call:
+    """Elementwise function (see ``ELEMENTWISE_FUNCTIONS``)."""
+
+    func: str
+    args: tuple[Expr, ...]
+
+    def __str__(self) -> str:
+        return f"{self.func}({', '.join(map(str, self.args))})"
+
+
+@dataclass(frozen=True)
+class Sum:
+    """``sum over indices of body``; the indices are reduction indices."""
+
+    indices: tuple[str, ...]
+    body: Expr
+
+    def __str__(self) -> str:
+        return f"sum[{','.join(self.indices)}]({self.body})"
+
+
+Expr = Union[Const, ScalarRef, Access, Neg, Binary, Call, Sum]
+
+
+def children(expr: Expr) -> tuple[Expr, ...]:
+    """Direct sub-expressions."""
+    if isinstance(expr, Neg):
+        return (expr.operand,)
+    if isinstance(expr, Binary):
+        return (expr.left, expr.right)
+    if isinstance(expr, Call):
+        return expr.args
+    if isinstance(expr, Sum):
+        return (expr.body,)
+    return ()
+
+
+def walk(expr: Expr):
+    """All nodes of an expression, pre-order."""
+    yield expr
+    for child in children(expr):
+        yield from walk(child)
+
+
+def accesses(expr: Expr) -> tuple[Access, ...]:
+    return tuple(node for node in walk(expr) if isinstance(node, Access))
+
+
+def sum_indices(expr: Expr) -> tuple[str, ...]:
+    """Every reduction index bound inside ``expr``, in order of first appearance."""
+    seen: dict[str, None] = {}
+    for node in walk(expr):
+        if isinstance(node, Sum):
+            for index in node.indices:
+                seen.setdefault(index, None)
+    return tuple(seen)
+
+
+# ---- declarations ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Extent:
+    """A named extent; ``default`` may be None when it must be given at compile time.
+
+    Integer literals in shapes become extents named after their value (``"3"``)."""
+
+    name: str
+    default: int | None = None
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    shape: tuple[str, ...]  # extent names, outermost first as written
+    dtype: str = "float64"
+    layout: str = "row"  # "row": last index contiguous; "column": first index contiguous
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return ITEMSIZE[self.dtype]
+
+    def contiguous_dim(self) -> int | None:
+        """Position of the stride-1 dimension (None for a rank-0 tensor)."""
+        if not self.shape:
+            return None
+        return len(self.shape) - 1 if self.layout == "row" else 0
+
+
+@dataclass(frozen=True)
+class Scalar:
+    name: str
+    dtype: str = "float64"
+    default: float | None = None
+
+
+@dataclass(frozen=True)
+class Statement:
+    """``output op rhs`` with ``op`` one of ``=``, ``+=``, ``-=``.
+
+    ``index_extents`` maps every index used in the statement (output and
+    reduction) to the extent that gives its range."""
+
+    output: Access
+    op: str
+    rhs: Expr
+    index_extents: tuple[tuple[str, str], ...]
+    span: Span | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def parallel_indices(self) -> tuple[str, ...]:
+        return self.output.indices
+
+    @property
+    def reduction_indices(self) -> tuple[str, ...]:
+        return sum_indices(self.rhs)
+
+    @property
+    def indices(self) -> tuple[str, ...]:
+        return self.parallel_indices + self.reduction_indices
+
+    def extent_of(self, index: str) -> str:
+        for name, extent in self.index_extents:
+            if name == index:
+                return extent
+        raise KeyError(index)
+
+    def reads(self) -> tuple[Access, ...]:
+        """Accesses read by the statement; a compound assignment reads its output."""
+        reads = accesses(self.rhs)
+        return (self.output, *reads) if self.op in ("+=", "-=") else reads
+
+    def __str__(self) -> str:
+        return f"{self.output} {self.op} {self.rhs}"
+
+
+@dataclass(frozen=True)
+class Program:
+    name: str
+    extents: tuple[Extent, ...]
+    tensors: tuple[Tensor, ...]
+    scalars: tuple[Scalar, ...]
+    statements: tuple[Statement, ...]
+
+    def tensor(self, name: str) -> Tensor:
+        for tensor in self.tensors:
+            if tensor.name == name:
+                return tensor
+        raise KeyError(name)
+
+    def extent(self, name: str) -> Extent:
+        for extent in self.extents:
+            if extent.name == name:
+                return extent
+        raise KeyError(name)
+
+    def scalar(self, name: str) -> Scalar:
+        for scalar in self.scalars:
+            if scalar.name == name:
+                return scalar
+        raise KeyError(name)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """Tensors written by some statement, in order of first write."""
+        seen: dict[str, None] = {}
+        for statement in self.statements:
+            seen.setdefault(statement.output.tensor, None)
+        return tuple(seen)
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """Tensors whose values on entry are used: read before any statement
+        writes them with ``=`` (compound-assigned outputs are inputs too)."""
+        assigned: set[str] = set()
+        used: dict[str, None] = {}
+        for statement in self.statements:
+            for access in statement.reads():
+                if access.tensor not in assigned:
+                    used.setdefault(access.tensor, None)
+            if statement.op == "=":
+                assigned.add(statement.output.tensor)
+        order = {t.name: i for i, t in enumerate(self.tensors)}
+        return tuple(sorted(used, key=order.__getitem__))
+
+    def __str__(self) -> str:
+        lines = [f"program {self.name}"]
+        lines.append("dims " + ", ".join(
+            e.name if e.default is None else f"{e.name}={e.default}" for e in self.extents))
+        for t in self.tensors:
+            lines.append(f"tensor {t.name}[{', '.join(t.shape)}] {t.dtype} {t.layout}")
+        for s in self.scalars:
+            default = "" if s.default is None else f" = {s.default}"
+            lines.append(f"scalar {s.name}{default} {s.dtype}")
+        lines.extend(str(s) for s in self.statements)
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A program with a positive integer size for every extent."""
+
+    program: Program
+    sizes: tuple[tuple[str, int], ...]
+
+    def size(self, extent: str) -> int:
+        for name, value in self.sizes:
+            if name == extent:
+                return value
+        raise KeyError(extent)
+
+    def index_size(self, statement: Statement, index: str) -> int:
+        return self.size(statement.extent_of(index))
+
+    def shape(self, tensor: str) -> tuple[int, ...]:
+        return tuple(self.size(e) for e in self.program.tensor(tensor).shape)
+
+    def numel(self, tensor: str) -> int:
+        return math.prod(self.shape(tensor))
+
+    def strides(self, tensor: str) -> tuple[int, ...]:
+        """Strides in elements for the tensor's declared layout."""
+        shape = self.shape(tensor)
+        strides = [0] * len(shape)
+        step = 1
+        order = range(len(shape) - 1, -1, -1)
+        if self.program.tensor(tensor).layout == "column":
+            order = range(len(shape))
+        for dim in order:
+            strides[dim] = step
+            step *= shape[dim]
+        return tuple(strides)
+
+    def nbytes(self, tensor: str) -> int:
+        return self.numel(tensor) * self.program.tensor(tensor).itemsize

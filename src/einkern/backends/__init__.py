@@ -6,9 +6,10 @@ A backend turns a :class:`~einkern.ir.nodes.Problem` into source text
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from ..arrays import ArrayInfo
 from ..errors import BackendError
 from ..ir.nodes import Problem
 
@@ -37,6 +38,16 @@ class Backend(Protocol):
 
     def build(self, problem: Problem) -> Executable:
         """Compile (or load from the on-disk cache) an executable for the problem."""
+        ...
+
+    def describe(self, array: Any) -> ArrayInfo | None:
+        """Shape/dtype/strides/device of an array this backend accepts, or None when
+        it does not accept that kind of object at all."""
+        ...
+
+    def allocate(self, problem: Problem, tensor: str, like: Sequence[Any]) -> Any:
+        """A new, uninitialised array for ``tensor`` in its declared layout, of the
+        same library/device as the arrays in ``like`` (NumPy when ``like`` is empty)."""
         ...
 
 

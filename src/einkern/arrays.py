@@ -1,0 +1,68 @@
+"""What einkern needs to know about an array passed by the user, whatever its library."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+_DTYPE_NAMES = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}
+
+
+@dataclass(frozen=True)
+class ArrayInfo:
+    """Shape, element type and strides (in elements) of an array.
+
+    ``dtype`` is einkern's name (``float32``/``float64``) or the library's own
+    name when unsupported; ``device`` is ``"cpu"`` for host memory and
+    ``"cuda:N"`` for memory on GPU N; ``pointer`` is the address of element 0."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    strides: tuple[int, ...]
+    device: str
+    pointer: int
+    library: str  # "numpy", "torch", "cupy", "jax", "dlpack", ...
+    readonly: bool = False
+
+
+def dtype_name(dtype: Any) -> str:
+    """einkern's name of a NumPy-compatible dtype, else its own string form."""
+    try:
+        return _DTYPE_NAMES.get(np.dtype(dtype), str(dtype))
+    except TypeError:
+        return str(dtype)
+
+
+def describe_numpy(array: np.ndarray) -> ArrayInfo:
+    itemsize = array.dtype.itemsize
+    strides = tuple(s // itemsize if s % itemsize == 0 else -1 for s in array.strides)
+    return ArrayInfo(
+        shape=tuple(array.shape),
+        dtype=dtype_name(array.dtype),
+        strides=strides,
+        device="cpu",
+        pointer=array.ctypes.data,
+        library="numpy",
+        readonly=not array.flags.writeable,
+    )
+
+
+def contiguous_strides(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
+    """Strides in elements of a dense array of ``shape`` in ``layout`` (row/column)."""
+    strides = [0] * len(shape)
+    step = 1
+    dims = range(len(shape) - 1, -1, -1) if layout == "row" else range(len(shape))
+    for dim in dims:
+        strides[dim] = step
+        step *= shape[dim]
+    return tuple(strides)
+
+
+def strides_match(info: ArrayInfo, layout: str) -> bool:
+    """True when the array is dense in ``layout``; strides of size-1 dims are ignored."""
+    expected = contiguous_strides(info.shape, layout)
+    return all(
+        size == 1 or got == want for size, got, want in zip(info.shape, info.strides, expected)
+    )

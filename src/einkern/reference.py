@@ -1,0 +1,193 @@
+"""Reference executor in NumPy: the oracle for every test.
+
+Each sub-expression is evaluated to a *labelled array*: an ndarray whose axes
+carry index names.  Products under a :class:`~einkern.ir.nodes.Sum` are
+contracted with ``opt_einsum`` (which picks a good pairwise order), so the
+reference never materialises the full iteration space of a contraction.
+Everything is computed in float64 (or the program's widest dtype if wider)
+and cast to each output's dtype on store.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import opt_einsum
+
+from .ir.nodes import Access, Binary, Call, Const, Expr, Neg, Problem, ScalarRef, Statement, Sum
+
+_LETTERS = string.ascii_letters
+
+
+@dataclass(frozen=True)
+class Labelled:
+    """An array with one index name per axis (no repeats)."""
+
+    labels: tuple[str, ...]
+    data: np.ndarray
+
+
+def evaluate(
+    problem: Problem,
+    arrays: Mapping[str, np.ndarray],
+    scalars: Mapping[str, float] | None = None,
+) -> dict[str, np.ndarray]:
+    """Run ``problem`` on copies of ``arrays``; return every tensor's final value.
+
+    ``arrays`` must hold every tensor the program reads on entry; outputs that
+    are only assigned with ``=`` may be omitted.  Inputs are not modified."""
+    program = problem.program
+    values: dict[str, np.ndarray] = {}
+    for tensor in program.tensors:
+        if tensor.name in arrays:
+            values[tensor.name] = np.array(arrays[tensor.name], dtype=np.float64, copy=True)
+        else:
+            values[tensor.name] = np.full(problem.shape(tensor.name), np.nan)
+    scalar_values = {s.name: s.default for s in program.scalars}
+    scalar_values.update(scalars or {})
+    for statement in program.statements:
+        _run_statement(problem, statement, values, scalar_values)
+    return {
+        name: value.astype(program.tensor(name).dtype, copy=False)
+        for name, value in values.items()
+    }
+
+
+def _run_statement(
+    problem: Problem,
+    statement: Statement,
+    values: dict[str, np.ndarray],
+    scalars: Mapping[str, float | None],
+) -> None:
+    sizes = {index: problem.index_size(statement, index) for index in statement.indices}
+    result = _eval(statement.rhs, values, scalars, sizes)
+    out_indices = statement.output.indices
+    unique_out = tuple(dict.fromkeys(out_indices))
+    result = _broadcast_to(result, unique_out, sizes)
+    target = values[statement.output.tensor]
+    # View of the output with one axis per distinct output index (diagonals for repeats).
+    view_spec = "".join(_letter(unique_out, i) for i in out_indices)
+    out_spec = "".join(_letter(unique_out, i) for i in unique_out)
+    old = np.einsum(f"{view_spec}->{out_spec}", target) if out_indices else target
+    if statement.op == "=":
+        new = result
+    elif statement.op == "+=":
+        new = old + result
+    else:
+        new = old - result
+    if not out_indices:
+        target[...] = new
+        return
+    _assign_view(target, out_indices, unique_out, new)
+
+
+def _assign_view(target: np.ndarray, indices: tuple[str, ...], unique, new) -> None:
+    """Write ``new`` (axes ``unique``) into ``target`` (axes ``indices``, maybe repeated)."""
+    grids = np.indices(new.shape, sparse=True)
+    position = {name: axis for axis, name in enumerate(unique)}
+    index_tuple = tuple(grids[position[name]] for name in indices)
+    target[index_tuple] = new
+
+
+def _letter(labels, index: str) -> str:
+    return _LETTERS[list(labels).index(index)]
+
+
+def _broadcast_to(value: Labelled, labels: tuple[str, ...], sizes: Mapping[str, int]):
+    """Transpose/broadcast a labelled array to exactly ``labels``."""
+    extra = [label for label in value.labels if label not in labels]
+    if extra:
+        raise AssertionError(f"free indices {extra} left after summation")
+    data = value.data
+    missing = [label for label in labels if label not in value.labels]
+    full_labels = value.labels + tuple(missing)
+    data = data.reshape(data.shape + (1,) * len(missing))
+    order = [full_labels.index(label) for label in labels]
+    data = np.transpose(data, order) if order else data
+    return np.broadcast_to(data, tuple(sizes[label] for label in labels))
+
+
+def _eval(expr: Expr, values, scalars, sizes) -> Labelled:
+    if isinstance(expr, Const):
+        return Labelled((), np.asarray(float(expr.value)))
+    if isinstance(expr, ScalarRef):
+        value = scalars.get(expr.name)
+        if value is None:
+            raise KeyError(f"scalar {expr.name!r} has no value")
+        return Labelled((), np.asarray(float(value)))
+    if isinstance(expr, Access):
+        return _access(expr, values)
+    if isinstance(expr, Neg):
+        inner = _eval(expr.operand, values, scalars, sizes)
+        return Labelled(inner.labels, -inner.data)
+    if isinstance(expr, Sum):
+        return _sum(expr, values, scalars, sizes)
+    if isinstance(expr, Binary):
+        left = _eval(expr.left, values, scalars, sizes)
+        right = _eval(expr.right, values, scalars, sizes)
+        labels = tuple(dict.fromkeys(left.labels + right.labels))
+        a = _broadcast_to(left, labels, sizes)
+        b = _broadcast_to(right, labels, sizes)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            data = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide}[expr.op](a, b)
+        return Labelled(labels, data)
+    if isinstance(expr, Call):
+        args = [_eval(arg, values, scalars, sizes) for arg in expr.args]
+        labels = tuple(dict.fromkeys(label for arg in args for label in arg.labels))
+        data = [_broadcast_to(arg, labels, sizes) for arg in args]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return Labelled(labels, _FUNCTIONS[expr.func](*data))
+    raise TypeError(f"unknown expression node {expr!r}")
+
+
+_FUNCTIONS = {
+    "sqrt": np.sqrt,
+    "exp": np.exp,
+    "log": np.log,
+    "abs": np.abs,
+    "sin": np.sin,
+    "cos": np.cos,
+    "tanh": np.tanh,
+    "max": np.maximum,
+    "min": np.minimum,
+    "pow": np.power,
+}
+
+
+def _access(expr: Access, values) -> Labelled:
+    data = values[expr.tensor]
+    unique = tuple(dict.fromkeys(expr.indices))
+    if len(unique) != len(expr.indices):  # repeated index: take the diagonal
+        spec = "".join(_letter(unique, i) for i in expr.indices)
+        data = np.einsum(f"{spec}->{''.join(_letter(unique, i) for i in unique)}", data)
+    return Labelled(unique, data)
+
+
+def _factors(expr: Expr) -> list[Expr]:
+    """Flatten a product tree (``*`` and unary minus) into factors."""
+    if isinstance(expr, Binary) and expr.op == "*":
+        return _factors(expr.left) + _factors(expr.right)
+    if isinstance(expr, Neg):
+        return [Const(-1.0), *_factors(expr.operand)]
+    return [expr]
+
+
+def _sum(expr: Sum, values, scalars, sizes) -> Labelled:
+    factors = [_eval(f, values, scalars, sizes) for f in _factors(expr.body)]
+    labels = tuple(dict.fromkeys(label for f in factors for label in f.labels))
+    keep = tuple(label for label in labels if label not in expr.indices)
+    summed_absent = [i for i in expr.indices if i not in labels]
+    if len(factors) == 1 and not factors[0].labels:
+        data = factors[0].data
+    else:
+        specs = ["".join(_letter(labels, label) for label in f.labels) for f in factors]
+        spec_out = "".join(_letter(labels, label) for label in keep)
+        equation = ",".join(specs) + "->" + spec_out
+        data = opt_einsum.contract(equation, *(f.data for f in factors), optimize="auto")
+    # An index summed but used by no factor multiplies the result by its extent.
+    for index in summed_absent:
+        data = data * sizes[index]
+    return Labelled(keep, np.asarray(data))

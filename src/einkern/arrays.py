@@ -63,6 +63,5 @@ def contiguous_strides(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
 def strides_match(info: ArrayInfo, layout: str) -> bool:
     """True when the array is dense in ``layout``; strides of size-1 dims are ignored."""
     expected = contiguous_strides(info.shape, layout)
-    return all(
-        size == 1 or got == want for size, got, want in zip(info.shape, info.strides, expected)
-    )
+    pairs = zip(info.shape, info.strides, expected, strict=True)
+    return all(size == 1 or got == want for size, got, want in pairs)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Union
 
 from ..source import Span
 
@@ -107,7 +106,7 @@ class Sum:
         return f"sum[{','.join(self.indices)}]({self.body})"
 
 
-Expr = Union[Const, ScalarRef, Access, Neg, Binary, Call, Sum]
+Expr = Const | ScalarRef | Access | Neg | Binary | Call | Sum
 
 
 def children(expr: Expr) -> tuple[Expr, ...]:

@@ -8,7 +8,6 @@ from so that semantic errors can point at the text.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
 
 from ..source import Source, Span
 
@@ -69,7 +68,7 @@ class CallNode:
     span: Span
 
 
-ExprNode = Union[NumberNode, NameNode, AccessNode, UnaryNode, BinaryNode, CallNode]
+ExprNode = NumberNode | NameNode | AccessNode | UnaryNode | BinaryNode | CallNode
 
 
 # ---- declarations and statements ---------------------------------------------

@@ -17,7 +17,7 @@ def make_problem(program: Program, sizes: Mapping[str, object] | None = None) ->
     over extents whose sizes differ."""
     sizes = dict(sizes or {})
     names = [e.name for e in program.extents]
-    for name, value in sizes.items():
+    for name in sizes:
         if name not in names:
             close = difflib.get_close_matches(name, names, n=1)
             raise ExtentError(
@@ -33,6 +33,7 @@ def make_problem(program: Program, sizes: Mapping[str, object] | None = None) ->
         if value is None:
             raise ExtentError(
                 f"extent {extent.name!r} has no size",
+                extent.span,
                 hint=f"give it one: `--extent {extent.name}=N` on the command line, "
                 f"`{extent.name}=N` in einkern.compile, or `dims {extent.name} = N` in the program",
             )

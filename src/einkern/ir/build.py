@@ -88,7 +88,7 @@ def _build_extents(node: ast.ProgramNode) -> dict[str, Extent]:
                 decl.name.span,
                 hint="remove one of the declarations",
             )
-        extents[decl.name.name] = Extent(decl.name.name, decl.value)
+        extents[decl.name.name] = Extent(decl.name.name, decl.value, span=decl.span)
         spans[decl.name.name] = decl.name.span
     for tensor in node.tensors:
         for dim in tensor.shape:
@@ -127,7 +127,7 @@ def _build_tensors(node: ast.ProgramNode, extents: dict[str, Extent]) -> tuple[T
             )
         if layout not in LAYOUTS:
             raise LayoutError(f"unknown layout {layout!r}", decl.span, hint="use row or column")
-        tensors[name] = Tensor(name, tuple(shape), dtype, layout)
+        tensors[name] = Tensor(name, tuple(shape), dtype, layout, span=decl.span)
         spans[name] = decl.name.span
     return tuple(tensors.values())
 
@@ -143,8 +143,10 @@ def _build_scalars(node: ast.ProgramNode, tensors: tuple[Tensor, ...]) -> tuple[
             )
         dtype = decl.dtype or node.default_dtype
         if dtype not in DTYPES:
-            raise DtypeError(f"unsupported dtype {dtype!r}", decl.span, hint="use float32 or float64")
-        scalars[name] = Scalar(name, dtype, decl.value)
+            raise DtypeError(
+                f"unsupported dtype {dtype!r}", decl.span, hint="use float32 or float64"
+            )
+        scalars[name] = Scalar(name, dtype, decl.value, span=decl.span)
     return tuple(scalars.values())
 
 
@@ -207,7 +209,9 @@ class _StatementBuilder:
                     "separate tensor",
                 )
         if node.op not in ("=", "+=", "-="):
-            raise SemanticError(f"unknown assignment {node.op!r}", node.span, hint="use =, += or -=")
+            raise SemanticError(
+                f"unknown assignment {node.op!r}", node.span, hint="use =, += or -="
+            )
         rhs = self._lower_sum(node.rhs, frozenset(names))
         self._check_aliasing(node, tensor.name, tuple(names))
         index_extents = tuple((index, extent) for index, (extent, _) in self.bindings.items())

@@ -154,6 +154,7 @@ class Extent:
 
     name: str
     default: int | None = None
+    span: Span | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -162,6 +163,7 @@ class Tensor:
     shape: tuple[str, ...]  # extent names, outermost first as written
     dtype: str = "float64"
     layout: str = "row"  # "row": last index contiguous; "column": first index contiguous
+    span: Span | None = field(default=None, compare=False, repr=False)
 
     @property
     def rank(self) -> int:
@@ -183,6 +185,7 @@ class Scalar:
     name: str
     dtype: str = "float64"
     default: float | None = None
+    span: Span | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,262 @@
+"""The ``einkern`` command line: check, run, emit.
+
+Every user error is an :class:`~einkern.errors.EinkernError`: printed on stderr
+without a traceback, exit code 2.  ``run --check`` exits 1 when the result
+differs from the reference by more than the dtype's tolerance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from . import __version__
+from .errors import EinkernError, UsageError
+
+TOLERANCE = {"float64": 1e-12, "float32": 1e-5}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises :class:`UsageError` instead of exiting."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise UsageError(message, hint=f"see `{self.prog} --help`")
+
+
+def _extent_arg(text: str) -> tuple[str, str]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    name, value = text.split("=", 1)
+    return name.strip(), value.strip()
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="einkern", description="Compile Einstein-notation tensor programs.")
+    parser.add_argument("--version", action="version", version=f"einkern {__version__}")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser, required=True)
+
+    def program_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("program", help="a .ein, tensor (.tensor) or mapped-function (.mapped) file")
+        p.add_argument(
+            "--extent", "-e", action="append", default=[], type=_extent_arg,
+            metavar="NAME=VALUE", help="set an extent (repeatable)",
+        )
+
+    check = sub.add_parser("check", help="parse, validate and describe a program")
+    program_args(check)
+    check.add_argument("-v", "--verbose", action="store_true", help="also print isl domains")
+
+    run = sub.add_parser("run", help="run a program on random inputs and time it")
+    program_args(run)
+    run.add_argument("--backend", "-b", default="auto", choices=["auto", "cpu", "cuda"])
+    run.add_argument("--check", action="store_true", help="compare with the NumPy reference")
+    run.add_argument("--repeat", type=int, default=10, help="timed runs (median reported)")
+    run.add_argument("--seed", type=int, default=0, help="random seed for the inputs")
+
+    emit = sub.add_parser("emit", help="print the generated source")
+    program_args(emit)
+    emit.add_argument("--backend", "-b", default="auto", choices=["auto", "cpu", "cuda"])
+    emit.add_argument(
+        "--resources", action="store_true",
+        help="(cuda) compile with NVRTC and print registers, shared memory and spills",
+    )
+    emit.add_argument("--arch", default=None, help="(cuda) target, e.g. sm_90 (default: device)")
+    return parser
+
+
+def _load_problem(args):
+    from .api import load
+    from .ir.bind import make_problem
+
+    path = Path(args.program)
+    if not path.exists():
+        raise UsageError(f"no such file: {args.program}", hint="give the path of a program file")
+    if path.is_dir():
+        raise UsageError(f"{args.program} is a directory, not a program file")
+    program = load(path)
+    return make_problem(program, dict(args.extent))
+
+
+def _human(value: float, unit: str) -> str:
+    for prefix in ("", "K", "M", "G", "T", "P"):
+        if abs(value) < 1000 or prefix == "P":
+            return f"{value:.3g} {prefix}{unit}" if prefix else f"{value:.0f} {unit}"
+        value /= 1000
+    return f"{value} {unit}"
+
+
+def command_check(args) -> int:
+    from .ir import analysis, poly
+
+    problem = _load_problem(args)
+    program = problem.program
+    print(f"program {program.name}")
+    sizes = ", ".join(f"{n}={v}" for n, v in problem.sizes if not n.isdigit())
+    print(f"extents  {sizes or '(none)'}")
+    for tensor in program.tensors:
+        role = []
+        if tensor.name in program.inputs:
+            role.append("input")
+        if tensor.name in program.outputs:
+            role.append("output")
+        print(
+            f"tensor   {tensor.name}[{', '.join(tensor.shape)}] = {problem.shape(tensor.name)} "
+            f"{tensor.dtype} {tensor.layout}-major  {' '.join(role) or 'unused'}"
+        )
+    for scalar in program.scalars:
+        default = "" if scalar.default is None else f" = {scalar.default}"
+        print(f"scalar   {scalar.name}{default} {scalar.dtype}")
+    print()
+    for position, statement in enumerate(program.statements):
+        flops = analysis.statement_flops(problem, statement)
+        nbytes = analysis.statement_bytes(problem, statement)
+        print(f"S{position}  {statement}")
+        print(f"    parallel  {', '.join(poly.parallel_indices(program, position)) or '-'}")
+        print(f"    reduction {', '.join(poly.carried_indices(program, position)) or '-'}")
+        contiguous = ", ".join(
+            f"{c.access.tensor}:{c.contiguous_index}"
+            for c in analysis.contiguity(problem, statement)
+            if c.contiguous_index
+        )
+        print(f"    stride-1  {contiguous or '-'}")
+        print(
+            f"    flops {_human(flops, 'flop')}   min bytes {_human(nbytes, 'B')}   "
+            f"intensity {flops / max(nbytes, 1):.3g} flop/B"
+        )
+        if args.verbose:
+            for line in poly.describe_statement(program, statement).splitlines():
+                print(f"    {line}")
+    for dependence in poly.dependences(program):
+        print(f"dependence {dependence}")
+    flops = analysis.program_flops(problem)
+    kernel_bytes = _human(analysis.kernel_floor_bytes(problem), "B")
+    fused_bytes = _human(analysis.fused_floor_bytes(problem), "B")
+    print(
+        f"\ntotal: {_human(flops, 'flop')}, min bytes {kernel_bytes} (one kernel per statement),"
+        f" {fused_bytes} fused"
+    )
+    return 0
+
+
+def random_arrays(problem, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random inputs in [0.5, 1.5) (never zeros; safe for sqrt/log) in each tensor's layout."""
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for name in problem.program.inputs:
+        tensor = problem.program.tensor(name)
+        data = rng.uniform(0.5, 1.5, size=problem.shape(name)).astype(tensor.dtype)
+        arrays[name] = np.asfortranarray(data) if tensor.layout == "column" else data
+    return arrays
+
+
+def random_scalars(problem, seed: int = 0) -> dict[str, float]:
+    rng = np.random.default_rng(seed + 1)
+    return {
+        s.name: float(s.default) if s.default is not None else float(rng.uniform(0.5, 1.5))
+        for s in problem.program.scalars
+    }
+
+
+def relative_error(result: np.ndarray, reference: np.ndarray) -> float:
+    """max |result - reference| / max |reference| (NaN anywhere gives inf)."""
+    result = np.asarray(result, dtype=np.float64)
+    reference = np.asarray(reference, dtype=np.float64)
+    if not np.all(np.isfinite(result)) and np.all(np.isfinite(reference)):
+        return float("inf")
+    scale = float(np.max(np.abs(reference))) if reference.size else 0.0
+    diff = float(np.max(np.abs(result - reference))) if reference.size else 0.0
+    return diff / scale if scale > 0 else diff
+
+
+def command_run(args) -> int:
+    from .api import Kernel
+    from .backends import get_backend
+    from .reference import evaluate
+
+    problem = _load_problem(args)
+    if args.repeat < 1:
+        raise UsageError("--repeat must be at least 1")
+    backend = get_backend(args.backend)
+    kernel = Kernel(problem, backend)
+    arrays = random_arrays(problem, args.seed)
+    scalars = random_scalars(problem, args.seed)
+    originals = {name: array.copy() for name, array in arrays.items()}
+    times = []
+    outputs = {}
+    for repeat in range(args.repeat + 1):  # the first run is a warm-up
+        work = {name: array.copy(order="K") for name, array in originals.items()}
+        start = time.perf_counter()
+        result = kernel(**work, **scalars)
+        elapsed = time.perf_counter() - start
+        if repeat:
+            times.append(elapsed)
+        if repeat == 0:
+            results = result if isinstance(result, tuple) else (result,)
+            outputs = dict(zip(kernel.outputs, results, strict=True))
+    median = float(np.median(times))
+    flops = kernel.flops
+    print(
+        f"{problem.program.name} on {backend.name}: median {median * 1e3:.3f} ms over "
+        f"{len(times)} runs, {flops / median / 1e9:.3g} GFLOP/s, "
+        f"{kernel.min_bytes / median / 1e9:.3g} GB/s of the minimum traffic"
+    )
+    if backend.name == "cuda":
+        print("(host arrays: times include copies to and from the GPU)")
+    if not args.check:
+        return 0
+    reference = evaluate(problem, originals, scalars)
+    worst = 0.0
+    failed = False
+    for name in kernel.outputs:
+        error = relative_error(np.asarray(outputs[name]), reference[name])
+        tolerance = TOLERANCE[problem.program.tensor(name).dtype]
+        status = "ok" if error <= tolerance else "FAILED"
+        failed |= error > tolerance
+        worst = max(worst, error)
+        print(f"check {name}: max relative error {error:.3e} (tolerance {tolerance:.0e}) {status}")
+    return 1 if failed else 0
+
+
+def command_emit(args) -> int:
+    from .backends import get_backend
+
+    problem = _load_problem(args)
+    backend = get_backend(args.backend)
+    if args.resources and backend.name != "cuda":
+        raise UsageError("--resources needs --backend cuda")
+    print(backend.emit(problem))
+    if args.resources:
+        from .backends.cuda.nvrtc import kernel_resources
+
+        arch = args.arch or "sm_90"
+        if args.arch is None and backend.available():
+            arch = backend.device_properties().arch  # type: ignore[attr-defined]
+        print(f"// resources for {arch}:")
+        for resources in kernel_resources(problem, arch):
+            print(f"// {resources}")
+    return 0
+
+
+COMMANDS = {"check": command_check, "run": command_run, "emit": command_emit}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``einkern`` command; returns the exit code."""
+    try:
+        args = _parser().parse_args(argv)
+        return COMMANDS[args.command](args)
+    except EinkernError as error:
+        print(str(error), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

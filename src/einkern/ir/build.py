@@ -56,7 +56,7 @@ def build_program(node: ast.ProgramNode) -> Program:
     tensors = _build_tensors(node, extents)
     scalars = _build_scalars(node, tensors)
     builder = _StatementBuilder(
-        {t.name: t for t in tensors}, {s.name: s for s in scalars}, {e.name: e for e in extents}
+        {t.name: t for t in tensors}, {s.name: s for s in scalars}, extents
     )
     statements = tuple(builder.build(s) for s in node.statements)
     if not statements:

@@ -79,11 +79,19 @@ def get_backend(name: str) -> Backend:
     return _INSTANCES[name]
 
 
-def _load_builtin() -> None:
-    if _REGISTRY:
-        return
+def _cpu() -> Backend:
     from .cpu import CpuBackend
+
+    return CpuBackend()
+
+
+def _cuda() -> Backend:
     from .cuda import CudaBackend
 
-    register_backend("cpu", CpuBackend)
-    register_backend("cuda", CudaBackend)
+    return CudaBackend()
+
+
+def _load_builtin() -> None:
+    """Register the built-in backends; their modules are imported on first use."""
+    _REGISTRY.setdefault("cpu", _cpu)
+    _REGISTRY.setdefault("cuda", _cuda)

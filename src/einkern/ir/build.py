@@ -344,6 +344,7 @@ class _StatementBuilder:
                     f"{name}() takes {arity} argument{'s' if arity > 1 else ''}, "
                     f"got {len(node.args)}",
                     node.span,
+                    hint=f"write {name}(" + ", ".join(["x"] * arity) + ")",
                 )
             return Call(name, tuple(self._lower_sum(arg, bound) for arg in node.args))
         raise TypeError(f"unknown syntax node {node!r}")

@@ -1,0 +1,76 @@
+"""The command line: output, exit codes, and no traceback for user errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from einkern.cli import main
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_check_prints_statements_extents_flops_and_bytes(capsys):
+    code, out, _ = run_cli(capsys, "check", "examples/sd_t_d1_1.ein", "--extent", "T=16")
+    assert code == 0
+    assert "t3[h3,h2,h1,p6,p5,p4] -= sum[h7]" in out
+    assert "T=16" in out
+    assert "reduction h7" in out
+    assert "537 Mflop" in out  # 2 * 16**7
+    assert "min bytes 269 MB" in out  # 8 * (2*16**6 + 2*16**4)
+
+
+def test_run_with_check_on_the_cpu(capsys):
+    code, out, _ = run_cli(
+        capsys, "run", "examples/riemann.ein", "-e", "n=5", "--backend", "cpu", "--check",
+        "--repeat", "2",
+    )
+    assert code == 0, out
+    assert "max relative error" in out and "ok" in out
+
+
+def test_emit_cpu_source(capsys):
+    code, out, _ = run_cli(capsys, "emit", "examples/gemm.ein", "--backend", "cpu", "-e", "m=8")
+    assert code == 0
+    assert "einkern_run" in out
+
+
+@pytest.mark.parametrize(
+    "argv, text",
+    [
+        (["check", "missing.ein"], "no such file"),
+        (["check", "examples/gemm.ein", "--extent", "q=3"], "no extent 'q'"),
+        (["check", "examples/gemm.ein", "--extent", "m=0"], "positive integer"),
+        (["check", "examples/gemm.ein", "--frobnicate"], "unrecognized arguments"),
+        (["run", "examples/gemm.ein", "--backend", "tpu"], "invalid choice"),
+        (["explode"], "invalid choice"),
+    ],
+)
+def test_user_errors_exit_2_without_traceback(capsys, argv, text):
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2
+    assert text in err
+    assert "Traceback" not in err
+
+
+def test_syntax_error_shows_file_line_column_and_caret(tmp_path, capsys):
+    bad = tmp_path / "bad.ein"
+    bad.write_text("dims n = 3\ntensor A[n], B[n]\nB[i] = A[i] * * 2\n")
+    code, _, err = run_cli(capsys, "check", str(bad))
+    assert code == 2
+    assert f"{bad}:3:" in err and "^" in err
+
+
+def test_console_script_runs_in_a_subprocess():
+    proc = subprocess.run(
+        [sys.executable, "-m", "einkern.cli", "check", "examples/norms.ein"],
+        capture_output=True, text=True, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "sqrt(sum[i]" in proc.stdout

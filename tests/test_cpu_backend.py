@@ -446,6 +446,14 @@ def test_compile_error_reports_stderr_and_source(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".so")]
 
 
+def test_unwritable_cache_is_a_backend_error(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("EINKERN_CACHE_DIR", str(blocker))
+    with pytest.raises(BackendError, match="EINKERN_CACHE_DIR"):
+        CpuBackend().build(gemm("row", "float64", 2, 2, 2))
+
+
 def test_missing_compiler(monkeypatch):
     monkeypatch.setenv("CC", "/nonexistent/einkern-cc")
     backend = CpuBackend()

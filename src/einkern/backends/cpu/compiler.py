@@ -141,8 +141,11 @@ def _toolchain(command: tuple[str, ...], version: str, cpu: str, directory: Path
         flags = tuple(json.loads(record.read_text())["flags"])
     except (OSError, ValueError, KeyError, TypeError):
         flags = _probe_flags(command)
-        directory.mkdir(parents=True, exist_ok=True)
-        _write_atomic(record, json.dumps({"command": command, "flags": flags}).encode())
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            _write_atomic(record, json.dumps({"command": command, "flags": flags}).encode())
+        except OSError:
+            pass  # an unwritable cache only costs a probe per process; compiling will say why
     return Toolchain(command, version, flags, cpu)
 
 
@@ -205,13 +208,19 @@ def compile_library(source: str, chain: Toolchain, directory: Path) -> Path:
     """Compile ``source`` into its cache slot (replacing whatever is there); return its path.
 
     Raises :class:`CompilationError` with the compiler's messages on failure."""
-    directory.mkdir(parents=True, exist_ok=True)
     library = library_path(source, chain, directory)
     saved = library.with_suffix(".c")
-    _write_atomic(saved, source.encode())
-    descriptor, temporary = tempfile.mkstemp(
-        dir=directory, prefix=f".{library.stem}.", suffix=".so.tmp"
-    )
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        _write_atomic(saved, source.encode())
+        descriptor, temporary = tempfile.mkstemp(
+            dir=directory, prefix=f".{library.stem}.", suffix=".so.tmp"
+        )
+    except OSError as error:
+        raise BackendError(
+            f"cannot write to the kernel cache {directory}: {error}",
+            hint="set EINKERN_CACHE_DIR to a writable directory",
+        ) from error
     os.close(descriptor)
     try:
         done = _run_compiler(chain.command, chain.flags, saved, Path(temporary))

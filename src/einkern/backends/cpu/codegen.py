@@ -209,8 +209,7 @@ def _statement_function(
     for name in scalars:
         cast = "" if ctype == "double" else f"({ctype})"
         lines.append(
-            f"{_INDENT}const {ctype} {c_identifier('s', name)} = "
-            f"{cast}scalars[{positions[name]}];"
+            f"{_INDENT}const {ctype} {c_identifier('s', name)} = {cast}scalars[{positions[name]}];"
         )
 
     value = _expr(statement.rhs, context)
@@ -322,4 +321,3 @@ def _sum(expr: Sum, context: _Context) -> _Code:
     for depth in range(len(expr.indices) - 1, -1, -1):
         lines.append(_INDENT * depth + "}")
     return _Code(tuple(lines), acc, _ATOM)
-

@@ -86,8 +86,10 @@ def require_compiler() -> tuple[str, ...]:
     command = find_compiler()
     if command is None:
         configured = os.environ.get("CC")
-        what = f"the compiler in $CC ({configured!r}) was not found" if configured else (
-            "no C compiler found (looked for cc, gcc, clang)"
+        what = (
+            f"the compiler in $CC ({configured!r}) was not found"
+            if configured
+            else ("no C compiler found (looked for cc, gcc, clang)")
         )
         raise BackendError(
             f"CPU backend unavailable: {what}",

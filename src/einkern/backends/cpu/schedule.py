@@ -63,9 +63,7 @@ def default_loop_order(problem: Problem, statement: Statement) -> tuple[str, ...
     strides = problem.strides(statement.output.tensor)
     row = problem.program.tensor(statement.output.tensor).layout == "row"
     keys: dict[str, tuple[int, int]] = {}
-    for position, (index, stride) in enumerate(
-        zip(statement.output.indices, strides, strict=True)
-    ):
+    for position, (index, stride) in enumerate(zip(statement.output.indices, strides, strict=True)):
         # Larger stride first; ties (size-1 dimensions) in the layout's memory order.
         key = (-stride, position if row else -position)
         keys[index] = max(key, keys.get(index, key))
@@ -99,9 +97,7 @@ def default_loop_schedule(problem: Problem, statement: Statement) -> LoopSchedul
 
 def default_schedule(problem: Problem) -> CpuSchedule:
     """The schedule used when none is given."""
-    return CpuSchedule(
-        tuple(default_loop_schedule(problem, s) for s in problem.program.statements)
-    )
+    return CpuSchedule(tuple(default_loop_schedule(problem, s) for s in problem.program.statements))
 
 
 def check_schedule(problem: Problem, schedule: CpuSchedule) -> None:
@@ -111,9 +107,7 @@ def check_schedule(problem: Problem, schedule: CpuSchedule) -> None:
         raise ValueError(
             f"schedule has {len(schedule.statements)} loop nests for {len(statements)} statements"
         )
-    for number, (loops, statement) in enumerate(
-        zip(schedule.statements, statements, strict=True)
-    ):
+    for number, (loops, statement) in enumerate(zip(schedule.statements, statements, strict=True)):
         if set(loops.order) != set(parallel_indices(statement)):
             raise ValueError(
                 f"statement {number}: loop order {loops.order} is not a permutation of "

@@ -14,9 +14,9 @@ are .ein statements)::
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import NoReturn
 
 from ..errors import ParseError
-from ..source import Span
 from .ast import (
     AccessNode,
     BinaryNode,
@@ -123,7 +123,7 @@ class ExprParser(TokenCursor):
             if not self.accept_op(","):
                 self._unclosed(opener, self.peek())
 
-    def _unclosed(self, opener: Token, found: Token) -> None:
+    def _unclosed(self, opener: Token, found: Token) -> NoReturn:
         close = "]" if opener.text == "[" else ")"
         kind = "index list" if opener.text == "[" else "parenthesis"
         line, col = found.span.source.line_col(found.span.start)
@@ -189,10 +189,8 @@ class ExprParser(TokenCursor):
             close = self.accept_op(")")
             if close is None:
                 self._unclosed(token, self.peek())
-                raise AssertionError("unreachable")
             return replace(inner, span=token.span.join(close.span))
         self._missing_expression(after, token)
-        raise AssertionError("unreachable")
 
     def parse_call(self, name: Token) -> CallNode:
         opener = self.expect_op("(", "after the function name")
@@ -207,7 +205,7 @@ class ExprParser(TokenCursor):
         end = self.tokens[self.pos - 1].span
         return CallNode(ident(name), tuple(args), name.span.join(end))
 
-    def _missing_expression(self, after: Token | None, found: Token) -> None:
+    def _missing_expression(self, after: Token | None, found: Token) -> NoReturn:
         if found.is_op("**") or (found.is_op("*") and after is not None and after.is_op("*")):
             hint = "there is no power operator: use pow(a, b)"
         else:
@@ -236,6 +234,3 @@ class ExprParser(TokenCursor):
 def _show(access: AccessNode) -> str:
     return f"'{access.tensor.name}[{', '.join(i.name for i in access.indices)}]'"
 
-
-def span_between(first: Token, last: Token) -> Span:
-    return first.span.join(last.span)

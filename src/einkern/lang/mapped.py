@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
+from typing import NoReturn
 
 from ..errors import (
     DuplicateDeclarationError,
@@ -179,7 +180,7 @@ class MappedReader(TokenCursor):
         self.calls.append(_Call(target, func, tuple(args), call_span,
                                 target.span.join(call_span)))
 
-    def _unclosed(self, opener: Token) -> None:
+    def _unclosed(self, opener: Token) -> NoReturn:
         found = self.peek()
         raise ParseError(f"expected ')' to close the argument list opened here, found "
                          f"{found.describe()} at line {found.span.line}, column "

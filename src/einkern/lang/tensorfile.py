@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from typing import NoReturn
 
 from ..errors import DtypeError, ParseError
 from ..source import Source
@@ -180,7 +181,7 @@ class TensorFileReader(TokenCursor):
         close = self.tokens[self.pos - 1]
         self.decls.add_tensor(ident(name), tuple(dims), None, None, name.span.join(close.span))
 
-    def _unclosed_paren(self, opener: Token) -> None:
+    def _unclosed_paren(self, opener: Token) -> NoReturn:
         found = self.peek()
         raise ParseError(f"expected ')' to close the list opened here, found "
                          f"{found.describe()} at line {found.span.line}, column "

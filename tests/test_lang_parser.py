@@ -19,7 +19,15 @@ from einkern.errors import (
     UnknownNameError,
     UsageError,
 )
-from einkern.lang import detect_format, load_program_node, parse_program
+from einkern.lang import (
+    builtin_library,
+    detect_format,
+    load_program_node,
+    parse_library,
+    parse_mapped,
+    parse_program,
+    parse_tensor_file,
+)
 from einkern.lang.ast import AccessNode, BinaryNode, CallNode, NameNode, NumberNode, UnaryNode
 
 FULL = """\
@@ -304,3 +312,21 @@ def test_detect_format():
 def test_all_errors_are_einkern_errors():
     with pytest.raises(EinkernError):
         parse_program("C[i] = $")
+
+
+_PIECES = list("abAB_01 \n[](),;:=+-*/.#{}") + [
+    "dims ", "tensor ", "scalar ", "dtype ", "layout ", "program ", "variables:\n",
+    "operations:\n", "define:\n", "input ", "return ", "MATRIX3x3 ", "mmul33", "order2",
+    "type ", "function ", "->", "out[i]", "//", "/*", "float32 ", "row ", "1e5", "-3"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), max_size=30).map("".join))
+def test_garbage_raises_only_einkern_errors(text):
+    readers = (parse_program, parse_tensor_file, parse_mapped,
+               lambda t: parse_library(t, base=builtin_library()))
+    for read in readers:
+        try:
+            read(text)
+        except EinkernError as exc:
+            assert str(exc)

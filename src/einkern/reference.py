@@ -4,8 +4,8 @@ Each sub-expression is evaluated to a *labelled array*: an ndarray whose axes
 carry index names.  Products under a :class:`~einkern.ir.nodes.Sum` are
 contracted with ``opt_einsum`` (which picks a good pairwise order), so the
 reference never materialises the full iteration space of a contraction.
-Everything is computed in float64 (or the program's widest dtype if wider)
-and cast to each output's dtype on store.
+Everything is computed in float64; a value stored into a float32 tensor is
+rounded to float32, so later statements read what a kernel would have stored.
 """
 
 from __future__ import annotations
@@ -50,6 +50,9 @@ def evaluate(
     scalar_values.update(scalars or {})
     for statement in program.statements:
         _run_statement(problem, statement, values, scalar_values)
+        name = statement.output.tensor
+        if program.tensor(name).dtype == "float32":  # stored values are rounded
+            values[name] = values[name].astype(np.float32).astype(np.float64)
     return {
         name: value.astype(program.tensor(name).dtype, copy=False)
         for name, value in values.items()

@@ -1,0 +1,81 @@
+"""Small constructors for kernel-IR expressions with constant folding, so that the
+generated index arithmetic stays readable (no ``x * 1 + 0``)."""
+
+from __future__ import annotations
+
+from . import kir
+
+
+def const(value: int) -> kir.Int:
+    return kir.Int(int(value))
+
+
+def add(a: kir.Expr, b: kir.Expr) -> kir.Expr:
+    if isinstance(a, kir.Int) and isinstance(b, kir.Int):
+        return kir.Int(a.value + b.value)
+    if isinstance(a, kir.Int) and a.value == 0:
+        return b
+    if isinstance(b, kir.Int) and b.value == 0:
+        return a
+    return kir.Op("+", a, b)
+
+
+def sub(a: kir.Expr, b: kir.Expr) -> kir.Expr:
+    if isinstance(a, kir.Int) and isinstance(b, kir.Int):
+        return kir.Int(a.value - b.value)
+    if isinstance(b, kir.Int) and b.value == 0:
+        return a
+    return kir.Op("-", a, b)
+
+
+def mul(a: kir.Expr, b: kir.Expr) -> kir.Expr:
+    if isinstance(a, kir.Int) and isinstance(b, kir.Int):
+        return kir.Int(a.value * b.value)
+    for x, y in ((a, b), (b, a)):
+        if isinstance(x, kir.Int):
+            if x.value == 0:
+                return kir.Int(0)
+            if x.value == 1:
+                return y
+    return kir.Op("*", a, b)
+
+
+def div(a: kir.Expr, b: int) -> kir.Expr:
+    if b == 1:
+        return a
+    if isinstance(a, kir.Int):
+        return kir.Int(a.value // b)
+    return kir.Op("/", a, kir.Int(b))
+
+
+def mod(a: kir.Expr, b: int) -> kir.Expr:
+    if b == 1:
+        return kir.Int(0)
+    if isinstance(a, kir.Int):
+        return kir.Int(a.value % b)
+    return kir.Op("%", a, kir.Int(b))
+
+
+def less(a: kir.Expr, b: kir.Expr) -> kir.Expr:
+    return kir.Op("<", a, b)
+
+
+def conj(conditions: list[kir.Expr]) -> kir.Expr | None:
+    result: kir.Expr | None = None
+    for condition in conditions:
+        result = condition if result is None else kir.Op("&&", result, condition)
+    return result
+
+
+def minimum(a: kir.Expr, b: kir.Expr) -> kir.Expr:
+    if isinstance(a, kir.Int) and isinstance(b, kir.Int):
+        return kir.Int(min(a.value, b.value))
+    return kir.Op("min", a, b)
+
+
+def linear(terms: list[tuple[kir.Expr, int]]) -> kir.Expr:
+    """``Σ coordinate·stride``."""
+    result: kir.Expr = kir.Int(0)
+    for coordinate, stride in terms:
+        result = add(result, mul(coordinate, const(stride)))
+    return result

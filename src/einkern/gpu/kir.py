@@ -1,0 +1,275 @@
+"""Kernel IR: a structured GPU kernel that two printers turn into CUDA C and into a
+CPU emulation (MCUDA style) running the *same* index arithmetic.
+
+Structure.  A kernel body is a list of *sections*:
+
+* :class:`PerThread` — code every thread of the block runs independently;
+* :class:`Uniform` — a loop whose bounds are the same for all threads of a
+  block (k-step loops); its body is again a list of sections;
+* :class:`Barrier` — ``__syncthreads()``.
+
+Between two barriers, threads may not communicate.  The CUDA printer emits the
+sections in order; the emulator runs each :class:`PerThread` section as a loop
+over the block's threads, so two per-thread sections *not* separated by a
+barrier are fused into one thread loop: a missing barrier then shows up as a
+wrong result, as it would on a GPU.
+
+Variables that live across sections (accumulators, prefetch registers, thread
+coordinates) are declared in :attr:`Kernel.thread_vars`; the emulator gives
+every thread its own copy.  Shared arrays are per block.
+
+Expressions are small dataclasses; global and shared accesses are explicit
+(:class:`Load`, :class:`Store`) so that the emulator can bounds-check every one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# ---- expressions -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Var:
+    name: str
+
+
+@dataclass(frozen=True)
+class Int:
+    value: int
+
+
+@dataclass(frozen=True)
+class Float:
+    value: float
+
+
+@dataclass(frozen=True)
+class BlockIdx:
+    """``blockIdx.x`` (the grid is one-dimensional in x, or x/y for huge grids)."""
+
+    axis: str = "x"
+
+
+@dataclass(frozen=True)
+class ThreadIdx:
+    """``threadIdx.x`` (blocks are one-dimensional; per-index coordinates are decoded)."""
+
+
+@dataclass(frozen=True)
+class Op:
+    """Binary operator: ``+ - * / % < <= > >= == != && || min max``."""
+
+    op: str
+    left: Expr
+    right: Expr
+
+
+@dataclass(frozen=True)
+class Neg:
+    operand: Expr
+
+
+@dataclass(frozen=True)
+class Call:
+    """Math function (``sqrt exp log fabs sin cos tanh fmax fmin pow``)."""
+
+    func: str
+    args: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class Select:
+    """``cond ? a : b``."""
+
+    cond: Expr
+    if_true: Expr
+    if_false: Expr
+
+
+@dataclass(frozen=True)
+class Load:
+    """Element ``array[index]``; ``array`` names a kernel parameter (global memory),
+    a shared array, or a thread variable (register array)."""
+
+    array: str
+    index: Expr
+
+
+@dataclass(frozen=True)
+class Lane:
+    """Component ``i`` of a vector variable loaded by :class:`VectorLoad`."""
+
+    vector: str
+    lane: int
+
+
+Expr = Var | Int | Float | BlockIdx | ThreadIdx | Op | Neg | Call | Select | Load | Lane
+
+
+# ---- statements --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Declare:
+    """A local scalar ``ctype name = init;`` (scoped to the enclosing block)."""
+
+    name: str
+    ctype: str
+    init: Expr | None = None
+
+
+@dataclass(frozen=True)
+class Assign:
+    """``name op= value`` for a scalar variable (op ``=``, ``+=``, ``-=``)."""
+
+    name: str
+    value: Expr
+    op: str = "="
+
+
+@dataclass(frozen=True)
+class Store:
+    """``array[index] op= value`` (global, shared or register array)."""
+
+    array: str
+    index: Expr
+    value: Expr
+    op: str = "="
+
+
+@dataclass(frozen=True)
+class For:
+    """``for (int var = start; var < stop; var += step)``; per-thread loop.
+    ``unroll``: 0 none, -1 full, n>0 ``#pragma unroll n``."""
+
+    var: str
+    start: Expr
+    stop: Expr
+    step: int
+    body: tuple[Stmt, ...]
+    unroll: int = 0
+
+
+@dataclass(frozen=True)
+class If:
+    cond: Expr
+    body: tuple[Stmt, ...]
+    orelse: tuple[Stmt, ...] = ()
+
+
+@dataclass(frozen=True)
+class VectorLoad:
+    """``width`` consecutive elements ``array[index .. index+width)`` into vector ``name``
+    (CUDA: one ``float2/float4/double2`` load; ``index`` is a multiple of ``width``)."""
+
+    name: str
+    ctype: str
+    array: str
+    index: Expr
+    width: int
+
+
+@dataclass(frozen=True)
+class Comment:
+    text: str
+
+
+Stmt = Declare | Assign | Store | For | If | Comment | VectorLoad
+
+
+# ---- sections ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PerThread:
+    body: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True)
+class Barrier:
+    pass
+
+
+@dataclass(frozen=True)
+class Uniform:
+    """A loop with block-uniform bounds (``stop`` may use only constants, block
+    indices and variables of enclosing uniform loops)."""
+
+    var: str
+    start: int
+    stop: int
+    step: int
+    body: tuple[Section, ...]
+
+
+Section = PerThread | Barrier | Uniform
+
+
+# ---- declarations ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Param:
+    """A kernel parameter: a global array (``ctype`` is the element type) or a scalar."""
+
+    name: str
+    ctype: str
+    is_array: bool
+    size: int = 0  # elements (arrays), for the emulator's bounds checks
+    readonly: bool = True
+
+
+@dataclass(frozen=True)
+class ThreadVar:
+    """A per-thread variable living across sections: ``ctype name[count]``
+    (``count`` 0 means a scalar)."""
+
+    name: str
+    ctype: str
+    count: int = 0
+
+
+@dataclass(frozen=True)
+class SharedArray:
+    name: str
+    ctype: str
+    size: int
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One ``__global__`` function and its launch shape."""
+
+    name: str
+    params: tuple[Param, ...]
+    threads: int  # blockDim.x
+    blocks: int  # gridDim.x (one-dimensional grid)
+    thread_vars: tuple[ThreadVar, ...]
+    shared: tuple[SharedArray, ...]
+    body: tuple[Section, ...]
+    index_type: str = "int"  # "int" or "long long" for > 2^31 elements
+    comment: str = ""
+    meta: tuple[tuple[str, str], ...] = field(default=())
+
+    def shared_bytes(self) -> int:
+        sizes = {"float": 4, "double": 8, "int": 4, "long long": 8}
+        return sum(a.size * sizes[a.ctype] for a in self.shared)
+
+
+def without_barriers(kernel: Kernel) -> Kernel:
+    """The same kernel with every barrier removed (fault injection for tests)."""
+
+    def strip(sections: tuple[Section, ...]) -> tuple[Section, ...]:
+        out: list[Section] = []
+        for section in sections:
+            if isinstance(section, Barrier):
+                continue
+            if isinstance(section, Uniform):
+                section = Uniform(section.var, section.start, section.stop, section.step,
+                                  strip(section.body))
+            out.append(section)
+        return tuple(out)
+
+    return Kernel(kernel.name, kernel.params, kernel.threads, kernel.blocks, kernel.thread_vars,
+                  kernel.shared, strip(kernel.body), kernel.index_type, kernel.comment, kernel.meta)

@@ -1,0 +1,167 @@
+"""The mapping ("recipe"): plain data that fully determines a CUDA kernel for one
+statement.  Frozen and JSON-serialisable; ``einkern emit --mapping FILE.json``
+reads one.
+
+Vocabulary (Treduda §3.1, MAGMA Table 4.2, R-Stream §4):
+
+* every *parallel* (output) index gets a :class:`ParallelTile`: ``tile``
+  elements per thread block, spread over ``threads`` threads, so each thread
+  owns ``tile // threads`` elements (its register tile along that index),
+  taken *adjacent* (thread t owns t·r … t·r+r−1) or *cyclic* (t, t+threads, …).
+  Indices not listed have tile 1 and go to the grid only;
+* the block's threads are numbered along ``parallel`` in order (the first entry
+  varies fastest: it is threadIdx.x's fastest digit, so it should be the
+  output's contiguous index for coalesced stores);
+* blocks are numbered along ``grid_order`` (fastest first);
+* reduction indices are stepped in ``k_step`` chunks (``reduction_order``
+  outermost first); each chunk of every *staged* input is copied to shared
+  memory by all threads, coalesced along the input's contiguous index, laid out
+  in ``Staging.order`` (innermost first) with ``padding`` extra elements on the
+  innermost dimension (bank conflicts), between two barriers;
+* ``prefetch`` loads the next chunk into registers while computing the current
+  one (Treduda's "preloading", MAGMA's prefetching);
+* ``boundary`` says what happens at the edges when tiles do not divide the
+  extents: ``guard`` (predicated loads/stores), ``redirect`` (MAGMA's pointer
+  redirecting: out-of-range lanes read a clamped, valid element and only the
+  store is predicated) or ``exact`` (no checks: only valid when every tile
+  divides its extent).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+from ..errors import EinkernError
+
+BOUNDARY_POLICIES = ("guard", "redirect", "exact")
+
+
+class MappingError(EinkernError):
+    """A mapping that does not fit its statement or the device."""
+
+
+@dataclass(frozen=True)
+class ParallelTile:
+    index: str
+    tile: int = 1
+    threads: int = 1
+    cyclic: bool = True
+
+    @property
+    def per_thread(self) -> int:
+        return self.tile // self.threads
+
+
+@dataclass(frozen=True)
+class Staging:
+    """An input access (written as in the IR, e.g. ``"B[l,j]"``) promoted to shared memory."""
+
+    access: str
+    order: tuple[str, ...] = ()  # shared-memory dimension order, innermost first; () = natural
+    padding: int = 0
+
+
+@dataclass(frozen=True)
+class Mapping:
+    strategy: str
+    parallel: tuple[ParallelTile, ...]
+    grid_order: tuple[str, ...] = ()
+    reduction_order: tuple[str, ...] = ()
+    k_step: tuple[tuple[str, int], ...] = ()
+    staged: tuple[Staging, ...] = ()
+    prefetch: bool = False
+    unroll: int = 1
+    vector_width: int = 1
+    boundary: str = "guard"
+    reasons: tuple[str, ...] = field(default=(), compare=False)
+
+    # -- derived -------------------------------------------------------------
+
+    @property
+    def threads(self) -> int:
+        total = 1
+        for tile in self.parallel:
+            total *= tile.threads
+        return total
+
+    @property
+    def register_tile(self) -> int:
+        total = 1
+        for tile in self.parallel:
+            total *= tile.per_thread
+        return total
+
+    def tile_of(self, index: str) -> ParallelTile:
+        for tile in self.parallel:
+            if tile.index == index:
+                return tile
+        return ParallelTile(index)
+
+    def step_of(self, index: str, extent: int) -> int:
+        for name, step in self.k_step:
+            if name == index:
+                return min(step, extent)
+        return 1
+
+    def staging_of(self, access: str) -> Staging | None:
+        for staging in self.staged:
+            if staging.access == access:
+                return staging
+        return None
+
+    # -- serialisation -------------------------------------------------------
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data.pop("reasons")
+        return json.dumps(data, indent=2)
+
+    @staticmethod
+    def from_json(text: str) -> Mapping:
+        try:
+            data = json.loads(text)
+            return Mapping(
+                strategy=str(data["strategy"]),
+                parallel=tuple(ParallelTile(**p) for p in data["parallel"]),
+                grid_order=tuple(data.get("grid_order", ())),
+                reduction_order=tuple(data.get("reduction_order", ())),
+                k_step=tuple((str(i), int(s)) for i, s in data.get("k_step", ())),
+                staged=tuple(
+                    Staging(s["access"], tuple(s.get("order", ())), int(s.get("padding", 0)))
+                    for s in data.get("staged", ())
+                ),
+                prefetch=bool(data.get("prefetch", False)),
+                unroll=int(data.get("unroll", 1)),
+                vector_width=int(data.get("vector_width", 1)),
+                boundary=str(data.get("boundary", "guard")),
+            )
+        except (KeyError, TypeError, ValueError, json.JSONDecodeError) as error:
+            raise MappingError(
+                f"not a valid mapping: {error}",
+                hint="write one with `einkern emit PROGRAM --explain --backend cuda` and edit it",
+            ) from None
+
+    def describe(self) -> str:
+        """One line per decision, for ``--explain``."""
+        lines = [f"strategy {self.strategy}: {self.threads} threads/block, "
+                 f"{self.register_tile} outputs/thread"]
+        for tile in self.parallel:
+            how = "cyclic" if tile.cyclic else "adjacent"
+            lines.append(
+                f"  {tile.index}: tile {tile.tile} over {tile.threads} threads "
+                f"({tile.per_thread}/thread, {how})"
+            )
+        if self.grid_order:
+            lines.append(f"  grid order (fastest first): {', '.join(self.grid_order)}")
+        if self.k_step:
+            lines.append("  k-step: " + ", ".join(f"{i}={s}" for i, s in self.k_step))
+        for staging in self.staged:
+            order = ",".join(staging.order) or "natural"
+            lines.append(f"  shared: {staging.access} layout {order} padding {staging.padding}")
+        lines.append(
+            f"  prefetch {'on' if self.prefetch else 'off'}, unroll {self.unroll}, "
+            f"vector width {self.vector_width}, boundary {self.boundary}"
+        )
+        lines.extend(f"  why: {reason}" for reason in self.reasons)
+        return "\n".join(lines)

@@ -1,0 +1,160 @@
+"""The decision algorithm: a good mapping without any timing.
+
+Rules, in order (Rivera §3.1, R-Stream §4.3–4.6, MAGMA §4.3, Treduda §3):
+
+1. *Coalescing first*: the output's contiguous index goes to threadIdx.x
+   (fastest), cyclically assigned, so a warp stores consecutive addresses.
+2. *Register reuse*: the second thread index is taken from the other operand's
+   free indices (x in M ⇒ y in N, and vice versa), so that a register tile of
+   rx × ry outputs reuses each loaded A value ry times and each B value rx times.
+3. *Staging*: inputs of a long reduction (≥ 32 terms) are staged in shared
+   memory chunk by chunk, with prefetching and one element of padding.
+4. *Fill the machine*: shrink register and block tiles until there are at least
+   two waves of blocks over the SMs.
+5. *Fit*: the result must pass every hardware check; otherwise fall back to
+   simpler mappings, ending with the direct mapping (one output per thread).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..ir.nodes import Problem
+from .device import H100, DeviceLimits
+from .lower import compute_dtype
+from .mapping import Mapping
+from .space import Config, _pow2, config_to_mapping, roles, violation
+
+
+def _largest(problem: Problem, position: int, indices, exclude=()) -> str:
+    statement = problem.program.statements[position]
+    pool = [i for i in indices if i not in exclude and problem.index_size(statement, i) > 1]
+    if not pool:
+        return ""
+    return max(pool, key=lambda i: (problem.index_size(statement, i), -indices.index(i)))
+
+
+def decide(problem: Problem, position: int, limits: DeviceLimits = H100) -> Mapping:
+    """The default mapping of statement ``position``, with the reasons for it."""
+    config, reasons = default_config(problem, position, limits)
+    return config_to_mapping(problem, position, config, tuple(reasons))
+
+
+def default_config(problem: Problem, position: int,
+                   limits: DeviceLimits = H100) -> tuple[Config, list[str]]:
+    statement = problem.program.statements[position]
+    size = {i: problem.index_size(statement, i) for i in statement.indices}
+    r = roles(problem, position)
+    reasons: list[str] = []
+    parallel = list(statement.parallel_indices)
+    x = r.output_contiguous if r.output_contiguous and size[r.output_contiguous] > 1 else (
+        _largest(problem, position, parallel) or parallel[0])
+    reasons.append(f"{x} → threadIdx.x: contiguous index of the output "
+                   f"{statement.output.tensor} (coalesced stores)")
+    out = statement.output
+    memory = list(out.indices if problem.program.tensor(out.tensor).layout == "column"
+                  else reversed(out.indices))
+    following = memory[memory.index(x) + 1] if x in memory[:-1] else ""
+    if size[x] < 32 and following and 1 < size[following] <= 64:
+        y = following
+        why = "next index in the output's memory order: a warp covers contiguous rows"
+    elif x in r.m:
+        y = _largest(problem, position, list(r.n)) or _largest(problem, position, parallel, (x,))
+        why = "free index of the other operand (register reuse of A and B)"
+    elif x in r.n:
+        y = _largest(problem, position, list(r.m)) or _largest(problem, position, parallel, (x,))
+        why = "free index of the other operand (register reuse of A and B)"
+    else:
+        y = _largest(problem, position, parallel, (x,))
+        why = "largest remaining output index"
+    if y:
+        reasons.append(f"{y} → second thread index: {why}")
+    reduction = math.prod(size[k] for k in r.k) if r.k else 0
+    double = compute_dtype(problem, position) == "float64"
+    tx = min(32, _pow2(size[x]))
+    ty = max(1, min(256 // tx, _pow2(size[y]))) if y else 1
+    if size[x] < 32 and size[x] != tx and y and size[y] <= 64:
+        tx, ty = 0, 0  # whole extents: a warp covers contiguous rows without idle lanes
+        reasons.append(f"{x} = {size[x]} and {y} = {size[y]} are small: the block covers them "
+                       "whole")
+    if reduction >= 32 and r.m and r.n:
+        regs = [4, 4, 1] if double else [8, 8, 1]
+        if not y:
+            regs = [4, 1, 1]
+        staging = ["all", 8 if double else 16, True, 1, "natural"]
+        tx, ty = (16, 16) if y else (tx, ty)
+        reasons.append(f"reduction of {reduction} terms with operands on both sides: register "
+                       f"tile {regs[0]}×{regs[1]}, inputs staged in shared memory, prefetching")
+    elif reduction >= 2 and y:
+        regs = [2, 2, 1]
+        staging = ["none", 1, False, 0, "natural"]
+        reasons.append(f"short reduction ({reduction} terms): register tile 2×2, reads through "
+                       "the cache (no staging)")
+    else:
+        regs = [1, 1, 1]
+        staging = ["none", 1, False, 0, "natural"]
+        reasons.append("no reuse to exploit: one output element per thread")
+    if not y:
+        regs[1] = 1
+    while regs[0] > 1 and (tx or size[x]) * regs[0] > _pow2(size[x]):
+        regs[0] //= 2
+    while y and regs[1] > 1 and (ty or size[y]) * regs[1] > _pow2(size[y]):
+        regs[1] //= 2
+    config: Config = {
+        "x": x, "y": y, "block": [tx, ty], "regs": regs, "assign": "cyclic",
+        "staging": staging, "unroll": -1 if staging[0] != "none" else 1, "boundary": "exact",
+    }
+    config = _fill_machine(problem, position, config, limits, reasons)
+    return _make_valid(problem, position, config, limits, reasons), reasons
+
+
+def _blocks(problem: Problem, position: int, config: Config) -> int:
+    mapping = config_to_mapping(problem, position, config)
+    statement = problem.program.statements[position]
+    return math.prod(math.ceil(problem.index_size(statement, d) / mapping.tile_of(d).tile)
+                     for d in statement.parallel_indices)
+
+
+def _fill_machine(problem, position, config, limits, reasons) -> Config:
+    target = 2 * limits.sm_count
+    while _blocks(problem, position, config) < target:
+        rx, ry, rz = config["regs"]
+        if rx * ry == 1:
+            break
+        smaller = [max(1, rx // 2), ry, rz] if rx >= ry else [rx, max(1, ry // 2), rz]
+        config = {**config, "regs": smaller}
+    if _blocks(problem, position, config) < target:
+        reasons.append(f"only {_blocks(problem, position, config)} blocks for "
+                       f"{limits.sm_count} SMs: the problem is small")
+    return config
+
+
+def _make_valid(problem, position, config, limits, reasons) -> Config:
+    for boundary in ("exact", "guard"):
+        candidate = {**config, "boundary": boundary}
+        if violation(problem, position, candidate, limits) is None:
+            if boundary == "guard":
+                reasons.append("tiles do not divide every extent: guarded edges")
+            return candidate
+    simpler = [
+        {**config, "staging": ["none", 1, False, 0, "natural"], "unroll": 1},
+        {**config, "staging": ["none", 1, False, 0, "natural"], "unroll": 1,
+         "regs": [1, 1, 1], "assign": "cyclic"},
+    ]
+    for candidate in simpler:
+        for boundary in ("exact", "guard"):
+            candidate = {**candidate, "boundary": boundary}
+            if violation(problem, position, candidate, limits) is None:
+                reasons.append("the preferred mapping does not fit: simplified")
+                return candidate
+    statement = problem.program.statements[position]
+    x = config["x"]
+    for block in ([32, 1], [64, 1], [128, 1], [256, 1]):
+        for boundary in ("exact", "guard"):
+            candidate = {"x": x, "y": "", "block": block, "regs": [1, 1, 1],
+                         "assign": "cyclic", "staging": ["none", 1, False, 0, "natural"],
+                         "unroll": 1, "boundary": boundary}
+            if violation(problem, position, candidate, limits) is None:
+                reasons.append("fallback: direct mapping")
+                return candidate
+    raise AssertionError(f"no valid mapping for {statement}")

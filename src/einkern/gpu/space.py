@@ -1,0 +1,302 @@
+"""The mapping space of a statement and the decision algorithm's default.
+
+A *configuration* (plain dict, what the tuner searches) names a handful of
+choices; :func:`config_to_mapping` turns it into a :class:`Mapping`:
+
+* ``x``/``y``: the output indices distributed over threads (``x`` varies
+  fastest: threadIdx.x's fastest digit), ``y`` may be ``""``;
+* ``block``: threads along x and y (0: the whole extent); ``regs``: register-tile
+  elements per thread along x, y and z (Treduda's lX × lY, plus a register-only
+  index z chosen to give the other operand reuse); ``assign``: cyclic / mixed
+  (x cyclic, y adjacent) / adjacent (Treduda strategies 4–6);
+* ``staging``: ``[stage, k_step, prefetch, padding, layout]`` with stage
+  ``none``, ``A``/``B`` (the first or second input of the main product) or
+  ``all`` (every input of the main reduction), MAGMA's sh_AB, nb, prefetching,
+  shared-memory offset and transposed layout (``compute``: the threaded indices
+  innermost); ``unroll``: 1 or -1 (the k-step loop fully unrolled);
+* ``boundary``: ``exact`` when every tile divides its extent, else ``guard`` or
+  ``redirect``.
+
+The strategy name recorded in the mapping follows from the configuration:
+``direct`` (one output per thread, no staging — the first backend's mapping),
+``register`` (register tile), ``shared`` (staged inputs), ``gett`` (staged with
+a register tile over more than one index and tiles over batch indices).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ..ir.nodes import Access, Problem
+from .device import H100, DeviceLimits
+from .lower import check_mapping, compute_dtype
+from .mapping import Mapping, ParallelTile, Staging
+from .normalize import reduction_of
+from .staging import natural_order
+
+Config = dict[str, Any]
+
+#: Threads along x and y; 0 stands for "the whole extent of the index" (e.g. 12
+#: threads for p = 12: a warp then covers contiguous rows of a 12×12 face).
+BLOCKS = ((32, 1), (64, 1), (128, 1), (256, 1), (0, 1), (8, 8), (16, 4), (32, 2), (16, 8),
+          (32, 4), (64, 2), (8, 16), (16, 16), (32, 8), (64, 4), (128, 2), (16, 32), (32, 16),
+          (64, 8), (32, 32), (0, 0), (0, 4), (0, 8), (0, 16), (16, 0), (32, 0))
+#: Register tile along x, y and z (z: an output index on no thread, register-only).
+REGS = tuple((a, b, c) for a in (1, 2, 4, 8) for b in (1, 2, 4, 8) for c in (1, 2, 4))
+K_STEPS = (4, 8, 16, 32)
+
+
+@dataclass(frozen=True)
+class Roles:
+    """Index roles of the statement's main contraction (GETT: batch, M, N, K)."""
+
+    a: Access | None
+    b: Access | None
+    batch: tuple[str, ...]
+    m: tuple[str, ...]  # output indices read by A only
+    n: tuple[str, ...]  # output indices read by B only
+    k: tuple[str, ...]
+    output_contiguous: str | None
+
+
+def _product_accesses(body) -> list[Access]:
+    from ..ir.nodes import Binary, Neg
+
+    if isinstance(body, Access):
+        return [body]
+    if isinstance(body, Neg):
+        return _product_accesses(body.operand)
+    if isinstance(body, Binary) and body.op in "*":
+        return _product_accesses(body.left) + _product_accesses(body.right)
+    if isinstance(body, Binary) and body.op in "+-":
+        return _product_accesses(body.left)  # first term represents the family
+    return []
+
+
+def roles(problem: Problem, position: int) -> Roles:
+    statement = problem.program.statements[position]
+    out = statement.output
+    layout = problem.program.tensor(out.tensor).layout
+    contiguous = (out.indices[-1] if layout == "row" else out.indices[0]) if out.indices else None
+    groups = reduction_of(statement).groups
+    if not groups:
+        return Roles(None, None, (), (), (), (), contiguous)
+    main = max(groups, key=lambda g: math.prod(problem.index_size(statement, i)
+                                                  for i in g.indices))
+    factors = _product_accesses(main.body)
+    a = factors[0] if factors else None
+    b = factors[1] if len(factors) > 1 else None
+    ia = set(a.indices) if a else set()
+    ib = set(b.indices) if b else set()
+    parallel = statement.parallel_indices
+    return Roles(
+        a, b,
+        batch=tuple(i for i in parallel if i in ia and i in ib),
+        m=tuple(i for i in parallel if i in ia and i not in ib),
+        n=tuple(i for i in parallel if i in ib and i not in ia),
+        k=tuple(main.indices),
+        output_contiguous=contiguous,
+    )
+
+
+def _candidates(problem: Problem, position: int) -> list[str]:
+    """Output indices worth putting on threads: contiguous ones first."""
+    statement = problem.program.statements[position]
+    r = roles(problem, position)
+    order = []
+    if r.output_contiguous:
+        order.append(r.output_contiguous)
+    for access in (r.a, r.b):
+        if access is not None:
+            inner = natural_order(problem, access)[0]
+            if inner in statement.parallel_indices:
+                order.append(inner)
+    order.extend(r.m[-1:] + r.n[-1:])
+    order.extend(statement.parallel_indices)
+    sized = [i for i in dict.fromkeys(order) if problem.index_size(statement, i) > 1]
+    return sized[:4] or list(statement.parallel_indices[:1])
+
+
+def parameters(problem: Problem, position: int) -> dict[str, tuple]:
+    """Candidate values of every configuration parameter (before constraints)."""
+    statement = problem.program.statements[position]
+    cands = _candidates(problem, position)
+    has_groups = bool(reduction_of(statement).groups)
+    stagings: list[list] = [["none", 1, False, 0, "natural"]]
+    if has_groups and statement.reduction_indices:
+        for stage in ("A", "B", "all"):
+            for k_step in K_STEPS:
+                for prefetch in (False, True):
+                    for padding in (0, 1):
+                        for layout in ("natural", "compute"):
+                            stagings.append([stage, k_step, prefetch, padding, layout])
+    return {
+        "x": tuple(cands),
+        "y": tuple(cands) + ("",),
+        "block": tuple(list(b) for b in BLOCKS),
+        "regs": tuple(list(r) for r in REGS),
+        "assign": ("cyclic", "mixed", "adjacent"),
+        "staging": tuple(stagings),
+        "unroll": (1, -1),
+        "boundary": ("exact", "guard", "redirect"),
+    }
+
+
+def z_index(problem: Problem, position: int, x: str, y: str) -> str:
+    """The register-only third index: one that gives the operand not yet reused a
+    reuse dimension (x, y both in M ⇒ z in N, ...), else the largest remaining."""
+    statement = problem.program.statements[position]
+    r = roles(problem, position)
+    used = {x, y}
+
+    def largest(pool) -> str:
+        pool = [i for i in pool if i not in used and problem.index_size(statement, i) > 1]
+        return max(pool, key=lambda i: problem.index_size(statement, i), default="")
+
+    in_m = bool(used & set(r.m))
+    in_n = bool(used & set(r.n))
+    if in_m and not in_n:
+        return largest(r.n) or largest(statement.parallel_indices)
+    if in_n and not in_m:
+        return largest(r.m) or largest(statement.parallel_indices)
+    return largest(statement.parallel_indices)
+
+
+def threads_of(problem: Problem, position: int, config: Config) -> tuple[int, int]:
+    statement = problem.program.statements[position]
+    tx, ty = config["block"]
+    if tx == 0:
+        tx = problem.index_size(statement, config["x"])
+    if ty == 0:
+        ty = problem.index_size(statement, config["y"]) if config["y"] else 1
+    return tx, ty
+
+
+def _tiles(problem: Problem, position: int, config: Config):
+    tx, ty = threads_of(problem, position, config)
+    rx, ry, rz = config["regs"]
+    x, y = config["x"], config["y"]
+    assign = config["assign"]
+    tiles = [(x, tx * rx, tx, assign != "adjacent")]
+    if y:
+        tiles.append((y, ty * ry, ty, assign == "cyclic"))
+    if rz > 1:
+        z = z_index(problem, position, x, y)
+        if z:
+            tiles.append((z, rz, 1, True))
+    return tuple(tiles)
+
+
+def _compute_layout(problem: Problem, access: Access, tiles) -> tuple[str, ...]:
+    """Shared layout that makes a thread's register-tile reads contiguous: the access's
+    threaded indices innermost (x first), then the rest in memory order."""
+    threaded = [i for i, _, _, _ in tiles if i in access.indices]
+    rest = [i for i in natural_order(problem, access) if i not in threaded]
+    return tuple(threaded + rest)
+
+
+def config_to_mapping(problem: Problem, position: int, config: Config,
+                      reasons: tuple[str, ...] = ()) -> Mapping:
+    statement = problem.program.statements[position]
+    r = roles(problem, position)
+    stage, k_step, prefetch, padding, layout = config["staging"]
+    tiles = _tiles(problem, position, config)
+    staged: list[Staging] = []
+    if stage != "none":
+        groups = reduction_of(statement).groups
+        main = [g for g in groups if set(g.indices) == set(r.k)]
+        accesses = main[0].accesses() if main else ()
+        chosen = {"A": [r.a], "B": [r.b], "all": list(accesses)}[stage]
+        for access in chosen:
+            if access is None:
+                continue
+            order = _compute_layout(problem, access, tiles) if layout == "compute" else ()
+            staged.append(Staging(str(access), order, padding))
+    parallel = tuple(ParallelTile(i, tile, threads, cyclic) for i, tile, threads, cyclic in tiles)
+    rx, ry, rz = config["regs"]
+    if stage != "none":
+        strategy = "gett" if len([t for t in parallel if t.per_thread > 1]) > 2 or (
+            rx * ry > 1 and r.batch) else "shared"
+    elif rx * ry * rz > 1:
+        strategy = "register"
+    else:
+        strategy = "direct"
+    dtype = compute_dtype(problem, position)
+    return Mapping(
+        strategy=strategy,
+        parallel=parallel,
+        grid_order=tuple(statement.parallel_indices),
+        reduction_order=r.k,
+        k_step=tuple((k, k_step) for k in r.k[-1:]) if stage != "none" else (),
+        staged=tuple(staged),
+        prefetch=bool(prefetch) and stage != "none",
+        unroll=64 if config["unroll"] == -1 else 1,
+        vector_width=4 if dtype == "float32" else 2,
+        boundary=config["boundary"],
+        reasons=reasons,
+    )
+
+
+def violation(problem: Problem, position: int, config: Config,
+              limits: DeviceLimits = H100) -> str | None:
+    """Why a configuration is not in the space (None: valid).  Cheap checks first."""
+    statement = problem.program.statements[position]
+    size = {i: problem.index_size(statement, i) for i in statement.indices}
+    x, y = config["x"], config["y"]
+    if x == y:
+        return "x and y are the same index"
+    bx, by = config["block"]
+    rx, ry, rz = config["regs"]
+    if not y and (by != 1 or ry > 1):
+        return "no y index: block and registers along y must be 1"
+    if (bx == 0 and size[x] > 256) or (by == 0 and y and size[y] > 64):
+        return "extent too large to be one block dimension"
+    tx, ty = threads_of(problem, position, config)
+    if (bx == 0 and tx in (32, 64, 128, 256)) or (by == 0 and ty in (1, 2, 4, 8, 16, 32)):
+        return "duplicate of a power-of-two block"
+    threads = tx * ty
+    if threads > limits.max_threads_per_block:
+        return "too many threads"
+    if threads < 16 and threads < math.prod(size[i] for i in statement.parallel_indices):
+        return "fewer than half a warp of threads"
+    if tx * rx > 2 * _pow2(size[x]) or (y and ty * ry > 2 * _pow2(size[y])):
+        return "tile much larger than its extent"
+    z = z_index(problem, position, x, y) if rz > 1 else ""
+    if rz > 1 and (not z or rz > _pow2(size[z])):
+        return "no index for a register-only tile"
+    if rx * ry * rz > 64:
+        return "register tile over 64"
+    if config["assign"] != "cyclic" and rx * ry == 1:
+        return "assignment irrelevant"
+    if config["assign"] == "mixed" and ry == 1:
+        return "assignment irrelevant"
+    stage, k_step, _, padding, layout = config["staging"]
+    if stage == "none" and config["unroll"] != 1 and not statement.reduction_indices:
+        return "nothing to unroll"
+    tiles = _tiles(problem, position, config)
+    divisible = all(size[i] % tile == 0 for i, tile, _, _ in tiles)
+    if stage != "none":
+        r = roles(problem, position)
+        if r.k and k_step > 2 * _pow2(size[r.k[-1]]):
+            return "k-step much larger than the reduction"
+        if r.k:
+            divisible = divisible and size[r.k[-1]] % min(k_step, size[r.k[-1]]) == 0
+    boundary = config["boundary"]
+    if divisible and boundary != "exact":
+        return "tiles divide the extents: boundary is exact"
+    if not divisible and boundary == "exact":
+        return "tiles do not divide the extents"
+    words = 2 if compute_dtype(problem, position) == "float64" else 1
+    estimated_registers = words * (rx * ry * rz + rx + ry + rz) + 32
+    if estimated_registers > limits.max_registers_per_thread:
+        return "register estimate over the limit"
+    mapping = config_to_mapping(problem, position, config)
+    problems = check_mapping(problem, position, mapping, limits.shared_per_block,
+                             limits.max_threads_per_block)
+    return problems[0] if problems else None
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())

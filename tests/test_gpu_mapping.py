@@ -1,0 +1,89 @@
+"""GPU mappings without a GPU: the decision algorithm, the space, JSON, lowering checks."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import einkern
+from einkern.gpu.decision import decide, default_config
+from einkern.gpu.lower import check_mapping, lower
+from einkern.gpu.mapping import Mapping, MappingError, ParallelTile
+from einkern.gpu.space import config_to_mapping, parameters, violation
+
+CASES = [
+    ("examples/gemm.ein", {"m": 256, "n": 256, "k": 256}),
+    ("examples/gemm.ein", {"m": 97, "n": 61, "k": 33}),
+    ("examples/gemm_alpha_beta.ein", {"m": 64, "n": 48, "k": 40}),
+    ("examples/sd_t_d1_1.ein", {"T": 16}),
+    ("examples/sd_t_d1_1.ein", {"T": 5}),
+    ("examples/local_grad3.ein", {"p": 12, "nelt": 100}),
+    ("examples/riemann.ein", {"n": 7}),
+    ("examples/treduda_sum.ein", {"n": 33}),
+    ("examples/norms.ein", {"nb": 100, "d": 17}),
+]
+
+
+def problems():
+    for path, extents in CASES:
+        problem = einkern.make_problem(einkern.load(path), extents)
+        for position in range(len(problem.program.statements)):
+            yield problem, position
+
+
+@pytest.mark.parametrize("problem, position", list(problems()))
+def test_default_mapping_is_valid_and_explained(problem, position):
+    config, reasons = default_config(problem, position)
+    assert violation(problem, position, config) is None
+    mapping = decide(problem, position)
+    assert check_mapping(problem, position, mapping) == []
+    assert mapping.reasons and "threadIdx.x" in mapping.reasons[0]
+    kernel = lower(problem, position, mapping)
+    assert kernel.threads == mapping.threads <= 1024
+
+
+def test_coalescing_first_puts_the_contiguous_output_index_on_threadidx_x():
+    problem = einkern.make_problem(einkern.load("examples/sd_t_d1_1.ein"), {"T": 16})
+    assert decide(problem, 0).parallel[0].index == "h3"  # column-major t3
+    gemm = einkern.make_problem(einkern.load("examples/gemm.ein"), {"m": 512, "n": 512, "k": 512})
+    mapping = decide(gemm, 0)
+    assert mapping.parallel[0].index == "j" and mapping.staged and mapping.prefetch
+
+
+def test_mapping_json_round_trip():
+    problem = einkern.make_problem(einkern.load("examples/gemm.ein"), {"m": 128, "n": 128, "k": 64})
+    mapping = decide(problem, 0)
+    again = Mapping.from_json(mapping.to_json())
+    assert again == mapping
+    with pytest.raises(MappingError):
+        Mapping.from_json('{"strategy": "x"}')
+
+
+def test_invalid_mappings_are_reported():
+    problem = einkern.make_problem(einkern.load("examples/gemm.ein"), {"m": 100, "n": 100, "k": 64})
+    bad = Mapping("direct", (ParallelTile("j", 48, 32), ParallelTile("q", 1, 1)), boundary="exact")
+    found = check_mapping(problem, 0, bad)
+    assert any("not a multiple" in p for p in found)
+    assert any("'q'" in p for p in found)
+    assert any("exact" in p for p in found)
+    with pytest.raises(MappingError):
+        lower(problem, 0, bad)
+
+
+@pytest.mark.parametrize("path, extents", CASES[:6])
+def test_random_valid_configs_lower(path, extents):
+    problem = einkern.make_problem(einkern.load(path), extents)
+    rng = random.Random(7)
+    params = parameters(problem, 0)
+    found = 0
+    for _ in range(3000):
+        config = {name: rng.choice(values) for name, values in params.items()}
+        if violation(problem, 0, config) is None:
+            mapping = config_to_mapping(problem, 0, config)
+            assert check_mapping(problem, 0, mapping) == []
+            lower(problem, 0, mapping)
+            found += 1
+        if found >= 15:
+            break
+    assert found >= 5

@@ -1,0 +1,185 @@
+"""The CUDA benchmark device: PyTorch tensors on the GPU, CUDA events, L2 flushing.
+
+Inputs are drawn on the GPU (uniform in [0.5, 1.5), never zeros) in each
+tensor's layout, so nothing is copied from the host and einkern runs on
+device arrays.  Before every timed call a buffer of at least twice the L2
+size is overwritten, so every run starts from a cold cache.  Ceilings are
+measured here too: a device-to-device copy of 1 GiB (bytes read plus
+written) and cuBLAS through ``torch.matmul`` at n = 8192 in fp32 (TF32
+disabled) and fp64.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from statistics import median
+from typing import Any
+
+import numpy as np
+
+from ..errors import UsageError
+from ..ir.nodes import Problem
+from .device import Calibration, host_bandwidth, host_peak
+from .lowering import lower, module_ops
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError as error:
+        raise UsageError(
+            f"the cuda benchmark needs PyTorch for device arrays and CUDA events ({error})",
+            hint="install torch, or run `einkern bench --backend cpu`",
+        ) from None
+    if not torch.cuda.is_available():
+        raise UsageError("PyTorch sees no CUDA device", hint="run with --backend cpu")
+    return torch
+
+
+def to_torch(array: Any) -> Any:
+    """A torch view of a CUDA array of any DLPack library (CuPy, ...), no copy."""
+    torch = _torch()
+    if isinstance(array, torch.Tensor):
+        return array
+    return torch.from_dlpack(array)
+
+
+class CudaEventTimer:
+    """GPU time of each call between two CUDA events on the current stream, with
+    the L2 cache flushed (a buffer ≥ 2× its size overwritten) before every call."""
+
+    def __init__(self, torch: Any, flush_bytes: int):
+        self.torch = torch
+        self.flush_buffer = torch.empty(flush_bytes // 4, dtype=torch.int32, device="cuda")
+
+    def time(self, fn: Callable[[], Any], runs: int) -> list[float]:
+        torch = self.torch
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(runs)]
+        for start, end in events:
+            self.flush_buffer.fill_(1)
+            start.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize()
+        return [start.elapsed_time(end) / 1e3 for start, end in events]
+
+
+class CudaDevice:
+    """PyTorch CUDA tensors, CUDA-event timing with L2 flushing."""
+
+    backend = "cuda"
+
+    def __init__(self) -> None:
+        torch = _torch()
+        self.torch = torch
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        properties = torch.cuda.get_device_properties(0)
+        self.properties = properties
+        l2 = int(getattr(properties, "L2_cache_size", 0) or (64 << 20))
+        self.flush_bytes = max(2 * l2, 128 << 20)
+        self.timer = CudaEventTimer(torch, self.flush_bytes)
+        self.dtypes = {"float32": torch.float32, "float64": torch.float64}
+
+    def describe(self) -> str:
+        p = self.properties
+        return (f"{p.name}, {p.multi_processor_count} SMs, {p.total_memory / 2**30:.0f} GiB, "
+                f"L2 {self.flush_bytes // 2 / 2**20:.0f} MiB")
+
+    # -- arrays -----------------------------------------------------------------
+
+    def empty(self, shape: tuple[int, ...], dtype: str, layout: str) -> Any:
+        """An uninitialised tensor of ``shape`` in ``layout`` (column: first index stride 1)."""
+        torch = self.torch
+        if layout == "column" and len(shape) > 1:
+            order = tuple(range(len(shape) - 1, -1, -1))
+            storage = torch.empty(tuple(reversed(shape)), dtype=self.dtypes[dtype], device="cuda")
+            return storage.permute(order)
+        return torch.empty(shape, dtype=self.dtypes[dtype], device="cuda")
+
+    def random_inputs(self, problem: Problem, seed: int) -> dict[str, Any]:
+        generator = self.torch.Generator(device="cuda")
+        generator.manual_seed(seed)
+        arrays = {}
+        for name in problem.program.inputs:
+            tensor = problem.program.tensor(name)
+            array = self.empty(problem.shape(name), tensor.dtype, tensor.layout)
+            array.uniform_(0.5, 1.5, generator=generator)
+            arrays[name] = array
+        return arrays
+
+    def copy(self, array: Any) -> Any:
+        return array.clone()  # preserve_format keeps the strides of a dense tensor
+
+    def to_host(self, array: Any) -> np.ndarray:
+        return to_torch(array).cpu().numpy()
+
+    def synchronize(self) -> None:
+        self.torch.cuda.synchronize()
+
+    # -- ceilings -----------------------------------------------------------------
+
+    def calibrate(self, quick: bool) -> Calibration:
+        torch = self.torch
+        nbytes = (256 if quick else 1024) << 20
+        copy_s = self._copy_time(nbytes)
+        n = 4096 if quick else 8192
+        peak = {name: (2 * n - 1) * n * n / self._matmul_time(n, dtype)
+                for name, dtype in self.dtypes.items()}
+        torch.cuda.empty_cache()
+        method = {
+            "bandwidth": f"torch copy_ of {nbytes >> 20} MiB device to device, median of 10 "
+            "(bytes read + written)",
+            "peak": f"cuBLAS via torch.matmul {n}x{n}x{n}, TF32 disabled, median of 10",
+            "host": "numpy.copyto of 256 MiB and numpy.matmul 2048^3 (fp64), to size the "
+            "NumPy reference",
+        }
+        return Calibration(2 * nbytes / copy_s, peak, method,
+                           host_bandwidth(256 << 20), host_peak(2048, "float64"))
+
+    def _copy_time(self, nbytes: int) -> float:
+        source = self.torch.ones(nbytes // 4, dtype=self.torch.float32, device="cuda")
+        target = self.torch.empty_like(source)
+        return self._median(lambda: target.copy_(source), 10)
+
+    def _matmul_time(self, n: int, dtype: Any) -> float:
+        torch = self.torch
+        a = torch.rand(n, n, dtype=dtype, device="cuda") + 0.5
+        b = torch.rand(n, n, dtype=dtype, device="cuda") + 0.5
+        out = torch.empty(n, n, dtype=dtype, device="cuda")
+        return self._median(lambda: torch.matmul(a, b, out=out), 10)
+
+    def _median(self, fn: Callable[[], Any], runs: int) -> float:
+        fn()
+        return median(self.timer.time(fn, runs))
+
+    # -- checking -----------------------------------------------------------------
+
+    def relative_error(self, result: Any, reference: Any) -> float:
+        """max |result − reference| / max |reference|, on the GPU when the
+        reference is a GPU tensor; NaN or inf in the result gives inf."""
+        torch = self.torch
+        result = to_torch(result) if not isinstance(result, np.ndarray) else result
+        if isinstance(reference, np.ndarray):
+            result = result.cpu().numpy() if isinstance(result, torch.Tensor) else result
+            from ..cli import relative_error
+
+            return relative_error(np.asarray(result), reference)
+        result = result.to(torch.float64)
+        reference = reference.to(torch.float64)
+        if not bool(torch.isfinite(result).all()):
+            return float("inf")
+        scale = float(reference.abs().max()) if reference.numel() else 0.0
+        diff = float((result - reference).abs().max()) if reference.numel() else 0.0
+        return diff / scale if scale > 0 else diff
+
+    def device_reference(
+        self, problem: Problem, inputs: Mapping[str, Any], scalars: Mapping[str, float]
+    ) -> dict[str, Any]:
+        """Every output in float64 through ``torch.einsum`` on the GPU."""
+        torch = self.torch
+        values = {name: array.to(torch.float64, copy=True) for name, array in inputs.items()}
+        run = lower(problem, module_ops("torch float64", torch))
+        run(values, scalars)
+        return {name: values[name] for name in problem.program.outputs}

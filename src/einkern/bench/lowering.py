@@ -1,0 +1,287 @@
+"""Run a program with an array library's einsum: how every peer computes a case.
+
+:func:`lower` turns a :class:`~einkern.ir.nodes.Problem` into a function of the
+arrays, once, ahead of timing: each product of tensors (under a sum or not) is
+one ``einsum`` call whose output is already in the order the consumer wants,
+other arithmetic and the elementwise functions go to the library's own
+operators.  A statement ``t[...] += a + b - c`` is done term by term in place
+(``t += a; t += b; t -= c``), which is how these libraries are used for
+accumulating kernels; ``=`` stores a new array.  Peers thus run one einsum
+per product (one per statement for plain contractions).
+
+A construct the lowering does not cover (an output with a repeated index, a
+right-hand side with fewer indices than its ``=`` output) raises
+:class:`NotImplementedError` when lowering, so the peer is recorded as failed.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..ir.nodes import (
+    ELEMENTWISE_FUNCTIONS,
+    Access,
+    Binary,
+    Call,
+    Const,
+    Expr,
+    Neg,
+    Problem,
+    ScalarRef,
+    Statement,
+    Sum,
+)
+
+_LETTERS = string.ascii_letters
+
+Values = dict[str, Any]
+Scalars = Mapping[str, float]
+Thunk = Callable[[Values, Scalars], Any]
+
+
+@dataclass(frozen=True)
+class ArrayOps:
+    """What the lowering needs from an array library.
+
+    ``einsum(equation, *operands)`` contracts; ``permute(x, axes)`` transposes;
+    ``functions`` maps einkern's elementwise function names (sqrt, max, ...) to
+    the library's."""
+
+    name: str
+    einsum: Callable[..., Any]
+    permute: Callable[[Any, tuple[int, ...]], Any]
+    functions: Mapping[str, Callable[..., Any]]
+
+
+def module_ops(name: str, module: Any, einsum: Callable[..., Any] | None = None) -> ArrayOps:
+    """:class:`ArrayOps` of a NumPy-like module (numpy, cupy, torch)."""
+    names = {"max": ("maximum",), "min": ("minimum",), "pow": ("pow", "power")}
+    functions = {}
+    for ours in ELEMENTWISE_FUNCTIONS:
+        for theirs in names.get(ours, (ours,)):
+            if hasattr(module, theirs):
+                functions[ours] = getattr(module, theirs)
+                break
+    permute = getattr(module, "permute", None) or module.transpose
+    return ArrayOps(name, einsum or module.einsum, permute, functions)
+
+
+@dataclass(frozen=True)
+class _Node:
+    """A lowered sub-expression: its index labels and how to compute it."""
+
+    labels: tuple[str, ...]
+    compute: Thunk
+
+
+def lower(problem: Problem, ops: ArrayOps) -> Callable[[Values, Scalars], Values]:
+    """A function ``run(values, scalars)`` that executes every statement of
+    ``problem`` on ``values`` (tensor name → array), updating ``+=``/``-=``
+    outputs in place and storing ``=`` outputs as new arrays; returns ``values``."""
+    steps = [_lower_statement(problem, statement, ops) for statement in problem.program.statements]
+
+    def run(values: Values, scalars: Scalars) -> Values:
+        for step in steps:
+            step(values, scalars)
+        return values
+
+    return run
+
+
+def _lower_statement(problem: Problem, statement: Statement, ops: ArrayOps):
+    output = statement.output
+    if len(set(output.indices)) != len(output.indices):
+        raise NotImplementedError(f"{ops.name}: output {output} has a repeated index")
+    lowering = _Lowering(problem, statement, ops)
+    name = output.tensor
+    if statement.op == "=":
+        node = lowering.expr(statement.rhs, want=output.indices)
+        if set(node.labels) != set(output.indices):
+            raise NotImplementedError(
+                f"{ops.name}: {statement} broadcasts its right-hand side into the output")
+        compute = lowering.arrange(node, output.indices)
+
+        def assign(values: Values, scalars: Scalars) -> None:
+            values[name] = compute(values, scalars)
+
+        return assign
+    sign = 1 if statement.op == "+=" else -1
+    terms = [(sign * s, lowering.expr(e, want=output.indices)) for s, e in _terms(statement.rhs)]
+    updates = [(s, lowering.arrange(node, output.indices, broadcast=True)) for s, node in terms]
+
+    def update(values: Values, scalars: Scalars) -> None:
+        target = values[name]
+        for term_sign, compute in updates:
+            if term_sign > 0:
+                target += compute(values, scalars)
+            else:
+                target -= compute(values, scalars)
+
+    return update
+
+
+def _terms(expr: Expr, sign: int = 1) -> list[tuple[int, Expr]]:
+    """Split a right-hand side at its top-level ``+``/``-`` into signed terms."""
+    if isinstance(expr, Binary) and expr.op in "+-":
+        right = sign if expr.op == "+" else -sign
+        return _terms(expr.left, sign) + _terms(expr.right, right)
+    if isinstance(expr, Neg):
+        return _terms(expr.operand, -sign)
+    return [(sign, expr)]
+
+
+def _factors(expr: Expr) -> list[Expr]:
+    if isinstance(expr, Binary) and expr.op == "*":
+        return _factors(expr.left) + _factors(expr.right)
+    if isinstance(expr, Neg):
+        return [Const(-1.0), *_factors(expr.operand)]
+    return [expr]
+
+
+class _Lowering:
+    """Lowers the expressions of one statement."""
+
+    def __init__(self, problem: Problem, statement: Statement, ops: ArrayOps):
+        self.problem = problem
+        self.statement = statement
+        self.ops = ops
+
+    def size(self, index: str) -> int:
+        return self.problem.index_size(self.statement, index)
+
+    # -- arrangement ----------------------------------------------------------
+
+    def arrange(self, node: _Node, labels: tuple[str, ...], broadcast: bool = False) -> Thunk:
+        """``node`` with its axes in the order of ``labels``; with ``broadcast``, a
+        label it lacks becomes a size-1 axis (NumPy broadcasting does the rest)."""
+        if node.labels == labels:
+            return node.compute
+        present = [label for label in labels if label in node.labels]
+        order = tuple(node.labels.index(label) for label in present)
+        expand = tuple(slice(None) if label in node.labels else None for label in labels)
+        permute, compute = self.ops.permute, node.compute
+        if not broadcast and len(present) != len(labels):
+            raise NotImplementedError(f"{self.ops.name}: cannot broadcast to {labels}")
+        identity = order == tuple(range(len(order)))
+        needs_expand = len(present) != len(labels)
+        if not node.labels:
+            return compute
+
+        def arranged(values: Values, scalars: Scalars) -> Any:
+            data = compute(values, scalars)
+            if not identity:
+                data = permute(data, order)
+            return data[expand] if needs_expand else data
+
+        return arranged
+
+    # -- expressions ----------------------------------------------------------
+
+    def expr(self, expr: Expr, want: tuple[str, ...] = ()) -> _Node:
+        if isinstance(expr, Const):
+            value = float(expr.value)
+            return _Node((), lambda values, scalars: value)
+        if isinstance(expr, ScalarRef):
+            name = expr.name
+            return _Node((), lambda values, scalars: scalars[name])
+        if isinstance(expr, Access):
+            return self.access(expr)
+        if isinstance(expr, Sum):
+            return self.product(_factors(expr.body), expr.indices, want, expr.body)
+        if isinstance(expr, Binary) and expr.op == "*":
+            return self.product(_factors(expr), (), want, expr)
+        if isinstance(expr, Neg):
+            inner = self.expr(expr.operand, want)
+            compute = inner.compute
+            return _Node(inner.labels, lambda values, scalars: -compute(values, scalars))
+        if isinstance(expr, Binary):
+            return self.elementwise(_BINARY[expr.op], (expr.left, expr.right), want)
+        if isinstance(expr, Call):
+            return self.elementwise(self.ops.functions[expr.func], expr.args, want)
+        raise TypeError(f"unknown expression node {expr!r}")
+
+    def access(self, expr: Access) -> _Node:
+        name = expr.tensor
+        unique = tuple(dict.fromkeys(expr.indices))
+        if len(unique) == len(expr.indices):
+            return _Node(unique, lambda values, scalars: values[name])
+        equation = _letters(expr.indices, unique) + "->" + _letters(unique, unique)
+        einsum = self.ops.einsum
+        return _Node(unique, lambda values, scalars: einsum(equation, values[name]))
+
+    def elementwise(self, function: Callable[..., Any], operands, want) -> _Node:
+        nodes = [self.expr(operand, want) for operand in operands]
+        labels = tuple(dict.fromkeys(label for node in nodes for label in node.labels))
+        if set(labels) == set(want):
+            labels = tuple(want)
+        computes = [self.arrange(node, labels, broadcast=True) for node in nodes]
+
+        def apply(values: Values, scalars: Scalars) -> Any:
+            return function(*(compute(values, scalars) for compute in computes))
+
+        return _Node(labels, apply)
+
+    def product(self, factors: list[Expr], summed: tuple[str, ...], want, whole: Expr) -> _Node:
+        """``sum over summed`` of a product: tensor factors in one einsum, scalar
+        factors multiplied afterwards."""
+        nodes = [self.expr(factor) for factor in factors]
+        tensors = [node for node in nodes if node.labels]
+        scalars = [node.compute for node in nodes if not node.labels]
+        labels = tuple(dict.fromkeys(label for node in tensors for label in node.labels))
+        keep = tuple(label for label in labels if label not in summed)
+        if set(keep) == set(want):
+            keep = tuple(want)
+        absent = 1
+        for index in summed:
+            if index not in labels:  # summed but used by no factor: a factor of its extent
+                absent *= self.size(index)
+        if not tensors:
+            computes = [node.compute for node in nodes]
+
+            def constant(values: Values, scalars_: Scalars) -> Any:
+                result = float(absent)
+                for compute in computes:
+                    result = result * compute(values, scalars_)
+                return result
+
+            return _Node((), constant)
+        every = tuple(dict.fromkeys(keep + labels))
+        equation = (",".join(_letters(node.labels, every) for node in tensors)
+                    + "->" + _letters(keep, every))
+        einsum = self.ops.einsum
+        operands = [node.compute for node in tensors]
+        if equation.split("->")[0] == equation.split("->")[1] and len(tensors) == 1:
+            operands_only = operands[0]
+
+            def contract(values: Values, scalars_: Scalars) -> Any:
+                return operands_only(values, scalars_)
+        else:
+            def contract(values: Values, scalars_: Scalars) -> Any:
+                return einsum(equation, *(compute(values, scalars_) for compute in operands))
+        if not scalars and absent == 1:
+            return _Node(keep, contract)
+
+        def scaled(values: Values, scalars_: Scalars) -> Any:
+            factor = float(absent)
+            for compute in scalars:
+                factor = factor * compute(values, scalars_)
+            return contract(values, scalars_) * factor
+
+        return _Node(keep, scaled)
+
+
+_BINARY = {
+    "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
+    "*": lambda a, b: a * b,
+    "/": lambda a, b: a / b,
+}
+
+
+def _letters(labels: tuple[str, ...], alphabet: tuple[str, ...]) -> str:
+    if len(alphabet) > len(_LETTERS):
+        raise NotImplementedError(f"more than {len(_LETTERS)} indices in one einsum")
+    return "".join(_LETTERS[alphabet.index(label)] for label in labels)

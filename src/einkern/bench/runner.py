@@ -1,0 +1,293 @@
+"""Run suites: compile, check and time einkern and every peer on every case.
+
+For each case: fresh random inputs on the device (uniform in [0.5, 1.5)),
+one reference (NumPy, or float64 ``torch.einsum`` on the GPU where the NumPy
+reference would take more than a few seconds), then for einkern and each peer
+in turn: its own copy of the inputs, one checked call, warm-up, and the
+timed calls.  Nothing that goes wrong is dropped: a row records the reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import sys
+import time
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from statistics import median
+from typing import Any
+
+from ..cli import TOLERANCE, random_scalars
+from ..ir.analysis import fused_floor_bytes, kernel_floor_bytes, program_flops
+from ..ir.nodes import Problem
+from .case import Case, Suite
+from .device import Calibration, Device, get_device
+from .environment import collect
+from .peers import NotApplicable, Peer, Run, peers_for
+from .results import EINKERN, BenchResult, Measurement
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """How to run: backend, quick sizes, tuned kernels, repetitions and limits.
+
+    ``row_budget_s`` caps the timed calls of one row: a row whose single call
+    takes longer than ``row_budget_s / runs`` gets fewer runs (at least 3), and
+    says so.  ``suite_timeouts`` maps suite names (``"*"``: any other) to seconds
+    after which the rest of the suite is skipped.
+    The NumPy reference is replaced by a float64 one on the device when it is
+    estimated to take more than ``reference_limit_s``."""
+
+    backend: str
+    quick: bool = False
+    tuned: bool = False
+    runs: int = 20
+    warmup: int = 2
+    row_budget_s: float = 30.0
+    suite_timeouts: tuple[tuple[str, float], ...] = ()
+    reference_limit_s: float = 3.0
+    seed: int = 0
+    peers: tuple[str, ...] | None = None
+
+    def suite_timeout(self, suite: str) -> float | None:
+        """Seconds allowed for ``suite``, or None for no limit."""
+        limits = dict(self.suite_timeouts)
+        return limits.get(suite, limits.get("*"))
+
+
+def tuning_supported() -> bool:
+    """True when ``einkern.compile`` takes ``tune=`` (the tuning database exists)."""
+    from .. import api
+
+    return "tune" in inspect.signature(api.compile).parameters
+
+
+def _reason(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}".strip().rstrip(":")
+
+
+class Runner:
+    """Runs cases on one device against a fixed set of peers."""
+
+    def __init__(self, options: BenchOptions, device: Device, calibration: Calibration,
+                 peers: Sequence[Peer], log: Log):
+        self.options = options
+        self.device = device
+        self.calibration = calibration
+        self.peers = list(peers)
+        self.unavailable = {peer.name: peer.available() for peer in self.peers}
+        self.log = log
+        self.compile_options: dict[str, Any] = {}
+        for name, reason in self.unavailable.items():
+            if reason:
+                log(f"{name} unavailable: {reason}")
+        if options.tuned:
+            if tuning_supported():
+                self.compile_options["tune"] = "cached"
+            else:
+                log("tuning database not available: --tuned ignored, default kernels timed")
+
+    @property
+    def implementations(self) -> list[str]:
+        return [EINKERN, *(peer.name for peer in self.peers)]
+
+    # -- one case ---------------------------------------------------------------
+
+    def run_case(self, case: Case, step: Callable[[str], None] = lambda name: None
+                 ) -> list[Measurement]:
+        from .. import api
+        from ..ir.bind import make_problem
+
+        try:
+            problem = make_problem(api.load(case.program), case.extent_map)
+        except Exception as error:  # noqa: BLE001 - recorded in every row
+            return [Measurement.for_case(case, name, "failed", reason=f"program: {_reason(error)}")
+                    for name in self.implementations]
+        program = problem.program
+        dtype = program.tensor(program.outputs[0]).dtype
+        flops, nbytes = program_flops(problem), kernel_floor_bytes(problem)
+        common = dict(dtype=dtype, flops=flops, min_bytes=nbytes,
+                      fused_min_bytes=fused_floor_bytes(problem),
+                      floor_s=self.calibration.floor(flops, nbytes, dtype),
+                      tolerance=TOLERANCE[dtype])
+        seed = zlib.crc32(f"{self.options.seed}/{case.key}".encode())
+        scalars = random_scalars(problem, seed)
+        inputs = self.device.random_inputs(problem, seed)
+        try:
+            reference, common["reference"] = self._reference(problem, inputs, scalars)
+        except Exception as error:  # noqa: BLE001
+            reference, common["reference"] = None, f"reference failed: {_reason(error)}"
+        rows = []
+        step(EINKERN)
+        started = time.perf_counter()
+        try:
+            kernel = api.compile(program, backend=self.device.backend, **case.extent_map,
+                                 **self.compile_options)
+        except Exception as error:  # noqa: BLE001
+            rows.append(Measurement.for_case(case, EINKERN, "failed",
+                                             reason=f"compile: {_reason(error)}", **common))
+        else:
+            compile_s = time.perf_counter() - started
+            rows.append(self._measure(case, EINKERN, _einkern_run(kernel, scalars), problem,
+                                      inputs, reference, dict(common, compile_s=compile_s)))
+        for peer in self.peers:
+            step(peer.name)
+            reason = self.unavailable[peer.name]
+            if reason:
+                rows.append(Measurement.for_case(case, peer.name, "unavailable", reason=reason,
+                                                 **common))
+                continue
+
+            def prepare(work, peer=peer):
+                return peer.prepare(case, problem, work, scalars)
+
+            rows.append(self._measure(case, peer.name, prepare, problem, inputs, reference,
+                                      common))
+        return rows
+
+    def _reference(self, problem: Problem, inputs: Mapping[str, Any],
+                   scalars: Mapping[str, float]) -> tuple[dict[str, Any], str]:
+        from ..reference import evaluate
+
+        calibration = self.calibration
+        estimate = 0.0
+        if calibration.host_peak and calibration.host_bandwidth:
+            estimate = (program_flops(problem) / calibration.host_peak
+                        + 4 * kernel_floor_bytes(problem) / calibration.host_bandwidth)
+        if estimate > self.options.reference_limit_s:
+            on_device = self.device.device_reference(problem, inputs, scalars)
+            if on_device is not None:
+                return on_device, (f"torch.einsum float64 on the GPU (NumPy reference estimated "
+                                   f"{estimate:.0f} s)")
+        host = {name: self.device.to_host(array) for name, array in inputs.items()}
+        values = evaluate(problem, host, scalars)
+        return {name: values[name] for name in problem.program.outputs}, "numpy"
+
+    def _measure(self, case: Case, name: str, prepare: Callable[[dict[str, Any]], Run],
+                 problem: Problem, inputs: Mapping[str, Any],
+                 reference: Mapping[str, Any] | None, common: dict[str, Any]) -> Measurement:
+        device, options = self.device, self.options
+        try:
+            work = {key: device.copy(array) for key, array in inputs.items()}
+            run = prepare(work)
+            outputs = run()
+            device.synchronize()
+            error = None
+            if reference is not None:
+                error = max(device.relative_error(outputs[key], reference[key])
+                            for key in problem.program.outputs)
+            for _ in range(options.warmup):
+                run()
+            device.synchronize()
+            started = time.perf_counter()
+            run()
+            device.synchronize()
+            one = time.perf_counter() - started
+            runs, note = options.runs, ""
+            if one * runs > options.row_budget_s:
+                runs = max(3, int(options.row_budget_s / max(one, 1e-9)))
+                note = f"{runs} timed runs (row budget {options.row_budget_s:g} s)"
+            times = device.timer.time(run, runs)
+        except NotApplicable as error:
+            return Measurement.for_case(case, name, "n/a", reason=str(error), **common)
+        except Exception as error:  # noqa: BLE001 - a failing implementation is a result
+            return Measurement.for_case(case, name, "failed", reason=_reason(error), **common)
+        seconds = median(times)
+        tolerance = common["tolerance"]
+        return Measurement.for_case(
+            case, name, "ok", runs=len(times), median_s=seconds, min_s=min(times),
+            max_s=max(times), gflops=common["flops"] / seconds / 1e9,
+            floor_fraction=common["floor_s"] / seconds, error=error,
+            error_ok=None if error is None else error <= tolerance, note=note, **common)
+
+
+def _einkern_run(kernel, scalars: Mapping[str, float]) -> Callable[[dict[str, Any]], Run]:
+    """einkern on the given arrays, outputs allocated once up front (as a user would)."""
+
+    def prepare(work: dict[str, Any]) -> Run:
+        like = list(work.values())
+        for name in kernel.outputs:
+            if name not in work:
+                work[name] = kernel.backend.allocate(kernel.problem, name, like)
+
+        def run() -> Mapping[str, Any]:
+            kernel(**work, **scalars)
+            return {name: work[name] for name in kernel.outputs}
+
+        return run
+
+    return prepare
+
+
+def with_speedups(rows: Sequence[Measurement]) -> list[Measurement]:
+    """Every timed row with ``einkern_speedup`` (its median / einkern's on the case)."""
+    einkern = {(m.suite, m.workload, m.extents): m.median_s
+               for m in rows if m.implementation == EINKERN and m.median_s}
+    result = []
+    for m in rows:
+        base = einkern.get((m.suite, m.workload, m.extents))
+        speedup = m.median_s / base if base and m.median_s else None
+        result.append(dataclasses.replace(m, einkern_speedup=speedup))
+    return result
+
+
+def run_suites(suites: Sequence[Suite], options: BenchOptions, *, device: Device | None = None,
+               log: Log | None = None, progress=None,
+               argv: list[str] | None = None) -> BenchResult:
+    """Run every case of ``suites``; ``progress`` is a :class:`~einkern.bench.progress.Progress`
+    or None.  Messages (unavailable peers, skipped suites) go to ``log`` and into the
+    result's notes."""
+    notes: list[str] = []
+
+    def note(message: str) -> None:
+        notes.append(message)
+        (log or (lambda text: print(text, file=sys.stderr)))(message)
+
+    device = device or get_device(options.backend)
+    calibration = device.calibrate(options.quick)
+    runner = Runner(options, device, calibration, peers_for(device.backend, _names(options)), note)
+    plan = [(suite, suite.cases(options.quick)) for suite in suites]
+    total = sum(len(cases) for _, cases in plan) * len(runner.implementations)
+    rows: list[Measurement] = []
+    if progress is not None:
+        progress.start(total)
+    try:
+        for suite, cases in plan:
+            started = time.perf_counter()
+            limit = options.suite_timeout(suite.name)
+            for position, case in enumerate(cases):
+                if limit is not None and time.perf_counter() - started > limit:
+                    note(f"suite {suite.name}: time limit {limit:g} s reached, "
+                         f"{len(cases) - position} case(s) skipped")
+                    for rest in cases[position:]:
+                        rows.extend(Measurement.for_case(
+                            rest, name, "skipped", reason=f"suite time limit {limit:g} s reached")
+                            for name in runner.implementations)
+                    if progress is not None:
+                        progress.advance((len(cases) - position) * len(runner.implementations))
+                    break
+
+                def step(name: str, case=case) -> None:
+                    if progress is not None:
+                        progress.describe(f"{case.suite} {case.workload} {case.label} · {name}")
+
+                case_rows = runner.run_case(case, step)
+                rows.extend(case_rows)
+                if progress is not None:
+                    progress.advance(len(case_rows))
+    finally:
+        if progress is not None:
+            progress.stop()
+    environment = collect(device.backend, argv)
+    environment["device_description"] = device.describe()
+    return BenchResult(environment, calibration, dataclasses.asdict(options),
+                       tuple(with_speedups(rows)), tuple(notes))
+
+
+def _names(options: BenchOptions) -> list[str] | None:
+    return list(options.peers) if options.peers is not None else None

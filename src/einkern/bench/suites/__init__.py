@@ -1,0 +1,14 @@
+"""The built-in benchmark suites."""
+
+from __future__ import annotations
+
+
+def builtin_suites() -> list[type]:
+    """Suite classes in the order ``all`` runs them."""
+    from .ccsdt import CcsdtSuite
+    from .gemm import GemmSuite
+    from .mapped import MappedSuite
+    from .nekbone import NekboneSuite
+    from .riemann import RiemannSuite
+
+    return [GemmSuite, NekboneSuite, CcsdtSuite, RiemannSuite, MappedSuite]

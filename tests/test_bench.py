@@ -168,7 +168,7 @@ def test_lowering_handles_functions_scalars_and_broadcast():
         "dims nb = 7, d = 5\ntensor v[nb, d], s[nb], w[nb, d], acc[nb, d]\nscalar alpha = 0.5\n"
         "s[b] = sqrt(v[b,i] * v[b,i])\n"
         "w[b,i] = exp(v[b,i] - max(v[b,i], 1.0)) / (abs(s[b]) + log(1.0 + s[b]))\n"
-        "acc[b,i] += alpha * s[b] - v[b,i] * 2.0\n"))
+        "acc[b,i] += alpha * s[b] - v[b,i] * sqrt(2.0)\n"))
     arrays = random_arrays(problem, seed=1)
     want = einkern.evaluate(problem, arrays, {"alpha": 0.5})
     values = lower(problem, module_ops("numpy", np))(

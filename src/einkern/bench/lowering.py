@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ..ir.nodes import (
     ELEMENTWISE_FUNCTIONS,
     Access,
@@ -65,8 +67,23 @@ def module_ops(name: str, module: Any, einsum: Callable[..., Any] | None = None)
             if hasattr(module, theirs):
                 functions[ours] = getattr(module, theirs)
                 break
+    for ours in ("max", "min"):  # torch.maximum takes tensors only
+        functions[ours] = _with_scalars(functions[ours], module.full_like)
     permute = getattr(module, "permute", None) or module.transpose
     return ArrayOps(name, einsum or module.einsum, permute, functions)
+
+
+def _with_scalars(function: Callable[[Any, Any], Any], full_like: Callable[[Any, float], Any]):
+    """``function(a, b)`` where either argument may be a plain number."""
+
+    def apply(a: Any, b: Any) -> Any:
+        if isinstance(a, (int, float)) and not isinstance(b, (int, float)):
+            a = full_like(b, a)
+        elif isinstance(b, (int, float)) and not isinstance(a, (int, float)):
+            b = full_like(a, b)
+        return function(a, b)
+
+    return apply
 
 
 @dataclass(frozen=True)
@@ -200,7 +217,8 @@ class _Lowering:
         if isinstance(expr, Binary):
             return self.elementwise(_BINARY[expr.op], (expr.left, expr.right), want)
         if isinstance(expr, Call):
-            return self.elementwise(self.ops.functions[expr.func], expr.args, want)
+            return self.elementwise(self.ops.functions[expr.func], expr.args, want,
+                                    _NUMPY.functions[expr.func])
         raise TypeError(f"unknown expression node {expr!r}")
 
     def access(self, expr: Access) -> _Node:
@@ -212,9 +230,14 @@ class _Lowering:
         einsum = self.ops.einsum
         return _Node(unique, lambda values, scalars: einsum(equation, values[name]))
 
-    def elementwise(self, function: Callable[..., Any], operands, want) -> _Node:
+    def elementwise(self, function: Callable[..., Any], operands, want,
+                    on_numbers: Callable[..., Any] | None = None) -> _Node:
+        """``function`` of the operands, aligned; ``on_numbers`` instead when every
+        operand is a plain number (torch.sqrt takes tensors only)."""
         nodes = [self.expr(operand, want) for operand in operands]
         labels = tuple(dict.fromkeys(label for node in nodes for label in node.labels))
+        if not labels and on_numbers is not None:
+            function = on_numbers
         if set(labels) == set(want):
             labels = tuple(want)
         computes = [self.arrange(node, labels, broadcast=True) for node in nodes]
@@ -272,6 +295,8 @@ class _Lowering:
 
         return _Node(keep, scaled)
 
+
+_NUMPY = module_ops("numpy", np)
 
 _BINARY = {
     "+": lambda a, b: a + b,

@@ -157,8 +157,9 @@ class Runner:
         calibration = self.calibration
         estimate = 0.0
         if calibration.host_peak and calibration.host_bandwidth:
+            # evaluate() copies to float64, contracts, permutes and adds: ~10 passes
             estimate = (program_flops(problem) / calibration.host_peak
-                        + 4 * kernel_floor_bytes(problem) / calibration.host_bandwidth)
+                        + 10 * kernel_floor_bytes(problem) / calibration.host_bandwidth)
         if estimate > self.options.reference_limit_s:
             on_device = self.device.device_reference(problem, inputs, scalars)
             if on_device is not None:

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..ir.nodes import Access, Binary, Expr, Neg, Problem, Statement, Sum
+from ..ir.nodes import Access, Binary, Expr, Problem, Statement, Sum
 from .case import Case
-from .lowering import ArrayOps, lower, module_ops
+from .lowering import ArrayOps, lower, module_ops, signed_terms
 from .peers import Run
 
 
@@ -35,15 +35,6 @@ def _product(expr: Expr) -> tuple[Access, Access] | None:
         if all(len(set(a.indices)) == len(a.indices) for a in pair):
             return pair
     return None
-
-
-def _signed_terms(expr: Expr, sign: float = 1.0) -> list[tuple[float, Expr]]:
-    if isinstance(expr, Binary) and expr.op in "+-":
-        return (_signed_terms(expr.left, sign)
-                + _signed_terms(expr.right, sign if expr.op == "+" else -sign))
-    if isinstance(expr, Neg):
-        return _signed_terms(expr.operand, -sign)
-    return [(sign, expr)]
 
 
 class CutensorPeer:
@@ -97,7 +88,7 @@ class CutensorPeer:
         output = statement.output
         if len(set(output.indices)) != len(output.indices):
             return None
-        terms = _signed_terms(statement.rhs)
+        terms = signed_terms(statement.rhs)
         if statement.op == "=" and len(terms) != 1:
             return None
         products = [(sign, _product(term)) for sign, term in terms]
@@ -113,7 +104,7 @@ class CutensorPeer:
         mode_c = cutensor.create_mode(*output.indices)
         calls = []
         for term_sign, (a, b) in products:
-            calls.append((sign * term_sign, a.tensor, cutensor.create_mode(*a.indices),
+            calls.append((float(sign * term_sign), a.tensor, cutensor.create_mode(*a.indices),
                           b.tensor, cutensor.create_mode(*b.indices), beta, output.tensor,
                           mode_c))
         return calls

@@ -126,8 +126,10 @@ def _lower_statement(problem: Problem, statement: Statement, ops: ArrayOps):
 
         return assign
     sign = 1 if statement.op == "+=" else -1
-    terms = [(sign * s, lowering.expr(e, want=output.indices)) for s, e in _terms(statement.rhs)]
-    updates = [(s, lowering.arrange(node, output.indices, broadcast=True)) for s, node in terms]
+    updates = []
+    for term_sign, term in signed_terms(statement.rhs):
+        node = lowering.expr(term, want=output.indices)
+        updates.append((sign * term_sign, lowering.arrange(node, output.indices, broadcast=True)))
 
     def update(values: Values, scalars: Scalars) -> None:
         target = values[name]
@@ -140,13 +142,13 @@ def _lower_statement(problem: Problem, statement: Statement, ops: ArrayOps):
     return update
 
 
-def _terms(expr: Expr, sign: int = 1) -> list[tuple[int, Expr]]:
-    """Split a right-hand side at its top-level ``+``/``-`` into signed terms."""
+def signed_terms(expr: Expr, sign: int = 1) -> list[tuple[int, Expr]]:
+    """Split a right-hand side at its top-level ``+``/``-`` into (±1, term) pairs."""
     if isinstance(expr, Binary) and expr.op in "+-":
         right = sign if expr.op == "+" else -sign
-        return _terms(expr.left, sign) + _terms(expr.right, right)
+        return signed_terms(expr.left, sign) + signed_terms(expr.right, right)
     if isinstance(expr, Neg):
-        return _terms(expr.operand, -sign)
+        return signed_terms(expr.operand, -sign)
     return [(sign, expr)]
 
 

@@ -1,0 +1,285 @@
+"""CUDA C → CUBIN with NVRTC, with an on-disk cache and per-kernel resources.
+
+Always a CUBIN for a real architecture (``sm_XY``), never PTX: the driver may
+be older than NVRTC and could not JIT its PTX.  Compiled modules are cached
+under ``$EINKERN_CACHE_DIR/cuda`` (default: the user cache directory), keyed by
+the SHA-256 of source, NVRTC version, architecture and options; each entry is a
+``.cubin`` and a ``.json`` beside it (resources and log), both written
+atomically.  ``cuda-bindings`` is imported only when a compile is needed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ...errors import BackendError, CompilationError
+from ...ir.nodes import Problem
+
+DEFAULT_ARCH = "sm_90"
+# --no-cache: NVRTC >= 12.9 may answer from the driver's compute cache, and then
+# prints no ptxas report; einkern keeps its own cache of CUBINs and reports.
+OPTIONS = ("-default-device", "--std=c++17", "--ptxas-options=-v", "-lineinfo", "--no-cache")
+CACHE_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    """What ptxas reported for one kernel."""
+
+    name: str
+    registers: int
+    shared_memory: int  # static shared memory, bytes
+    stack_frame: int  # bytes
+    spill_stores: int  # bytes
+    spill_loads: int  # bytes
+    barriers: int = 0
+
+    def __str__(self) -> str:
+        return (
+            f"{self.name}: {self.registers} registers, {self.shared_memory} B smem, "
+            f"{self.stack_frame} B stack, {self.spill_stores}/{self.spill_loads} B spill st/ld"
+        )
+
+
+@dataclass(frozen=True)
+class CompiledModule:
+    """A CUBIN and what the compiler said about it."""
+
+    cubin: bytes
+    arch: str
+    resources: tuple[KernelResources, ...]
+    log: str
+    key: str
+    cached: bool  # True when read from the on-disk cache
+
+
+def _nvrtc():
+    try:
+        from cuda.bindings import nvrtc
+    except ImportError as error:  # pragma: no cover - depends on the installation
+        raise BackendError(
+            "NVRTC is not available: cuda-bindings is not installed",
+            hint="pip install 'einkern[cuda]' (cuda-bindings and nvidia-cuda-nvrtc)",
+        ) from error
+    return nvrtc
+
+
+def _check(result: tuple, call: str):
+    """The values of an NVRTC call's result tuple; BackendError when it failed."""
+    nvrtc = _nvrtc()
+    status, *values = result
+    if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        _, text = nvrtc.nvrtcGetErrorString(status)
+        raise BackendError(f"{call} failed: {text.decode(errors='replace')}")
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def nvrtc_version() -> tuple[int, int]:
+    """NVRTC's (major, minor) version."""
+    return tuple(_check(_nvrtc().nvrtcVersion(), "nvrtcVersion"))
+
+
+def supported_archs() -> tuple[int, ...]:
+    """Compute capabilities NVRTC can compile for, as integers (90 for sm_90)."""
+    return tuple(_check(_nvrtc().nvrtcGetSupportedArchs(), "nvrtcGetSupportedArchs"))
+
+
+def arch_for(major: int, minor: int) -> str:
+    """``sm_XY`` for a device of compute capability ``major.minor``; BackendError
+    when this NVRTC cannot produce a CUBIN for it."""
+    wanted = major * 10 + minor
+    if wanted not in supported_archs():
+        raise BackendError(
+            f"NVRTC {'.'.join(map(str, nvrtc_version()))} cannot compile for sm_{wanted}",
+            hint="install an nvidia-cuda-nvrtc wheel that supports this GPU",
+        )
+    return f"sm_{wanted}"
+
+
+def cache_directory() -> Path:
+    """Where CUBINs are cached: ``$EINKERN_CACHE_DIR/cuda`` or the user cache dir."""
+    root = os.environ.get("EINKERN_CACHE_DIR")
+    if not root:
+        import platformdirs
+
+        root = platformdirs.user_cache_dir("einkern")
+    return Path(root) / "cuda"
+
+
+def cache_key(source: str, arch: str, options: tuple[str, ...], version: tuple[int, int]) -> str:
+    blob = json.dumps(
+        {"format": CACHE_FORMAT, "source": source, "nvrtc": list(version), "arch": arch,
+         "options": list(options)},
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+_ENTRY = re.compile(r"Compiling entry function '([^']+)' for '")
+_PROPERTIES = re.compile(r"Function properties for (\S+)")
+_STACK = re.compile(
+    r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads"
+)
+_USED = re.compile(r"Used (\d+) registers")
+_BARRIERS = re.compile(r"used (\d+) barriers")
+_SMEM = re.compile(r"(\d+) bytes smem")
+
+
+def parse_resources(log: str) -> tuple[KernelResources, ...]:
+    """Per-kernel resources from a ``--ptxas-options=-v`` log, in log order."""
+    entries: dict[str, dict[str, int]] = {}
+    stacks: dict[str, tuple[int, int, int]] = {}
+    entry = target = None
+    for line in log.splitlines():
+        if match := _ENTRY.search(line):
+            entry = match.group(1)
+            entries[entry] = {}
+        elif match := _PROPERTIES.search(line):
+            target = match.group(1)
+        elif (match := _STACK.search(line)) and target is not None:
+            stacks[target] = tuple(int(g) for g in match.groups())
+        elif (match := _USED.search(line)) and entry is not None:
+            found = entries[entry]
+            found["registers"] = int(match.group(1))
+            if barriers := _BARRIERS.search(line):
+                found["barriers"] = int(barriers.group(1))
+            if smem := _SMEM.search(line):
+                found["shared_memory"] = int(smem.group(1))
+    resources = []
+    for name, found in entries.items():
+        stack, stores, loads = stacks.get(name, (0, 0, 0))
+        resources.append(
+            KernelResources(
+                name=name,
+                registers=found.get("registers", 0),
+                shared_memory=found.get("shared_memory", 0),
+                stack_frame=stack,
+                spill_stores=stores,
+                spill_loads=loads,
+                barriers=found.get("barriers", 0),
+            )
+        )
+    return tuple(resources)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _load_cached(directory: Path, key: str, arch: str) -> CompiledModule | None:
+    try:
+        meta = json.loads((directory / f"{key}.json").read_text())
+        cubin = (directory / f"{key}.cubin").read_bytes()
+        if not cubin or meta.get("format") != CACHE_FORMAT:
+            return None
+        resources = tuple(KernelResources(**r) for r in meta["resources"])
+        return CompiledModule(cubin, arch, resources, meta.get("log", ""), key, cached=True)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _store(directory: Path, module: CompiledModule) -> None:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        _write_atomic(directory / f"{module.key}.cubin", module.cubin)
+        meta = {
+            "format": CACHE_FORMAT,
+            "arch": module.arch,
+            "resources": [asdict(r) for r in module.resources],
+            "log": module.log,
+        }
+        _write_atomic(directory / f"{module.key}.json", json.dumps(meta, indent=1).encode())
+    except OSError:
+        pass  # the cache is an optimisation: an unwritable directory only costs time
+
+
+def compile_cubin(
+    source: str,
+    arch: str = DEFAULT_ARCH,
+    options: tuple[str, ...] = (),
+    *,
+    name: str = "einkern.cu",
+    use_cache: bool = True,
+) -> CompiledModule:
+    """Compile CUDA C to a CUBIN for ``arch`` (``sm_XY``), or read it from the cache.
+
+    Raises :class:`CompilationError` with NVRTC's log when the source does not
+    compile, :class:`BackendError` when NVRTC itself is unusable."""
+    if not re.fullmatch(r"sm_\d+[a-z]?", arch):
+        raise BackendError(f"not a real GPU architecture: {arch!r}", hint="use e.g. sm_90")
+    all_options = (f"--gpu-architecture={arch}", *OPTIONS, *options)
+    version = nvrtc_version()
+    key = cache_key(source, arch, all_options, version)
+    directory = cache_directory()
+    if use_cache and (hit := _load_cached(directory, key, arch)) is not None:
+        return hit
+    try:
+        cubin, log = _compile(source, name, all_options, arch)
+    except _InvalidOption:  # an NVRTC older than 12.9 knows no --no-cache
+        cubin, log = _compile(source, name, tuple(o for o in all_options if o != "--no-cache"),
+                              arch)
+    module = CompiledModule(cubin, arch, parse_resources(log), log, key, cached=False)
+    if use_cache:
+        _store(directory, module)
+    return module
+
+
+class _InvalidOption(Exception):
+    pass
+
+
+def _compile(source: str, name: str, options: tuple[str, ...], arch: str) -> tuple[bytes, str]:
+    nvrtc = _nvrtc()
+    program = _check(
+        nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []), "nvrtcCreateProgram"
+    )
+    try:
+        encoded = [option.encode() for option in options]
+        (status,) = nvrtc.nvrtcCompileProgram(program, len(encoded), encoded)
+        log = _program_log(program)
+        if status == nvrtc.nvrtcResult.NVRTC_ERROR_COMPILATION:
+            raise CompilationError(
+                f"NVRTC could not compile the generated CUDA code for {arch}:\n{log}",
+                hint="this is a bug in einkern: please report it with the program",
+            )
+        if status == nvrtc.nvrtcResult.NVRTC_ERROR_INVALID_OPTION and "--no-cache" in options:
+            raise _InvalidOption
+        _check((status,), "nvrtcCompileProgram")
+        size = _check(nvrtc.nvrtcGetCUBINSize(program), "nvrtcGetCUBINSize")
+        buffer = bytearray(size)  # mutable: NVRTC writes into it
+        _check(nvrtc.nvrtcGetCUBIN(program, buffer), "nvrtcGetCUBIN")
+        return bytes(buffer), log
+    finally:
+        nvrtc.nvrtcDestroyProgram(program)
+
+
+def _program_log(program) -> str:
+    nvrtc = _nvrtc()
+    size = _check(nvrtc.nvrtcGetProgramLogSize(program), "nvrtcGetProgramLogSize")
+    buffer = bytearray(size)  # mutable: NVRTC writes into it
+    _check(nvrtc.nvrtcGetProgramLog(program, buffer), "nvrtcGetProgramLog")
+    return bytes(buffer).rstrip(b"\0").decode(errors="replace").strip()
+
+
+def kernel_resources(problem: Problem, arch: str = DEFAULT_ARCH) -> list[KernelResources]:
+    """Registers, shared memory, stack and spills of every kernel of ``problem``
+    for ``arch`` (needs NVRTC, not a GPU), in statement order."""
+    from .codegen import generate
+
+    generated = generate(problem)
+    module = compile_cubin(generated.text, arch)
+    found = {r.name: r for r in module.resources}
+    return [found[k.name] for k in generated.kernels if k.name in found]

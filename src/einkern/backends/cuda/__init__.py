@@ -1,0 +1,138 @@
+"""The CUDA backend: NVRTC-compiled kernels launched through the driver API.
+
+Importing this package needs neither ``cuda-bindings`` nor a GPU; only
+:meth:`CudaBackend.build` (and running) does.  ``emit`` and ``resources`` work
+anywhere (``resources`` needs NVRTC, not a GPU).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ...arrays import ArrayInfo
+from ...errors import BackendError
+from ...ir.nodes import Problem
+from . import arrays as _arrays
+from .codegen import CudaSource, KernelSpec, generate
+from .decision import DEFAULT_LIMITS, DeviceLimits, DirectMapping, decide
+from .executable import CudaExecutable
+from .nvrtc import DEFAULT_ARCH, KernelResources, kernel_resources
+
+__all__ = [
+    "CudaBackend",
+    "CudaExecutable",
+    "CudaSource",
+    "DeviceLimits",
+    "DirectMapping",
+    "KernelResources",
+    "KernelSpec",
+    "decide",
+    "kernel_resources",
+]
+
+
+class CudaBackend:
+    """Backend ``cuda``: one kernel per statement (direct mapping), NVRTC, driver API."""
+
+    name = "cuda"
+
+    def __init__(self) -> None:
+        self._executables: dict[Problem, CudaExecutable] = {}
+        self._why_unavailable: str | None = None
+        self._available: bool | None = None
+
+    # -- availability ---------------------------------------------------------
+
+    def available(self) -> bool:
+        """True when cuda-bindings, NVRTC, a driver and at least one GPU are usable."""
+        if self._available is None:
+            self._available, self._why_unavailable = _probe()
+        return self._available
+
+    def unavailable_reason(self) -> str | None:
+        """Why :meth:`available` is False (None when it is True)."""
+        self.available()
+        return self._why_unavailable
+
+    # -- the protocol -----------------------------------------------------------
+
+    def emit(self, problem: Problem) -> str:
+        """CUDA C source of the problem (needs no GPU)."""
+        return generate(problem, self._limits()).text
+
+    def build(self, problem: Problem) -> CudaExecutable:
+        """Compile (or fetch from the caches) the problem's kernels for GPU 0."""
+        if not self.available():
+            raise BackendError(
+                f"the CUDA backend is not usable here: {self._why_unavailable}",
+                hint="run on a machine with an NVIDIA GPU and `pip install 'einkern[cuda]'`, "
+                "or use backend='cpu'",
+            )
+        executable = self._executables.get(problem)
+        if executable is None:
+            from . import driver
+            from .nvrtc import arch_for, compile_cubin
+
+            source = generate(problem, self._limits())
+            arch = arch_for(*driver.device_properties(0).compute_capability)
+            executable = CudaExecutable(problem, source, compile_cubin(source.text, arch))
+            executable.module(0)  # load now: problems surface at build time
+            self._executables[problem] = executable
+        return executable
+
+    def describe(self, array: Any) -> ArrayInfo | None:
+        return _arrays.describe(array)
+
+    def allocate(self, problem: Problem, tensor: str, like: Sequence[Any]) -> Any:
+        return _arrays.allocate(problem, tensor, like)
+
+    # -- information ------------------------------------------------------------
+
+    def device_properties(self, ordinal: int = 0):
+        """:class:`~.driver.DeviceProperties` of GPU ``ordinal``."""
+        from . import driver
+
+        return driver.device_properties(ordinal)
+
+    def resources(self, problem: Problem, arch: str | None = None) -> list[KernelResources]:
+        """Registers, shared memory, stack and spill bytes of each kernel, for
+        ``arch`` (default: GPU 0's architecture, or sm_90 without a GPU)."""
+        if arch is None:
+            arch = self.device_properties(0).arch if self.available() else DEFAULT_ARCH
+        return kernel_resources(problem, arch)
+
+    def mappings(self, problem: Problem) -> list[DirectMapping]:
+        """The decision for each statement (see :func:`.decision.decide`)."""
+        limits = self._limits()
+        return [decide(problem, s, limits) for s in problem.program.statements]
+
+    def _limits(self) -> DeviceLimits:
+        if not self.available():
+            return DEFAULT_LIMITS
+        props = self.device_properties(0)
+        return DeviceLimits(
+            max_threads_per_block=props.max_threads_per_block,
+            max_grid=props.max_grid,
+            warp_size=props.warp_size,
+        )
+
+
+def _probe() -> tuple[bool, str | None]:
+    try:
+        import cuda.bindings.driver  # noqa: F401
+        import cuda.bindings.nvrtc  # noqa: F401
+    except ImportError:
+        return False, "cuda-bindings is not installed"
+    try:
+        from . import driver
+        from .nvrtc import nvrtc_version
+
+        nvrtc_version()
+        if driver.device_count() == 0:
+            return False, "no CUDA GPU is present"
+    except BackendError as error:
+        return False, error.message
+    except Exception as error:  # noqa: BLE001 - any failure means "not here"
+        return False, f"{type(error).__name__}: {error}"
+    return True, None

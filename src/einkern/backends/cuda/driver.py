@@ -1,0 +1,276 @@
+"""The CUDA driver API through ``cuda.bindings.driver``, checked call by call.
+
+Kernels run in each device's *primary* context (the one the CUDA runtime, and
+so PyTorch and CuPy, use), so device pointers from those libraries are valid
+here.  ``cuda-bindings`` is imported lazily: importing this module needs
+neither it nor a GPU.  Every failing call raises :class:`BackendError` naming
+the call and the driver's error.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import BackendError
+
+_LOCK = threading.Lock()
+_CONTEXTS: dict[int, Any] = {}
+
+
+def _cuda():
+    try:
+        from cuda.bindings import driver
+    except ImportError as error:
+        raise BackendError(
+            "the CUDA backend needs cuda-bindings, which is not installed",
+            hint="pip install 'einkern[cuda]'",
+        ) from error
+    return driver
+
+
+def check(result: Any, call: str) -> Any:
+    """The values of a driver call's result tuple; BackendError when it failed."""
+    cuda = _cuda()
+    status, *values = result if isinstance(result, tuple) else (result,)
+    if status != cuda.CUresult.CUDA_SUCCESS:
+        raise BackendError(f"{call} failed: {_describe_error(status)}")
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def _describe_error(status: Any) -> str:
+    cuda = _cuda()
+    try:
+        _, name = cuda.cuGetErrorName(status)
+        _, text = cuda.cuGetErrorString(status)
+        return f"{name.decode()} ({text.decode()})"
+    except Exception:  # noqa: BLE001 - the error text is best effort
+        return str(status)
+
+
+@functools.cache
+def initialize() -> None:
+    """``cuInit`` once; BackendError when there is no driver or no GPU."""
+    try:
+        result = _cuda().cuInit(0)
+    except BackendError:
+        raise
+    except Exception as error:  # the bindings raise when libcuda itself is missing
+        raise BackendError(
+            f"cuInit failed: the NVIDIA driver cannot be loaded ({error})",
+            hint="the CUDA backend needs an NVIDIA GPU and driver; use backend='cpu'",
+        ) from error
+    check(result, "cuInit")
+
+
+def device_count() -> int:
+    initialize()
+    return check(_cuda().cuDeviceGetCount(), "cuDeviceGetCount")
+
+
+def device(ordinal: int) -> Any:
+    initialize()
+    count = device_count()
+    if not 0 <= ordinal < count:
+        raise BackendError(f"no CUDA device {ordinal} ({count} present)")
+    return check(_cuda().cuDeviceGet(ordinal), "cuDeviceGet")
+
+
+def activate(ordinal: int = 0) -> Any:
+    """Make device ``ordinal``'s primary context current (retaining it once per
+    process) and return it."""
+    with _LOCK:
+        context = _CONTEXTS.get(ordinal)
+        if context is None:
+            context = check(_cuda().cuDevicePrimaryCtxRetain(device(ordinal)),
+                            "cuDevicePrimaryCtxRetain")
+            _CONTEXTS[ordinal] = context
+    check(_cuda().cuCtxSetCurrent(context), "cuCtxSetCurrent")
+    return context
+
+
+@dataclass(frozen=True)
+class DeviceProperties:
+    """What einkern needs to know about a GPU."""
+
+    ordinal: int
+    name: str
+    compute_capability: tuple[int, int]
+    multiprocessors: int
+    max_threads_per_block: int
+    max_threads_per_multiprocessor: int
+    max_grid: tuple[int, int, int]
+    warp_size: int
+    shared_memory_per_block: int  # bytes, without opt-in
+    shared_memory_per_block_optin: int
+    shared_memory_per_multiprocessor: int
+    registers_per_block: int
+    registers_per_multiprocessor: int
+    l2_cache_bytes: int
+    total_memory_bytes: int
+
+    @property
+    def arch(self) -> str:
+        major, minor = self.compute_capability
+        return f"sm_{major}{minor}"
+
+
+@functools.cache
+def device_properties(ordinal: int = 0) -> DeviceProperties:
+    """Properties of device ``ordinal``."""
+    cuda = _cuda()
+    dev = device(ordinal)
+    attribute = cuda.CUdevice_attribute
+
+    def get(name: str) -> int:
+        value = check(
+            cuda.cuDeviceGetAttribute(getattr(attribute, f"CU_DEVICE_ATTRIBUTE_{name}"), dev),
+            f"cuDeviceGetAttribute({name})",
+        )
+        return int(value)
+
+    raw_name = check(cuda.cuDeviceGetName(256, dev), "cuDeviceGetName")
+    return DeviceProperties(
+        ordinal=ordinal,
+        name=bytes(raw_name).split(b"\0", 1)[0].decode(errors="replace"),
+        compute_capability=(get("COMPUTE_CAPABILITY_MAJOR"), get("COMPUTE_CAPABILITY_MINOR")),
+        multiprocessors=get("MULTIPROCESSOR_COUNT"),
+        max_threads_per_block=get("MAX_THREADS_PER_BLOCK"),
+        max_threads_per_multiprocessor=get("MAX_THREADS_PER_MULTIPROCESSOR"),
+        max_grid=(get("MAX_GRID_DIM_X"), get("MAX_GRID_DIM_Y"), get("MAX_GRID_DIM_Z")),
+        warp_size=get("WARP_SIZE"),
+        shared_memory_per_block=get("MAX_SHARED_MEMORY_PER_BLOCK"),
+        shared_memory_per_block_optin=get("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
+        shared_memory_per_multiprocessor=get("MAX_SHARED_MEMORY_PER_MULTIPROCESSOR"),
+        registers_per_block=get("MAX_REGISTERS_PER_BLOCK"),
+        registers_per_multiprocessor=get("MAX_REGISTERS_PER_MULTIPROCESSOR"),
+        l2_cache_bytes=get("L2_CACHE_SIZE"),
+        total_memory_bytes=int(check(cuda.cuDeviceTotalMem(dev), "cuDeviceTotalMem")),
+    )
+
+
+# ---- modules and launches ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoadedModule:
+    """A CUBIN loaded into a context, with its kernels by name."""
+
+    ordinal: int
+    handle: Any
+    functions: dict[str, Any]
+
+
+def load_module(cubin: bytes, names: Sequence[str], ordinal: int = 0) -> LoadedModule:
+    """``cuModuleLoadData`` and ``cuModuleGetFunction`` for each kernel name."""
+    cuda = _cuda()
+    activate(ordinal)
+    handle = check(cuda.cuModuleLoadData(cubin), "cuModuleLoadData")
+    functions = {
+        name: check(cuda.cuModuleGetFunction(handle, name.encode()),
+                    f"cuModuleGetFunction({name})")
+        for name in names
+    }
+    return LoadedModule(ordinal, handle, functions)
+
+
+def launch(
+    function: Any,
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    pointers: Sequence[int],
+    scalars: Sequence[float],
+    stream: Any = 0,
+    name: str = "kernel",
+) -> None:
+    """``cuLaunchKernel`` with device pointers then ``double`` scalars as parameters."""
+    values = [ctypes.c_void_p(p) for p in pointers] + [ctypes.c_double(s) for s in scalars]
+    table = (ctypes.c_void_p * max(1, len(values)))(
+        *(ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values)
+    )
+    check(
+        _cuda().cuLaunchKernel(
+            function, *grid, *block, 0, stream, ctypes.addressof(table), 0
+        ),
+        f"cuLaunchKernel({name})",
+    )
+
+
+def synchronize(what: str = "the kernels") -> None:
+    """``cuCtxSynchronize``; reports errors of kernels launched before."""
+    try:
+        check(_cuda().cuCtxSynchronize(), "cuCtxSynchronize")
+    except BackendError as error:
+        raise BackendError(f"{error.message} while running {what}") from error
+
+
+def wait_for_stream(stream: int) -> None:
+    """``cuStreamSynchronize`` on a producer's stream before reading its arrays."""
+    check(_cuda().cuStreamSynchronize(stream), "cuStreamSynchronize")
+
+
+# ---- memory --------------------------------------------------------------------
+
+
+def alloc(nbytes: int) -> int:
+    """``cuMemAlloc``: a device pointer (free it with :func:`free`)."""
+    return int(check(_cuda().cuMemAlloc(max(1, nbytes)), "cuMemAlloc"))
+
+
+def free(pointer: int) -> None:
+    check(_cuda().cuMemFree(pointer), "cuMemFree")
+
+
+def copy_to_device(destination: int, source: int, nbytes: int) -> None:
+    check(_cuda().cuMemcpyHtoD(destination, source, nbytes), "cuMemcpyHtoD")
+
+
+def copy_to_host(destination: int, source: int, nbytes: int) -> None:
+    check(_cuda().cuMemcpyDtoH(destination, source, nbytes), "cuMemcpyDtoH")
+
+
+def pointer_device(pointer: int) -> int:
+    """The ordinal of the device that holds ``pointer`` (``cuPointerGetAttribute``)."""
+    cuda = _cuda()
+    initialize()
+    value = check(
+        cuda.cuPointerGetAttribute(
+            cuda.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, pointer
+        ),
+        "cuPointerGetAttribute(DEVICE_ORDINAL)",
+    )
+    return int(value)
+
+
+# ---- timing ----------------------------------------------------------------------
+
+
+class EventTimer:
+    """Elapsed GPU time between two recorded events, in milliseconds."""
+
+    def __init__(self) -> None:
+        cuda = _cuda()
+        flags = cuda.CUevent_flags.CU_EVENT_DEFAULT
+        self._start = check(cuda.cuEventCreate(flags), "cuEventCreate")
+        self._end = check(cuda.cuEventCreate(flags), "cuEventCreate")
+
+    def start(self, stream: Any = 0) -> None:
+        check(_cuda().cuEventRecord(self._start, stream), "cuEventRecord")
+
+    def stop(self, stream: Any = 0) -> float:
+        cuda = _cuda()
+        check(cuda.cuEventRecord(self._end, stream), "cuEventRecord")
+        check(cuda.cuEventSynchronize(self._end), "cuEventSynchronize")
+        return float(check(cuda.cuEventElapsedTime(self._start, self._end),
+                           "cuEventElapsedTime"))
+
+    def close(self) -> None:
+        cuda = _cuda()
+        for event in (self._start, self._end):
+            check(cuda.cuEventDestroy(event), "cuEventDestroy")

@@ -1,0 +1,251 @@
+"""CUDA C++ for a :class:`~einkern.gpu.kir.Kernel`, as NVRTC compiles it.
+
+One kernel prints as::
+
+    extern "C" __global__ void __launch_bounds__(THREADS)
+    name(const double* __restrict__ A, double* __restrict__ C, double alpha)
+
+Parameters keep the kernel's order (:func:`kernel_signature`): global arrays
+are ``const T* __restrict__`` when read-only, else ``T* __restrict__``; scalars
+are always passed as ``double`` (a scalar declared ``float`` arrives as
+``double ekx_arg_NAME`` and is converted once at the top of the kernel).
+Thread variables become local scalars/arrays (the lowering indexes register
+arrays with constants only, so they stay in registers); shared arrays are
+``__shared__`` arrays aligned to 16 bytes, or, when their total exceeds 48 KiB,
+views into ``extern __shared__`` dynamic memory at 16-byte aligned offsets
+(:func:`dynamic_shared_bytes` > 0: the launch must pass that many bytes and
+first raise ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`` to it).
+
+Sections print in order: a :class:`~kir.PerThread` section as a ``{ ... }``
+block (its Declares are local to it, as in the emulation), a
+:class:`~kir.Barrier` as ``__syncthreads();``, a :class:`~kir.Uniform` as a
+plain ``for`` loop.  ``blockIdx.x``/``threadIdx.x`` print cast to the kernel's
+``index_type``, so all index arithmetic runs in that type.  A
+:class:`~kir.VectorLoad` is one ``float2/float4/double2/int2/int4/longlong2``
+load through ``reinterpret_cast``; ``Lane(v, i)`` is ``v.x``/``.y``/``.z``/``.w``.
+Literal typing is described in :mod:`.emulator_cexpr` (shared with the CPU
+emulation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from . import kir
+from .emulator_cexpr import (
+    ELEMENT_BYTES,
+    PREFIX,
+    PRELUDE_FUNCTIONS,
+    SHARED_ALIGNMENT,
+    ArrayInfo,
+    CText,
+    check_identifier,
+    indent,
+    vector_type,
+)
+
+STATIC_SHARED_LIMIT = 48 * 1024  # bytes of static shared memory a kernel may declare
+
+CUDA_PRELUDE = (
+    """\
+#ifndef EKX_PRELUDE
+#define EKX_PRELUDE
+#define EKX_NAN_F __int_as_float(0x7fc00000)
+#define EKX_INF_F __int_as_float(0x7f800000)
+#define EKX_NAN_D __longlong_as_double(0x7ff8000000000000LL)
+#define EKX_INF_D __longlong_as_double(0x7ff0000000000000LL)
+"""
+    + PRELUDE_FUNCTIONS.format(q="__device__ __forceinline__")
+    + "#endif\n"
+)
+
+
+class CudaText(CText):
+    """CUDA spelling: plain names, ``A[i]``, ``v.x``, cast built-in indices."""
+
+    def block_index(self, axis: str) -> str:
+        return f"(({self.index_type})blockIdx.{axis})"
+
+    def thread_index(self) -> str:
+        return f"(({self.index_type})threadIdx.x)"
+
+    def element(self, info: ArrayInfo, index: str, access: str) -> str:
+        return f"{info.name}[{index}]"
+
+    def lane(self, vector: str, lane: int) -> str:
+        return f"{vector}.{'xyzw'[lane]}"
+
+    def vector_load(self, stmt: kir.VectorLoad, info: ArrayInfo, index: str) -> list[str]:
+        vector, _ = vector_type(stmt)
+        return [
+            f"const {vector} {stmt.name} = "
+            f"*reinterpret_cast<const {vector} *>({info.name} + ({index}));"
+        ]
+
+    def uninitialised(self, stmt: kir.Declare) -> str:
+        return f"{stmt.ctype} {stmt.name};"
+
+    def unroll(self, unroll: int) -> list[str]:
+        if unroll < 0:
+            return ["#pragma unroll"]
+        return [f"#pragma unroll {unroll}"] if unroll > 0 else []
+
+
+# ---- launch information ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KernelArgument:
+    """One parameter of the ``__global__`` function, in launch order: arrays are
+    passed as device pointers (``CUdeviceptr``), scalars as C ``double``."""
+
+    name: str
+    ctype: str  # element type for arrays; "double" for scalars
+    is_array: bool
+    readonly: bool = True
+    size: int = 0  # elements (arrays)
+
+
+@dataclass(frozen=True)
+class LaunchShape:
+    """How to launch one kernel (``cuLaunchKernel``)."""
+
+    name: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    dynamic_shared_bytes: int
+    arguments: tuple[KernelArgument, ...]
+
+    @property
+    def needs_shared_attribute(self) -> bool:
+        """True when ``cuFuncSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        dynamic_shared_bytes)`` must precede the launch."""
+        return self.dynamic_shared_bytes > 0
+
+
+def kernel_signature(kernel: kir.Kernel) -> tuple[KernelArgument, ...]:
+    """The kernel's parameters in the order :func:`print_cuda` declares them."""
+    return tuple(
+        KernelArgument(p.name, p.ctype, True, p.readonly, p.size)
+        if p.is_array
+        else KernelArgument(p.name, "double", False)
+        for p in kernel.params
+    )
+
+
+def _align(offset: int) -> int:
+    return -(-offset // SHARED_ALIGNMENT) * SHARED_ALIGNMENT
+
+
+def shared_layout(kernel: kir.Kernel) -> tuple[tuple[kir.SharedArray, int], ...]:
+    """Every shared array with its byte offset (each aligned to 16 bytes)."""
+    offset, placed = 0, []
+    for array in kernel.shared:
+        offset = _align(offset)
+        placed.append((array, offset))
+        offset += array.size * ELEMENT_BYTES[array.ctype]
+    return tuple(placed)
+
+
+def shared_total(kernel: kir.Kernel) -> int:
+    """Bytes the kernel's shared arrays take, alignment padding included."""
+    return _align(sum(_align(a.size * ELEMENT_BYTES[a.ctype]) for a in kernel.shared))
+
+
+def dynamic_shared_bytes(kernel: kir.Kernel) -> int:
+    """Bytes of dynamic shared memory the launch must pass: 0 when the kernel's shared
+    arrays fit in 48 KiB of static shared memory, else their total (16-byte aligned)."""
+    total = shared_total(kernel)
+    return total if total > STATIC_SHARED_LIMIT else 0
+
+
+def launch_shape(kernel: kir.Kernel) -> LaunchShape:
+    """Grid, block, dynamic shared memory and arguments of ``kernel``."""
+    return LaunchShape(
+        kernel.name,
+        (kernel.blocks, 1, 1),
+        (kernel.threads, 1, 1),
+        dynamic_shared_bytes(kernel),
+        kernel_signature(kernel),
+    )
+
+
+# ---- printing ----------------------------------------------------------------
+
+
+def _parameter(p: kir.Param) -> str:
+    check_identifier(p.name)
+    if p.is_array:
+        const = "const " if p.readonly else ""
+        return f"{const}{p.ctype}* __restrict__ {p.name}"
+    return f"double {p.name}" if p.ctype == "double" else f"double {PREFIX}arg_{p.name}"
+
+
+def _sections(printer: CText, sections: Sequence[kir.Section], env: dict[str, str]) -> list[str]:
+    lines: list[str] = []
+    for section in sections:
+        if isinstance(section, kir.PerThread):
+            lines += printer.block(section.body, env)
+        elif isinstance(section, kir.Barrier):
+            lines.append("__syncthreads();")
+        elif isinstance(section, kir.Uniform):
+            v, it = printer.local(section.var), printer.index_type
+            if section.step <= 0:
+                raise ValueError(f"uniform loop {v}: step must be positive")
+            lines.append(
+                f"for ({it} {v} = {section.start}; {v} < {section.stop}; {v} += {section.step}) {{"
+            )
+            lines += indent(_sections(printer, section.body, {**env, v: it}))
+            lines.append("}")
+        else:
+            raise TypeError(f"unknown kernel section {section!r}")
+    return lines
+
+
+def print_kernel(kernel: kir.Kernel) -> str:
+    """The ``__global__`` function alone (no prelude)."""
+    printer = CudaText(kernel)
+    check_identifier(kernel.name)
+    lines = [f"// {line}" for line in kernel.comment.splitlines()]
+    params = ", ".join(_parameter(p) for p in kernel.params)
+    lines += [
+        f'extern "C" __global__ void __launch_bounds__({kernel.threads})',
+        f"{kernel.name}({params})",
+        "{",
+    ]
+    body = [
+        f"const {p.ctype} {p.name} = ({p.ctype}){PREFIX}arg_{p.name};"
+        for p in kernel.params
+        if not p.is_array and p.ctype != "double"
+    ]
+    if dynamic_shared_bytes(kernel):
+        body.append(
+            f"extern __shared__ __align__({SHARED_ALIGNMENT}) "
+            f"unsigned char {PREFIX}dynamic_shared[];"
+        )
+        body += [
+            f"{a.ctype} *const {a.name} = reinterpret_cast<{a.ctype} *>"
+            f"({PREFIX}dynamic_shared + {offset});"
+            for a, offset in shared_layout(kernel)
+        ]
+    else:
+        body += [
+            f"__shared__ __align__({SHARED_ALIGNMENT}) {a.ctype} {a.name}[{a.size}];"
+            for a in kernel.shared
+        ]
+    body += [
+        f"{v.ctype} {v.name}" + (f"[{v.count}];" if v.count else ";") for v in kernel.thread_vars
+    ]
+    body += _sections(printer, kernel.body, dict(printer.types))
+    return "\n".join([*lines, *indent(body), "}", ""])
+
+
+def print_cuda(kernel: kir.Kernel) -> str:
+    """Complete CUDA C++ source (prelude and kernel) for NVRTC."""
+    return print_cuda_module([kernel])
+
+
+def print_cuda_module(kernels: Sequence[kir.Kernel]) -> str:
+    """One CUDA source holding several kernels: the prelude once, then each kernel."""
+    return "\n".join([CUDA_PRELUDE, *(print_kernel(k) for k in kernels)])

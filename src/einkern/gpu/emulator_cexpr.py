@@ -1,0 +1,401 @@
+"""C text of kernel-IR expressions and statements, shared by the CUDA printer
+(:mod:`.cuda_printer`) and the CPU emulation (:mod:`.emulator_c`).
+
+:class:`CText` prints everything both targets spell alike; its subclasses say
+how thread variables, array elements, vector lanes and the block/thread
+indices are spelled, so both targets run the same index arithmetic.
+
+Typing of literals.  Every expression has a C type inferred bottom-up (array
+element types, declared variable types, ``int`` for :class:`~kir.Int`, C's usual
+arithmetic conversions, ``float``/``double`` for the C math functions by name:
+``sqrtf`` is float, ``sqrt`` double).  A :class:`~kir.Float` has no type of its
+own: it takes the type of the computation around it — the other operand of
+its operator, else the assignment target / store element / function argument
+type — and prints as a literal of that type: ``0.1f`` in float context (the
+shortest text that reads back as exactly ``float32(value)``: the rounding to
+float happens here, visibly, and identically for both targets), ``0.1`` in
+double context (``repr``: exact).  Integer contexts print a Float as a double
+literal.  NaN and infinities print as the macros ``EKX_NAN_F``, ``EKX_INF_D``…
+that each target's prelude defines.  :class:`~kir.Int` prints in decimal, with
+``LL`` when it does not fit in 32 bits.  ``Op("min"/"max")`` prints as
+``ekx_min_T``/``ekx_max_T`` for the operation's type ``T``: NaN-propagating for
+floating types (as NumPy's ``minimum``/``maximum``), plain comparisons for
+integers.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import kir
+
+ELEMENT_BYTES = {"float": 4, "double": 8, "int": 4, "long long": 8}
+FLOATING = frozenset({"float", "double"})
+_RANK = ("int", "long long", "float", "double")
+_SUFFIX = {"int": "i", "long long": "ll", "float": "f", "double": "d"}
+SHARED_ALIGNMENT = 16  # bytes; every shared array starts at such an offset (vector loads)
+PREFIX = "ekx_"  # identifiers the printers reserve for themselves
+COMPARISONS = frozenset({"<", "<=", ">", ">=", "==", "!="})
+LOGICAL = frozenset({"&&", "||"})
+ARITHMETIC = frozenset({"+", "-", "*", "/", "%", "min", "max"})
+VECTOR_TYPES = frozenset({"float2", "float4", "double2", "int2", "int4", "longlong2"})
+_MATH = frozenset(
+    """sqrt cbrt exp exp2 expm1 log log2 log10 log1p fabs sin cos tan asin acos atan atan2
+    sinh cosh tanh asinh acosh atanh fmax fmin pow floor ceil trunc round rint fma fmod
+    erf erfc hypot copysign""".split()
+)
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_KEYWORDS = frozenset(
+    """alignas alignof asm auto bool break case catch char char16_t char32_t class const
+    constexpr const_cast continue decltype default delete do double dynamic_cast else enum
+    explicit export extern false float for friend goto if inline int long main mutable
+    namespace new noexcept nullptr operator private protected public register
+    reinterpret_cast restrict return short signed sizeof static static_assert static_cast
+    struct switch template this thread_local throw true try typedef typeid typename union
+    unsigned using virtual void volatile wchar_t while threadIdx blockIdx blockDim gridDim
+    warpSize malloc free NULL NAN INFINITY""".split()
+)
+
+PRELUDE_FUNCTIONS = """\
+{q} int ekx_min_i(int a, int b) {{ return a < b ? a : b; }}
+{q} int ekx_max_i(int a, int b) {{ return a > b ? a : b; }}
+{q} long long ekx_min_ll(long long a, long long b) {{ return a < b ? a : b; }}
+{q} long long ekx_max_ll(long long a, long long b) {{ return a > b ? a : b; }}
+{q} float ekx_min_f(float a, float b) {{ return (a != a || b != b) ? a + b : fminf(a, b); }}
+{q} float ekx_max_f(float a, float b) {{ return (a != a || b != b) ? a + b : fmaxf(a, b); }}
+{q} double ekx_min_d(double a, double b) {{ return (a != a || b != b) ? a + b : fmin(a, b); }}
+{q} double ekx_max_d(double a, double b) {{ return (a != a || b != b) ? a + b : fmax(a, b); }}
+"""
+
+# ---- literals and types ------------------------------------------------------
+
+
+def float_literal(value: float, ctype: str) -> str:
+    """``value`` as an exact C literal of ``ctype`` (``float`` gets ``f`` and is
+    rounded to float32 here; other types print as ``double``)."""
+    single = ctype == "float"
+    if single:
+        with np.errstate(over="ignore"):
+            value = float(np.float32(value))
+    tag = "F" if single else "D"
+    if math.isnan(value):
+        return f"EKX_NAN_{tag}"
+    if math.isinf(value):
+        return f"EKX_INF_{tag}" if value > 0 else f"(-EKX_INF_{tag})"
+    text = str(np.float32(value)) if single else repr(float(value))
+    if not any(c in text for c in ".eE"):
+        text += ".0"
+    text += "f" if single else ""
+    return f"({text})" if text.startswith("-") else text
+
+
+def int_literal(value: int) -> str:
+    """Decimal, with ``LL`` outside the 32-bit range; negative values parenthesised."""
+    text = str(value) + ("" if -(2**31) < value < 2**31 else "LL")
+    return f"({text})" if value < 0 else text
+
+
+def join(a: str | None, b: str | None) -> str | None:
+    """The type of ``a op b`` (usual arithmetic conversions); None is the type of a
+    bare :class:`~kir.Float`: it adopts a floating partner and stays open otherwise."""
+    if a is None or b is None:
+        known = a if b is None else b
+        return known if known in FLOATING else None
+    return max(a, b, key=_RANK.index)
+
+
+def call_type(func: str) -> str | None:
+    """``double`` for a C math function, ``float`` for its ``f`` variant, else None."""
+    if func in _MATH:
+        return "double"
+    if func.endswith("f") and func[:-1] in _MATH:
+        return "float"
+    return None
+
+
+def vector_type(stmt: kir.VectorLoad) -> tuple[str, str]:
+    """(vector type, element type) of a vector load: ``ctype`` may name either."""
+    element = stmt.ctype.rstrip("0123456789")
+    vector = stmt.ctype if element != stmt.ctype else f"{element}{stmt.width}"
+    if vector == "long long2":
+        vector = "longlong2"
+    if vector not in VECTOR_TYPES or not vector.endswith(str(stmt.width)):
+        raise ValueError(f"unsupported vector load {vector} (width {stmt.width})")
+    return vector, element
+
+
+def check_identifier(name: str) -> str:
+    """``name`` if it is a C identifier no printer or prelude uses; else ValueError."""
+    bad = name in _KEYWORDS or call_type(name) is not None
+    if bad or not _IDENTIFIER.fullmatch(name) or name.lower().startswith(PREFIX):
+        raise ValueError(f"{name!r} is not a C identifier the printers accept")
+    return name
+
+
+# ---- symbols -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ArrayInfo:
+    """An indexable name: a global array, a shared array or a thread-variable array."""
+
+    name: str
+    ctype: str
+    size: int
+    space: str  # "global" | "shared" | "thread"
+    readonly: bool = False
+
+
+def arrays_of(kernel: kir.Kernel) -> dict[str, ArrayInfo]:
+    """Every name a Load/Store/VectorLoad may index, with its size and memory space."""
+    found: dict[str, ArrayInfo] = {}
+    for p in kernel.params:
+        if p.is_array:
+            found[p.name] = ArrayInfo(p.name, p.ctype, p.size, "global", p.readonly)
+    for s in kernel.shared:
+        found[s.name] = ArrayInfo(s.name, s.ctype, s.size, "shared")
+    for v in kernel.thread_vars:
+        if v.count:
+            found[v.name] = ArrayInfo(v.name, v.ctype, v.count, "thread")
+    return found
+
+
+def kernel_types(kernel: kir.Kernel) -> dict[str, str]:
+    """Types of the names every statement may see (scalars and thread variables)."""
+    names = [p.name for p in kernel.params] + [s.name for s in kernel.shared]
+    names += [v.name for v in kernel.thread_vars]
+    for name in names:
+        check_identifier(name)
+    ctypes = [p.ctype for p in kernel.params] + [s.ctype for s in kernel.shared]
+    ctypes += [v.ctype for v in kernel.thread_vars]
+    unknown = sorted(set(ctypes) - set(ELEMENT_BYTES))
+    if unknown or kernel.index_type not in ("int", "long long"):
+        raise ValueError(f"kernel {kernel.name}: unsupported type {unknown or kernel.index_type}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"kernel {kernel.name}: a name is declared twice")
+    types = {p.name: p.ctype for p in kernel.params if not p.is_array}
+    types.update({v.name: v.ctype for v in kernel.thread_vars if not v.count})
+    return types
+
+
+def indent(lines: Sequence[str], levels: int = 1) -> list[str]:
+    """Lines indented by four spaces per level (preprocessor lines stay in column 0)."""
+    pad = "    " * levels
+    return [pad + line if line and not line.startswith("#") else line for line in lines]
+
+
+def _atomic(e: kir.Expr) -> bool:
+    return not isinstance(e, kir.Op | kir.Select | kir.Neg)
+
+
+# ---- the shared expression / statement printer -------------------------------
+
+
+class CText:
+    """Prints kir expressions and statements as C.
+
+    ``env`` arguments map the visible scalar and vector names to their C types.
+    Subclasses implement the spelling hooks (the methods that raise here)."""
+
+    def __init__(self, kernel: kir.Kernel):
+        self.kernel = kernel
+        self.index_type = kernel.index_type
+        self.arrays = arrays_of(kernel)
+        self.types = kernel_types(kernel)
+
+    # -- spelling hooks --------------------------------------------------------
+
+    def var(self, name: str, env: Mapping[str, str]) -> str:
+        """A scalar variable (thread variables included)."""
+        if name not in env:
+            raise ValueError(f"kernel {self.kernel.name}: unknown variable {name!r}")
+        return name
+
+    def block_index(self, axis: str) -> str:
+        raise NotImplementedError
+
+    def thread_index(self) -> str:
+        raise NotImplementedError
+
+    def element(self, info: ArrayInfo, index: str, access: str) -> str:
+        """An lvalue for element ``index`` of an array (``access``: load or store)."""
+        raise NotImplementedError
+
+    def lane(self, vector: str, lane: int) -> str:
+        raise NotImplementedError
+
+    def vector_load(self, stmt: kir.VectorLoad, info: ArrayInfo, index: str) -> list[str]:
+        raise NotImplementedError
+
+    def uninitialised(self, stmt: kir.Declare) -> str:
+        """A Declare without an initial value."""
+        raise NotImplementedError
+
+    def unroll(self, unroll: int) -> list[str]:
+        """Lines before a For loop with this ``unroll`` setting."""
+        return []
+
+    def local(self, name: str) -> str:
+        """Check a new local name (Declare, loop variable, vector)."""
+        check_identifier(name)
+        if name in self.types or name in self.arrays:
+            raise ValueError(f"kernel {self.kernel.name}: local {name!r} shadows a kernel name")
+        return name
+
+    # -- types -----------------------------------------------------------------
+
+    def array(self, name: str) -> ArrayInfo:
+        if name not in self.arrays:
+            raise ValueError(f"kernel {self.kernel.name}: {name!r} is not an array")
+        return self.arrays[name]
+
+    def infer(self, e: kir.Expr, env: Mapping[str, str]) -> str | None:
+        """The C type of ``e``; None when it is open (made of Float literals)."""
+        if isinstance(e, kir.Var):
+            return env.get(e.name)
+        if isinstance(e, kir.Int):
+            return "int" if -(2**31) < e.value < 2**31 else "long long"
+        if isinstance(e, kir.Float):
+            return None
+        if isinstance(e, kir.BlockIdx | kir.ThreadIdx):
+            return self.index_type
+        if isinstance(e, kir.Op):
+            if e.op in COMPARISONS or e.op in LOGICAL:
+                return "int"
+            return join(self.infer(e.left, env), self.infer(e.right, env))
+        if isinstance(e, kir.Neg):
+            return self.infer(e.operand, env)
+        if isinstance(e, kir.Call):
+            found = call_type(e.func)
+            if found is not None:
+                return found
+            kinds = [self.infer(a, env) for a in e.args]
+            return kinds[0] if len(kinds) == 1 else join(*kinds[:2]) if kinds else None
+        if isinstance(e, kir.Select):
+            return join(self.infer(e.if_true, env), self.infer(e.if_false, env))
+        if isinstance(e, kir.Load):
+            return self.array(e.array).ctype
+        if isinstance(e, kir.Lane):
+            return env.get(e.vector, "").rstrip("0123456789").replace("longlong", "long long")
+        raise TypeError(f"unknown kernel expression {e!r}")
+
+    # -- expressions -----------------------------------------------------------
+
+    def expr(self, e: kir.Expr, env: Mapping[str, str], want: str | None = None) -> str:
+        """C text of ``e``; ``want`` is the type of the enclosing computation."""
+        if isinstance(e, kir.Var):
+            return self.var(e.name, env)
+        if isinstance(e, kir.Int):
+            return int_literal(e.value)
+        if isinstance(e, kir.Float):
+            return float_literal(e.value, want if want in FLOATING else "double")
+        if isinstance(e, kir.BlockIdx):
+            return self.block_index(e.axis)
+        if isinstance(e, kir.ThreadIdx):
+            return self.thread_index()
+        if isinstance(e, kir.Op):
+            return self._op(e, env, want)
+        if isinstance(e, kir.Neg):
+            inner = self.expr(e.operand, env, want)
+            return f"-{inner}" if _atomic(e.operand) else f"-({inner})"
+        if isinstance(e, kir.Call):
+            arg_type = call_type(e.func) or self.infer(e, env) or want
+            return f"{e.func}({', '.join(self.expr(a, env, arg_type) for a in e.args)})"
+        if isinstance(e, kir.Select):
+            branch = self.infer(e, env) or want
+            return (
+                f"{self._sub(e.cond, env, None)} ? {self._sub(e.if_true, env, branch)}"
+                f" : {self._sub(e.if_false, env, branch)}"
+            )
+        if isinstance(e, kir.Load):
+            info = self.array(e.array)
+            return self.element(info, self.expr(e.index, env, self.index_type), "load")
+        if isinstance(e, kir.Lane):
+            if e.vector not in env:
+                raise ValueError(f"kernel {self.kernel.name}: unknown vector {e.vector!r}")
+            return self.lane(e.vector, e.lane)
+        raise TypeError(f"unknown kernel expression {e!r}")
+
+    def _sub(self, e: kir.Expr, env: Mapping[str, str], want: str | None) -> str:
+        text = self.expr(e, env, want)
+        return text if _atomic(e) else f"({text})"
+
+    def _op(self, e: kir.Op, env: Mapping[str, str], want: str | None) -> str:
+        if e.op in LOGICAL:
+            return f"{self._sub(e.left, env, None)} {e.op} {self._sub(e.right, env, None)}"
+        kind = join(self.infer(e.left, env), self.infer(e.right, env))
+        if e.op in COMPARISONS:
+            kind = kind or "double"
+        elif e.op in ARITHMETIC:
+            kind = kind or (want if want in FLOATING else "double")
+        else:
+            raise ValueError(f"unknown operator {e.op!r}")
+        if e.op in ("min", "max"):
+            left, right = self.expr(e.left, env, kind), self.expr(e.right, env, kind)
+            return f"ekx_{e.op}_{_SUFFIX[kind]}({left}, {right})"
+        return f"{self._sub(e.left, env, kind)} {e.op} {self._sub(e.right, env, kind)}"
+
+    # -- statements ------------------------------------------------------------
+
+    def stmts(self, body: Sequence[kir.Stmt], env: Mapping[str, str]) -> list[str]:
+        """Lines of a statement list (a Declare is visible to the statements after it)."""
+        scope = dict(env)
+        lines: list[str] = []
+        for s in body:
+            lines += self.stmt(s, scope)
+        return lines
+
+    def block(self, body: Sequence[kir.Stmt], env: Mapping[str, str]) -> list[str]:
+        return ["{", *indent(self.stmts(body, env)), "}"]
+
+    def stmt(self, s: kir.Stmt, env: dict[str, str]) -> list[str]:
+        """Lines of one statement; Declare and VectorLoad add their name to ``env``."""
+        if isinstance(s, kir.Declare):
+            self.local(s.name)
+            env[s.name] = s.ctype
+            if s.init is None:
+                return [self.uninitialised(s)]
+            return [f"{s.ctype} {s.name} = {self.expr(s.init, env, s.ctype)};"]
+        if isinstance(s, kir.Assign):
+            target = self.var(s.name, env)
+            return [f"{target} {s.op} {self.expr(s.value, env, env[s.name])};"]
+        if isinstance(s, kir.Store):
+            info = self.array(s.array)
+            if info.readonly:
+                raise ValueError(f"kernel {self.kernel.name}: store to read-only {info.name!r}")
+            index = self.expr(s.index, env, self.index_type)
+            value = self.expr(s.value, env, info.ctype)
+            return [f"{self.element(info, index, 'store')} {s.op} {value};"]
+        if isinstance(s, kir.For):
+            self.local(s.var)
+            if s.step <= 0:
+                raise ValueError(f"loop {s.var}: step must be positive")
+            it, inner = self.index_type, {**env, s.var: self.index_type}
+            head = (
+                f"for ({it} {s.var} = {self.expr(s.start, env, it)}; "
+                f"{s.var} < {self.expr(s.stop, inner, it)}; {s.var} += {s.step}) {{"
+            )
+            return [*self.unroll(s.unroll), head, *indent(self.stmts(s.body, inner)), "}"]
+        if isinstance(s, kir.If):
+            lines = [f"if ({self.expr(s.cond, env)}) {{", *indent(self.stmts(s.body, env)), "}"]
+            if s.orelse:
+                lines[-1] = "} else {"
+                lines += [*indent(self.stmts(s.orelse, env)), "}"]
+            return lines
+        if isinstance(s, kir.Comment):
+            return [f"// {line}" for line in s.text.splitlines() or [""]]
+        if isinstance(s, kir.VectorLoad):
+            self.local(s.name)
+            info = self.array(s.array)
+            vector, element = vector_type(s)
+            if element != info.ctype or info.space == "thread":
+                raise ValueError(f"vector load of {vector} from {info.space} {info.name!r}")
+            lines = self.vector_load(s, info, self.expr(s.index, env, self.index_type))
+            env[s.name] = vector
+            return lines
+        raise TypeError(f"unknown kernel statement {s!r}")

@@ -1,0 +1,369 @@
+"""C for the CPU emulation of a :class:`~einkern.gpu.kir.Kernel` (MCUDA style).
+
+The generated library exports ``einkern_run(void **buffers, const double *scalars)``
+(the CPU backend's entry point, so its cache and loader serve it unchanged):
+``buffers`` holds the kernel's global arrays in parameter order, then the error
+record (``long long``: count, allocation-failure flag, then ``MAX_ERRORS``
+records of ``site, index, block, thread, kind``); ``scalars`` the scalar
+parameters in order.
+
+Execution model:
+
+* the block loop is an OpenMP ``for`` (blocks are independent); every OpenMP
+  thread owns one copy of the shared arrays and of the thread variables
+  (``T ekx_tv_NAME[threads * count]``), poisoned at the start of every block:
+  NaN for floating types, ``POISON_INT``/``POISON_LONG`` for integers;
+  uninitialised Declares get the same poison;
+* code between two barriers runs as one *thread loop* ``for (ekx_thread ...)``:
+  consecutive :class:`~kir.PerThread` sections not separated by a barrier are
+  fused into the same thread loop, so a missing barrier gives a wrong result;
+* a :class:`~kir.Uniform` loop without a barrier (none reachable: zero-trip
+  inner loops do not count) runs whole inside the thread loop, per thread;
+* a Uniform loop with barriers is *rotated*: the code of iteration ``s`` after
+  its last barrier (the tail) runs in the same thread loop as the code of
+  iteration ``s+1`` before its first barrier (the head), and the pending code
+  before the loop joins the head of the first iteration; the tail of the last
+  iteration stays pending and joins the code after the loop.  Each iteration's
+  first thread loop therefore starts with ``if (k == start) {before the loop}
+  else {tail of iteration k - step}``; a missing end-of-loop barrier thus lets
+  fast threads overwrite shared memory that slow threads still read, as on a GPU;
+* every Load/Store/VectorLoad goes through ``ekx_at_T``/``ekx_vload_T``, which
+  check the index against the array's size (misalignment too, for vector
+  loads); a bad access is recorded and redirected to a per-thread sink holding
+  the poison value, never performed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..backends.cpu.codegen import ENTRY_POINT
+from . import kir
+from .emulator_cexpr import PREFIX, PRELUDE_FUNCTIONS, ArrayInfo, CText, indent, vector_type
+
+POISON_INT = -0x5EADBEEF  # poison of int shared memory / thread variables
+POISON_LONG = -0x5EADBEEF5EADBEEF  # poison of long long ones
+MAX_ERRORS = 32  # bad accesses recorded per kernel run (all are counted)
+RECORD = 5  # longs per recorded error
+KINDS = ("out of bounds", "misaligned")
+_SUFFIX = {"float": "f", "double": "d", "int": "i", "long long": "ll"}
+POISON = {
+    "float": "EKX_NAN_F",
+    "double": "EKX_NAN_D",
+    "int": "EKX_POISON_I",
+    "long long": "EKX_POISON_LL",
+}
+
+
+def _access_functions() -> str:
+    out = []
+    for ctype, s in _SUFFIX.items():
+        out.append(f"""\
+static inline {ctype} *ekx_at_{s}({ctype} *base, long long index, long long size, int site,
+                                 ekx_ctx *c)
+{{
+    if (index >= 0 && index < size)
+        return base + index;
+    ekx_record(c, site, index, 0);
+    c->sink_{s} = {POISON[ctype]};
+    return &c->sink_{s};
+}}
+static inline void ekx_vload_{s}({ctype} *dst, const {ctype} *base, long long index, int width,
+                                 long long size, int site, ekx_ctx *c)
+{{
+    if (index >= 0 && index <= size - width && index % width == 0) {{
+        for (int i = 0; i < width; ++i)
+            dst[i] = base[index + i];
+        return;
+    }}
+    ekx_record(c, site, index, index >= 0 && index <= size - width ? 1 : 0);
+    for (int i = 0; i < width; ++i)
+        dst[i] = {POISON[ctype]};
+}}
+""")
+    return "".join(out)
+
+
+C_PRELUDE = f"""\
+#include <math.h>
+#include <stdlib.h>
+#define EKX_NAN_F NAN
+#define EKX_INF_F INFINITY
+#define EKX_NAN_D ((double)NAN)
+#define EKX_INF_D ((double)INFINITY)
+#define EKX_POISON_I ({POISON_INT})
+#define EKX_POISON_LL ({POISON_LONG}LL)
+#define EKX_MAX_ERRORS {MAX_ERRORS}
+typedef struct {{
+    long long *errors;
+    long long block, thread;
+    float sink_f;
+    double sink_d;
+    int sink_i;
+    long long sink_ll;
+}} ekx_ctx;
+static void ekx_record(ekx_ctx *c, int site, long long index, int kind)
+{{
+    long long n;
+    #pragma omp atomic capture
+    n = c->errors[0]++;
+    if (n < EKX_MAX_ERRORS) {{
+        long long *e = c->errors + 2 + {RECORD} * n;
+        e[0] = site;
+        e[1] = index;
+        e[2] = c->block;
+        e[3] = c->thread;
+        e[4] = kind;
+    }}
+}}
+{_access_functions()}{PRELUDE_FUNCTIONS.format(q="static inline")}"""
+
+
+@dataclass(frozen=True)
+class Site:
+    """One access in the emulation source (numbered in printing order)."""
+
+    array: str
+    space: str  # "global" | "shared" | "thread"
+    access: str  # "load" | "store" | "vector load"
+    size: int
+
+
+@dataclass(frozen=True)
+class EmulationSource:
+    """The C text of one kernel's emulation and what its entry point expects."""
+
+    kernel: kir.Kernel
+    text: str
+    sites: tuple[Site, ...]
+    arrays: tuple[kir.Param, ...]  # buffers[0..n), then the error record
+    scalars: tuple[kir.Param, ...]
+
+
+def _trips(u: kir.Uniform) -> int:
+    if u.step <= 0:
+        raise ValueError(f"uniform loop {u.var}: step must be positive")
+    return max(0, -(-(u.stop - u.start) // u.step))
+
+
+def has_barrier(sections: Sequence[kir.Section]) -> bool:
+    """True when running ``sections`` executes at least one barrier."""
+    return any(
+        isinstance(s, kir.Barrier)
+        or (isinstance(s, kir.Uniform) and _trips(s) > 0 and has_barrier(s.body))
+        for s in sections
+    )
+
+
+class EmulationText(CText):
+    """C spelling for the emulation, and the thread-loop schedule of the sections."""
+
+    def __init__(self, kernel: kir.Kernel):
+        super().__init__(kernel)
+        self.sites: list[Site] = []
+        self.thread_scalars = {v.name for v in kernel.thread_vars if not v.count}
+
+    # -- spelling --------------------------------------------------------------
+
+    def var(self, name: str, env) -> str:
+        super().var(name, env)
+        return f"{PREFIX}tv_{name}[{PREFIX}thread]" if name in self.thread_scalars else name
+
+    def block_index(self, axis: str) -> str:
+        return f"{PREFIX}block" if axis == "x" else f"(({self.index_type})0)"  # 1-D grid
+
+    def thread_index(self) -> str:
+        return f"{PREFIX}thread"
+
+    def _site(self, info: ArrayInfo, access: str) -> tuple[int, str]:
+        self.sites.append(Site(info.name, info.space, access, info.size))
+        if info.space == "thread":
+            return len(self.sites) - 1, f"({PREFIX}tv_{info.name} + {PREFIX}thread * {info.size})"
+        return len(self.sites) - 1, info.name
+
+    def element(self, info: ArrayInfo, index: str, access: str) -> str:
+        site, base = self._site(info, access)
+        return (
+            f"(*{PREFIX}at_{_SUFFIX[info.ctype]}({base}, {index}, {info.size}LL, "
+            f"{site}, {PREFIX}c))"
+        )
+
+    def lane(self, vector: str, lane: int) -> str:
+        return f"{vector}[{lane}]"
+
+    def vector_load(self, stmt: kir.VectorLoad, info: ArrayInfo, index: str) -> list[str]:
+        _, element = vector_type(stmt)
+        site, base = self._site(info, "vector load")
+        return [
+            f"{element} {stmt.name}[{stmt.width}];",
+            f"{PREFIX}vload_{_SUFFIX[element]}({stmt.name}, {base}, {index}, {stmt.width}, "
+            f"{info.size}LL, {site}, {PREFIX}c);",
+        ]
+
+    def uninitialised(self, stmt: kir.Declare) -> str:
+        return f"{stmt.ctype} {stmt.name} = {POISON[stmt.ctype]};"
+
+    # -- schedule --------------------------------------------------------------
+
+    def thread_loop(self, pending: list[str]) -> list[str]:
+        if not pending:
+            return []
+        t = f"{PREFIX}thread"
+        return [
+            f"for ({self.index_type} {t} = 0; {t} < {self.kernel.threads}; ++{t}) {{",
+            f"    {PREFIX}c->thread = {t};",
+            *indent(pending),
+            "}",
+        ]
+
+    def per_thread(self, sections: Sequence[kir.Section], env: dict[str, str]) -> list[str]:
+        """Barrier-free sections as code of one thread."""
+        lines: list[str] = []
+        for s in sections:
+            if isinstance(s, kir.PerThread):
+                lines += self.block(s.body, env)
+            elif isinstance(s, kir.Uniform) and _trips(s) > 0:
+                v, it = self.local(s.var), self.index_type
+                lines.append(f"for ({it} {v} = {s.start}; {v} < {s.stop}; {v} += {s.step}) {{")
+                lines += indent(self.per_thread(s.body, {**env, v: it}))
+                lines.append("}")
+            elif not isinstance(s, kir.Uniform):
+                raise TypeError(f"unexpected section {s!r} in barrier-free code")
+        return lines
+
+    def emit(
+        self, sections: Sequence[kir.Section], env: dict[str, str], pending: list[str]
+    ) -> tuple[list[str], list[str]]:
+        """(block-level code, per-thread code still pending after ``sections``)."""
+        code: list[str] = []
+        for s in sections:
+            if isinstance(s, kir.Barrier):
+                code += self.thread_loop(pending)
+                pending = []
+            elif isinstance(s, kir.PerThread) or not has_barrier([s]):
+                pending = pending + self.per_thread([s], env)
+            elif isinstance(s, kir.Uniform):
+                step_code, pending = self._rotated(s, env, pending)
+                code += step_code
+            else:
+                raise TypeError(f"unknown kernel section {s!r}")
+        return code, pending
+
+    def _rotated(
+        self, u: kir.Uniform, env: dict[str, str], pending: list[str]
+    ) -> tuple[list[str], list[str]]:
+        v, it = self.local(u.var), self.index_type
+        inner = {**env, v: it}
+        _, tail = self.emit(u.body, inner, [])  # the code after the body's last barrier
+        carry: list[str] = []
+        if pending:
+            carry = [f"if ({v} == {u.start}) {{", *indent(pending), "}"]
+        if tail:
+            previous = [
+                f"const {it} {PREFIX}previous = {v} - {u.step};",
+                "{",
+                f"    const {it} {v} = {PREFIX}previous;",
+                *indent(tail),
+                "}",
+            ]
+            if carry:
+                carry[-1] = "} else {"
+                carry += [*indent(previous), "}"]
+            else:
+                carry = [f"if ({v} != {u.start}) {{", *indent(previous), "}"]
+        body, _ = self.emit(u.body, inner, carry)
+        code = [
+            f"for ({it} {v} = {u.start}; {v} < {u.stop}; {v} += {u.step}) {{",
+            *indent(body),
+            "}",
+        ]
+        last = u.start + (_trips(u) - 1) * u.step
+        after = ["{", f"    const {it} {v} = {last};", *indent(tail), "}"] if tail else []
+        return code, after
+
+
+def _declarations(kernel: kir.Kernel) -> tuple[list[str], list[str], list[str]]:
+    """(allocations per OpenMP thread, poisoning per block, frees)."""
+    memory = [(a.name, a.ctype, max(1, a.size)) for a in kernel.shared]
+    memory += [
+        (f"{PREFIX}tv_{v.name}", v.ctype, kernel.threads * max(1, v.count))
+        for v in kernel.thread_vars
+    ]
+    allocate = [f"{t} *const {name} = ({t} *)malloc(sizeof({t}) * {n});" for name, t, n in memory]
+    ok = " && ".join(["1", *(f"{name} != NULL" for name, _, _ in memory)])
+    allocate.append(f"const int {PREFIX}ok = {ok};")
+    i = f"{PREFIX}i"
+    poison = [
+        f"for (long long {i} = 0; {i} < {n}; ++{i}) {name}[{i}] = {POISON[t]};"
+        for name, t, n in memory
+    ]
+    return allocate, poison, [f"free({name});" for name, _, _ in memory]
+
+
+def emulation_source(kernel: kir.Kernel) -> EmulationSource:
+    """The emulation C of ``kernel`` with its access sites and buffer order."""
+    printer = EmulationText(kernel)
+    code, pending = printer.emit(kernel.body, dict(printer.types), [])
+    code += printer.thread_loop(pending)
+    arrays = tuple(p for p in kernel.params if p.is_array)
+    scalars = tuple(p for p in kernel.params if not p.is_array)
+    head = [
+        f"{p.ctype} *const {p.name} = ({p.ctype} *){PREFIX}buffers[{n}];"
+        for n, p in enumerate(arrays)
+    ]
+    head += [
+        f"const {p.ctype} {p.name} = ({p.ctype}){PREFIX}scalars[{n}];"
+        for n, p in enumerate(scalars)
+    ]
+    allocate, poison, free = _declarations(kernel)
+    b, it = f"{PREFIX}block", kernel.index_type
+    blocks = [
+        "#pragma omp for schedule(static)",
+        f"for ({it} {b} = 0; {b} < {kernel.blocks}; ++{b}) {{",
+        f"    if (!{PREFIX}ok) continue;",
+        f"    {PREFIX}c->block = {b};",
+        *indent([*poison, *code]),
+        "}",
+    ]
+    parallel = [
+        f"{PREFIX}ctx {PREFIX}context = {{{PREFIX}errors, 0, 0, 0.0f, 0.0, 0, 0}};",
+        f"{PREFIX}ctx *const {PREFIX}c = &{PREFIX}context;",
+        *allocate,
+        f"if (!{PREFIX}ok) {{",
+        "    #pragma omp atomic write",
+        f"    {PREFIX}errors[1] = 1;",
+        "}",
+        *blocks,
+        *free,
+    ]
+    body = [
+        f"long long *const {PREFIX}errors = (long long *){PREFIX}buffers[{len(arrays)}];",
+        *head,
+        f"(void){PREFIX}scalars;",
+        "#pragma omp parallel",
+        "{",
+        *indent(parallel),
+        "}",
+    ]
+    comment = [
+        f"// einkern CPU emulation (MCUDA style) of CUDA kernel {kernel.name}: "
+        f"{kernel.blocks} blocks x {kernel.threads} threads"
+    ]
+    text = "\n".join(
+        [
+            *comment,
+            C_PRELUDE,
+            f"void {ENTRY_POINT}(void **{PREFIX}buffers, const double *{PREFIX}scalars)",
+            "{",
+            *indent(body),
+            "}",
+            "",
+        ]
+    )
+    return EmulationSource(kernel, text, tuple(printer.sites), arrays, scalars)
+
+
+def print_emulation_c(kernel: kir.Kernel) -> str:
+    """The emulation C source of ``kernel`` (see the module docstring)."""
+    return emulation_source(kernel).text

@@ -77,15 +77,15 @@ class CudaDevice:
         torch.backends.cudnn.allow_tf32 = False
         properties = torch.cuda.get_device_properties(0)
         self.properties = properties
-        l2 = int(getattr(properties, "L2_cache_size", 0) or (64 << 20))
-        self.flush_bytes = max(2 * l2, 128 << 20)
+        self.l2_bytes = int(getattr(properties, "L2_cache_size", 0) or (64 << 20))
+        self.flush_bytes = max(2 * self.l2_bytes, 128 << 20)
         self.timer = CudaEventTimer(torch, self.flush_bytes)
         self.dtypes = {"float32": torch.float32, "float64": torch.float64}
 
     def describe(self) -> str:
         p = self.properties
         return (f"{p.name}, {p.multi_processor_count} SMs, {p.total_memory / 2**30:.0f} GiB, "
-                f"L2 {self.flush_bytes // 2 / 2**20:.0f} MiB")
+                f"L2 {self.l2_bytes / 2**20:.0f} MiB (flushed with {self.flush_bytes >> 20} MiB)")
 
     # -- arrays -----------------------------------------------------------------
 

@@ -49,7 +49,7 @@ class BenchOptions:
     warmup: int = 2
     row_budget_s: float = 30.0
     suite_timeouts: tuple[tuple[str, float], ...] = ()
-    reference_limit_s: float = 3.0
+    reference_limit_s: float = 1.0
     seed: int = 0
     peers: tuple[str, ...] | None = None
 
@@ -66,9 +66,17 @@ def tuning_supported() -> bool:
     return "tune" in inspect.signature(api.compile).parameters
 
 
+def _first_line(text: str | None, width: int = 300) -> str | None:
+    """The first line of a message, at most ``width`` characters (None stays None)."""
+    if text is None:
+        return None
+    lines = text.strip().splitlines()
+    line = lines[0].strip() if lines else ""
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
 def _reason(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0] if text else ''}".strip().rstrip(":")
+    return f"{type(error).__name__}: {_first_line(str(error))}".strip().rstrip(":")
 
 
 class Runner:
@@ -80,7 +88,7 @@ class Runner:
         self.device = device
         self.calibration = calibration
         self.peers = list(peers)
-        self.unavailable = {peer.name: peer.available() for peer in self.peers}
+        self.unavailable = {peer.name: _first_line(peer.available()) for peer in self.peers}
         self.log = log
         self.compile_options: dict[str, Any] = {}
         for name, reason in self.unavailable.items():

@@ -149,9 +149,13 @@ def _make_valid(problem, position, config, limits, reasons) -> Config:
                 return candidate
     statement = problem.program.statements[position]
     x = config["x"]
-    for block in ([32, 1], [64, 1], [128, 1], [256, 1]):
+    y = config["y"]
+    for block, y_index in (([0, 0], y), ([32, 1], ""), ([64, 1], ""), ([128, 1], ""),
+                           ([256, 1], ""), ([0, 1], "")):
+        if block == [0, 0] and not y:
+            continue
         for boundary in ("exact", "guard"):
-            candidate = {"x": x, "y": "", "block": block, "regs": [1, 1, 1],
+            candidate = {"x": x, "y": y_index, "block": block, "regs": [1, 1, 1],
                          "assign": "cyclic", "staging": ["none", 1, False, 0, "natural"],
                          "unroll": 1, "boundary": boundary}
             if violation(problem, position, candidate, limits) is None:

@@ -259,7 +259,9 @@ def violation(problem: Problem, position: int, config: Config,
     threads = tx * ty
     if threads > limits.max_threads_per_block:
         return "too many threads"
-    if threads < 16 and threads < math.prod(size[i] for i in statement.parallel_indices):
+    whole = bx == 0 or by == 0
+    outputs = math.prod(size[i] for i in statement.parallel_indices)
+    if threads < 16 and not whole and threads < outputs:
         return "fewer than half a warp of threads"
     if tx * rx > 2 * _pow2(size[x]) or (y and ty * ry > 2 * _pow2(size[y])):
         return "tile much larger than its extent"

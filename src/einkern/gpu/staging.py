@@ -234,7 +234,10 @@ def staged_group_sections(lowering, number: int, group: Group,
             ragged = (lowering.ragged(index) if index in lowering.parallel
                       else sizes[index] % steps[index] != 0)
             if ragged and mapping.boundary == "redirect":
-                coordinate = E.minimum(coordinate, E.const(limit - 1))
+                # Clamp to the last valid element (the last whole vector along the
+                # contiguous index, which stays aligned since width divides the extent).
+                last = limit - (width if index == natural_order(problem, access)[0] else 1)
+                coordinate = E.minimum(coordinate, E.const(last))
             elif ragged and mapping.boundary == "guard":
                 conditions.append(E.less(coordinate, E.const(limit)))
             coords[index] = coordinate

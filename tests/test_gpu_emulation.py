@@ -1,0 +1,120 @@
+"""Generated CUDA kernels executed by the CPU emulator and compared with NumPy.
+
+Random mappings from the space, random extents (primes and 1 included); fault
+injection shows that a missing barrier or a wrong boundary policy fails.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import einkern
+from einkern.gpu.decision import decide
+from einkern.gpu.emulator import count_barriers, drop_barrier
+from einkern.gpu.lower import _Lowering, lower
+from einkern.gpu.mapping import Mapping, ParallelTile, Staging
+from einkern.gpu.space import config_to_mapping, parameters, violation
+from einkern.gpu.verify import verify
+
+TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
+
+PROGRAMS = {
+    "gemm": ("examples/gemm.ein", ("m", "n", "k")),
+    "gemm_alpha_beta": ("examples/gemm_alpha_beta.ein", ("m", "n", "k")),
+    "sd_t_d1_1": ("examples/sd_t_d1_1.ein", ("T",)),
+    "local_grad3": ("examples/local_grad3.ein", ("p", "nelt")),
+    "riemann": ("examples/riemann.ein", ("n",)),
+    "treduda_sum": ("examples/treduda_sum.ein", ("n",)),
+    "norms": ("examples/norms.ein", ("nb", "d")),
+}
+SIZES = {"m": (1, 7, 33, 64), "n": (1, 13, 32, 40), "k": (1, 5, 17, 32), "T": (1, 2, 3, 4),
+         "p": (1, 3, 5), "nelt": (1, 2, 3), "nb": (1, 9, 31), "d": (1, 5, 16)}
+
+
+def tolerance(problem) -> float:
+    dtypes = {t.dtype for t in problem.program.tensors}
+    return TOLERANCE["float32" if "float32" in dtypes else "float64"]
+
+
+def random_problem(name: str, rng: random.Random):
+    path, extents = PROGRAMS[name]
+    sizes = {e: rng.choice(SIZES[e]) for e in extents}
+    if name == "riemann":
+        sizes["n"] = rng.choice((1, 2, 3, 5))
+    if name == "treduda_sum":
+        sizes["n"] = rng.choice((1, 7, 19, 32))
+    return einkern.make_problem(einkern.load(path), sizes)
+
+
+def random_mappings(problem, rng: random.Random, attempts: int = 3000) -> dict[int, Mapping]:
+    mappings = {}
+    for position in range(len(problem.program.statements)):
+        params = parameters(problem, position)
+        mappings[position] = decide(problem, position)
+        for _ in range(attempts):
+            config = {name: rng.choice(values) for name, values in params.items()}
+            if violation(problem, position, config) is None:
+                mappings[position] = config_to_mapping(problem, position, config)
+                break
+    return mappings
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+@pytest.mark.parametrize("seed", range(4))
+def test_random_mappings_match_the_reference(name, seed):
+    rng = random.Random(hash((name, seed)) & 0xFFFF)
+    problem = random_problem(name, rng)
+    mappings = random_mappings(problem, rng)
+    result = verify(problem, mappings, seed=seed)
+    described = {p: m.to_json() for p, m in mappings.items()}
+    assert result.bad_accesses == 0, (dict(problem.sizes), described, result.errors[:3])
+    assert result.max_relative_error <= tolerance(problem), (dict(problem.sizes), described)
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_default_mappings_match_the_reference(name):
+    path, _ = PROGRAMS[name]
+    problem = einkern.make_problem(einkern.load(path), {
+        "gemm": {"m": 70, "n": 66, "k": 40}, "gemm_alpha_beta": {"m": 33, "n": 17, "k": 9},
+        "sd_t_d1_1": {"T": 5}, "local_grad3": {"p": 6, "nelt": 4}, "riemann": {"n": 6},
+        "treduda_sum": {"n": 21}, "norms": {"nb": 50, "d": 12}}[name])
+    mappings = {i: decide(problem, i) for i in range(len(problem.program.statements))}
+    result = verify(problem, mappings, seed=3)
+    assert result.ok(tolerance(problem)), result
+
+
+def staged_gemm(sizes, boundary="guard", prefetch=True):
+    problem = einkern.make_problem(einkern.load("examples/gemm.ein"), sizes)
+    mapping = Mapping(
+        "shared",
+        (ParallelTile("j", 16, 8, True), ParallelTile("i", 8, 4, False)),
+        k_step=(("l", 4),),
+        staged=(Staging("A[i,l]", (), 1), Staging("B[l,j]", ("l", "j"), 0)),
+        prefetch=prefetch, vector_width=4, boundary=boundary,
+    )
+    return problem, mapping
+
+
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_every_barrier_is_needed(prefetch):
+    problem, mapping = staged_gemm({"m": 16, "n": 32, "k": 16}, "exact", prefetch)
+    kernel = lower(problem, 0, mapping)
+    assert verify(problem, {0: mapping}, kernels=[kernel]).ok(1e-5)
+    assert count_barriers(kernel) == 2
+    for n in range(count_barriers(kernel)):
+        broken = verify(problem, {0: mapping}, kernels=[drop_barrier(kernel, n)])
+        assert not broken.ok(1e-5), f"dropping barrier {n} went unnoticed"
+
+
+def test_wrong_boundary_policy_is_caught():
+    problem, mapping = staged_gemm({"m": 13, "n": 29, "k": 11}, "guard")
+    assert verify(problem, {0: mapping}).ok(1e-5)
+    redirect = Mapping(**{**mapping.__dict__, "boundary": "redirect"})
+    assert verify(problem, {0: redirect}).ok(1e-5)
+    # "exact" on ragged extents: lowered without the checks that forbid it.
+    exact = Mapping(**{**mapping.__dict__, "boundary": "exact"})
+    kernel = _Lowering(problem, 0, exact, "unchecked").kernel()
+    broken = verify(problem, {0: exact}, kernels=[kernel])
+    assert broken.bad_accesses > 0 and not broken.ok(1e-5)

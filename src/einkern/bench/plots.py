@@ -88,7 +88,8 @@ def speedup_figure(result: BenchResult, title: str, rows: Sequence[Measurement],
     """Horizontal bars: for each case, einkern's speedup over each peer (log scale)."""
     plt = _pyplot()
     colors = _colors(result)
-    peers = [name for name in result.implementations() if name != EINKERN]
+    timed = {row.implementation for row in rows if row.einkern_speedup}
+    peers = [name for name in result.implementations() if name != EINKERN and name in timed]
     cases = list(dict.fromkeys((row.workload, row.label, row.extents) for row in rows))
     height = 0.8 / max(len(peers), 1)
     figure, axes = plt.subplots(figsize=(7, 1.2 + 0.32 * len(cases) * max(1, len(peers)) / 3),

@@ -10,17 +10,24 @@ the entry point::
 strides are compile-time constants; index arithmetic is 64-bit throughout.
 
 Each statement is a nest of parallel loops over its distinct output indices
-(order and OpenMP collapse from a :class:`~.schedule.LoopSchedule`).  Inside the
-innermost one, every :class:`~einkern.ir.nodes.Sum` becomes a local accumulator
-computed by its own reduction loops before the expression that uses it, so
-reductions never leave their thread.  A statement is computed in the widest
-dtype of the tensors it reads and converted to the output's dtype on store.
+(order, tiles and OpenMP collapse from a :class:`~.schedule.LoopSchedule`).
+Inside the innermost one, every :class:`~einkern.ir.nodes.Sum` becomes a local
+accumulator computed by its own reduction loops before the expression that uses
+it, so reductions never leave their thread.  A *buffered* schedule (tiled
+reductions, or parallel loops moved inside the reduction loops) instead
+accumulates each outermost sum of a tile in a per-thread array ``sumbufK``, one
+reduction tile after another, then evaluates the expression from it.  A
+statement is computed in the widest dtype of the tensors it reads and converted
+to the output's dtype on store.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import math
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,7 +46,16 @@ from ...ir.nodes import (
     Sum,
     walk,
 )
-from .schedule import CpuSchedule, LoopSchedule, check_schedule, default_schedule
+from .schedule import (
+    CpuSchedule,
+    LoopSchedule,
+    buffer_shape,
+    check_schedule,
+    default_schedule,
+    effective_tiles,
+    is_buffered,
+    top_level_sums,
+)
 
 ENTRY_POINT = "einkern_run"
 C_TYPES = {"float32": "float", "float64": "double"}
@@ -164,6 +180,7 @@ class _Context:
     statement: Statement
     ctype: str
     counter: itertools.count = field(default_factory=itertools.count)
+    buffers: Mapping[Sum, str] = field(default_factory=dict)  # sums already computed
 
     def fresh(self) -> str:
         return f"acc{next(self.counter)}"
@@ -212,25 +229,128 @@ def _statement_function(
             f"{_INDENT}const {ctype} {c_identifier('s', name)} = {cast}scalars[{positions[name]}];"
         )
 
+    lines += [_INDENT + line for line in _loop_nest(context, loops)]
+    lines.append("}")
+    return lines
+
+
+def _store(context: _Context) -> list[str]:
+    """Evaluate the right-hand side and store it into the output element."""
+    problem, statement = context.problem, context.statement
+    output = statement.output
+    store_ctype = C_TYPES[problem.program.tensor(output.tensor).dtype]
     value = _expr(statement.rhs, context)
     target = f"{c_identifier('t', output.tensor)}[{_offset(problem, output)}]"
     rhs = value.text
-    if statement.op == "=" and store_ctype != ctype:
+    if statement.op == "=" and store_ctype != context.ctype:
         rhs = f"({store_ctype})({rhs})"
-    body = [*value.setup, f"{target} {statement.op} {rhs};"]
+    return [*value.setup, f"{target} {statement.op} {rhs};"]
 
-    depth = 1
-    for position, index in enumerate(loops.order):
-        if position == 0 and loops.collapse > 0:
-            clause = f" collapse({loops.collapse})" if loops.collapse > 1 else ""
-            lines.append(f"{_INDENT * depth}#pragma omp parallel for{clause} schedule(static)")
-        lines.append(_INDENT * depth + _loop_header(index, context.size(index)))
-        depth += 1
-    lines += [_INDENT * depth + line for line in body]
-    for depth in range(len(loops.order), 0, -1):
+
+def _nest(headers: Sequence[str], body: Sequence[str], pragma: str | None = None) -> list[str]:
+    """Loops around ``body``, outermost first; ``pragma`` goes before the first loop."""
+    lines = []
+    for depth, header in enumerate(headers):
+        if depth == 0 and pragma:
+            lines.append(pragma)
+        lines.append(_INDENT * depth + header)
+    lines += [_INDENT * len(headers) + line for line in body]
+    for depth in range(len(headers) - 1, -1, -1):
         lines.append(_INDENT * depth + "}")
-    lines.append("}")
     return lines
+
+
+def _loop_nest(context: _Context, loops: LoopSchedule) -> list[str]:
+    """The statement's loops: tile loops, then point loops and the body."""
+    problem, statement = context.problem, context.statement
+    tiles = effective_tiles(problem, statement, loops)
+    pragma = None
+    if loops.collapse > 0:
+        clause = f" collapse({loops.collapse})" if loops.collapse > 1 else ""
+        pragma = f"#pragma omp parallel for{clause} schedule(static)"
+    tile_loops = [
+        _tile_header(index, context.size(index), tiles[index])
+        for index in loops.order
+        if index in tiles
+    ]
+    points = [_point_header(i, context.size(i), tiles.get(i)) for i in loops.order]
+    if not is_buffered(problem, statement, loops):
+        return _nest(tile_loops + points, _store(context), pragma)
+    return _nest(tile_loops, _buffered_tile(context, loops, tiles), pragma)
+
+
+def _buffered_tile(context: _Context, loops: LoopSchedule, tiles: Mapping[str, int]) -> list[str]:
+    """One tile of a buffered statement: accumulate each outermost sum into its
+    buffer, reduction tile by reduction tile, then evaluate and store."""
+    problem, statement = context.problem, context.statement
+    shape = buffer_shape(problem, statement, loops)
+    elements = math.prod(shape)
+    position = _buffer_offset(loops.order, shape, tiles)
+    sums = top_level_sums(statement.rhs)
+    names = {node: f"sumbuf{number}" for number, node in enumerate(sums)}
+    lines = [f"{context.ctype} {name}[{elements}];" for name in names.values()]
+    split = len(loops.order) - loops.inner
+    outer = [_point_header(i, context.size(i), tiles.get(i)) for i in loops.order[:split]]
+    inner = [_point_header(i, context.size(i), tiles.get(i)) for i in loops.order[split:]]
+    for node, name in names.items():
+        lines.append(f"for (int64_t e = 0; e < {elements}; ++e) {name}[e] = 0;")
+        reduction_tiles = [
+            _tile_header(index, context.size(index), tiles[index])
+            for index in node.indices
+            if index in tiles
+        ]
+        reduction_points = [
+            _point_header(index, context.size(index), tiles.get(index)) for index in node.indices
+        ]
+        body = _expr(node.body, context)
+        element = f"{name}[{position}]"
+        if loops.inner == 0:
+            acc = context.fresh()
+            core = [
+                f"{context.ctype} {acc} = {element};",
+                *_nest(reduction_points, [*body.setup, f"{acc} += {body.text};"]),
+                f"{element} = {acc};",
+            ]
+            lines += _nest(reduction_tiles + outer, core)
+        else:
+            core = [*body.setup, f"{element} += {body.text};"]
+            lines += _nest(reduction_tiles + outer + reduction_points + inner, core)
+    final = dataclasses.replace(
+        context, buffers={node: f"{name}[{position}]" for node, name in names.items()}
+    )
+    points = [_point_header(i, context.size(i), tiles.get(i)) for i in loops.order]
+    return lines + _nest(points, _store(final))
+
+
+def _buffer_offset(order: Sequence[str], shape: Sequence[int], tiles: Mapping[str, int]) -> str:
+    """Element of the sum buffer (row-major over ``order``) for the current point."""
+    terms = []
+    stride = 1
+    for index, size in zip(reversed(order), reversed(shape), strict=True):
+        var = c_identifier("i", index)
+        if index in tiles:
+            var = f"({var} - {c_identifier('b', index)})"
+        if size != 1:
+            terms.append(var if stride == 1 else f"{var}*{stride}")
+        stride *= size
+    return " + ".join(reversed(terms)) or "0"
+
+
+def _tile_header(index: str, size: int, tile: int) -> str:
+    block = c_identifier("b", index)
+    return f"for (int64_t {block} = 0; {block} < {size}; {block} += {tile}) {{"
+
+
+def _point_header(index: str, size: int, tile: int | None) -> str:
+    """The loop over ``index``: whole, or within the current tile (the last one may
+    be shorter when the tile does not divide the extent)."""
+    if tile is None:
+        return _loop_header(index, size)
+    var, block = c_identifier("i", index), c_identifier("b", index)
+    end = f"{block} + {tile}"
+    if size % tile:
+        end = f"({end} < {size} ? {end} : {size})"
+    return f"for (int64_t {var} = {block}; {var} < {end}; ++{var}) {{"
 
 
 def _loop_header(index: str, size: int) -> str:
@@ -304,6 +424,8 @@ def _expr(expr: Expr, context: _Context) -> _Code:
         setup = tuple(line for arg in args for line in arg.setup)
         return _Code(setup, f"{name}({', '.join(arg.text for arg in args)})", _ATOM)
     if isinstance(expr, Sum):
+        if expr in context.buffers:
+            return _Code((), context.buffers[expr], _ATOM)
         return _sum(expr, context)
     raise TypeError(f"unknown expression node {expr!r}")
 

@@ -1,9 +1,18 @@
 """How the CPU code generator lays out each statement's loops.
 
 A :class:`CpuSchedule` holds one :class:`LoopSchedule` per statement.  Code
-generation takes a schedule as an argument, so tuning (a later concern) only
-has to produce a different schedule; :func:`default_schedule` derives a sensible
-one from the problem alone.
+generation takes a schedule as an argument, so the autotuner only has to produce
+a different schedule; :func:`default_schedule` derives a sensible one from the
+problem alone.
+
+Tiling (optional, off by default).  A tiled parallel index ``p`` of extent ``N``
+with tile ``T`` becomes a *tile loop* ``b_p = 0, T, 2T, ...`` in the outer band
+and a *point loop* ``p = b_p .. min(b_p + T, N)`` in the inner band, so extents
+that ``T`` does not divide are handled by a shorter last tile.  Tiling a
+reduction index, or moving parallel point loops inside the reduction loops
+(``inner``), makes the statement *buffered*: the outermost sums of the
+right-hand side are accumulated per tile in a small per-thread array, one
+reduction tile at a time, and the expression is evaluated from it at the end.
 """
 
 from __future__ import annotations
@@ -22,24 +31,47 @@ PARALLEL_MIN_WORK = 1 << 15
 #: innermost (contiguous) loop whole inside each thread so it can vectorise.
 OUTER_PARALLELISM = 64
 
+#: Most elements of the per-thread sum buffers of one buffered statement
+#: (they live on the stack of each OpenMP thread).
+TILE_BUFFER_LIMIT = 4096
+
 
 @dataclass(frozen=True)
 class LoopSchedule:
     """Loop nest of one statement.
 
     ``order`` lists the statement's distinct parallel (output) indices, outermost
-    loop first.  The first ``collapse`` loops form the OpenMP ``parallel for``;
-    ``collapse == 0`` runs the statement on one thread.  Reduction loops always
-    stay inside the parallel loops, so threads never write the same element."""
+    loop first.  ``tiles`` gives a tile size to some parallel or reduction
+    indices (a tile at least the index's extent means no tiling); ``inner`` is the
+    number of innermost parallel point loops placed inside the reduction loops
+    (buffered statements only).  The nest is the tile loops of the tiled parallel
+    indices, then the point loops, both in ``order``; its first ``collapse``
+    loops form the OpenMP ``parallel for`` (``collapse == 0``: one thread).
+    Reduction loops always stay inside the parallel loops, so threads never
+    write the same element."""
 
     order: tuple[str, ...]
     collapse: int
+    tiles: tuple[tuple[str, int], ...] = ()
+    inner: int = 0
 
     def __post_init__(self) -> None:
         if len(set(self.order)) != len(self.order):
             raise ValueError(f"loop order repeats an index: {self.order}")
-        if not 0 <= self.collapse <= len(self.order):
+        tiled = [index for index, _ in self.tiles]
+        if len(set(tiled)) != len(tiled):
+            raise ValueError(f"tiles repeat an index: {self.tiles}")
+        if any(not isinstance(size, int) or size < 1 for _, size in self.tiles):
+            raise ValueError(f"tile sizes must be positive integers: {self.tiles}")
+        if not 0 <= self.inner <= len(self.order):
+            raise ValueError(f"inner {self.inner} out of range for order {self.order}")
+        most = len(self.order) + sum(1 for index in tiled if index in self.order)
+        if not 0 <= self.collapse <= most:
             raise ValueError(f"collapse {self.collapse} out of range for order {self.order}")
+
+    def tile(self, index: str) -> int | None:
+        """The tile size given to ``index``, or None."""
+        return dict(self.tiles).get(index)
 
 
 @dataclass(frozen=True)
@@ -100,6 +132,98 @@ def default_schedule(problem: Problem) -> CpuSchedule:
     return CpuSchedule(tuple(default_loop_schedule(problem, s) for s in problem.program.statements))
 
 
+def top_level_sums(expr: Expr) -> tuple[Sum, ...]:
+    """Distinct sums of ``expr`` not nested in another sum, in pre-order."""
+    if isinstance(expr, Sum):
+        return (expr,)
+    found: dict[Sum, None] = {}
+    for child in children(expr):
+        for node in top_level_sums(child):
+            found.setdefault(node, None)
+    return tuple(found)
+
+
+def tileable_reduction_indices(statement: Statement) -> tuple[str, ...]:
+    """Reduction indices bound by the outermost sums (the ones tiling can split)."""
+    seen: dict[str, None] = {}
+    for node in top_level_sums(statement.rhs):
+        for index in node.indices:
+            seen.setdefault(index, None)
+    return tuple(seen)
+
+
+def effective_tiles(problem: Problem, statement: Statement, loops: LoopSchedule) -> dict[str, int]:
+    """Tiles that split their loop: those smaller than the index's extent."""
+    if not loops.tiles:
+        return {}
+    known = set(statement.indices)
+    return {
+        index: size
+        for index, size in loops.tiles
+        if index in known and size < problem.index_size(statement, index)
+    }
+
+
+def _buffered(loops: LoopSchedule, tiles: dict[str, int]) -> bool:
+    return loops.inner > 0 or any(index not in loops.order for index in tiles)
+
+
+def is_buffered(problem: Problem, statement: Statement, loops: LoopSchedule) -> bool:
+    """True when the outermost sums are accumulated in per-tile buffers."""
+    return _buffered(loops, effective_tiles(problem, statement, loops))
+
+
+def buffer_shape(problem: Problem, statement: Statement, loops: LoopSchedule) -> tuple[int, ...]:
+    """Per-sum buffer dimensions, one per parallel index in ``order``."""
+    tiles = effective_tiles(problem, statement, loops)
+    return tuple(tiles.get(i, problem.index_size(statement, i)) for i in loops.order)
+
+
+def _collapsible(loops: LoopSchedule, tiles: dict[str, int]) -> int:
+    depth = sum(1 for index in loops.order if index in tiles)
+    if _buffered(loops, tiles):
+        return depth
+    for index in loops.order:
+        if index in tiles:
+            break
+        depth += 1
+    return depth
+
+
+def collapsible_depth(problem: Problem, statement: Statement, loops: LoopSchedule) -> int:
+    """How many loops of the nest may be collapsed: the tile loops, then (unbuffered)
+    the leading point loops of untiled indices (rectangular, perfectly nested)."""
+    return _collapsible(loops, effective_tiles(problem, statement, loops))
+
+
+def schedule_violation(problem: Problem, statement: Statement, loops: LoopSchedule) -> str | None:
+    """Why ``loops`` cannot lay out ``statement``, or None when it can."""
+    parallel = parallel_indices(statement)
+    if len(loops.order) != len(parallel) or set(loops.order) != set(parallel):
+        return f"loop order {loops.order} is not a permutation of the output indices {parallel}"
+    if loops.tiles:
+        allowed = set(loops.order) | set(tileable_reduction_indices(statement))
+        for index, _ in loops.tiles:
+            if index not in allowed:
+                return f"index {index!r} cannot be tiled (not a parallel or outermost-sum index)"
+    tiles = effective_tiles(problem, statement, loops)
+    if _buffered(loops, tiles):
+        sums = top_level_sums(statement.rhs)
+        if not sums:
+            return "tiling reductions or inner > 0 needs a sum in the statement"
+        shape = [tiles.get(i, problem.index_size(statement, i)) for i in loops.order]
+        elements = len(sums) * math.prod(shape)
+        if elements > TILE_BUFFER_LIMIT:
+            return (
+                f"sum buffers of {elements} elements exceed {TILE_BUFFER_LIMIT}: "
+                "tile the parallel indices more"
+            )
+    depth = _collapsible(loops, tiles)
+    if loops.collapse > depth:
+        return f"collapse {loops.collapse} exceeds the {depth} collapsible loops"
+    return None
+
+
 def check_schedule(problem: Problem, schedule: CpuSchedule) -> None:
     """Raise ValueError unless ``schedule`` fits the problem's statements."""
     statements = problem.program.statements
@@ -108,8 +232,6 @@ def check_schedule(problem: Problem, schedule: CpuSchedule) -> None:
             f"schedule has {len(schedule.statements)} loop nests for {len(statements)} statements"
         )
     for number, (loops, statement) in enumerate(zip(schedule.statements, statements, strict=True)):
-        if set(loops.order) != set(parallel_indices(statement)):
-            raise ValueError(
-                f"statement {number}: loop order {loops.order} is not a permutation of "
-                f"the output indices {parallel_indices(statement)}"
-            )
+        problem_found = schedule_violation(problem, statement, loops)
+        if problem_found is not None:
+            raise ValueError(f"statement {number}: {problem_found}")

@@ -177,10 +177,13 @@ def decide(
     size = {i: problem.index_size(statement, i) for i in statement.indices}
     parallel = tuple(dict.fromkeys(out.indices))
     reduction = statement.reduction_indices
-    reasons = [
-        f"dependence test: {_names(parallel)} parallel (indices of {out.tensor}); "
-        f"{_names(reduction)} carry the reduction (bound by a sum)"
-    ]
+    carried = (
+        f"{_names(reduction)} {'carries' if len(reduction) == 1 else 'carry'} the reduction "
+        f"(bound by a sum)"
+        if reduction
+        else "no index carries a reduction"
+    )
+    reasons = [f"dependence test: {_names(parallel)} parallel (indices of {out.tensor}); {carried}"]
 
     out_stride = {i: index_stride(problem, out, i) for i in parallel}
     constant = tuple(i for i in parallel if size[i] == 1)

@@ -212,12 +212,15 @@ def decide(
         _reduction_loop(n, node, size, problem) for n, node in enumerate(sum_nodes(statement))
     )
     for loop in reductions:
+        if not loop.order:
+            continue
         inner, extent = loop.order[-1], loop.extents[-1]
-        unroll = (
-            f"unrolled by {loop.unroll} (divides its extent {extent})"
-            if loop.unroll > 1
-            else f"not unrolled (no factor <= {MAX_UNROLL} divides its extent {extent})"
-        )
+        if loop.unroll > 1:
+            unroll = f"unrolled by {loop.unroll} (divides its extent {extent})"
+        elif extent == 1:
+            unroll = "a single iteration"
+        else:
+            unroll = f"not unrolled (no factor <= {MAX_UNROLL} divides its extent {extent})"
         reasons.append(
             f"sum #{loop.sum_id} over {_names(loop.order)}: sequential in each thread, "
             f"accumulated in a register; {inner} innermost (smallest stride), {unroll}"
@@ -351,4 +354,4 @@ def _reduction_loop(sum_id: int, node: Sum, size, problem: Problem) -> Reduction
 
     order = tuple(sorted(indices, key=lambda i: -stride(i)))
     extents = tuple(size[i] for i in order)
-    return ReductionLoop(sum_id, order, extents, largest_unroll(extents[-1]))
+    return ReductionLoop(sum_id, order, extents, largest_unroll(extents[-1]) if extents else 1)

@@ -23,7 +23,7 @@ from ..ir.nodes import Problem
 from .device import H100, DeviceLimits
 from .lower import compute_dtype
 from .mapping import Mapping
-from .space import Config, _pow2, config_to_mapping, roles, violation
+from .space import SCALAR_CONFIG, Config, _pow2, config_to_mapping, roles, violation
 
 
 def _largest(problem: Problem, position: int, indices, exclude=()) -> str:
@@ -47,6 +47,9 @@ def default_config(problem: Problem, position: int,
     r = roles(problem, position)
     reasons: list[str] = []
     parallel = list(statement.parallel_indices)
+    if not parallel:  # a rank-0 output: one thread computes it
+        reasons.append("rank-0 output: a single thread")
+        return dict(SCALAR_CONFIG), reasons
     x = r.output_contiguous if r.output_contiguous and size[r.output_contiguous] > 1 else (
         _largest(problem, position, parallel) or parallel[0])
     reasons.append(f"{x} → threadIdx.x: contiguous index of the output "

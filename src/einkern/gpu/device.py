@@ -23,6 +23,11 @@ class DeviceLimits:
     shared_per_sm: int
     l2_bytes: int
     warp_size: int = 32
+    # Throughputs for the analytic model (measured figures replace them in benchmarks).
+    dram_bandwidth: float = 3.0e12  # bytes/s, read + write
+    fp32_flops: float = 60e12  # FMA counted as two flops, no tensor cores
+    fp64_flops: float = 30e12
+    clock_hz: float = 1.75e9
 
 
 H100 = DeviceLimits(
@@ -51,16 +56,15 @@ def current_limits() -> DeviceLimits:
             return DeviceLimits(
                 name=props.name,
                 arch=props.arch,
-                sm_count=props.sm_count,
+                sm_count=props.multiprocessors,
                 max_threads_per_block=props.max_threads_per_block,
-                max_threads_per_sm=getattr(props, "max_threads_per_sm", 2048),
-                registers_per_sm=getattr(props, "registers_per_sm", 65536),
+                max_threads_per_sm=props.max_threads_per_multiprocessor,
+                registers_per_sm=props.registers_per_multiprocessor,
                 max_registers_per_thread=255,
-                shared_per_block=props.shared_per_block,
-                shared_per_block_optin=getattr(props, "shared_per_block_optin",
-                                               props.shared_per_block),
-                shared_per_sm=getattr(props, "shared_per_sm", 228 * 1024),
-                l2_bytes=getattr(props, "l2_bytes", 50 * 1024 * 1024),
+                shared_per_block=props.shared_memory_per_block,
+                shared_per_block_optin=props.shared_memory_per_block_optin,
+                shared_per_sm=props.shared_memory_per_multiprocessor,
+                l2_bytes=props.l2_cache_bytes,
             )
     except Exception:  # noqa: BLE001 - no driver, no GPU: use the table
         pass

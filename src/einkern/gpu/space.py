@@ -119,9 +119,17 @@ def _candidates(problem: Problem, position: int) -> list[str]:
     return sized[:4] or list(statement.parallel_indices[:1])
 
 
+SCALAR_CONFIG: Config = {
+    "x": "", "y": "", "block": [1, 1], "regs": [1, 1, 1], "assign": "cyclic",
+    "staging": ["none", 1, False, 0, "natural"], "unroll": 1, "boundary": "exact",
+}
+
+
 def parameters(problem: Problem, position: int) -> dict[str, tuple]:
     """Candidate values of every configuration parameter (before constraints)."""
     statement = problem.program.statements[position]
+    if not statement.parallel_indices:
+        return {name: (value,) for name, value in SCALAR_CONFIG.items()}
     cands = _candidates(problem, position)
     has_groups = bool(reduction_of(statement).groups)
     stagings: list[list] = [["none", 1, False, 0, "natural"]]
@@ -179,7 +187,7 @@ def _tiles(problem: Problem, position: int, config: Config):
     rx, ry, rz = config["regs"]
     x, y = config["x"], config["y"]
     assign = config["assign"]
-    tiles = [(x, tx * rx, tx, assign != "adjacent")]
+    tiles = [(x, tx * rx, tx, assign != "adjacent")] if x else []
     if y:
         tiles.append((y, ty * ry, ty, assign == "cyclic"))
     if rz > 1:
@@ -245,6 +253,10 @@ def violation(problem: Problem, position: int, config: Config,
     statement = problem.program.statements[position]
     size = {i: problem.index_size(statement, i) for i in statement.indices}
     x, y = config["x"], config["y"]
+    if not x:
+        if statement.parallel_indices or config != SCALAR_CONFIG:
+            return "no x index"
+        return None
     if x == y:
         return "x and y are the same index"
     bx, by = config["block"]

@@ -17,6 +17,7 @@ from . import arrays as _arrays
 from .codegen import CudaSource, KernelSpec, generate
 from .decision import DEFAULT_LIMITS, DeviceLimits, DirectMapping, decide
 from .executable import CudaExecutable
+from .mapped import MappingSpec, generate_mapped
 from .nvrtc import DEFAULT_ARCH, KernelResources, kernel_resources
 
 __all__ = [
@@ -33,12 +34,13 @@ __all__ = [
 
 
 class CudaBackend:
-    """Backend ``cuda``: one kernel per statement (direct mapping), NVRTC, driver API."""
+    """Backend ``cuda``: one kernel per statement, each under a mapping (the decision
+    algorithm's unless given), NVRTC, driver API."""
 
     name = "cuda"
 
     def __init__(self) -> None:
-        self._executables: dict[Problem, CudaExecutable] = {}
+        self._executables: dict[tuple[Problem, str], CudaExecutable] = {}
         self._why_unavailable: str | None = None
         self._available: bool | None = None
 
@@ -57,11 +59,19 @@ class CudaBackend:
 
     # -- the protocol -----------------------------------------------------------
 
-    def emit(self, problem: Problem) -> str:
-        """CUDA C source of the problem (needs no GPU)."""
-        return generate(problem, self._limits()).text
+    def source(self, problem: Problem, mappings: MappingSpec = None) -> CudaSource:
+        """Kernels of the problem: each statement under its mapping (given, or the
+        decision algorithm's); ``mappings="baseline"`` gives the first backend's
+        direct mapping (kept for comparison)."""
+        if mappings == "baseline":
+            return generate(problem, self._limits())
+        return generate_mapped(problem, mappings)  # type: ignore[arg-type]
 
-    def build(self, problem: Problem) -> CudaExecutable:
+    def emit(self, problem: Problem, mappings: MappingSpec = None) -> str:
+        """CUDA C source of the problem (needs no GPU)."""
+        return self.source(problem, mappings).text
+
+    def build(self, problem: Problem, mappings: MappingSpec = None) -> CudaExecutable:
         """Compile (or fetch from the caches) the problem's kernels for GPU 0."""
         if not self.available():
             raise BackendError(
@@ -69,16 +79,17 @@ class CudaBackend:
                 hint="run on a machine with an NVIDIA GPU and `pip install 'einkern[cuda]'`, "
                 "or use backend='cpu'",
             )
-        executable = self._executables.get(problem)
+        source = self.source(problem, mappings)
+        key = (problem, source.text)
+        executable = self._executables.get(key)
         if executable is None:
             from . import driver
             from .nvrtc import arch_for, compile_cubin
 
-            source = generate(problem, self._limits())
             arch = arch_for(*driver.device_properties(0).compute_capability)
             executable = CudaExecutable(problem, source, compile_cubin(source.text, arch))
             executable.module(0)  # load now: problems surface at build time
-            self._executables[problem] = executable
+            self._executables[key] = executable
         return executable
 
     def describe(self, array: Any) -> ArrayInfo | None:
@@ -95,12 +106,13 @@ class CudaBackend:
 
         return driver.device_properties(ordinal)
 
-    def resources(self, problem: Problem, arch: str | None = None) -> list[KernelResources]:
+    def resources(self, problem: Problem, arch: str | None = None,
+                  mappings: MappingSpec = None) -> list[KernelResources]:
         """Registers, shared memory, stack and spill bytes of each kernel, for
         ``arch`` (default: GPU 0's architecture, or sm_90 without a GPU)."""
         if arch is None:
             arch = self.device_properties(0).arch if self.available() else DEFAULT_ARCH
-        return kernel_resources(problem, arch)
+        return kernel_resources(problem, arch, mappings)
 
     def mappings(self, problem: Problem) -> list[DirectMapping]:
         """The decision for each statement (see :func:`.decision.decide`)."""

@@ -36,7 +36,8 @@ class KernelSpec:
     output: str
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
-    mapping: DirectMapping
+    mapping: object  # DirectMapping (baseline) or einkern.gpu.mapping.Mapping
+    shared_bytes: int = 0  # dynamic shared memory of the launch
 
 
 @dataclass(frozen=True)

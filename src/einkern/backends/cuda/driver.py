@@ -188,15 +188,22 @@ def launch(
     scalars: Sequence[float],
     stream: Any = 0,
     name: str = "kernel",
+    shared_bytes: int = 0,
 ) -> None:
-    """``cuLaunchKernel`` with device pointers then ``double`` scalars as parameters."""
+    """``cuLaunchKernel`` with device pointers then ``double`` scalars as parameters
+    and ``shared_bytes`` of dynamic shared memory (opted in above 48 KiB)."""
     values = [ctypes.c_void_p(p) for p in pointers] + [ctypes.c_double(s) for s in scalars]
     table = (ctypes.c_void_p * max(1, len(values)))(
         *(ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values)
     )
+    cuda = _cuda()
+    if shared_bytes > 48 * 1024:
+        attribute = cuda.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        check(cuda.cuFuncSetAttribute(function, attribute, shared_bytes),
+              f"cuFuncSetAttribute({name})")
     check(
-        _cuda().cuLaunchKernel(
-            function, *grid, *block, 0, stream, ctypes.addressof(table), 0
+        cuda.cuLaunchKernel(
+            function, *grid, *block, shared_bytes, stream, ctypes.addressof(table), 0
         ),
         f"cuLaunchKernel({name})",
     )

@@ -94,6 +94,7 @@ class CudaExecutable:
                     [values[s] for s in kernel.scalars],
                     STREAM,
                     kernel.name,
+                    kernel.shared_bytes,
                 )
                 if repeat:
                     times.append(_time(args, repeat))

@@ -1,0 +1,80 @@
+"""CUDA source from mappings: every statement lowered through the kernel IR
+(:mod:`einkern.gpu.lower`) with its :class:`~einkern.gpu.mapping.Mapping` and
+printed by :mod:`einkern.gpu.cuda_printer`.  This is the backend's code path;
+``codegen.py`` (the first backend's direct mapping) is kept as a baseline."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping as MappingType
+from pathlib import Path
+
+from ...errors import UsageError
+from ...ir.nodes import Problem
+from .codegen import CudaSource, KernelSpec
+
+MappingSpec = MappingType[int, object] | None
+
+
+def resolve_mappings(problem: Problem, mappings: MappingSpec = None) -> dict[int, object]:
+    """A Mapping per statement: the given ones (Mapping, config dict, or JSON path),
+    the decision algorithm's default for the others."""
+    from ...gpu.decision import decide
+    from ...gpu.device import current_limits
+    from ...gpu.mapping import Mapping
+    from ...gpu.space import config_to_mapping
+
+    limits = current_limits()
+    chosen: dict[int, object] = {}
+    given = dict(mappings or {})
+    for position in range(len(problem.program.statements)):
+        spec = given.get(position)
+        if spec is None:
+            chosen[position] = decide(problem, position, limits)
+        elif isinstance(spec, Mapping):
+            chosen[position] = spec
+        elif isinstance(spec, dict):
+            chosen[position] = config_to_mapping(problem, position, spec)
+        elif isinstance(spec, str | Path):
+            path = Path(spec)
+            if not path.exists():
+                raise UsageError(f"no such mapping file: {spec}")
+            text = path.read_text()
+            data = json.loads(text)
+            chosen[position] = (Mapping.from_json(text) if "parallel" in data
+                                else config_to_mapping(problem, position, data))
+        else:
+            raise UsageError(f"cannot use {type(spec).__name__} as a mapping")
+    return chosen
+
+
+def generate_mapped(problem: Problem, mappings: MappingSpec = None) -> CudaSource:
+    """CUDA C of the whole problem, one kernel per statement, under ``mappings``."""
+    from ...gpu.cuda_printer import launch_shape, print_cuda_module
+    from ...gpu.device import current_limits
+    from ...gpu.lower import lower
+
+    limits = current_limits()
+    chosen = resolve_mappings(problem, mappings)
+    program = re.sub(r"[^A-Za-z0-9_]", "_", problem.program.name)[:40]
+    kernels = []
+    specs = []
+    for position, statement in enumerate(problem.program.statements):
+        name = f"ek_{program}_s{position}"
+        kernel = lower(problem, position, chosen[position], name,
+                       max_shared_bytes=limits.shared_per_block_optin)
+        shape = launch_shape(kernel)
+        kernels.append(kernel)
+        specs.append(KernelSpec(
+            name=name,
+            statement=position,
+            tensors=tuple(a.name[2:] for a in shape.arguments if a.is_array),
+            scalars=tuple(a.name[2:] for a in shape.arguments if not a.is_array),
+            output=statement.output.tensor,
+            grid=shape.grid,
+            block=shape.block,
+            mapping=chosen[position],
+            shared_bytes=shape.dynamic_shared_bytes,
+        ))
+    return CudaSource(print_cuda_module(kernels), tuple(specs))

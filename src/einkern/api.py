@@ -29,6 +29,7 @@ def compile(  # noqa: A001 - the public name is the point
     program: str | os.PathLike | Program,
     *,
     backend: str = "auto",
+    mappings: Mapping[int, Any] | str | None = None,
     **extents: int,
 ) -> Kernel:
     """Compile a tensor program for concrete extents and return a callable kernel.
@@ -36,10 +37,12 @@ def compile(  # noqa: A001 - the public name is the point
     ``program`` is a path, program text or a :class:`Program`; ``extents`` give
     or override extent sizes (``einkern.compile("gemm.ein", n=4096)``);
     ``backend`` is ``"cpu"``, ``"cuda"`` or ``"auto"`` (CUDA when a GPU is
-    usable).  Compilation is cached on disk, so a second compile of the same
+    usable).  ``mappings`` (CUDA) gives statement number → Mapping, mapping
+    configuration dict or JSON file; statements not given use the decision
+    algorithm.  Compilation is cached on disk, so a second compile of the same
     problem does not invoke the compiler again."""
     problem = make_problem(load(program), extents)
-    return Kernel(problem, get_backend(backend))
+    return Kernel(problem, get_backend(backend), mappings=mappings)
 
 
 class Kernel:
@@ -51,11 +54,19 @@ class Kernel:
     call returns the program's outputs (one array, or a tuple in order of first
     write)."""
 
-    def __init__(self, problem: Problem, backend: Backend):
+    def __init__(self, problem: Problem, backend: Backend,
+                 mappings: Mapping[int, Any] | str | None = None):
         self.problem = problem
         self.program = problem.program
         self.backend = backend
-        self.executable = backend.build(problem)
+        self.mappings = mappings
+        if mappings is not None and backend.name != "cuda":
+            raise ArgumentError("mappings apply to the cuda backend only",
+                                hint="drop mappings=, or use backend='cuda'")
+        if mappings is None:
+            self.executable = backend.build(problem)
+        else:
+            self.executable = backend.build(problem, mappings)  # type: ignore[call-arg]
 
     # -- information --------------------------------------------------------
 
@@ -82,7 +93,9 @@ class Kernel:
 
     def source(self) -> str:
         """The generated source code."""
-        return self.backend.emit(self.problem)
+        if self.mappings is None:
+            return self.backend.emit(self.problem)
+        return self.backend.emit(self.problem, self.mappings)  # type: ignore[call-arg]
 
     def __repr__(self) -> str:
         sizes = ", ".join(f"{n}={v}" for n, v in self.problem.sizes if not n.isdigit())

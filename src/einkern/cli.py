@@ -66,7 +66,49 @@ def _parser() -> argparse.ArgumentParser:
         help="(cuda) compile with NVRTC and print registers, shared memory and spills",
     )
     emit.add_argument("--arch", default=None, help="(cuda) target, e.g. sm_90 (default: device)")
+    for p in (run, emit):
+        p.add_argument(
+            "--mapping", default=None, metavar="FILE.json",
+            help="(cuda) mapping of statement 0, or {\"N\": mapping, ...} per statement",
+        )
+    emit.add_argument("--explain", action="store_true",
+                      help="(cuda) print each statement's mapping and why it was chosen")
     return parser
+
+
+def _mappings(args, problem):
+    """The --mapping file as {statement: Mapping}, or None."""
+    if getattr(args, "mapping", None) is None:
+        return None
+    import json
+
+    from .gpu.mapping import Mapping, MappingError
+    from .gpu.space import config_to_mapping
+
+    path = Path(args.mapping)
+    if not path.is_file():
+        raise UsageError(f"no such mapping file: {args.mapping}")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise MappingError(f"{args.mapping}: not JSON ({error})") from None
+    if not isinstance(data, dict):
+        raise MappingError(f"{args.mapping}: expected a JSON object")
+    per_statement = data if all(k.isdigit() for k in data) else {"0": data}
+    result = {}
+    for key, value in per_statement.items():
+        position = int(key)
+        if position >= len(problem.program.statements):
+            raise MappingError(f"{args.mapping}: the program has no statement {position}")
+        if "parallel" in value:
+            result[position] = Mapping.from_json(json.dumps(value))
+        else:
+            try:
+                result[position] = config_to_mapping(problem, position, value)
+            except (KeyError, TypeError, ValueError) as error:
+                raise MappingError(f"{args.mapping}: not a mapping configuration ({error})",
+                                   hint="see `einkern emit PROGRAM --explain`") from None
+    return result
 
 
 def _load_problem(args):
@@ -182,7 +224,10 @@ def command_run(args) -> int:
     if args.repeat < 1:
         raise UsageError("--repeat must be at least 1")
     backend = get_backend(args.backend)
-    kernel = Kernel(problem, backend)
+    mappings = _mappings(args, problem)
+    if mappings is not None and backend.name != "cuda":
+        raise UsageError("--mapping needs --backend cuda")
+    kernel = Kernel(problem, backend, mappings=mappings)
     arrays = random_arrays(problem, args.seed)
     scalars = random_scalars(problem, args.seed)
     originals = {name: array.copy() for name, array in arrays.items()}
@@ -227,9 +272,25 @@ def command_emit(args) -> int:
 
     problem = _load_problem(args)
     backend = get_backend(args.backend)
-    if args.resources and backend.name != "cuda":
-        raise UsageError("--resources needs --backend cuda")
-    print(backend.emit(problem))
+    cuda_only = [flag for flag, on in (("--resources", args.resources),
+                                       ("--explain", args.explain),
+                                       ("--mapping", args.mapping)) if on]
+    if cuda_only and backend.name != "cuda":
+        raise UsageError(f"{cuda_only[0]} needs --backend cuda")
+    mappings = _mappings(args, problem)
+    if backend.name == "cuda":
+        from .backends.cuda.mapped import resolve_mappings
+
+        chosen = resolve_mappings(problem, mappings)
+        if args.explain:
+            for position, mapping in chosen.items():
+                print(f"// S{position}: {problem.program.statements[position]}")
+                for line in mapping.describe().splitlines():  # type: ignore[attr-defined]
+                    print(f"//   {line}")
+                print("//   mapping file: " + mapping.to_json(None))  # type: ignore[attr-defined]
+        print(backend.emit(problem, chosen))  # type: ignore[call-arg]
+    else:
+        print(backend.emit(problem))
     if args.resources:
         from .backends.cuda.nvrtc import kernel_resources
 
@@ -237,7 +298,7 @@ def command_emit(args) -> int:
         if args.arch is None and backend.available():
             arch = backend.device_properties().arch  # type: ignore[attr-defined]
         print(f"// resources for {arch}:")
-        for resources in kernel_resources(problem, arch):
+        for resources in kernel_resources(problem, arch, chosen):
             print(f"// {resources}")
     return 0
 

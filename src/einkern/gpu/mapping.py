@@ -112,10 +112,10 @@ class Mapping:
 
     # -- serialisation -------------------------------------------------------
 
-    def to_json(self) -> str:
+    def to_json(self, indent: int | None = 2) -> str:
         data = asdict(self)
         data.pop("reasons")
-        return json.dumps(data, indent=2)
+        return json.dumps(data, indent=indent)
 
     @staticmethod
     def from_json(text: str) -> Mapping:

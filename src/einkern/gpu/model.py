@@ -94,9 +94,7 @@ def predicted_time(problem: Problem, position: int, mapping: Mapping,
     latency = points * 4 / limits.clock_hz  # a dependent FMA chain, 4 cycles per step
 
     registers = estimated_registers(problem, position, mapping)
-    shared = 0
-    for staging in mapping.staged:
-        shared += 4096  # rough: staged tiles are a few KB
+    shared = 4096 * len(mapping.staged)  # rough: staged tiles are a few KB
     resident = occupancy(mapping, registers, shared, limits)
     if resident == 0:
         return math.inf

@@ -12,9 +12,30 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from ..errors import EinkernError
 from ..ir.nodes import Problem
 
 Config = dict[str, Any]
+
+#: Why a variant has no usable timing.  ``compile``: the compiler rejected it;
+#: ``resources``: it needs more than the device has (registers, shared memory);
+#: ``wrong``: its result differs from the reference; ``timeout``: it ran past the
+#: per-variant limit; ``crash``: the measuring process died or the device
+#: faulted; ``invalid``: it violates the target's constraints.
+FAILURE_KINDS = ("compile", "resources", "wrong", "timeout", "crash", "invalid")
+
+
+class VariantError(EinkernError):
+    """A target's ``compile`` or ``measure`` may raise this to say precisely why a
+    variant failed (``failure`` is one of :data:`FAILURE_KINDS`).  Other
+    exceptions from ``compile`` count as ``compile`` failures, from ``measure``
+    as ``crash`` (the measuring process is then restarted)."""
+
+    def __init__(self, failure: str, message: str):
+        if failure not in FAILURE_KINDS:
+            raise ValueError(f"unknown failure kind {failure!r}")
+        super().__init__(message)
+        self.failure = failure
 
 
 @dataclass(frozen=True)

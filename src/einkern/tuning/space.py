@@ -1,0 +1,133 @@
+"""The constrained search space of one statement, generated lazily.
+
+A :class:`SearchSpace` is the product of the target's parameter values filtered
+by its ``violation`` check.  Nothing invalid is ever yielded: iteration walks
+:func:`itertools.product` in a fixed order and skips what the check rejects,
+sampling rejects invalid draws, and neighbours are checked before they are
+returned.  Configurations are plain dicts; :func:`canonical` turns one into the
+canonical JSON text used as its identity everywhere (sets, the database, ties).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ..ir.nodes import Problem
+from .target import Config, Parameter, TuningTarget
+
+#: Random draws tried before :meth:`SearchSpace.sample` falls back to enumeration.
+SAMPLE_ATTEMPTS = 200
+
+
+def canonical(config: Config) -> str:
+    """Canonical JSON text of a configuration (sorted keys, no spaces)."""
+    return json.dumps(config, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def _same(left: Any, right: Any) -> bool:
+    """Equality of JSON values (a tuple equals the list JSON gives back)."""
+    return json.dumps(left, sort_keys=True) == json.dumps(right, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Valid configurations: every combination of ``parameters`` values for which
+    ``check`` returns None (``check`` returns the reason a configuration is invalid)."""
+
+    parameters: tuple[Parameter, ...]
+    check: Callable[[Config], str | None]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(parameter.name for parameter in self.parameters)
+
+    def violation(self, config: Config) -> str | None:
+        """Why ``config`` is not in the space, or None."""
+        if set(config) != set(self.names):
+            missing = sorted(set(self.names) - set(config))
+            extra = sorted(set(config) - set(self.names))
+            return f"parameters differ (missing {missing}, unknown {extra})"
+        for parameter in self.parameters:
+            if self.position(parameter, config[parameter.name]) is None:
+                return f"{parameter.name}={config[parameter.name]!r} is not a candidate value"
+        return self.check(config)
+
+    def __contains__(self, config: object) -> bool:
+        return isinstance(config, dict) and self.violation(config) is None
+
+    def __iter__(self) -> Iterator[Config]:
+        """Valid configurations in a deterministic order (the product's order)."""
+        for values in itertools.product(*(p.values for p in self.parameters)):
+            config = dict(zip(self.names, values, strict=True))
+            if self.check(config) is None:
+                yield config
+
+    @functools.cached_property
+    def _size(self) -> int:
+        return sum(1 for _ in self)
+
+    def size(self) -> int:
+        """Number of valid configurations (counted once, then cached)."""
+        return self._size
+
+    def raw_size(self) -> int:
+        """Number of combinations before the validity check."""
+        total = 1
+        for parameter in self.parameters:
+            total *= len(parameter.values)
+        return total
+
+    @staticmethod
+    def position(parameter: Parameter, value: Any) -> int | None:
+        """Index of ``value`` among the parameter's candidates, or None."""
+        for number, candidate in enumerate(parameter.values):
+            if _same(candidate, value):
+                return number
+        return None
+
+    def sample(self, rng: random.Random) -> Config:
+        """A uniformly drawn valid configuration (rejection sampling; enumeration
+        when valid configurations are rare).  Raises ValueError if the space is empty."""
+        for _ in range(SAMPLE_ATTEMPTS):
+            config = {p.name: p.values[rng.randrange(len(p.values))] for p in self.parameters}
+            if self.check(config) is None:
+                return config
+        if self.size() == 0:
+            raise ValueError("the search space has no valid configuration")
+        chosen = rng.randrange(self.size())
+        return next(itertools.islice(iter(self), chosen, None))
+
+    def neighbours(self, config: Config) -> list[Config]:
+        """Valid configurations that differ from ``config`` in one parameter, moved to
+        the nearest valid value on either side (adjacent when that one is valid),
+        in parameter order, lower side first."""
+        found = []
+        for parameter in self.parameters:
+            here = self.position(parameter, config[parameter.name])
+            if here is None:
+                continue
+            for step in (-1, 1):
+                place = here + step
+                while 0 <= place < len(parameter.values):
+                    moved = {**config, parameter.name: parameter.values[place]}
+                    if self.check(moved) is None:
+                        found.append(moved)
+                        break
+                    place += step
+        return found
+
+
+def space_for(target: TuningTarget, problem: Problem, position: int) -> SearchSpace:
+    """The search space of statement ``position`` as the target defines it."""
+    parameters = tuple(target.parameters(problem, position))
+
+    def check(config: Config) -> str | None:
+        return target.violation(problem, position, config)
+
+    return SearchSpace(parameters, check)

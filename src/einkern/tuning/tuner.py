@@ -1,0 +1,171 @@
+"""Tuning a problem: every statement, one search each, results in the database.
+
+:func:`tune_problem` opens one :class:`~.evaluate.Evaluator` (compile threads
+and the measuring process) for all statements and runs :func:`tune_statement`
+on each: build the statement's search space, evaluate the default
+configuration first (the baseline every speedup refers to), then let the
+strategy search within the budget.  Outcomes go to the store as they arrive, so
+a killed run loses at most the variant being measured, and a re-run resumes
+from what is recorded.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..ir.nodes import Problem
+from .canonical import ProblemIdentity, identify
+from .db import TuningDB
+from .evaluate import (
+    DEFAULT_REPEATS,
+    DEFAULT_TIMEOUT_S,
+    Budget,
+    DbStore,
+    Evaluator,
+    MemoryStore,
+    Outcome,
+    Session,
+    Store,
+)
+from .space import SearchSpace, canonical, space_for
+from .strategies import SearchContext, get_strategy
+from .target import TuningTarget
+
+DEFAULT_STRATEGY = "annealing"
+DEFAULT_BUDGET = 40
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    """How to tune: strategy by name, budget, seed and evaluation settings.
+
+    ``isolate=False`` measures in this process (no crash isolation, no timeout)."""
+
+    strategy: str = DEFAULT_STRATEGY
+    budget: Budget = field(default_factory=lambda: Budget(evaluations=DEFAULT_BUDGET))
+    seed: int = 0
+    workers: int | None = None
+    isolate: bool = True
+    timeout: float = DEFAULT_TIMEOUT_S
+    repeats: int = DEFAULT_REPEATS
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Reported after every evaluated variant."""
+
+    position: int
+    done: int
+    total: int  # evaluations this search may make (budget, or the space's size)
+    best: Outcome | None
+    default: Outcome | None
+    last: Outcome
+
+
+@dataclass(frozen=True)
+class StatementResult:
+    """What tuning one statement found."""
+
+    position: int
+    statement: str
+    identity: ProblemIdentity
+    default: Outcome | None
+    best: Outcome | None
+    evaluations: int
+    resumed: int  # of which taken from the store
+    failures: tuple[tuple[str, int], ...]  # kind, count
+    seconds: float
+    space_size: int
+
+    @property
+    def speedup(self) -> float | None:
+        """Default median over best median, when both exist."""
+        if self.best is None or self.default is None or not self.default.ok:
+            return None
+        return self.default.cost / self.best.cost if self.best.cost > 0 else None
+
+
+def total_evaluations(space: SearchSpace, budget: Budget) -> int:
+    size = space.size()
+    return size if budget.evaluations is None else min(size, budget.evaluations)
+
+
+def tune_statement(
+    target: TuningTarget,
+    problem: Problem,
+    position: int,
+    evaluator: Evaluator,
+    options: TuneOptions,
+    store: Store | None = None,
+    progress: Callable[[Progress], None] | None = None,
+    identity: ProblemIdentity | None = None,
+) -> StatementResult:
+    """Search statement ``position`` with ``evaluator``; outcomes go to ``store``
+    (an in-memory one when None)."""
+    started = time.monotonic()
+    identity = identity if identity is not None else identify(target, problem, position)
+    store = store if store is not None else MemoryStore()
+    space = space_for(target, problem, position)
+    default = target.default_config(problem, position)
+    total = total_evaluations(space, options.budget)
+    session: Session
+
+    def report(outcome: Outcome) -> None:
+        if progress is not None:
+            default_outcome = session.outcomes.get(canonical(default))
+            progress(Progress(position, session.used, total, session.best(), default_outcome,
+                              outcome))
+
+    session = Session(evaluator, problem, position, space, store, options.budget,
+                      default_key=canonical(default), on_outcome=report)
+
+    def model(config: dict) -> float:
+        return target.model_cost(problem, position, config)
+
+    strategy = get_strategy(options.strategy)
+    context = SearchContext(space, default, model, batch=evaluator.workers)
+    rng = random.Random(f"{options.seed}:{position}")
+    if space.size() > 0:
+        session.evaluate([default])
+        strategy.search(context, session, rng)
+    outcomes = list(session.outcomes.values())
+    failures = Counter(o.status for o in outcomes if not o.ok)
+    return StatementResult(
+        position=position,
+        statement=str(problem.program.statements[position]),
+        identity=identity,
+        default=session.outcomes.get(canonical(default)),
+        best=session.best(),
+        evaluations=len(outcomes),
+        resumed=sum(o.resumed for o in outcomes),
+        failures=tuple(sorted(failures.items())),
+        seconds=time.monotonic() - started,
+        space_size=space.size(),
+    )
+
+
+def tune_problem(
+    target: TuningTarget,
+    problem: Problem,
+    options: TuneOptions,
+    db: TuningDB | None = None,
+    progress: Callable[[Progress], None] | None = None,
+    positions: tuple[int, ...] | None = None,
+) -> tuple[StatementResult, ...]:
+    """Tune every statement (or those at ``positions``), recording into ``db``."""
+    positions = positions if positions is not None else tuple(
+        range(len(problem.program.statements)))
+    results = []
+    with Evaluator(target, workers=options.workers, isolate=options.isolate,
+                   timeout=options.timeout, repeats=options.repeats,
+                   seed=options.seed) as evaluator:
+        for position in positions:
+            identity = identify(target, problem, position)
+            store: Store = DbStore(db, identity) if db is not None else MemoryStore()
+            results.append(tune_statement(target, problem, position, evaluator, options,
+                                          store, progress, identity))
+    return tuple(results)

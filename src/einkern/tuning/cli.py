@@ -1,0 +1,271 @@
+"""``einkern tune`` and ``einkern db``: the autotuner on the command line.
+
+:func:`add_tune_parsers` registers both sub-commands on the main parser's
+sub-parsers; :data:`TUNE_COMMANDS` maps their names to the functions running
+them (``function(args) -> exit code``; user errors raise EinkernError).
+``python -m einkern.tuning.cli`` runs them on their own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..errors import EinkernError, UsageError
+from .db import TuningDB, TuningRecord, default_path
+from .evaluate import DEFAULT_REPEATS, DEFAULT_TIMEOUT_S, Budget, Evaluator, MemoryStore
+from .report import ProgressDisplay, print_database, print_results
+from .strategies import strategy_names
+from .tuner import DEFAULT_BUDGET, DEFAULT_STRATEGY, TuneOptions, tune_problem, tune_statement
+
+WISDOM_FORMAT = "einkern-wisdom"
+WISDOM_VERSION = 1
+
+
+def _extent(text: str) -> tuple[str, str]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    name, value = text.split("=", 1)
+    return name.strip(), value.strip()
+
+
+def _positive(kind: type):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return value
+
+    return parse
+
+
+def add_tune_parsers(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``tune`` and ``db`` sub-commands."""
+    tune = subparsers.add_parser("tune", help="autotune a program's kernels")
+    tune.add_argument("program", help="a .ein, tensor or mapped-function file")
+    tune.add_argument("--extent", "-e", action="append", default=[], type=_extent,
+                      metavar="NAME=VALUE", help="set an extent (repeatable)")
+    tune.add_argument("--backend", "-b", default="auto", choices=["auto", "cpu", "cuda"])
+    tune.add_argument("--strategy", "-s", default=DEFAULT_STRATEGY, choices=strategy_names())
+    limit = tune.add_mutually_exclusive_group()
+    limit.add_argument("--budget", "-n", type=_positive(int), metavar="N",
+                       help=f"variants per statement (default {DEFAULT_BUDGET})")
+    limit.add_argument("--time", "-t", type=_positive(float), metavar="SECONDS",
+                       help="wall time per statement")
+    tune.add_argument("--db", metavar="PATH", help=f"tuning database (default {default_path()})")
+    tune.add_argument("--seed", type=int, default=0, help="random seed of the search")
+    tune.add_argument("--statement", type=int, action="append", metavar="N",
+                      help="tune only statement N (repeatable; default all)")
+    tune.add_argument("--explain", action="store_true", help="print the best configurations")
+    tune.add_argument("--simulate", metavar="PATH",
+                      help="replay the timings recorded in this database (no device needed)")
+    tune.add_argument("--workers", type=_positive(int), help="compile threads")
+    tune.add_argument("--timeout", type=_positive(float), default=DEFAULT_TIMEOUT_S,
+                      help="seconds allowed to measure one variant")
+    tune.add_argument("--repeats", type=_positive(int), default=DEFAULT_REPEATS,
+                      help="timed runs per variant (at least 10)")
+
+    db = subparsers.add_parser("db", help="inspect and manage the tuning database")
+    actions = db.add_subparsers(dest="db_command", required=True)
+    show = actions.add_parser("show", help="summary of the recorded problems")
+    show.add_argument("path", nargs="?", help="database (default: --db, else the default)")
+    show.add_argument("--db", metavar="PATH")
+    show.add_argument("--records", action="store_true", help="list every record")
+    export = actions.add_parser("export", help="write the records to a JSON wisdom file")
+    export.add_argument("path", help="wisdom file to write ('-': standard output)")
+    export.add_argument("--db", metavar="PATH")
+    merge = actions.add_parser("import", help="merge a JSON wisdom file into the database")
+    merge.add_argument("path", help="wisdom file to read")
+    merge.add_argument("--db", metavar="PATH")
+    prune = actions.add_parser("prune", help="delete failed or stale records")
+    prune.add_argument("path", nargs="?", help="database (default: --db, else the default)")
+    prune.add_argument("--db", metavar="PATH")
+    prune.add_argument("--failed", action="store_true", help="delete failed variants")
+    prune.add_argument("--stale", action="store_true",
+                       help="delete records of other einkern versions")
+    prune.add_argument("--keep-best", action="store_true",
+                       help="keep only each problem's best and default variants")
+
+
+def _load_problem(args: argparse.Namespace):
+    from ..api import load
+    from ..ir.bind import make_problem
+
+    path = Path(args.program)
+    if not path.exists():
+        raise UsageError(f"no such file: {args.program}", hint="give the path of a program file")
+    if path.is_dir():
+        raise UsageError(f"{args.program} is a directory, not a program file")
+    return make_problem(load(path), dict(args.extent))
+
+
+def _positions(args: argparse.Namespace, problem) -> tuple[int, ...]:
+    count = len(problem.program.statements)
+    if not args.statement:
+        return tuple(range(count))
+    for position in args.statement:
+        if not 0 <= position < count:
+            raise UsageError(f"no statement {position}: the program has {count} (0..{count - 1})")
+    return tuple(dict.fromkeys(args.statement))
+
+
+def _backend_name(name: str) -> str:
+    if name != "auto":
+        return name
+    from ..backends import get_backend
+
+    return get_backend("auto").name
+
+
+def command_tune(args: argparse.Namespace) -> int:
+    """``einkern tune``: tune every statement, record, print a summary table."""
+    from .target import get_target
+
+    problem = _load_problem(args)
+    positions = _positions(args, problem)
+    evaluations = args.budget if args.budget is not None else (
+        None if args.time is not None else DEFAULT_BUDGET)
+    options = TuneOptions(strategy=args.strategy, budget=Budget(evaluations, args.time),
+                          seed=args.seed, workers=args.workers, timeout=args.timeout,
+                          repeats=args.repeats)
+    backend = _backend_name(args.backend)
+    display = ProgressDisplay(problem, positions)
+    if args.simulate:
+        with TuningDB(args.simulate, create=False) as db, display:
+            results, best_recorded = _simulate(db, backend, problem, positions, options,
+                                               display)
+        print_results(problem, results, simulated=best_recorded, explain=args.explain)
+        return 0
+    target = get_target(backend)
+    with TuningDB(args.db, create=True) as db:
+        with display:
+            results = tune_problem(target, problem, options, db, display.update, positions)
+        print_results(problem, results, explain=args.explain, database=db.path)
+    return 0
+
+
+def _simulate(db: TuningDB, backend: str, problem, positions, options, display):
+    from .ranking import pick_best
+    from .simulate import simulated_targets
+    from .target import get_target
+
+    try:
+        base = get_target(backend)
+        base.parameters(problem, positions[0])
+    except Exception:  # noqa: BLE001 - no usable real target here: derive the space
+        base = None
+    results, best = [], []
+    for position, (target, recorded) in zip(
+            positions, simulated_targets(db, backend, problem, base, positions), strict=True):
+        with Evaluator(target, workers=1, isolate=False) as evaluator:
+            results.append(tune_statement(target, problem, position, evaluator, options,
+                                          MemoryStore(), display.update, recorded.identity))
+        best.append(pick_best(r for r in recorded.records if r.ok))
+    return tuple(results), tuple(best)
+
+
+def command_db(args: argparse.Namespace) -> int:
+    """``einkern db show|export|import|prune``."""
+    path = getattr(args, "db", None)
+    if args.db_command in ("show", "prune") and args.path:
+        if path and path != args.path:
+            raise UsageError("give the database either as PATH or with --db, not both")
+        path = args.path
+    if args.db_command == "show":
+        with TuningDB(path, create=False) as db:
+            print_database(db, every=args.records)
+        return 0
+    if args.db_command == "export":
+        with TuningDB(path, create=False) as db:
+            records = db.records()
+        _write_wisdom(args.path, records)
+        where = "standard output" if args.path == "-" else args.path
+        print(f"exported {len(records)} records to {where}", file=sys.stderr)
+        return 0
+    if args.db_command == "import":
+        records = _read_wisdom(args.path)
+        with TuningDB(path, create=True) as db:
+            stored = db.add_many(records)
+            print(f"imported {stored} of {len(records)} records into {db.path}")
+        return 0
+    from .canonical import einkern_version
+
+    failed, stale = args.failed, args.stale
+    if not (failed or stale or args.keep_best):
+        failed = stale = True
+    with TuningDB(path, create=False) as db:
+        deleted = db.prune(failed=failed, stale_version=einkern_version() if stale else None,
+                           keep_best_only=args.keep_best)
+        print(f"deleted {deleted} records from {db.path}")
+    return 0
+
+
+def _write_wisdom(path: str, records: Sequence[TuningRecord]) -> None:
+    text = json.dumps({"format": WISDOM_FORMAT, "version": WISDOM_VERSION,
+                       "records": [record.to_json() for record in records]}, indent=1)
+    if path == "-":
+        sys.stdout.write(text + "\n")
+        return
+    target = Path(path)
+    try:
+        descriptor, temporary = tempfile.mkstemp(dir=target.parent or ".",
+                                                 prefix=f".{target.name}.", suffix=".tmp")
+        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+            file.write(text + "\n")
+        os.replace(temporary, target)
+    except OSError as error:
+        raise UsageError(f"cannot write {path}: {error}") from error
+
+
+def _read_wisdom(path: str) -> list[TuningRecord]:
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+        data = json.loads(text)
+    except OSError as error:
+        raise UsageError(f"cannot read {path}: {error}") from error
+    except ValueError as error:
+        raise UsageError(f"{path} is not JSON: {error}") from error
+    if not isinstance(data, dict) or data.get("format") != WISDOM_FORMAT:
+        raise UsageError(f"{path} is not an einkern wisdom file")
+    if not isinstance(data.get("version"), int) or data["version"] > WISDOM_VERSION:
+        raise UsageError(f"{path} has wisdom format version {data.get('version')!r}; "
+                         f"this einkern reads up to {WISDOM_VERSION}")
+    records = []
+    for number, item in enumerate(data.get("records", [])):
+        try:
+            records.append(TuningRecord.from_json(item))
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise UsageError(f"{path}: record {number} is malformed ({error!r})") from error
+    return records
+
+
+TUNE_COMMANDS = {"tune": command_tune, "db": command_db}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``tune``/``db`` on their own (as ``python -m einkern.tuning.cli``)."""
+    from ..cli import _Parser
+
+    parser = _Parser(prog="einkern", description="Autotune einkern kernels.")
+    add_tune_parsers(parser.add_subparsers(dest="command", parser_class=_Parser, required=True))
+    try:
+        args = parser.parse_args(argv)
+        return TUNE_COMMANDS[args.command](args)
+    except EinkernError as error:
+        print(str(error), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""What ``einkern tune`` and ``einkern db show`` print.
+
+The progress bar goes to standard error and only when it is a terminal; the
+tables go to standard output (plain text when it is not a terminal).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+from rich.text import Text
+
+from ..ir.nodes import Problem
+from .db import TuningDB, TuningRecord
+from .ranking import Timed, pick_best
+from .tuner import Progress as TuneProgress
+from .tuner import StatementResult
+
+
+def seconds_text(value: float | None) -> str:
+    """``1.23 ms``, ``45.6 µs``, ``2.01 s``; ``-`` for None."""
+    if value is None:
+        return "-"
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
+        if value >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value * 1e9:.3g} ns"
+
+
+def _console(stream) -> Console:
+    terminal = stream.isatty()
+    return Console(file=stream, width=None if terminal else 160, no_color=not terminal,
+                   highlight=False)
+
+
+class ProgressDisplay:
+    """A rich progress bar per statement on stderr: evaluations done/total, ETA, best so
+    far and its speedup over the default.  Does nothing when stderr is not a terminal."""
+
+    def __init__(self, problem: Problem, positions: Sequence[int]):
+        self.enabled = sys.stderr.isatty()
+        self._progress = Progress(
+            TextColumn("[bold]S{task.fields[position]}[/]"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[best]}"),
+            console=Console(file=sys.stderr),
+            disable=not self.enabled,
+        )
+        self._tasks: dict[int, int] = {}
+        self.positions = tuple(positions)
+
+    def __enter__(self) -> ProgressDisplay:
+        self._progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.__exit__(None, None, None)
+
+    def update(self, event: TuneProgress) -> None:
+        if not self.enabled:
+            return
+        task = self._tasks.get(event.position)
+        if task is None:
+            task = self._progress.add_task("", total=event.total, position=event.position,
+                                           best="")
+            self._tasks[event.position] = task
+        best = ""
+        if event.best is not None:
+            best = f"best {seconds_text(event.best.median)}"
+            if event.default is not None and event.default.ok and event.best.cost > 0:
+                best += f" ({event.default.cost / event.best.cost:.2f}x default)"
+        self._progress.update(task, completed=event.done, total=event.total, best=best)
+
+
+def _failures(pairs: Sequence[tuple[str, int]]) -> str:
+    return ", ".join(f"{kind} {count}" for kind, count in pairs) or "-"
+
+
+def print_results(problem: Problem, results: Sequence[StatementResult], *,
+                  explain: bool = False, database: Path | None = None,
+                  simulated: Sequence[Timed | None] | None = None) -> None:
+    """The summary table of a tuning run (``simulated``: the best recorded per statement)."""
+    console = _console(sys.stdout)
+    title = f"{problem.program.name}: tuning" + (" (simulated)" if simulated is not None else "")
+    table = Table(title=Text(title))
+    for column in ("#", "statement", "default", "best", "speedup", "evaluations",
+                   "failures", "time"):
+        table.add_column(column, overflow="fold")
+    if simulated is not None:
+        table.add_column("best recorded")
+    for number, result in enumerate(results):
+        evaluations = f"{result.evaluations}/{result.space_size}"
+        if result.resumed:
+            evaluations += f" ({result.resumed} resumed)"
+        default = result.default.median if result.default is not None and result.default.ok \
+            else None
+        row = [
+            str(result.position), result.statement, seconds_text(default),
+            seconds_text(result.best.median if result.best is not None else None),
+            f"{result.speedup:.2f}x" if result.speedup is not None else "-",
+            evaluations, _failures(result.failures), seconds_text(result.seconds),
+        ]
+        if simulated is not None:
+            recorded = simulated[number]
+            row.append(seconds_text(recorded.median if recorded is not None else None))
+        table.add_row(*map(Text, row))
+    console.print(table)
+    if database is not None:
+        console.print(f"recorded in {database}", markup=False)
+    if explain:
+        for result in results:
+            config = json.dumps(result.best.config, sort_keys=True) if result.best else "-"
+            console.print(f"S{result.position} best configuration: {config}", markup=False)
+
+
+def print_database(db: TuningDB, every: bool = False) -> None:
+    """One row per recorded problem (or per record with ``every``)."""
+    console = _console(sys.stdout)
+    records = db.records()
+    if every:
+        table = Table(title=Text(f"{db.path}: {len(records)} records"))
+        for column in ("statement", "sizes", "config", "status", "median", "reason"):
+            table.add_column(column, overflow="fold")
+        for record in records:
+            table.add_row(*map(Text, (
+                record.identity.statement, record.identity.describe_sizes(), record.config_key,
+                record.status + (" (default)" * record.default), seconds_text(record.median),
+                record.reason)))
+        console.print(table)
+        return
+    problems: dict[str, list[TuningRecord]] = defaultdict(list)
+    for record in records:
+        problems[record.identity.key].append(record)
+    table = Table(title=Text(f"{db.path}: {len(problems)} problems, {len(records)} records"))
+    for column in ("statement", "sizes", "device", "version", "variants", "failed",
+                   "default", "best", "speedup"):
+        table.add_column(column, overflow="fold")
+    for group in problems.values():
+        identity = group[0].identity
+        device = dict(identity.device)
+        name = device.get("name") or device.get("cpu") or next(iter(device.values()), "-")
+        best = pick_best(r for r in group if r.ok)
+        default = next((r for r in group if r.default and r.ok), None)
+        speedup = "-"
+        if best is not None and default is not None and best.median:
+            speedup = f"{default.median / best.median:.2f}x"
+        table.add_row(*map(Text, (
+            identity.statement, identity.describe_sizes(), f"{identity.backend} {name}",
+            identity.version, str(len(group)), str(sum(not r.ok for r in group)),
+            seconds_text(default.median if default else None),
+            seconds_text(best.median if best else None), speedup)))
+    console.print(table)

@@ -1,0 +1,136 @@
+"""Replaying a tuning database: compare search strategies without the device.
+
+A :class:`SimulatedTarget` answers ``measure`` by looking up the recorded
+outcome of the configuration (a recorded failure fails the same way; a
+configuration that was never recorded fails as ``invalid``).  Its search space
+is the real target's when that can be built here (CPU always; CUDA when its
+target does not need a GPU to describe the space), else one derived from the
+recorded configurations (each parameter's recorded values, sorted).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import UsageError
+from ..ir.nodes import Problem
+from .canonical import ProblemIdentity, make_identity, same_problem
+from .db import TuningDB, TuningRecord
+from .space import canonical
+from .target import Config, Parameter, Timing, TuningTarget, VariantError
+
+
+def _sort_key(value: Any) -> tuple:
+    if isinstance(value, bool):
+        return (1, float(value), "")
+    if isinstance(value, (int, float)):
+        return (0, float(value), "")
+    return (2, 0.0, json.dumps(value, sort_keys=True))
+
+
+@dataclass(frozen=True)
+class SimulatedTarget:
+    """A target whose measurements are the records of one problem.
+
+    ``base`` (optional) provides the search space, default and cost model."""
+
+    records: tuple[TuningRecord, ...]
+    base: TuningTarget | None = None
+
+    @property
+    def backend(self) -> str:
+        return self.records[0].identity.backend if self.records else "simulated"
+
+    def device_key(self) -> dict[str, str]:
+        return dict(self.records[0].identity.device) if self.records else {}
+
+    def _by_config(self) -> dict[str, TuningRecord]:
+        return {record.config_key: record for record in self.records}
+
+    def parameters(self, problem: Problem, position: int) -> tuple[Parameter, ...]:
+        if self.base is not None:
+            return self.base.parameters(problem, position)
+        values: dict[str, dict[str, Any]] = defaultdict(dict)
+        for record in self.records:
+            for name, value in record.config.items():
+                values[name][json.dumps(value, sort_keys=True)] = value
+        return tuple(
+            Parameter(name, tuple(sorted(found.values(), key=_sort_key)))
+            for name, found in sorted(values.items())
+        )
+
+    def violation(self, problem: Problem, position: int, config: Config) -> str | None:
+        if self.base is not None:
+            return self.base.violation(problem, position, config)
+        return None
+
+    def default_config(self, problem: Problem, position: int) -> Config:
+        if self.base is not None:
+            return self.base.default_config(problem, position)
+        for record in self.records:
+            if record.default:
+                return record.config
+        if not self.records:
+            raise UsageError("nothing recorded to simulate")
+        return self.records[0].config
+
+    def compile(self, problem: Problem, position: int, config: Config) -> str:
+        return canonical(config)
+
+    def measure(self, problem: Problem, position: int, config: Config, compiled: Any,
+                repeats: int, seed: int) -> Timing:
+        record = self._by_config().get(canonical(config))
+        if record is None:
+            raise VariantError("invalid", "not recorded in the simulated database")
+        if not record.ok:
+            raise VariantError(record.status, record.reason or "recorded failure")
+        error = record.error if record.error is not None and math.isfinite(record.error) else 0.0
+        return Timing(record.times, error, record.resources)
+
+    def model_cost(self, problem: Problem, position: int, config: Config) -> float:
+        if self.base is None:
+            raise UsageError("no cost model to simulate with for this backend here")
+        return self.base.model_cost(problem, position, config)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """The records of one problem found in a database, and where they came from."""
+
+    identity: ProblemIdentity | None
+    records: tuple[TuningRecord, ...]
+
+
+def recorded_problem(db: TuningDB, backend: str, problem: Problem, position: int) -> Recorded:
+    """The records of statement ``position`` of ``problem`` in ``db``: of the device
+    and einkern version with the most records of it."""
+    wanted = make_identity(backend, {}, 0, problem, position)
+    groups: dict[str, list[TuningRecord]] = defaultdict(list)
+    for record in db.records():
+        if same_problem(record.identity, wanted):
+            groups[record.identity.key].append(record)
+    if not groups:
+        return Recorded(None, ())
+    chosen = max(groups.values(), key=lambda rs: (len(rs), rs[0].identity.key))
+    return Recorded(chosen[0].identity, tuple(chosen))
+
+
+def simulated_targets(db: TuningDB, backend: str, problem: Problem,
+                      base: TuningTarget | None,
+                      positions: Sequence[int]) -> list[tuple[SimulatedTarget, Recorded]]:
+    """One simulated target per statement (UsageError when one has no records)."""
+    found = []
+    for position in positions:
+        recorded = recorded_problem(db, backend, problem, position)
+        if not recorded.records:
+            raise UsageError(
+                f"{db.path} has no {backend} records of statement {position} at these sizes",
+                hint="simulate with the database, program and extents that were tuned",
+            )
+        found.append((SimulatedTarget(recorded.records, base), recorded))
+    return found

@@ -1,0 +1,258 @@
+"""The tuning database (integrity, concurrency, wisdom files) and the compile-time
+lookup policies."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from test_tuning_fakes import Synthetic, fake_problem, point
+
+from einkern.errors import EinkernError, UsageError
+from einkern.tuning.canonical import identify, size_distance, statement_problem
+from einkern.tuning.db import TuningDatabaseError, TuningDB, TuningRecord, default_path
+from einkern.tuning.evaluate import Budget, DbStore, Evaluator
+from einkern.tuning.policy import choose_config, choose_configs, normalize_policy
+from einkern.tuning.tuner import TuneOptions, tune_problem
+
+
+def record(identity, config: dict, median: float | None, status: str = "ok",
+           default: bool = False, stamp: float = 1.0) -> TuningRecord:
+    times = (median,) * 5 if median is not None else ()
+    return TuningRecord(identity, json.dumps(config, sort_keys=True, separators=(",", ":")),
+                        default, status, "" if status == "ok" else "boom", median, times,
+                        0.0 if median is not None else None, (), stamp)
+
+
+def fill(db: TuningDB, n: int, best: dict, best_time: float = 1e-3) -> None:
+    identity = identify(Synthetic(), fake_problem(n), 0)
+    db.add(record(identity, {"a": 0, "b": 0, "c": 0}, 5e-3, default=True))
+    db.add(record(identity, best, best_time))
+    db.add(record(identity, {"a": 5, "b": 5, "c": 0}, None, status="crash"))
+
+
+def snapshot(path: Path) -> tuple[bytes, int]:
+    return path.read_bytes(), path.stat().st_mtime_ns
+
+
+# ---- the file -------------------------------------------------------------------
+
+
+def test_records_round_trip_and_first_record_wins(tmp_path):
+    identity = identify(Synthetic(), fake_problem(), 0)
+    with TuningDB(tmp_path / "t.sqlite") as db:
+        assert db.add(record(identity, {"a": 1, "b": 0, "c": 0}, 2e-3))
+        assert not db.add(record(identity, {"a": 1, "b": 0, "c": 0}, 1e-3))  # kept
+        assert db.add(record(identity, {"a": 2, "b": 0, "c": 0}, None, status="crash"))
+        assert db.add(record(identity, {"a": 2, "b": 0, "c": 0}, 3e-3))  # success replaces
+        stored = db.records(identity.key)
+    assert [r.median for r in stored] == [2e-3, 3e-3]
+    with TuningDB(tmp_path / "t.sqlite") as db:
+        assert db.records() == stored
+        assert db.best(identity.key).config == {"a": 1, "b": 0, "c": 0}
+        assert db.get(identity.key, stored[0].config_key) == stored[0]
+    assert sqlite3.connect(tmp_path / "t.sqlite").execute("PRAGMA journal_mode").fetchone()[0] \
+        == "wal"
+
+
+def test_failed_and_wrong_records_are_never_best(tmp_path):
+    identity = identify(Synthetic(), fake_problem(), 0)
+    with TuningDB(tmp_path / "t.sqlite") as db:
+        db.add(record(identity, {"a": 1, "b": 1, "c": 1}, 1e-6, status="wrong"))
+        assert db.best(identity.key) is None
+        db.add(record(identity, {"a": 2, "b": 1, "c": 1}, 1e-3))
+        assert db.best(identity.key).config == {"a": 2, "b": 1, "c": 1}
+
+
+def test_not_sqlite_file_is_refused_and_untouched(tmp_path):
+    path = tmp_path / "notes.sqlite"
+    path.write_text("these are my notes, not a database\n" * 100)
+    before = snapshot(path)
+    with pytest.raises(TuningDatabaseError, match="not an SQLite file"):
+        TuningDB(path)
+    assert snapshot(path) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.sqlite"]
+
+
+def test_foreign_sqlite_file_is_refused_and_untouched(tmp_path):
+    path = tmp_path / "other.sqlite"
+    connection = sqlite3.connect(path)
+    connection.execute("CREATE TABLE people (name TEXT)")
+    connection.execute("INSERT INTO people VALUES ('ada')")
+    connection.commit()
+    connection.close()
+    before = snapshot(path)
+    with pytest.raises(TuningDatabaseError, match="another application"):
+        TuningDB(path)
+    with pytest.raises(EinkernError):
+        TuningDB(path, create=False)
+    assert snapshot(path) == before
+
+
+def test_corrupt_database_is_refused_and_untouched(tmp_path):
+    path = tmp_path / "t.sqlite"
+    with TuningDB(path) as db:
+        for n in (16, 32, 64, 128):
+            fill(db, n, {"a": 1, "b": 2, "c": 3})
+    data = bytearray(path.read_bytes())
+    assert len(data) >= 3 * 4096
+    data[4096:8192] = os.urandom(4096)  # a page of garbage behind a valid header
+    path.write_bytes(bytes(data))
+    before = snapshot(path)
+    with pytest.raises(TuningDatabaseError, match="corrupt|malformed"):
+        TuningDB(path)
+    assert snapshot(path) == before
+
+
+def test_newer_schema_is_refused(tmp_path):
+    path = tmp_path / "t.sqlite"
+    TuningDB(path).close()
+    connection = sqlite3.connect(path)
+    connection.execute("PRAGMA user_version = 99")
+    connection.close()
+    with pytest.raises(TuningDatabaseError, match="newer einkern"):
+        TuningDB(path)
+
+
+def test_read_only_open_never_creates(tmp_path, monkeypatch):
+    monkeypatch.setenv("EINKERN_TUNING_DB", str(tmp_path / "env.sqlite"))
+    assert default_path() == tmp_path / "env.sqlite"
+    with pytest.raises(TuningDatabaseError, match="no tuning database"):
+        TuningDB(create=False)
+    assert not (tmp_path / "env.sqlite").exists()
+
+
+WRITER = textwrap.dedent("""
+    import json, sys
+    sys.path.insert(0, sys.argv[3])
+    from test_tuning_fakes import Synthetic, fake_problem
+    from einkern.tuning.canonical import identify
+    from einkern.tuning.db import TuningDB, TuningRecord
+    identity = identify(Synthetic(), fake_problem(int(sys.argv[2])), 0)
+    with TuningDB(sys.argv[1]) as db:
+        for a in range(150):
+            key = json.dumps({"a": a}, separators=(",", ":"))
+            db.add(TuningRecord(identity, key, a == 0, "ok", "", 1e-3 + a * 1e-6,
+                                (1e-3,), 0.0, (), 1.0))
+""")
+
+
+def test_two_processes_write_one_database(tmp_path):
+    path = tmp_path / "shared.sqlite"
+    tests = str(Path(__file__).parent)
+    writers = [
+        subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(n), tests])
+        for n in (32, 48)
+    ]
+    assert [w.wait(timeout=120) for w in writers] == [0, 0]
+    with TuningDB(path) as db:
+        assert len(db.records()) == 300
+        assert len({r.identity.key for r in db.records()}) == 2
+    assert sqlite3.connect(path).execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_prune(tmp_path):
+    with TuningDB(tmp_path / "t.sqlite") as db:
+        fill(db, 64, {"a": 1, "b": 1, "c": 1})
+        identity = identify(Synthetic(), fake_problem(64), 0)
+        db.add(record(identity, {"a": 2, "b": 2, "c": 2}, 3e-3))
+        old = TuningRecord(**{**record(identity, {"a": 3, "b": 0, "c": 0}, 1e-4).__dict__,
+                              "identity": identity.__class__(**{**identity.__dict__,
+                                                               "version": "0.0.1"})})
+        db.add(old)
+        assert db.prune(failed=True) == 1
+        assert db.prune(failed=False, stale_version=identity.version) == 1
+        assert db.prune(failed=False, keep_best_only=True) == 1  # a=2 goes; best and default stay
+        left = {r.config_key for r in db.records()}
+    assert left == {'{"a":0,"b":0,"c":0}', '{"a":1,"b":1,"c":1}'}
+
+
+# ---- identity and lookup ----------------------------------------------------------
+
+
+def test_identity_keys_and_families():
+    target = Synthetic()
+    small, large = identify(target, fake_problem(64), 0), identify(target, fake_problem(4000), 0)
+    assert small.family == large.family and small.key != large.key
+    assert dict(small.extents) == {"i": 64, "j": 64, "k": 64}
+    assert small.tensors == ("A[n, n] float64 row", "B[n, n] float64 row",
+                             "C[n, n] float64 row")
+    assert size_distance(small.extents, large.extents) > size_distance(
+        small.extents, identify(target, fake_problem(128), 0).extents)
+    single = statement_problem(fake_problem(), 0)
+    assert single.program.inputs == ("A", "B") and len(single.program.statements) == 1
+
+
+def test_cached_policy_exact_then_nearest_then_default(tmp_path):
+    target = Synthetic()
+    path = tmp_path / "t.sqlite"
+    with TuningDB(path) as db:
+        fill(db, 64, {"a": 1, "b": 1, "c": 1})
+        fill(db, 4000, {"a": 4, "b": 4, "c": 2})
+    assert choose_config(target, fake_problem(64), 0, "cached", path) == (
+        {"a": 1, "b": 1, "c": 1}, "exact record")
+    config, source = choose_config(target, fake_problem(3000), 0, True, path)
+    assert config == {"a": 4, "b": 4, "c": 2}
+    assert source == "nearest record i=4000, j=4000, k=4000"
+    assert choose_config(target, fake_problem(100), 0, "cached", path)[0] == {
+        "a": 1, "b": 1, "c": 1}
+    # a recorded configuration invalid for the problem at hand is skipped: (4, 4, 2)
+    # breaks a + b + c <= 9, so the next nearest size is used, then the default
+    strict = Synthetic(limit=9)
+    assert choose_config(strict, fake_problem(3000), 0, "cached", path) == (
+        {"a": 1, "b": 1, "c": 1}, "nearest record i=64, j=64, k=64")
+    stricter = Synthetic(limit=2)
+    assert choose_config(stricter, fake_problem(3000), 0, "cached", path) == (
+        {"a": 0, "b": 0, "c": 0}, "default mapping")
+    assert choose_config(target, fake_problem(64), 0, False, path) == (
+        {"a": 0, "b": 0, "c": 0}, "default mapping")
+
+
+def test_cached_policy_without_database_uses_the_default(tmp_path):
+    missing = tmp_path / "none.sqlite"
+    assert choose_config(Synthetic(), fake_problem(), 0, "cached", missing) == (
+        {"a": 0, "b": 0, "c": 0}, "default mapping")
+    assert not missing.exists()
+
+
+def test_model_and_full_policies(tmp_path):
+    target = Synthetic()
+    problem = fake_problem()
+    assert choose_config(target, problem, 0, "model") == ({"a": 4, "b": 1, "c": 3}, "model")
+    options = TuneOptions(strategy="exhaustive", budget=Budget(evaluations=400), isolate=False)
+    path = tmp_path / "t.sqlite"
+    [(config, source)] = choose_configs(target, problem, "full", path, options=options)
+    assert point(config) == (4, 1, 3) and source == "tuned now (181 variants)"
+    assert choose_config(target, problem, 0, "cached", path) == (config, "exact record")
+    with pytest.raises(UsageError, match="unknown tuning policy"):
+        normalize_policy("fast")
+
+
+def test_resume_from_database_measures_nothing_twice(tmp_path):
+    calls = []
+
+    class Counting(Synthetic):
+        def measure(self, problem, position, config, *rest):
+            calls.append(point(config))
+            return super().measure(problem, position, config, *rest)
+
+    target, problem = Counting(), fake_problem()
+    options = TuneOptions(strategy="genetic", budget=Budget(evaluations=25), seed=7,
+                          isolate=False)
+    with TuningDB(tmp_path / "t.sqlite") as db:
+        first = tune_problem(target, problem, options, db)[0]
+        measured = list(calls)
+        again = tune_problem(target, problem, options, db)[0]
+        assert again.resumed == 25 and calls == measured
+        assert again.best.config_key == first.best.config_key
+        assert len(db.records()) == 25
+        with Evaluator(target, isolate=False) as evaluator:
+            store = DbStore(db, identify(target, problem, 0))
+            assert store.get(first.best.config_key).resumed
+            assert evaluator.workers >= 2

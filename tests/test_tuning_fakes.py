@@ -1,0 +1,120 @@
+"""Fake tuning targets shared by the tuning tests (and importable by the spawned
+measuring process, which is why they live in a module of their own).
+
+:class:`Synthetic` has three integer parameters ``a``, ``b``, ``c`` in
+``0..size-1`` with the constraint ``a + b + c <= limit``; its "time" is a
+deterministic bowl with a unique minimum at ``optimum``, and chosen
+configurations misbehave on purpose: a wrong result, a dead process
+(``os._exit``), a segfault, a hang, an exception.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+import einkern
+from einkern.ir.nodes import Problem
+from einkern.tuning.space import canonical
+from einkern.tuning.target import Config, Parameter, Timing
+
+Point = tuple[int, int, int]
+
+PROGRAM = """
+program fake
+dims n = 64
+tensor A[n, n], B[n, n], C[n, n]
+C[i,j] = A[i,k] * B[k,j]
+"""
+
+
+def fake_problem(n: int = 64) -> Problem:
+    return einkern.make_problem(einkern.load(PROGRAM), {"n": n})
+
+
+def point(config: Config) -> Point:
+    return (config["a"], config["b"], config["c"])
+
+
+@dataclass(frozen=True)
+class Synthetic:
+    """A deterministic target (see the module docstring)."""
+
+    size: int = 6
+    limit: int = 10
+    optimum: Point = (4, 1, 3)
+    wrong: tuple[Point, ...] = ()  # measured fastest, but with a large error
+    exits: tuple[Point, ...] = ()  # os._exit in the worker
+    segfaults: tuple[Point, ...] = ()
+    hangs: tuple[Point, ...] = ()
+    raises: tuple[Point, ...] = ()
+    spread: float = 0.0  # relative jitter added to the timed runs (deterministic)
+    backend: str = "synthetic"
+
+    def device_key(self) -> dict[str, str]:
+        return {"name": "synthetic device", "version": "1"}
+
+    def parameters(self, problem: Problem, position: int) -> tuple[Parameter, ...]:
+        values = tuple(range(self.size))
+        return (Parameter("a", values), Parameter("b", values), Parameter("c", values))
+
+    def violation(self, problem: Problem, position: int, config: Config) -> str | None:
+        if sum(point(config)) > self.limit:
+            return f"a + b + c > {self.limit}"
+        return None
+
+    def default_config(self, problem: Problem, position: int) -> Config:
+        return {"a": 0, "b": 0, "c": 0}
+
+    def compile(self, problem: Problem, position: int, config: Config) -> Any:
+        if self.violation(problem, position, config) is not None:
+            raise AssertionError(f"invalid variant compiled: {config}")
+        return canonical(config)
+
+    def cost(self, config: Config) -> float:
+        a, b, c = point(config)
+        oa, ob, oc = self.optimum
+        return 1e-3 * (1 + (a - oa) ** 2 + 2 * (b - ob) ** 2 + 0.5 * (c - oc) ** 2)
+
+    def measure(self, problem: Problem, position: int, config: Config, compiled: Any,
+                repeats: int, seed: int) -> Timing:
+        here = point(config)
+        if here in self.exits:
+            os._exit(3)
+        if here in self.segfaults:
+            ctypes.string_at(0)
+        if here in self.hangs:
+            time.sleep(60)
+        if here in self.raises:
+            raise RuntimeError("device fault")
+        cost = self.cost(config)
+        if here in self.wrong:
+            return Timing((cost / 10,) * repeats, 0.5)
+        jitter = [1 + self.spread * ((k * 7) % 5 - 2) / 2 for k in range(repeats)]
+        return Timing(tuple(cost * j for j in jitter), 0.0)
+
+    def model_cost(self, problem: Problem, position: int, config: Config) -> float:
+        return self.cost(config)
+
+
+def test_synthetic_optimum_is_valid_and_unique():
+    target = Synthetic()
+    problem = fake_problem()
+    best = {"a": 4, "b": 1, "c": 3}
+    assert target.violation(problem, 0, best) is None
+    others = [
+        {"a": a, "b": b, "c": c}
+        for a in range(6) for b in range(6) for c in range(6)
+        if (a, b, c) != (4, 1, 3)
+    ]
+    assert all(target.cost(other) > target.cost(best) for other in others)
+
+
+@pytest.fixture
+def problem() -> Problem:
+    return fake_problem()

@@ -225,8 +225,7 @@ def config_to_mapping(problem: Problem, position: int, config: Config,
     parallel = tuple(ParallelTile(i, tile, threads, cyclic) for i, tile, threads, cyclic in tiles)
     rx, ry, rz = config["regs"]
     if stage != "none":
-        strategy = "gett" if len([t for t in parallel if t.per_thread > 1]) > 2 or (
-            rx * ry > 1 and r.batch) else "shared"
+        strategy = "gett" if rz > 1 or (rx * ry > 1 and r.batch) else "shared"
     elif rx * ry * rz > 1:
         strategy = "register"
     else:

@@ -45,7 +45,7 @@ BLOCKS = ((32, 1), (64, 1), (128, 1), (256, 1), (0, 1), (8, 8), (16, 4), (32, 2)
           (64, 8), (32, 32), (0, 0), (0, 4), (0, 8), (0, 16), (16, 0), (32, 0))
 #: Register tile along x, y and z (z: an output index on no thread, register-only).
 REGS = tuple((a, b, c) for a in (1, 2, 4, 8) for b in (1, 2, 4, 8) for c in (1, 2, 4))
-K_STEPS = (4, 8, 16, 32)
+K_STEPS = (8, 16, 32)
 
 
 @dataclass(frozen=True)
@@ -137,9 +137,8 @@ def parameters(problem: Problem, position: int) -> dict[str, tuple]:
         for stage in ("A", "B", "all"):
             for k_step in K_STEPS:
                 for prefetch in (False, True):
-                    for padding in (0, 1):
-                        for layout in ("natural", "compute"):
-                            stagings.append([stage, k_step, prefetch, padding, layout])
+                    for padding, layout in ((1, "natural"), (0, "compute"), (1, "compute")):
+                        stagings.append([stage, k_step, prefetch, padding, layout])
     return {
         "x": tuple(cands),
         "y": tuple(cands) + ("",),

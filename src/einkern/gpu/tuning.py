@@ -1,0 +1,183 @@
+"""The CUDA backend as a tuning target: mapping configurations of one statement,
+compiled with NVRTC, checked and timed with CUDA events in a worker process."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import CompilationError
+from ..ir.nodes import Problem, Program
+from ..tuning.target import Config, Parameter, Timing
+from .decision import default_config
+from .device import current_limits
+from .lower import lower
+from .model import predicted_time
+from .space import config_to_mapping, parameters, violation
+
+
+@dataclass(frozen=True)
+class CompiledVariant:
+    """What the worker needs to run one variant (picklable)."""
+
+    cubin: bytes
+    name: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int
+    tensors: tuple[str, ...]
+    scalars: tuple[str, ...]
+    resources: tuple[tuple[str, Any], ...]
+
+
+def single_statement(problem: Problem, position: int) -> Problem:
+    """The problem reduced to statement ``position`` (and the tensors it touches)."""
+    from ..ir.bind import make_problem
+
+    program = problem.program
+    statement = program.statements[position]
+    used = {statement.output.tensor} | {a.tensor for a in statement.reads()}
+    reduced = Program(program.name, program.extents,
+                      tuple(t for t in program.tensors if t.name in used), program.scalars,
+                      (statement,))
+    return make_problem(reduced, dict(problem.sizes))
+
+
+class CudaTarget:
+    """:class:`~einkern.tuning.target.TuningTarget` of the ``cuda`` backend."""
+
+    backend = "cuda"
+
+    def device_key(self) -> dict[str, str]:
+        from ..backends.cuda import driver
+        from ..backends.cuda.nvrtc import nvrtc_version
+
+        props = driver.device_properties(0)
+        cuda = driver._cuda()
+        version = driver.check(cuda.cuDriverGetVersion(), "cuDriverGetVersion")
+        return {
+            "device": props.name,
+            "compute_capability": f"{props.compute_capability[0]}.{props.compute_capability[1]}",
+            "driver": str(version),
+            "nvrtc": ".".join(map(str, nvrtc_version())),
+        }
+
+    def parameters(self, problem: Problem, position: int) -> tuple[Parameter, ...]:
+        return tuple(Parameter(name, values)
+                     for name, values in parameters(problem, position).items())
+
+    def violation(self, problem: Problem, position: int, config: Config) -> str | None:
+        try:
+            return violation(problem, position, config, current_limits())
+        except (KeyError, TypeError, ValueError) as error:
+            return f"malformed configuration: {error}"
+
+    def default_config(self, problem: Problem, position: int) -> Config:
+        return default_config(problem, position, current_limits())[0]
+
+    def compile(self, problem: Problem, position: int, config: Config) -> CompiledVariant:
+        from ..backends.cuda.nvrtc import compile_cubin
+        from .cuda_printer import launch_shape, print_cuda_module
+
+        limits = current_limits()
+        mapping = config_to_mapping(problem, position, config)
+        kernel = lower(problem, position, mapping, f"ek_tune_s{position}",
+                       max_shared_bytes=limits.shared_per_block_optin)
+        module = compile_cubin(print_cuda_module([kernel]), limits.arch)
+        found = [r for r in module.resources if r.name == kernel.name]
+        resources = found[0] if found else None
+        if resources is not None and resources.spill_stores > 0:
+            raise CompilationError(f"{resources.spill_stores} bytes of register spills",
+                                   hint="resources")
+        shape = launch_shape(kernel)
+        return CompiledVariant(
+            cubin=module.cubin,
+            name=kernel.name,
+            grid=shape.grid,
+            block=shape.block,
+            shared_bytes=shape.dynamic_shared_bytes,
+            tensors=tuple(a.name[2:] for a in shape.arguments if a.is_array),
+            scalars=tuple(a.name[2:] for a in shape.arguments if not a.is_array),
+            resources=() if resources is None else (
+                ("registers", resources.registers), ("shared", resources.shared_memory),
+                ("spill_stores", resources.spill_stores)),
+        )
+
+    def measure(self, problem: Problem, position: int, config: Config, compiled: Any,
+                repeats: int, seed: int) -> Timing:
+        return _measure(single_statement(problem, position), compiled, repeats, seed)
+
+    def model_cost(self, problem: Problem, position: int, config: Config) -> float:
+        mapping = config_to_mapping(problem, position, config)
+        return predicted_time(problem, position, mapping, current_limits())
+
+
+_REFERENCE: dict[tuple, dict] = {}
+
+
+def _measure(problem: Problem, compiled: CompiledVariant, repeats: int, seed: int) -> Timing:
+    """Check once against the reference (inputs drawn from ``seed``, computed once per
+    problem in this worker), then time ``repeats`` launches with CUDA events, the L2
+    flushed before each."""
+    from ..backends.cuda import driver
+    from ..reference import evaluate
+    from .verify import random_inputs
+
+    driver.activate(0)
+    key = (problem, seed)
+    if key not in _REFERENCE:
+        arrays = random_inputs(problem, seed)
+        scalars = {s.name: (s.default if s.default is not None else 1.0 + 0.25 * i)
+                   for i, s in enumerate(problem.program.scalars)}
+        _REFERENCE.clear()
+        _REFERENCE[key] = {"arrays": arrays, "scalars": scalars,
+                           "expected": evaluate(problem, arrays, scalars)}
+    data = _REFERENCE[key]
+    arrays, scalars = data["arrays"], data["scalars"]
+    module = driver.load_module(compiled.cubin, [compiled.name])
+    function = module.functions[compiled.name]
+    pointers = {}
+    flush_bytes = 2 * driver.device_properties(0).l2_cache_bytes
+    flush = driver.alloc(flush_bytes)
+    try:
+        for name in compiled.tensors:
+            array = arrays[name]
+            pointers[name] = driver.alloc(array.nbytes)
+            driver.copy_to_device(pointers[name], array.ctypes.data, array.nbytes)
+        args = (function, compiled.grid, compiled.block,
+                [pointers[t] for t in compiled.tensors],
+                [float(scalars[s]) for s in compiled.scalars], 0, compiled.name,
+                compiled.shared_bytes)
+        driver.launch(*args)
+        driver.synchronize(compiled.name)
+        output = problem.program.statements[0].output.tensor
+        result = np.empty_like(arrays[output])
+        driver.copy_to_host(result.ctypes.data, pointers[output], result.nbytes)
+        expected = data["expected"][output]
+        scale = float(np.max(np.abs(expected))) or 1.0
+        error = float(np.max(np.abs(result.astype(np.float64) - expected))) / scale
+        if not math.isfinite(error):
+            error = math.inf
+        timer = driver.EventTimer()
+        cuda = driver._cuda()
+        times = []
+        for _ in range(max(1, repeats)):
+            driver.check(cuda.cuMemsetD8(flush, 0, flush_bytes), "cuMemsetD8")
+            timer.start(0)
+            driver.launch(*args)
+            times.append(timer.stop(0) * 1e-3)
+        timer.close()
+    finally:
+        for pointer in pointers.values():
+            driver.free(pointer)
+        driver.free(flush)
+        driver.check(driver._cuda().cuModuleUnload(module.handle), "cuModuleUnload")
+    return Timing(tuple(times), error, compiled.resources)
+
+
+def median_ms(timing: Timing) -> float:
+    return statistics.median(timing.times) * 1e3

@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..errors import EinkernError, UsageError
+from ..errors import BackendError, EinkernError, UsageError
 from .db import TuningDB, TuningRecord, default_path
 from .evaluate import DEFAULT_REPEATS, DEFAULT_TIMEOUT_S, Budget, Evaluator, MemoryStore
 from .report import ProgressDisplay, print_database, print_results
@@ -144,7 +144,11 @@ def command_tune(args: argparse.Namespace) -> int:
                                                display)
         print_results(problem, results, simulated=best_recorded, explain=args.explain)
         return 0
-    target = get_target(backend)
+    try:
+        target = get_target(backend)
+    except ImportError as error:
+        raise BackendError(f"the {backend} backend cannot be tuned here: {error}",
+                           hint="try --backend cpu") from error
     with TuningDB(args.db, create=True) as db:
         with display:
             results = tune_problem(target, problem, options, db, display.update, positions)
@@ -250,10 +254,15 @@ def _read_wisdom(path: str) -> list[TuningRecord]:
 TUNE_COMMANDS = {"tune": command_tune, "db": command_db}
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse raising :class:`UsageError` instead of exiting."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise UsageError(message, hint=f"see `{self.prog} --help`")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``tune``/``db`` on their own (as ``python -m einkern.tuning.cli``)."""
-    from ..cli import _Parser
-
     parser = _Parser(prog="einkern", description="Autotune einkern kernels.")
     add_tune_parsers(parser.add_subparsers(dest="command", parser_class=_Parser, required=True))
     try:

@@ -126,6 +126,23 @@ def _largest(problem: Problem, statement: Statement, indices: Sequence[str],
     return [i for i in indices if i in chosen]
 
 
+_REFERENCE: dict[tuple[Problem, int], tuple[dict, dict, dict]] = {}
+
+
+def _reference(problem: Problem, seed: int) -> tuple[dict, dict, dict]:
+    """Random inputs, scalars and the reference outputs of a one-statement problem,
+    computed once per worker for the statement being tuned."""
+    from ..cli import random_arrays, random_scalars
+
+    key = (problem, seed)
+    if key not in _REFERENCE:
+        inputs = random_arrays(problem, seed)
+        scalars = random_scalars(problem, seed)
+        _REFERENCE.clear()
+        _REFERENCE[key] = (inputs, scalars, evaluate(problem, inputs, scalars))
+    return _REFERENCE[key]
+
+
 @dataclass(frozen=True)
 class CpuTarget:
     """Tuning target of the CPU backend (see the module docstring)."""
@@ -203,23 +220,21 @@ class CpuTarget:
 
     def measure(self, problem: Problem, position: int, config: Config, compiled: Any,
                 repeats: int, seed: int) -> Timing:
-        """Run once on fresh random inputs and compare with the reference, warm up,
-        then time ``max(repeats, 10)`` calls of the kernel itself (more for short
-        kernels, up to :data:`MIN_TIMED_S`)."""
-        from ..cli import random_arrays, random_scalars, relative_error
+        """Run once on random inputs drawn from ``seed`` and compare with the reference
+        (computed once per worker and seed), warm up, then time ``max(repeats, 10)``
+        calls of the kernel itself (more for short kernels, up to :data:`MIN_TIMED_S`)."""
+        from ..cli import relative_error
 
         single = statement_problem(problem, position)
         program = single.program
         path = Path(compiled)
         executable = CpuExecutable(single, path, load_library(path))
-        inputs = random_arrays(single, seed)
-        scalars = random_scalars(single, seed)
+        inputs, scalars, expected = _reference(single, seed)
         arrays = {name: array.copy(order="K") for name, array in inputs.items()}
         for tensor in program.tensors:
             if tensor.name not in arrays:
                 order = "C" if tensor.layout == "row" else "F"
                 arrays[tensor.name] = np.zeros(single.shape(tensor.name), tensor.dtype, order=order)
-        expected = evaluate(single, inputs, scalars)
         executable.run(arrays, scalars)
         error = max((relative_error(arrays[name], expected[name]) for name in program.outputs),
                     default=0.0)

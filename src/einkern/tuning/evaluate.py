@@ -160,7 +160,6 @@ class Evaluator:
         self._pool = ThreadPoolExecutor(max_workers=self.workers,
                                         thread_name_prefix="einkern-compile")
         self._measurer: Measurer = ProcessMeasurer() if isolate else InProcessMeasurer()
-        self._measured = 0
 
     def __enter__(self) -> Evaluator:
         return self
@@ -188,9 +187,11 @@ class Evaluator:
         return list(self._pool.map(one, configs))
 
     def measure(self, problem: Problem, position: int, config: Config, compiled: Any) -> Measured:
-        self._measured += 1
+        """Measure one compiled variant.  Its inputs are drawn from a seed fixed per
+        run and statement, so every variant of a statement is checked on the same
+        inputs and targets may compute the reference once per worker."""
         job = Job(self.target, problem, position, config, compiled, self.repeats,
-                  self.seed * 1_000_003 + self._measured)
+                  self.seed * 1_000_003 + position)
         return self._measurer.measure(job, self.timeout)
 
 

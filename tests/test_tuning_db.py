@@ -256,3 +256,32 @@ def test_resume_from_database_measures_nothing_twice(tmp_path):
             store = DbStore(db, identify(target, problem, 0))
             assert store.get(first.best.config_key).resumed
             assert evaluator.workers >= 2
+
+
+def test_simulated_target_replays_a_recorded_search(tmp_path):
+    from einkern.tuning.evaluate import MemoryStore
+    from einkern.tuning.simulate import SimulatedTarget, recorded_problem
+    from einkern.tuning.target import VariantError
+    from einkern.tuning.tuner import tune_statement
+
+    target, problem = Synthetic(wrong=((5, 5, 0),)), fake_problem()
+    exhaustive = TuneOptions(strategy="exhaustive", budget=Budget(), isolate=False)
+    with TuningDB(tmp_path / "t.sqlite") as db:
+        tune_problem(target, problem, exhaustive, db)
+        recorded = recorded_problem(db, "synthetic", problem, 0)
+        count = len(db.records())
+    assert len(recorded.records) == count == 181
+    simulated = SimulatedTarget(recorded.records)  # no base target: space from the records
+    assert [(p.name, p.values) for p in simulated.parameters(problem, 0)] == [
+        (name, tuple(range(6))) for name in "abc"]
+    assert simulated.default_config(problem, 0) == {"a": 0, "b": 0, "c": 0}
+    with pytest.raises(VariantError) as raised:
+        simulated.measure(problem, 0, {"a": 5, "b": 5, "c": 5}, None, 10, 0)
+    assert raised.value.failure == "invalid"  # never recorded
+    options = TuneOptions(strategy="annealing", budget=Budget(evaluations=90), isolate=False)
+    with Evaluator(simulated, isolate=False) as evaluator:
+        result = tune_statement(simulated, problem, 0, evaluator, options, MemoryStore(),
+                                identity=recorded.identity)
+    assert point(result.best.config) == (4, 1, 3)
+    with TuningDB(tmp_path / "t.sqlite") as db:
+        assert len(db.records()) == count  # a replay writes nothing

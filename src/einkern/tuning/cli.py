@@ -161,11 +161,15 @@ def _simulate(db: TuningDB, backend: str, problem, positions, options, display):
     from .simulate import simulated_targets
     from .target import get_target
 
+    base = None
     try:
-        base = get_target(backend)
-        base.parameters(problem, positions[0])
+        candidate = get_target(backend)
+        for position in positions:
+            candidate.parameters(problem, position)
+            candidate.violation(problem, position, candidate.default_config(problem, position))
+        base = candidate
     except Exception:  # noqa: BLE001 - no usable real target here: derive the space
-        base = None
+        pass
     results, best = [], []
     for position, (target, recorded) in zip(
             positions, simulated_targets(db, backend, problem, base, positions), strict=True):

@@ -258,6 +258,9 @@ def run_suites(suites: Sequence[Suite], options: BenchOptions, *, device: Device
         (log or (lambda text: print(text, file=sys.stderr)))(message)
 
     device = device or get_device(options.backend)
+    environment = collect(device.backend, argv)
+    environment["device_description"] = device.describe()
+    run_started = time.perf_counter()
     calibration = device.calibrate(options.quick)
     runner = Runner(options, device, calibration, peers_for(device.backend, _names(options)), note)
     plan = [(suite, suite.cases(options.quick)) for suite in suites]
@@ -267,35 +270,43 @@ def run_suites(suites: Sequence[Suite], options: BenchOptions, *, device: Device
         progress.start(total)
     try:
         for suite, cases in plan:
-            started = time.perf_counter()
-            limit = options.suite_timeout(suite.name)
-            for position, case in enumerate(cases):
-                if limit is not None and time.perf_counter() - started > limit:
-                    note(f"suite {suite.name}: time limit {limit:g} s reached, "
-                         f"{len(cases) - position} case(s) skipped")
-                    for rest in cases[position:]:
-                        rows.extend(Measurement.for_case(
-                            rest, name, "skipped", reason=f"suite time limit {limit:g} s reached")
-                            for name in runner.implementations)
-                    if progress is not None:
-                        progress.advance((len(cases) - position) * len(runner.implementations))
-                    break
-
-                def step(name: str, case=case) -> None:
-                    if progress is not None:
-                        progress.describe(f"{case.suite} {case.workload} {case.label} · {name}")
-
-                case_rows = runner.run_case(case, step)
-                rows.extend(case_rows)
-                if progress is not None:
-                    progress.advance(len(case_rows))
+            rows.extend(_run_suite(runner, suite.name, cases, progress, note))
     finally:
         if progress is not None:
             progress.stop()
-    environment = collect(device.backend, argv)
-    environment["device_description"] = device.describe()
+    environment["duration_s"] = round(time.perf_counter() - run_started, 1)
     return BenchResult(environment, calibration, dataclasses.asdict(options),
                        tuple(with_speedups(rows)), tuple(notes))
+
+
+def _run_suite(runner: Runner, name: str, cases: Sequence[Case], progress, note: Log
+               ) -> list[Measurement]:
+    """The rows of one suite; cases past its time limit are recorded as skipped."""
+    implementations = runner.implementations
+    limit = runner.options.suite_timeout(name)
+    started = time.perf_counter()
+    rows: list[Measurement] = []
+    ran = 0
+    for case in cases:
+        if limit is not None and time.perf_counter() - started > limit:
+            rows.extend(Measurement.for_case(
+                case, implementation, "skipped", reason=f"suite time limit {limit:g} s reached")
+                for implementation in implementations)
+        else:
+            def step(implementation: str, case=case) -> None:
+                if progress is not None:
+                    progress.describe(f"{case.suite} {case.workload} {case.label} · "
+                                      f"{implementation}")
+
+            rows.extend(runner.run_case(case, step))
+            ran += 1
+        if progress is not None:
+            progress.advance(len(implementations))
+    elapsed = time.perf_counter() - started
+    if ran < len(cases):
+        note(f"suite {name}: time limit {limit:g} s reached, {len(cases) - ran} case(s) skipped")
+    note(f"suite {name}: {ran} of {len(cases)} case(s) run in {elapsed:.0f} s")
+    return rows
 
 
 def _names(options: BenchOptions) -> list[str] | None:

@@ -181,3 +181,18 @@ def test_schedule_from_configs_rejects_bad_input():
     with pytest.raises(ValueError, match="permutation"):
         schedule_from_configs(problem, [{"order": ["j"], "collapse": 0}])
     assert schedule_from_configs(problem, [None]) == default_schedule(problem)
+
+
+def test_tuned_build_argument_for_the_cpu_backend(tmp_path):
+    from einkern.tuning.policy import tuned_build_argument
+
+    problem = problem_of(GEMM, m=24, n=24, k=24)
+    assert tuned_build_argument("cpu", problem, False) == (None, ())
+    schedule, sources = tuned_build_argument("cpu", problem, "model")
+    assert sources == ("model",) and isinstance(schedule, CpuSchedule)
+    assert schedule != default_schedule(problem)
+    check(problem, schedule)
+    missing = tmp_path / "none.sqlite"
+    schedule, sources = tuned_build_argument("cpu", problem, True, missing)
+    assert sources == ("default mapping",) and schedule == default_schedule(problem)
+    assert not missing.exists()

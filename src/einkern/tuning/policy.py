@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import random
 from collections import defaultdict
+from typing import Any
 
 from ..errors import UsageError
 from ..ir.nodes import Problem
@@ -153,3 +154,24 @@ def choose_configs(target: TuningTarget, problem: Problem, policy: Policy,
     finally:
         if opened and database is not None:
             database.close()
+
+
+def tuned_build_argument(backend: str, problem: Problem, policy: Policy,
+                         db: DatabaseArg = None) -> tuple[Any, tuple[str, ...]]:
+    """What ``Kernel`` passes to ``backend.build(problem, ...)`` under ``policy``, and
+    the source of each statement's configuration: a
+    :class:`~einkern.backends.cpu.schedule.CpuSchedule` for ``cpu``, a
+    ``{statement: configuration}`` dict of mappings for ``cuda``; None (build with
+    the defaults) when ``policy`` is off."""
+    if normalize_policy(policy) is None:
+        return None, ()
+    from .target import get_target
+
+    chosen = choose_configs(get_target(backend), problem, policy, db)
+    sources = tuple(source for _, source in chosen)
+    configs = [config for config, _ in chosen]
+    if backend == "cpu":
+        from .cpu_target import schedule_from_configs
+
+        return schedule_from_configs(problem, configs), sources
+    return dict(enumerate(configs)), sources

@@ -176,7 +176,7 @@ class _Lowering:
     def arrange(self, node: _Node, labels: tuple[str, ...], broadcast: bool = False) -> Thunk:
         """``node`` with its axes in the order of ``labels``; with ``broadcast``, a
         label it lacks becomes a size-1 axis (NumPy broadcasting does the rest)."""
-        if node.labels == labels:
+        if node.labels == labels or not node.labels:  # already arranged, or a number
             return node.compute
         present = [label for label in labels if label in node.labels]
         order = tuple(node.labels.index(label) for label in present)
@@ -186,8 +186,6 @@ class _Lowering:
             raise NotImplementedError(f"{self.ops.name}: cannot broadcast to {labels}")
         identity = order == tuple(range(len(order)))
         needs_expand = len(present) != len(labels)
-        if not node.labels:
-            return compute
 
         def arranged(values: Values, scalars: Scalars) -> Any:
             data = compute(values, scalars)
@@ -209,9 +207,9 @@ class _Lowering:
         if isinstance(expr, Access):
             return self.access(expr)
         if isinstance(expr, Sum):
-            return self.product(_factors(expr.body), expr.indices, want, expr.body)
+            return self.product(_factors(expr.body), expr.indices, want)
         if isinstance(expr, Binary) and expr.op == "*":
-            return self.product(_factors(expr), (), want, expr)
+            return self.product(_factors(expr), (), want)
         if isinstance(expr, Neg):
             inner = self.expr(expr.operand, want)
             compute = inner.compute
@@ -249,12 +247,12 @@ class _Lowering:
 
         return _Node(labels, apply)
 
-    def product(self, factors: list[Expr], summed: tuple[str, ...], want, whole: Expr) -> _Node:
+    def product(self, factors: list[Expr], summed: tuple[str, ...], want) -> _Node:
         """``sum over summed`` of a product: tensor factors in one einsum, scalar
         factors multiplied afterwards."""
         nodes = [self.expr(factor) for factor in factors]
         tensors = [node for node in nodes if node.labels]
-        scalars = [node.compute for node in nodes if not node.labels]
+        numbers = [node.compute for node in nodes if not node.labels]
         labels = tuple(dict.fromkeys(label for node in tensors for label in node.labels))
         keep = tuple(label for label in labels if label not in summed)
         if set(keep) == set(want):
@@ -263,39 +261,30 @@ class _Lowering:
         for index in summed:
             if index not in labels:  # summed but used by no factor: a factor of its extent
                 absent *= self.size(index)
+
+        def factor(values: Values, scalars: Scalars) -> Any:
+            result = float(absent)
+            for compute in numbers:
+                result = result * compute(values, scalars)
+            return result
+
         if not tensors:
-            computes = [node.compute for node in nodes]
-
-            def constant(values: Values, scalars_: Scalars) -> Any:
-                result = float(absent)
-                for compute in computes:
-                    result = result * compute(values, scalars_)
-                return result
-
-            return _Node((), constant)
-        every = tuple(dict.fromkeys(keep + labels))
-        equation = (",".join(_letters(node.labels, every) for node in tensors)
-                    + "->" + _letters(keep, every))
-        einsum = self.ops.einsum
-        operands = [node.compute for node in tensors]
-        if equation.split("->")[0] == equation.split("->")[1] and len(tensors) == 1:
-            operands_only = operands[0]
-
-            def contract(values: Values, scalars_: Scalars) -> Any:
-                return operands_only(values, scalars_)
+            return _Node((), factor)
+        if len(tensors) == 1 and tensors[0].labels == keep:
+            contract = tensors[0].compute
         else:
-            def contract(values: Values, scalars_: Scalars) -> Any:
-                return einsum(equation, *(compute(values, scalars_) for compute in operands))
-        if not scalars and absent == 1:
+            every = tuple(dict.fromkeys(keep + labels))
+            equation = (",".join(_letters(node.labels, every) for node in tensors)
+                        + "->" + _letters(keep, every))
+            einsum, operands = self.ops.einsum, [node.compute for node in tensors]
+
+            def contract(values: Values, scalars: Scalars) -> Any:
+                return einsum(equation, *(compute(values, scalars) for compute in operands))
+
+        if not numbers and absent == 1:
             return _Node(keep, contract)
-
-        def scaled(values: Values, scalars_: Scalars) -> Any:
-            factor = float(absent)
-            for compute in scalars:
-                factor = factor * compute(values, scalars_)
-            return contract(values, scalars_) * factor
-
-        return _Node(keep, scaled)
+        return _Node(keep, lambda values, scalars: contract(values, scalars)
+                     * factor(values, scalars))
 
 
 _NUMPY = module_ops("numpy", np)

@@ -103,15 +103,22 @@ class InProcessMeasurer:
 
 
 def _serve(connection: Any) -> None:
-    """Worker main loop: receive jobs, send back :class:`Measured`; None stops it."""
+    """Worker main loop: receive a job, acknowledge it (unpickling may import the
+    target's modules, which must not count against the timeout), send back its
+    :class:`Measured`; None stops it."""
     connection.send("ready")
     while True:
         try:
             job = connection.recv()
         except EOFError:
             return
+        except Exception as error:  # noqa: BLE001 - e.g. the target's module is missing
+            connection.send("received")
+            connection.send(Measured(None, "crash", f"cannot load the variant: {error!r}"))
+            continue
         if job is None:
             return
+        connection.send("received")
         connection.send(_run(job))
 
 
@@ -186,6 +193,11 @@ class ProcessMeasurer:
         except (OSError, BrokenPipeError):
             return Measured(None, "crash", _death(self._discard()))
         try:
+            if not self._connection.poll(START_TIMEOUT_S):
+                return Measured(None, "crash", _death(self._discard()))
+            if self._connection.recv() != "received":
+                self._discard()
+                return Measured(None, "crash", "the measuring process answered out of turn")
             if not self._connection.poll(timeout):
                 self._discard()
                 return Measured(None, "timeout", f"no result within {timeout:g} s")

@@ -89,7 +89,6 @@ class Runner:
         self.calibration = calibration
         self.peers = list(peers)
         self.unavailable = {peer.name: _first_line(peer.available()) for peer in self.peers}
-        self.log = log
         self.compile_options: dict[str, Any] = {}
         for name, reason in self.unavailable.items():
             if reason:

@@ -41,7 +41,7 @@ def main() -> int:
         arrays = random_inputs(problem, seed=5)
         expected = einkern.evaluate(problem, arrays)
         work = {k: v.copy(order="K") for k, v in arrays.items()}
-        kernel(**{k: work[k] for k in program.inputs}, **{o: work[o] for o in program.outputs})
+        kernel(**{k: work[k] for k in (*program.inputs, *program.outputs)})
         out = program.outputs[0]
         error = float(np.max(np.abs(work[out] - expected[out])) / np.max(np.abs(expected[out])))
         ok = error < (1e-5 if program.tensor(out).dtype == "float32" else 1e-12)

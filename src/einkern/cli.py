@@ -73,6 +73,9 @@ def _parser() -> argparse.ArgumentParser:
         )
     emit.add_argument("--explain", action="store_true",
                       help="(cuda) print each statement's mapping and why it was chosen")
+    from .bench.cli import add_bench_parser
+
+    add_bench_parser(sub)
     return parser
 
 
@@ -303,7 +306,14 @@ def command_emit(args) -> int:
     return 0
 
 
-COMMANDS = {"check": command_check, "run": command_run, "emit": command_emit}
+def command_bench(args) -> int:
+    from .bench.cli import command_bench as run_bench
+
+    return run_bench(args)
+
+
+COMMANDS = {"check": command_check, "run": command_run, "emit": command_emit,
+            "bench": command_bench}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

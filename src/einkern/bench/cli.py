@@ -30,6 +30,9 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
                         help="where to run (auto: cuda when a GPU is usable)")
     parser.add_argument("--quick", action="store_true",
                         help="small sizes (CI: the whole CPU run takes well under 2 minutes)")
+    parser.add_argument("--full", action="store_true",
+                        help="the GPU sizes on the CPU backend too (hours); without it the "
+                        "CPU backend runs the --quick sizes")
     parser.add_argument("--tuned", action="store_true",
                         help="compile with tune='cached' (the tuning database) where available")
     parser.add_argument("--out", "-o", default="bench-out", metavar="DIR",
@@ -98,8 +101,13 @@ def _options(args):
     backend = args.backend
     if backend == "auto":
         backend = get_backend("auto").name
+    quick = args.quick
+    if backend == "cpu" and not quick and not args.full:
+        print("einkern bench: CPU backend, so the --quick sizes (pass --full for the GPU "
+              "sizes)", file=sys.stderr)
+        quick = True
     return BenchOptions(
-        backend=backend, quick=args.quick, tuned=args.tuned, runs=args.runs,
+        backend=backend, quick=quick, tuned=args.tuned, runs=args.runs,
         warmup=args.warmup, row_budget_s=args.row_budget, suite_timeouts=args.suite_timeout,
         seed=args.seed, peers=peers)
 

@@ -58,7 +58,8 @@ def default_config(problem: Problem, position: int,
     memory = list(out.indices if problem.program.tensor(out.tensor).layout == "column"
                   else reversed(out.indices))
     following = memory[memory.index(x) + 1] if x in memory[:-1] else ""
-    if size[x] < 32 and following and 1 < size[following] <= 64:
+    itemsize = 8 if compute_dtype(problem, position) == "float64" else 4
+    if size[x] * itemsize < 128 and following and 1 < size[following] <= 64:
         y = following
         why = "next index in the output's memory order: a warp covers contiguous rows"
     elif x in r.m:
@@ -80,18 +81,23 @@ def default_config(problem: Problem, position: int,
         tx, ty = 0, 0  # whole extents: a warp covers contiguous rows without idle lanes
         reasons.append(f"{x} = {size[x]} and {y} = {size[y]} are small: the block covers them "
                        "whole")
+    assign = "cyclic"
     if reduction >= 32 and r.m and r.n:
         regs = [4, 4, 1] if double else [8, 8, 1]
         if not y:
             regs = [4, 1, 1]
-        staging = ["all", 8 if double else 16, True, 1, "natural"]
+        staging = ["all", 8 if double else 16, True, 0, "compute"]
+        assign = "mixed" if y else "cyclic"
         tx, ty = (16, 16) if y else (tx, ty)
         reasons.append(f"reduction of {reduction} terms with operands on both sides: register "
-                       f"tile {regs[0]}×{regs[1]}, inputs staged in shared memory, prefetching")
+                       f"tile {regs[0]}×{regs[1]} (x cyclic for coalesced stores, y adjacent), "
+                       "inputs staged in shared memory with the threaded index innermost, "
+                       "prefetching")
     elif reduction >= 2 and y:
-        regs = [2, 2, 1]
+        regs = [1, 1, 4]
         staging = ["none", 1, False, 0, "natural"]
-        reasons.append(f"short reduction ({reduction} terms): register tile 2×2, reads through "
+        reasons.append(f"short reduction ({reduction} terms): 4 outputs per thread along a "
+                       "register-only index that gives the other operand reuse; reads through "
                        "the cache (no staging)")
     else:
         regs = [1, 1, 1]
@@ -104,8 +110,8 @@ def default_config(problem: Problem, position: int,
     while y and regs[1] > 1 and (ty or size[y]) * regs[1] > _pow2(size[y]):
         regs[1] //= 2
     config: Config = {
-        "x": x, "y": y, "block": [tx, ty], "regs": regs, "assign": "cyclic",
-        "staging": staging, "unroll": -1 if staging[0] != "none" else 1, "boundary": "exact",
+        "x": x, "y": y, "block": [tx, ty], "regs": regs, "assign": assign,
+        "staging": staging, "unroll": -1 if reduction else 1, "boundary": "exact",
     }
     config = _fill_machine(problem, position, config, limits, reasons)
     return _make_valid(problem, position, config, limits, reasons), reasons
@@ -140,9 +146,11 @@ def _make_valid(problem, position, config, limits, reasons) -> Config:
                 reasons.append("tiles do not divide every extent: guarded edges")
             return candidate
     simpler = [
-        {**config, "staging": ["none", 1, False, 0, "natural"], "unroll": 1},
-        {**config, "staging": ["none", 1, False, 0, "natural"], "unroll": 1,
-         "regs": [1, 1, 1], "assign": "cyclic"},
+        {**config, "staging": ["none", 1, False, 0, "natural"]},
+        {**config, "staging": ["none", 1, False, 0, "natural"], "regs": [1, 1, 1],
+         "assign": "cyclic"},
+        {**config, "staging": ["none", 1, False, 0, "natural"], "regs": [1, 1, 1],
+         "assign": "cyclic", "unroll": 1},
     ]
     for candidate in simpler:
         for boundary in ("exact", "guard"):

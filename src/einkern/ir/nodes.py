@@ -203,7 +203,9 @@ class Statement:
 
     @property
     def parallel_indices(self) -> tuple[str, ...]:
-        return self.output.indices
+        """The distinct output indices (an index repeated on the left, a diagonal,
+        is one loop)."""
+        return tuple(dict.fromkeys(self.output.indices))
 
     @property
     def reduction_indices(self) -> tuple[str, ...]:

@@ -22,6 +22,7 @@ import einkern
 from einkern.gpu.decision import default_config
 
 ROOT = Path(__file__).resolve().parent.parent
+WORKLOAD = ROOT / "src" / "einkern" / "bench" / "data" / "ccsdt_kernels.json"
 
 
 def timer(fn, flush, repeats: int) -> tuple[float, float]:
@@ -121,12 +122,11 @@ def gemm_rows(env: Env, sizes, sweep: bool):
 
 
 SGEMM_SWEEP = [
-    ("adjacent+compute layout", {"assign": "adjacent",
-                                 "staging": ["all", 16, True, 0, "compute"]}),
-    ("adjacent+compute k8", {"assign": "adjacent", "staging": ["all", 8, True, 0, "compute"]}),
-    ("cyclic k8 pad1", {"staging": ["all", 8, True, 1, "natural"]}),
-    ("mixed compute", {"assign": "mixed", "staging": ["all", 16, True, 0, "compute"]}),
-    ("no prefetch", {"staging": ["all", 16, False, 1, "natural"]}),
+    ("adjacent compute", {"assign": "adjacent", "staging": ["all", 16, True, 0, "compute"]}),
+    ("mixed compute k8", {"staging": ["all", 8, True, 0, "compute"]}),
+    ("mixed compute k32", {"staging": ["all", 32, True, 0, "compute"]}),
+    ("mixed compute pad1", {"staging": ["all", 16, True, 1, "compute"]}),
+    ("mixed redirect", {"boundary": "redirect"}),
     ("32x8 threads 4x16", {"block": [32, 8], "regs": [4, 16, 1]}),
 ]
 
@@ -179,12 +179,16 @@ def d1_rows(env: Env, T: int):
                     env.flush, env.repeats)
     floor = 2 * t3.numel() * 8 / env.bandwidth * 1e3
     sweep = [
-        ("h3 x h2 16x16", {"x": "h3", "y": "h2", "block": [16, 16], "regs": [1, 1, 1]}),
-        ("h3 x h1 16x16", {"x": "h3", "y": "h1", "block": [16, 16], "regs": [1, 1, 1]}),
-        ("h3 x h1 16x8 r2", {"x": "h3", "y": "h1", "block": [16, 8], "regs": [1, 2, 1]}),
+        ("h3 x h1 16x16 z4 no unroll", {"x": "h3", "y": "h1", "block": [16, 16],
+                                        "regs": [1, 1, 4], "unroll": 1}),
         ("h3 x h1 16x16 z2", {"x": "h3", "y": "h1", "block": [16, 16], "regs": [1, 1, 2]}),
-        ("h3 x h1 16x16 z4", {"x": "h3", "y": "h1", "block": [16, 16], "regs": [1, 1, 4]}),
-        ("h3 x h2 16x4 r4 z2", {"x": "h3", "y": "h2", "block": [16, 4], "regs": [1, 4, 2]}),
+        ("h3 x h1 16x16 z8", {"x": "h3", "y": "h1", "block": [16, 16], "regs": [1, 1, 8]}),
+        ("h3 x h1 16x8 r2 z4", {"x": "h3", "y": "h1", "block": [16, 8], "regs": [1, 2, 4]}),
+        ("h3 x h1 16x4 r4 z2", {"x": "h3", "y": "h1", "block": [16, 4], "regs": [1, 4, 2]}),
+        ("h3 x h1 16x16 z4 staged", {"x": "h3", "y": "h1", "block": [16, 16],
+                                     "regs": [1, 1, 4], "staging": ["all", 16, False, 1,
+                                                                    "natural"]}),
+        ("h3 x h1 16x8 z4", {"x": "h3", "y": "h1", "block": [16, 8], "regs": [1, 1, 4]}),
     ]
     return variant_rows(env, f"sd_t_d1_1 T={T} fp64", text, {"T": T},
                         {"t3": t3, "t2": t2, "v2": v2}, ["t3"], {"t3": ref}, floor, sweep,
@@ -205,10 +209,16 @@ def nekbone_rows(env: Env, p: int, nelt: int):
     floor = 6 * u.numel() * 8 / env.bandwidth * 1e3
     outs = {name: torch.empty_like(u) for name in ref}
     sweep = [
-        ("whole p x p faces", {"x": "k", "y": "j", "block": [0, 0], "regs": [1, 1, 1]}),
+        ("p x p faces z4 no unroll", {"x": "k", "y": "j", "block": [0, 0],
+                                      "regs": [1, 1, 4], "unroll": 1}),
         ("p x p faces z2", {"x": "k", "y": "j", "block": [0, 0], "regs": [1, 1, 2]}),
-        ("p x p faces z4", {"x": "k", "y": "j", "block": [0, 0], "regs": [1, 1, 4]}),
-        ("p x 8", {"x": "k", "y": "j", "block": [0, 8], "regs": [1, 1, 1]}),
+        ("p x p faces z8", {"x": "k", "y": "j", "block": [0, 0], "regs": [1, 1, 8]}),
+        ("p x p faces z4 stage A", {"x": "k", "y": "j", "block": [0, 0], "regs": [1, 1, 4],
+                                    "staging": ["A", 16, False, 0, "compute"]}),
+        ("p x p faces z8 stage A", {"x": "k", "y": "j", "block": [0, 0], "regs": [1, 1, 8],
+                                    "staging": ["A", 16, False, 0, "compute"]}),
+        ("p x 4 z4", {"x": "k", "y": "j", "block": [0, 4], "regs": [1, 1, 4],
+                      "boundary": "guard"}),
     ]
     return variant_rows(env, f"local_grad3 p={p} nelt={nelt} fp64", text,
                         {"p": p, "nelt": nelt}, {"u": u, "D": D, "Dt": Dt, **outs},
@@ -218,7 +228,7 @@ def nekbone_rows(env: Env, p: int, nelt: int):
 
 def family_text(family: str) -> tuple[str, list]:
     """The nine kernels of a CCSD(T) family as one multi-term statement on t3."""
-    data = json.loads((ROOT.parent / "shared" / "workloads" / "ccsdt_kernels.json").read_text())
+    data = json.loads(WORKLOAD.read_text())
     kernels = [k for k in data["kernels"] if k["family"] == family]
     canonical = kernels[0]["expr"]["out"]
     terms = []
@@ -249,8 +259,7 @@ def family_rows(env: Env, family: str, T: int):
     def letter(index):
         return letters.setdefault(index, "abcdefghijklmnopqrstuvwxyz"[len(letters)])
 
-    canonical = json.loads((ROOT.parent / "shared" / "workloads" / "ccsdt_kernels.json")
-                           .read_text())["kernels"]
+    canonical = json.loads(WORKLOAD.read_text())["kernels"]
     canonical = [k for k in canonical if k["family"] == family][0]["expr"]["out"]
     t3 = rand((T,) * 6, torch.float64, column=True)
     a_name = "t2" if family != "s1" else "t1"
@@ -276,11 +285,12 @@ def family_rows(env: Env, family: str, T: int):
     floor = 2 * t3.numel() * 8 / env.bandwidth * 1e3
     flops = 9 * 2.0 * T ** (7 if family != "s1" else 6)
     sweep = [
-        ("x h3 y h2 z2", {"regs": [1, 1, 2]}),
-        ("x h3 y h2 z4", {"regs": [1, 1, 4]}),
-        ("16x8 r2", {"block": [16, 8], "regs": [1, 2, 1]}),
-        ("16x4 r4", {"block": [16, 4], "regs": [1, 4, 1]}),
+        ("z2", {"regs": [1, 1, 2]}),
+        ("z8", {"regs": [1, 1, 8]}),
+        ("16x8 r2 z4", {"block": [16, 8], "regs": [1, 2, 4]}),
         ("16x4 r4 z2", {"block": [16, 4], "regs": [1, 4, 2]}),
+        ("16x4 r4 z4", {"block": [16, 4], "regs": [1, 4, 4]}),
+        ("staged z4", {"regs": [1, 1, 4], "staging": ["all", 16, False, 1, "natural"]}),
     ]
     return variant_rows(env, f"{family} family (9 terms) T={T} fp64", text, {"T": T},
                         {"t3": t3, a_name: ta, "v2": v2}, ["t3"], {"t3": ref}, floor,
@@ -297,7 +307,7 @@ def main() -> int:
     print(f"device {env.device}, copy bandwidth {env.bandwidth / 1e12:.3f} TB/s", flush=True)
     rows = []
     started = time.time()
-    sizes = [1024] if args.quick else [4096, 8192, 4095, 1000, 3000]
+    sizes = [1024] if args.quick else [4096, 8192, 4095, 1024, 1000, 3072, 3000]
     sections = {
         "d1": lambda: d1_rows(env, 8 if args.quick else 16),
         "nekbone": lambda: nekbone_rows(env, 12, 1000 if args.quick else 32768),

@@ -30,6 +30,8 @@ def compile(  # noqa: A001 - the public name is the point
     *,
     backend: str = "auto",
     mappings: Mapping[int, Any] | str | None = None,
+    tune: bool | str | None = None,
+    tuning_db: str | os.PathLike | None = None,
     **extents: int,
 ) -> Kernel:
     """Compile a tensor program for concrete extents and return a callable kernel.
@@ -39,10 +41,26 @@ def compile(  # noqa: A001 - the public name is the point
     ``backend`` is ``"cpu"``, ``"cuda"`` or ``"auto"`` (CUDA when a GPU is
     usable).  ``mappings`` (CUDA) gives statement number → Mapping, mapping
     configuration dict or JSON file; statements not given use the decision
-    algorithm.  Compilation is cached on disk, so a second compile of the same
-    problem does not invoke the compiler again."""
+    algorithm.  ``tune`` picks each statement's mapping (CUDA) or loop schedule
+    (CPU) from the tuning database: ``True``/``"cached"`` uses the best record of
+    this device for the exact problem, else the record of the nearest problem
+    size, else the decision algorithm's default; ``"model"`` the analytic
+    model's best; ``"full"`` tunes now and records the results.
+    ``kernel.tuning_sources`` says which was used.  Compilation is cached on
+    disk, so a second compile of the same problem does not invoke the compiler
+    again."""
     problem = make_problem(load(program), extents)
-    return Kernel(problem, get_backend(backend), mappings=mappings)
+    chosen = get_backend(backend)
+    sources: tuple[str, ...] = ()
+    if tune not in (None, False):
+        if mappings is not None:
+            raise ArgumentError("give mappings= or tune=, not both")
+        from .tuning.policy import tuned_build_argument
+
+        mappings, sources = tuned_build_argument(chosen.name, problem, tune, tuning_db)
+    kernel = Kernel(problem, chosen, mappings=mappings)
+    kernel.tuning_sources = sources
+    return kernel
 
 
 class Kernel:
@@ -60,7 +78,8 @@ class Kernel:
         self.program = problem.program
         self.backend = backend
         self.mappings = mappings
-        if mappings is not None and backend.name != "cuda":
+        self.tuning_sources: tuple[str, ...] = ()
+        if isinstance(mappings, Mapping | str) and backend.name != "cuda":
             raise ArgumentError("mappings apply to the cuda backend only",
                                 hint="drop mappings=, or use backend='cuda'")
         if mappings is None:

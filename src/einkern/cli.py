@@ -74,8 +74,10 @@ def _parser() -> argparse.ArgumentParser:
     emit.add_argument("--explain", action="store_true",
                       help="(cuda) print each statement's mapping and why it was chosen")
     from .bench.cli import add_bench_parser
+    from .tuning.cli import add_tune_parsers
 
     add_bench_parser(sub)
+    add_tune_parsers(sub)
     return parser
 
 
@@ -312,8 +314,20 @@ def command_bench(args) -> int:
     return run_bench(args)
 
 
+def command_tune(args) -> int:
+    from .tuning.cli import command_tune as run_tune
+
+    return run_tune(args)
+
+
+def command_db(args) -> int:
+    from .tuning.cli import command_db as run_db
+
+    return run_db(args)
+
+
 COMMANDS = {"check": command_check, "run": command_run, "emit": command_emit,
-            "bench": command_bench}
+            "bench": command_bench, "tune": command_tune, "db": command_db}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -87,3 +87,26 @@ def test_random_valid_configs_lower(path, extents):
         if found >= 15:
             break
     assert found >= 5
+
+
+def test_cuda_tuning_target_without_a_gpu():
+    from einkern.gpu.tuning import CudaTarget
+    from einkern.tuning.target import TuningTarget
+
+    target = CudaTarget()
+    assert isinstance(target, TuningTarget)
+    problem = einkern.make_problem(einkern.load("examples/gemm.ein"), {"m": 256, "n": 192, "k": 64})
+    names = [p.name for p in target.parameters(problem, 0)]
+    assert {"x", "y", "block", "regs", "staging", "boundary"} <= set(names)
+    config = target.default_config(problem, 0)
+    assert target.violation(problem, 0, config) is None
+    assert target.violation(problem, 0, {**config, "block": [64, 64]}) is not None
+    assert target.violation(problem, 0, {"x": 3}) is not None
+    compiled = target.compile(problem, 0, config)
+    assert compiled.cubin and compiled.block[0] == decide(problem, 0).threads
+    assert dict(compiled.resources)["spill_stores"] == 0
+    cost = target.model_cost(problem, 0, config)
+    direct = {**config, "regs": [1, 1, 1], "assign": "cyclic",
+              "staging": ["none", 1, False, 0, "natural"], "unroll": 1}
+    assert 0 < cost < float("inf")
+    assert target.violation(problem, 0, direct) is None

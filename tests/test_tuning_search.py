@@ -66,7 +66,9 @@ def test_neighbours_skip_holes_to_the_nearest_valid_value():
     )
     assert space.neighbours({"x": 0, "y": "p"}) == [{"x": 2, "y": "p"}, {"x": 0, "y": "q"}]
     assert space.violation({"x": 9, "y": "p"}) is not None
-    assert space.violation({"x": 0}) is not None
+    assert space.runnable({"x": 9, "y": "p"}) is None  # not a candidate, but runnable
+    assert space.runnable({"x": 1, "y": "p"}) == "hole"
+    assert space.violation({"x": 0}) is not None and space.runnable({"x": 0}) is not None
     assert {"x": 3, "y": "q"} in space and {"x": 1, "y": "q"} not in space
 
 
@@ -208,3 +210,47 @@ def test_session_refuses_invalid_configs_without_compiling():
         session = Session(evaluator, problem, 0, space, MemoryStore(), Budget())
         outcomes = session.evaluate([{"a": 3, "b": 3, "c": 3}, {"a": 1, "b": 1, "c": 1}])
     assert [o.status for o in outcomes] == ["invalid", "ok"]
+
+
+def test_default_outside_the_candidate_values_is_still_evaluated():
+    @dataclass(frozen=True)
+    class OddDefault(Synthetic):
+        def default_config(self, problem, position):
+            return {"a": 7, "b": 0, "c": 0}  # a = 7 is no candidate value, but runnable
+
+    result = run(OddDefault(limit=20), "annealing", Budget(evaluations=30))
+    assert result.default.ok and result.default.config == {"a": 7, "b": 0, "c": 0}
+    assert not result.failures
+
+
+def test_large_spaces_are_never_counted():
+    from einkern.tuning.space import ENUMERATION_LIMIT
+
+    values = tuple(range(40))
+    space = SearchSpace(tuple(Parameter(n, values) for n in "pqrs"),
+                        lambda c: None if (c["p"] + c["q"]) % 7 == 0 else "sparse")
+    assert space.raw_size() > ENUMERATION_LIMIT and space.bounded_size() is None
+    picked = space.candidates(random.Random(1), 50)
+    assert len(picked) == 50 and all(c in space for c in picked)
+    target_problem = fake_problem()
+
+    @dataclass(frozen=True)
+    class Huge(Synthetic):
+        def parameters(self, problem, position):
+            return space.parameters
+
+        def violation(self, problem, position, config):
+            return space.check(config)
+
+        def default_config(self, problem, position):
+            return {"p": 0, "q": 0, "r": 0, "s": 0}
+
+        def cost(self, config):
+            return 1e-3 * (1 + abs(config["r"] - 20) + abs(config["s"] - 5))
+
+    for strategy in strategy_names():
+        with Evaluator(Huge(), isolate=False) as evaluator:
+            result = tune_statement(Huge(), target_problem, 0, evaluator,
+                                    TuneOptions(strategy=strategy,
+                                                budget=Budget(evaluations=25)))
+        assert result.evaluations == 25 and result.space_size is None, strategy

@@ -231,8 +231,12 @@ class Session:
 
     @property
     def exhausted(self) -> bool:
-        """No evaluation may follow: budget spent, or every valid variant evaluated."""
-        return self.remaining() == 0 or self.out_of_time() or self.used >= self.space.size()
+        """No evaluation may follow: budget spent, or every valid variant of a space
+        small enough to count evaluated (strategies stop by themselves otherwise)."""
+        if self.remaining() == 0 or self.out_of_time():
+            return True
+        size = self.space.bounded_size()
+        return size is not None and self.used >= size
 
     # -- evaluating -----------------------------------------------------------
 
@@ -257,7 +261,7 @@ class Session:
             if recorded is not None:
                 self._finish(recorded)
                 continue
-            invalid = self.space.violation(config)
+            invalid = self.space.runnable(config)
             if invalid is not None:
                 self._finish(Outcome(config, key, "invalid", invalid))
                 continue

@@ -95,11 +95,7 @@ def lookup(target: TuningTarget, problem: Problem, position: int,
 def model_choice(target: TuningTarget, problem: Problem, position: int, seed: int = 0) -> Config:
     """The valid configuration with the lowest predicted time (ties: space order)."""
     space = space_for(target, problem, position)
-    if space.size() <= MODEL_CANDIDATES:
-        candidates = list(space)
-    else:
-        rng = random.Random(seed)
-        candidates = [space.sample(rng) for _ in range(MODEL_CANDIDATES)]
+    candidates = space.candidates(random.Random(seed), MODEL_CANDIDATES)
     if not candidates:
         return target.default_config(problem, position)
     return min(candidates, key=lambda c: target.model_cost(problem, position, c))

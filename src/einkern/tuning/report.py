@@ -107,7 +107,9 @@ def print_results(problem: Problem, results: Sequence[StatementResult], *,
     if simulated is not None:
         table.add_column("best recorded")
     for number, result in enumerate(results):
-        evaluations = f"{result.evaluations}/{result.space_size}"
+        evaluations = str(result.evaluations)
+        if result.space_size is not None:
+            evaluations += f"/{result.space_size}"
         if result.resumed:
             evaluations += f" ({result.resumed} resumed)"
         default = result.default.median if result.default is not None and result.default.ok \

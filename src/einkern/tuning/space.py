@@ -21,8 +21,12 @@ from typing import Any
 from ..ir.nodes import Problem
 from .target import Config, Parameter, TuningTarget
 
-#: Random draws tried before :meth:`SearchSpace.sample` falls back to enumeration.
-SAMPLE_ATTEMPTS = 200
+#: Random draws :meth:`SearchSpace.sample` tries before giving up (or enumerating,
+#: in a space small enough).
+SAMPLE_ATTEMPTS = 20_000
+#: Spaces with more raw combinations than this are never counted or enumerated
+#: implicitly (a GPU mapping space has millions; each check costs microseconds).
+ENUMERATION_LIMIT = 200_000
 
 
 def canonical(config: Config) -> str:
@@ -47,12 +51,20 @@ class SearchSpace:
     def names(self) -> tuple[str, ...]:
         return tuple(parameter.name for parameter in self.parameters)
 
-    def violation(self, config: Config) -> str | None:
-        """Why ``config`` is not in the space, or None."""
+    def runnable(self, config: Config) -> str | None:
+        """Why the target cannot run ``config`` (parameters missing or unknown, or its
+        check fails), or None.  Unlike :meth:`violation`, values outside the
+        candidate lists are allowed (a default or recorded configuration may use one)."""
         if set(config) != set(self.names):
             missing = sorted(set(self.names) - set(config))
             extra = sorted(set(config) - set(self.names))
             return f"parameters differ (missing {missing}, unknown {extra})"
+        return self.check(config)
+
+    def violation(self, config: Config) -> str | None:
+        """Why ``config`` is not in the space, or None."""
+        if set(config) != set(self.names):
+            return self.runnable(config)
         for parameter in self.parameters:
             if self.position(parameter, config[parameter.name]) is None:
                 return f"{parameter.name}={config[parameter.name]!r} is not a candidate value"
@@ -73,8 +85,13 @@ class SearchSpace:
         return sum(1 for _ in self)
 
     def size(self) -> int:
-        """Number of valid configurations (counted once, then cached)."""
+        """Number of valid configurations (counted once, then cached; this checks
+        every combination, see :meth:`bounded_size`)."""
         return self._size
+
+    def bounded_size(self, limit: int = ENUMERATION_LIMIT) -> int | None:
+        """:meth:`size` when the space has at most ``limit`` raw combinations, else None."""
+        return self.size() if self.raw_size() <= limit else None
 
     def raw_size(self) -> int:
         """Number of combinations before the validity check."""
@@ -92,16 +109,33 @@ class SearchSpace:
         return None
 
     def sample(self, rng: random.Random) -> Config:
-        """A uniformly drawn valid configuration (rejection sampling; enumeration
-        when valid configurations are rare).  Raises ValueError if the space is empty."""
+        """A uniformly drawn valid configuration (rejection sampling; enumeration when
+        valid ones are rare in a small space).  Raises ValueError when none is found."""
         for _ in range(SAMPLE_ATTEMPTS):
             config = {p.name: p.values[rng.randrange(len(p.values))] for p in self.parameters}
             if self.check(config) is None:
                 return config
-        if self.size() == 0:
+        size = self.bounded_size()
+        if size is None:
+            raise ValueError(f"no valid configuration in {SAMPLE_ATTEMPTS} random draws")
+        if size == 0:
             raise ValueError("the search space has no valid configuration")
-        chosen = rng.randrange(self.size())
-        return next(itertools.islice(iter(self), chosen, None))
+        return next(itertools.islice(iter(self), rng.randrange(size), None))
+
+    def candidates(self, rng: random.Random, count: int) -> list[Config]:
+        """Every valid configuration when the space is small (at most ``count`` of
+        them, :data:`ENUMERATION_LIMIT` raw), else ``count`` distinct random samples
+        (fewer if the draws keep repeating), in a deterministic order."""
+        size = self.bounded_size()
+        if size is not None and size <= count:
+            return list(self)
+        found: dict[str, Config] = {}
+        for _ in range(4 * count):
+            if len(found) >= count:
+                break
+            config = self.sample(rng)
+            found.setdefault(canonical(config), config)
+        return list(found.values())
 
     def neighbours(self, config: Config) -> list[Config]:
         """Valid configurations that differ from ``config`` in one parameter, moved to

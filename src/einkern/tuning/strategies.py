@@ -30,8 +30,8 @@ from .evaluate import Outcome, Session
 from .space import SearchSpace, canonical
 from .target import Config
 
-#: Variants ranked by the model strategy (a deterministic sample beyond this).
-MODEL_CANDIDATES = 20_000
+#: Variants ranked by the model strategy (a seeded sample in larger spaces).
+MODEL_CANDIDATES = 4_000
 
 
 @dataclass(frozen=True)
@@ -73,19 +73,24 @@ class Exhaustive:
 
 def _unseen_samples(context: SearchContext, session: Session,
                     rng: random.Random) -> Iterator[Config]:
-    """Random valid variants not evaluated yet (a shuffled enumeration once
-    sampling keeps hitting evaluated ones)."""
+    """Random valid variants not evaluated yet; once sampling keeps hitting evaluated
+    ones, a shuffled enumeration of the rest (small spaces) or the end (large ones)."""
+    small = context.space.bounded_size() is not None
     misses = 0
-    while misses < 50:
-        config = context.space.sample(rng)
+    while misses < (50 if small else 5000):
+        try:
+            config = context.space.sample(rng)
+        except ValueError:
+            return
         if session.outcome(config) is None:
             misses = 0
             yield config
         else:
             misses += 1
-    rest = [c for c in context.space if session.outcome(c) is None]
-    rng.shuffle(rest)
-    yield from rest
+    if small:
+        rest = [c for c in context.space if session.outcome(c) is None]
+        rng.shuffle(rest)
+        yield from rest
 
 
 class RandomSearch:
@@ -203,8 +208,8 @@ def _tournament(people: list[Outcome], rng: random.Random, size: int = 2) -> Out
 
 
 class ModelGuided:
-    """Rank every valid variant (a seeded sample of :data:`MODEL_CANDIDATES` when
-    there are more) by predicted time, then measure them best first; the default
+    """Rank every valid variant (a seeded sample of :data:`MODEL_CANDIDATES` in a
+    larger space) by predicted time, then measure them best first; the default
     is measured first, as the baseline."""
 
     name = "model"
@@ -212,11 +217,7 @@ class ModelGuided:
     def search(self, context: SearchContext, session: Session, rng: random.Random) -> None:
         if context.model is None:
             raise UsageError("the model strategy needs a target with a cost model")
-        space = context.space
-        if space.size() <= MODEL_CANDIDATES:
-            candidates = list(space)
-        else:
-            candidates = [space.sample(rng) for _ in range(MODEL_CANDIDATES)]
+        candidates = context.space.candidates(rng, MODEL_CANDIDATES)
         scored = sorted(((context.model(c), canonical(c), c) for c in candidates),
                         key=lambda item: (item[0], item[1]))
         ranked = [context.default] + [config for _, _, config in scored]

@@ -60,7 +60,7 @@ class Progress:
 
     position: int
     done: int
-    total: int  # evaluations this search may make (budget, or the space's size)
+    total: int | None  # evaluations this search may make (None: unknown)
     best: Outcome | None
     default: Outcome | None
     last: Outcome
@@ -79,7 +79,7 @@ class StatementResult:
     resumed: int  # of which taken from the store
     failures: tuple[tuple[str, int], ...]  # kind, count
     seconds: float
-    space_size: int
+    space_size: int | None  # valid variants (None: too many to count)
 
     @property
     def speedup(self) -> float | None:
@@ -89,9 +89,13 @@ class StatementResult:
         return self.default.cost / self.best.cost if self.best.cost > 0 else None
 
 
-def total_evaluations(space: SearchSpace, budget: Budget) -> int:
-    size = space.size()
-    return size if budget.evaluations is None else min(size, budget.evaluations)
+def total_evaluations(space: SearchSpace, budget: Budget) -> int | None:
+    """Evaluations a search may make: the budget, or fewer in a small space; None
+    when neither bounds it (a time budget on a space too large to count)."""
+    size = space.bounded_size()
+    if budget.evaluations is None:
+        return size
+    return budget.evaluations if size is None else min(size, budget.evaluations)
 
 
 def tune_statement(
@@ -129,9 +133,8 @@ def tune_statement(
     strategy = get_strategy(options.strategy)
     context = SearchContext(space, default, model, batch=evaluator.workers)
     rng = random.Random(f"{options.seed}:{position}")
-    if space.size() > 0:
-        session.evaluate([default])
-        strategy.search(context, session, rng)
+    session.evaluate([default])
+    strategy.search(context, session, rng)
     outcomes = list(session.outcomes.values())
     failures = Counter(o.status for o in outcomes if not o.ok)
     return StatementResult(
@@ -144,7 +147,7 @@ def tune_statement(
         resumed=sum(o.resumed for o in outcomes),
         failures=tuple(sorted(failures.items())),
         seconds=time.monotonic() - started,
-        space_size=space.size(),
+        space_size=space.bounded_size(),
     )
 
 

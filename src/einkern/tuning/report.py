@@ -158,7 +158,8 @@ def print_database(db: TuningDB, every: bool = False) -> None:
     for group in problems.values():
         identity = group[0].identity
         device = dict(identity.device)
-        name = device.get("name") or device.get("cpu") or next(iter(device.values()), "-")
+        name = next((device[k] for k in ("device", "name", "cpu") if device.get(k)),
+                    next(iter(device.values()), "-"))
         best = pick_best(r for r in group if r.ok)
         default = next((r for r in group if r.default and r.ok), None)
         speedup = "-"

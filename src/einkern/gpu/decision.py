@@ -75,7 +75,7 @@ def default_config(problem: Problem, position: int,
         reasons.append(f"{y} → second thread index: {why}")
     reduction = math.prod(size[k] for k in r.k) if r.k else 0
     double = compute_dtype(problem, position) == "float64"
-    tx = min(32, _pow2(size[x]))
+    tx = min(32, _pow2(size[x])) if y else min(256, _pow2(size[x]))
     ty = max(1, min(256 // tx, _pow2(size[y]))) if y else 1
     if size[x] < 32 and size[x] != tx and y and size[y] <= 64:
         tx, ty = 0, 0  # whole extents: a warp covers contiguous rows without idle lanes

@@ -78,6 +78,7 @@ class _Lowering:
         self.thread_vars: list[kir.ThreadVar] = []
         self.shared: list[kir.SharedArray] = []
         self.slots = self._register_slots()
+        self.index_type = index_type(problem)  # "long long" past 2^31 elements
         self.staged_arrays: dict = {}  # (group, access text) -> StagedArray
 
     # -- sizes -----------------------------------------------------------------
@@ -141,7 +142,7 @@ class _Lowering:
             thread_vars=tuple(self.thread_vars),
             shared=tuple(self.shared),
             body=tuple(sections),
-            index_type=index_type(self.problem),
+            index_type=self.index_type,
             comment=f"{self.statement}  [{self.mapping.strategy}]",
             meta=(("compute_type", self.ctype),),
         )
@@ -151,14 +152,14 @@ class _Lowering:
         stride = 1
         for tile in self.mapping.parallel:
             if tile.threads > 1:
-                self.thread_vars.append(kir.ThreadVar(f"t_{tile.index}", "int"))
+                self.thread_vars.append(kir.ThreadVar(f"t_{tile.index}", self.index_type))
                 value = E.mod(E.div(kir.ThreadIdx(), stride), tile.threads)
                 body.append(kir.Assign(f"t_{tile.index}", value))
                 stride *= tile.threads
         stride = 1
         for index in self.grid_order:
             count = math.ceil(self.size(index) / self.tiles[index].tile)
-            self.thread_vars.append(kir.ThreadVar(f"b_{index}", "int"))
+            self.thread_vars.append(kir.ThreadVar(f"b_{index}", self.index_type))
             coordinate = E.mod(E.div(kir.BlockIdx(), stride), count)
             base = E.mul(coordinate, E.const(self.tiles[index].tile))
             body.append(kir.Assign(f"b_{index}", base))

@@ -16,8 +16,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
-
 import einkern
 from einkern.ir.nodes import Problem
 from einkern.tuning.space import canonical
@@ -113,8 +111,3 @@ def test_synthetic_optimum_is_valid_and_unique():
         if (a, b, c) != (4, 1, 3)
     ]
     assert all(target.cost(other) > target.cost(best) for other in others)
-
-
-@pytest.fixture
-def problem() -> Problem:
-    return fake_problem()

@@ -113,10 +113,10 @@ def _candidates(problem: Problem, position: int) -> list[str]:
             inner = natural_order(problem, access)[0]
             if inner in statement.parallel_indices:
                 order.append(inner)
-    order.extend(r.m[-1:] + r.n[-1:])
+    order.extend(r.m[-1:] + r.n[-1:] + r.m[:1] + r.n[:1])
     order.extend(statement.parallel_indices)
     sized = [i for i in dict.fromkeys(order) if problem.index_size(statement, i) > 1]
-    return sized[:4] or list(statement.parallel_indices[:1])
+    return sized[:5] or list(statement.parallel_indices[:1])
 
 
 SCALAR_CONFIG: Config = {

@@ -10,9 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CompilationError
 from ..ir.nodes import Problem, Program
-from ..tuning.target import Config, Parameter, Timing
+from ..tuning.target import Config, Parameter, Timing, VariantError
 from .decision import default_config
 from .device import current_limits
 from .lower import lower
@@ -91,8 +90,7 @@ class CudaTarget:
         found = [r for r in module.resources if r.name == kernel.name]
         resources = found[0] if found else None
         if resources is not None and resources.spill_stores > 0:
-            raise CompilationError(f"{resources.spill_stores} bytes of register spills",
-                                   hint="resources")
+            raise VariantError("resources", f"{resources.spill_stores} bytes of register spills")
         shape = launch_shape(kernel)
         return CompiledVariant(
             cubin=module.cubin,

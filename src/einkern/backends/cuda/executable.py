@@ -10,6 +10,7 @@ synchronised and checked.
 
 from __future__ import annotations
 
+import os
 import statistics
 from collections.abc import Mapping
 from typing import Any
@@ -24,6 +25,8 @@ from .decision import statement_tensors
 from .nvrtc import CompiledModule, KernelResources, arch_for, compile_cubin
 
 STREAM = 0  # the legacy default stream: ordered with torch's and CuPy's default streams
+#: EINKERN_SYNC=1 waits for the kernels after every call (errors at the call that caused them).
+SYNCHRONIZE = os.environ.get("EINKERN_SYNC", "") not in ("", "0")
 
 
 class CudaExecutable:
@@ -100,7 +103,10 @@ class CudaExecutable:
                     times.append(_time(args, repeat))
                 else:
                     driver.launch(*args)
-            driver.synchronize(f"program {self.problem.program.name}")
+            if staged or repeat or SYNCHRONIZE:
+                # Host arrays are copied back below; device arrays follow stream
+                # semantics (like torch and CuPy): errors surface at the next sync.
+                driver.synchronize(f"program {self.problem.program.name}")
             for name in self.problem.program.outputs:
                 if name in staged:
                     driver.copy_to_host(infos[name].pointer, staged[name],

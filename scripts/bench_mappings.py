@@ -69,7 +69,6 @@ class Env:
         y = torch.empty_like(x)
         ms, _ = timer(lambda: y.copy_(x), self.flush, 20)
         self.bandwidth = 2 * x.numel() * 4 / (ms * 1e-3)
-        del x, y
 
     def flush(self):
         self.cache.zero_()

@@ -17,7 +17,19 @@ from dataclasses import dataclass
 import numpy as np
 import opt_einsum
 
-from .ir.nodes import Access, Binary, Call, Const, Expr, Neg, Problem, ScalarRef, Statement, Sum
+from .ir.nodes import (
+    Access,
+    Binary,
+    Call,
+    Const,
+    Expr,
+    Neg,
+    Problem,
+    ScalarRef,
+    Statement,
+    Sum,
+    product_factors,
+)
 
 _LETTERS = string.ascii_letters
 
@@ -169,17 +181,8 @@ def _access(expr: Access, values) -> Labelled:
     return Labelled(unique, data)
 
 
-def _factors(expr: Expr) -> list[Expr]:
-    """Flatten a product tree (``*`` and unary minus) into factors."""
-    if isinstance(expr, Binary) and expr.op == "*":
-        return _factors(expr.left) + _factors(expr.right)
-    if isinstance(expr, Neg):
-        return [Const(-1.0), *_factors(expr.operand)]
-    return [expr]
-
-
 def _sum(expr: Sum, values, scalars, sizes) -> Labelled:
-    factors = [_eval(f, values, scalars, sizes) for f in _factors(expr.body)]
+    factors = [_eval(f, values, scalars, sizes) for f in product_factors(expr.body)]
     labels = tuple(dict.fromkeys(label for f in factors for label in f.labels))
     keep = tuple(label for label in labels if label not in expr.indices)
     summed_absent = [i for i in expr.indices if i not in labels]

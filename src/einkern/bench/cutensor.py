@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..ir.nodes import Access, Binary, Expr, Problem, Statement, Sum
+from ..ir.nodes import Access, Binary, Expr, Problem, Statement, Sum, signed_terms
 from .case import Case
-from .lowering import ArrayOps, lower, module_ops, signed_terms
+from .lowering import ArrayOps, lower, module_ops
 from .peers import Run
 
 

@@ -35,6 +35,8 @@ from ..ir.nodes import (
     ScalarRef,
     Statement,
     Sum,
+    product_factors,
+    signed_terms,
 )
 
 _LETTERS = string.ascii_letters
@@ -142,24 +144,6 @@ def _lower_statement(problem: Problem, statement: Statement, ops: ArrayOps):
     return update
 
 
-def signed_terms(expr: Expr, sign: int = 1) -> list[tuple[int, Expr]]:
-    """Split a right-hand side at its top-level ``+``/``-`` into (±1, term) pairs."""
-    if isinstance(expr, Binary) and expr.op in "+-":
-        right = sign if expr.op == "+" else -sign
-        return signed_terms(expr.left, sign) + signed_terms(expr.right, right)
-    if isinstance(expr, Neg):
-        return signed_terms(expr.operand, -sign)
-    return [(sign, expr)]
-
-
-def _factors(expr: Expr) -> list[Expr]:
-    if isinstance(expr, Binary) and expr.op == "*":
-        return _factors(expr.left) + _factors(expr.right)
-    if isinstance(expr, Neg):
-        return [Const(-1.0), *_factors(expr.operand)]
-    return [expr]
-
-
 class _Lowering:
     """Lowers the expressions of one statement."""
 
@@ -207,9 +191,9 @@ class _Lowering:
         if isinstance(expr, Access):
             return self.access(expr)
         if isinstance(expr, Sum):
-            return self.product(_factors(expr.body), expr.indices, want)
+            return self.product(product_factors(expr.body), expr.indices, want)
         if isinstance(expr, Binary) and expr.op == "*":
-            return self.product(_factors(expr), (), want)
+            return self.product(product_factors(expr), (), want)
         if isinstance(expr, Neg):
             inner = self.expr(expr.operand, want)
             compute = inner.compute

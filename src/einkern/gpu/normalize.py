@@ -11,7 +11,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir.nodes import Access, Binary, Call, Const, Expr, Neg, ScalarRef, Statement, Sum
+from ..ir.nodes import (
+    Access,
+    Binary,
+    Call,
+    Const,
+    Expr,
+    Neg,
+    ScalarRef,
+    Statement,
+    Sum,
+    signed_terms,
+)
 
 
 @dataclass(frozen=True)
@@ -76,15 +87,6 @@ def _has_sum(expr) -> bool:
     return False
 
 
-def _signed_terms(expr: Expr, sign: int = 1) -> list[tuple[int, Expr]]:
-    if isinstance(expr, Binary) and expr.op in "+-":
-        right = sign if expr.op == "+" else -sign
-        return _signed_terms(expr.left, sign) + _signed_terms(expr.right, right)
-    if isinstance(expr, Neg):
-        return _signed_terms(expr.operand, -sign)
-    return [(sign, expr)]
-
-
 def _combine(terms: list[tuple[int, Expr]]) -> Expr:
     result: Expr | None = None
     for sign, term in terms:
@@ -98,7 +100,7 @@ def _combine(terms: list[tuple[int, Expr]]) -> Expr:
 
 def merge_sums(rhs: Expr) -> Expr:
     """Merge directly added/subtracted sums over the same indices into one sum."""
-    terms = _signed_terms(rhs)
+    terms = signed_terms(rhs)
     merged: dict[tuple[str, ...], list[tuple[int, Expr]]] = {}
     order: list[tuple[str, ...] | int] = []
     for position, (sign, term) in enumerate(terms):

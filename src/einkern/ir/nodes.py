@@ -129,6 +129,26 @@ def walk(expr: Expr):
         yield from walk(child)
 
 
+def signed_terms(expr: Expr, sign: int = 1) -> list[tuple[int, Expr]]:
+    """Split an expression at its top-level ``+``/``-`` (and negations) into
+    ``(±1, term)`` pairs."""
+    if isinstance(expr, Binary) and expr.op in "+-":
+        right = sign if expr.op == "+" else -sign
+        return signed_terms(expr.left, sign) + signed_terms(expr.right, right)
+    if isinstance(expr, Neg):
+        return signed_terms(expr.operand, -sign)
+    return [(sign, expr)]
+
+
+def product_factors(expr: Expr) -> list[Expr]:
+    """Flatten a product tree (``*`` and negations, as a ``-1`` factor) into factors."""
+    if isinstance(expr, Binary) and expr.op == "*":
+        return product_factors(expr.left) + product_factors(expr.right)
+    if isinstance(expr, Neg):
+        return [Const(-1.0), *product_factors(expr.operand)]
+    return [expr]
+
+
 def accesses(expr: Expr) -> tuple[Access, ...]:
     return tuple(node for node in walk(expr) if isinstance(node, Access))
 

@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..errors import BackendError, EinkernError, UsageError
+from ..errors import BackendError, UsageError
 from .db import TuningDB, TuningRecord, default_path
 from .evaluate import DEFAULT_REPEATS, DEFAULT_TIMEOUT_S, Budget, Evaluator, MemoryStore
 from .report import ProgressDisplay, print_database, print_results
@@ -266,18 +266,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``tune``/``db`` on their own (as ``python -m einkern.tuning.cli``)."""
-    parser = _Parser(prog="einkern", description="Autotune einkern kernels.")
-    add_tune_parsers(parser.add_subparsers(dest="command", parser_class=_Parser, required=True))
-    try:
-        args = parser.parse_args(argv)
-        return TUNE_COMMANDS[args.command](args)
-    except EinkernError as error:
-        print(str(error), file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    """Run ``tune``/``db`` on their own (``python -m einkern.tuning.cli tune ...``)."""
+    from ..cli import main as einkern_main
+
+    return einkern_main(sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

@@ -74,3 +74,36 @@ def test_console_script_runs_in_a_subprocess():
     )
     assert proc.returncode == 0, proc.stderr
     assert "sqrt(sum[i]" in proc.stdout
+
+
+def test_run_check_exits_1_above_tolerance(capsys, monkeypatch):
+    import einkern.cli as cli
+
+    monkeypatch.setattr(cli, "TOLERANCE", {"float64": -1.0, "float32": -1.0})
+    code, out, _ = run_cli(capsys, "run", "examples/norms.ein", "-e", "nb=4", "-e", "d=3",
+                           "--backend", "cpu", "--check", "--repeat", "1")
+    assert code == 1 and "FAILED" in out
+
+
+def test_run_several_programs(capsys):
+    code, out, _ = run_cli(capsys, "run", "examples/norms.ein", "examples/riemann.ein",
+                           "-e", "n=3", "--backend", "cpu", "--repeat", "1")
+    assert code == 2  # riemann has no extent nb: the error names it
+
+
+def test_emit_cuda_resources_and_explain_without_a_gpu(capsys, tmp_path):
+    code, out, _ = run_cli(capsys, "emit", "examples/gemm.ein", "--backend", "cuda",
+                           "--resources", "--arch", "sm_90", "--explain",
+                           "-e", "m=256", "-e", "n=256", "-e", "k=256")
+    assert code == 0
+    assert "registers" in out and "spill" in out and "threadIdx.x" in out
+    mapping = out.split("mapping file: ")[1].splitlines()[0]
+    path = tmp_path / "m.json"
+    path.write_text(mapping)
+    code, again, _ = run_cli(capsys, "emit", "examples/gemm.ein", "--backend", "cuda",
+                             "--mapping", str(path), "-e", "m=256", "-e", "n=256", "-e", "k=256")
+    assert code == 0 and "__global__" in again
+    path.write_text('{"strategy": 1}')
+    code, _, err = run_cli(capsys, "emit", "examples/gemm.ein", "--backend", "cuda",
+                           "--mapping", str(path))
+    assert code == 2 and "mapping" in err

@@ -8,12 +8,11 @@ import random
 
 import numpy as np
 import pytest
+from test_gpu_emulation import PROGRAMS, random_mappings, random_problem, tolerance
 
 import einkern
 from einkern.backends.cuda.nvrtc import kernel_resources
 from einkern.gpu.verify import random_inputs
-
-from test_gpu_emulation import PROGRAMS, random_mappings, random_problem, tolerance
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))

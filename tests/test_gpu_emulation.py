@@ -118,3 +118,27 @@ def test_wrong_boundary_policy_is_caught():
     kernel = _Lowering(problem, 0, exact, "unchecked").kernel()
     broken = verify(problem, {0: exact}, kernels=[kernel])
     assert broken.bad_accesses > 0 and not broken.ok(1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_padding_policy_matches_the_reference(name):
+    from dataclasses import replace
+
+    rng = random.Random(hash(("pad", name)) & 0xFFFF)
+    problem = random_problem(name, rng)
+    mappings = {p: replace(m, boundary="pad") for p, m in random_mappings(problem, rng).items()}
+    result = verify(problem, mappings, seed=4)
+    assert result.bad_accesses == 0, result.errors[:3]
+    assert result.max_relative_error <= tolerance(problem)
+
+
+def test_padded_gemm_runs_an_exact_kernel_between_copies():
+    from einkern.gpu.padding import plan_statement
+
+    problem, mapping = staged_gemm({"m": 13, "n": 29, "k": 11}, "pad")
+    plan = plan_statement(problem, 0, mapping, "g")
+    names = [launch.kernel.name for launch in plan.launches]
+    assert names == ["g_pad_A", "g_pad_B", "g", "g_crop_C"]
+    sizes = {buffer: elements for buffer, _, elements in plan.temporaries}
+    assert sizes == {"g:pad:A": 16 * 12, "g:pad:B": 12 * 32, "g:pad:C": 16 * 32}
+    assert verify(problem, {0: mapping}).ok(1e-5)

@@ -48,3 +48,38 @@ def test_random_variants_on_the_gpu(name, seed):
         error = np.max(np.abs(work[output] - reference)) / np.max(np.abs(reference))
         described = {p: m.to_json(None) for p, m in mappings.items()}
         assert error <= tolerance(problem), (dict(problem.sizes), described, error)
+
+
+@pytest.mark.parametrize("name", ["gemm", "sd_t_d1_1", "norms"])
+def test_padding_plans_compile_for_sm90(name):
+    from dataclasses import replace
+
+    from einkern.backends.cuda.mapped import generate_mapped
+    from einkern.backends.cuda.nvrtc import compile_cubin
+
+    rng = random.Random(hash(("pad-nvrtc", name)) & 0xFFFF)
+    problem = random_problem(name, rng)
+    mappings = {p: replace(m, boundary="pad") for p, m in random_mappings(problem, rng).items()}
+    source = generate_mapped(problem, mappings)
+    module = compile_cubin(source.text, "sm_90")
+    assert {k.name for k in source.kernels} <= {r.name for r in module.resources}
+    assert all(r.spill_stores == 0 for r in module.resources)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_padding_policy_on_the_gpu(name):
+    from dataclasses import replace
+
+    rng = random.Random(hash((name, "pad-gpu")) & 0xFFFF)
+    problem = random_problem(name, rng)
+    mappings = {p: replace(m, boundary="pad") for p, m in random_mappings(problem, rng).items()}
+    kernel = einkern.Kernel(problem, einkern.api.get_backend("cuda"), mappings=mappings)
+    arrays = random_inputs(problem, 3)
+    expected = einkern.evaluate(problem, arrays, {s.name: 0.5 for s in problem.program.scalars})
+    work = {n: a.copy(order="K") for n, a in arrays.items()}
+    kernel(**work, **{s.name: 0.5 for s in problem.program.scalars})
+    for output in problem.program.outputs:
+        reference = expected[output].astype(np.float64)
+        error = np.max(np.abs(work[output] - reference)) / np.max(np.abs(reference))
+        assert error <= tolerance(problem), (dict(problem.sizes), error)

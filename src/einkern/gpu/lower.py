@@ -312,6 +312,9 @@ def lower(problem: Problem, position: int, mapping: Mapping, name: str | None = 
           max_shared_bytes: int = 48 * 1024) -> kir.Kernel:
     """Kernel IR for statement ``position`` under ``mapping`` (validated first)."""
     problems = check_mapping(problem, position, mapping, max_shared_bytes)
+    if mapping.boundary == "pad":
+        problems.append("boundary 'pad' is planned as copies around an exact kernel: "
+                        "use einkern.gpu.padding.plan_statement")
     if problems:
         raise MappingError(
             f"mapping does not fit statement S{position}: " + "; ".join(problems),
@@ -369,6 +372,10 @@ def check_mapping(problem: Problem, position: int, mapping: Mapping,
     if blocks > 2**31 - 1:
         problems.append(f"{blocks} blocks exceed the grid limit")
     problems.extend(check_staging(problem, position, mapping, max_shared_bytes))
+    if mapping.boundary == "pad":
+        from .padding import padding_problems
+
+        problems.extend(padding_problems(problem, position, mapping))
     return problems
 
 

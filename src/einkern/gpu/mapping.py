@@ -23,8 +23,10 @@ Vocabulary (Treduda §3.1, MAGMA Table 4.2, R-Stream §4):
 * ``boundary`` says what happens at the edges when tiles do not divide the
   extents: ``guard`` (predicated loads/stores), ``redirect`` (MAGMA's pointer
   redirecting: out-of-range lanes read a clamped, valid element and only the
-  store is predicated) or ``exact`` (no checks: only valid when every tile
-  divides its extent).
+  store is predicated), ``exact`` (no checks: only valid when every tile
+  divides its extent) or ``pad`` (MAGMA's padding: the tensors are copied into
+  zero-filled buffers whose extents the tiles divide, the kernel runs exact,
+  the output is cropped back).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 
 from ..errors import EinkernError
 
-BOUNDARY_POLICIES = ("guard", "redirect", "exact")
+BOUNDARY_POLICIES = ("guard", "redirect", "exact", "pad")
 
 
 class MappingError(EinkernError):

@@ -10,9 +10,9 @@ import numpy as np
 
 from ..ir.nodes import Problem
 from ..reference import evaluate
-from .emulator import AccessError, emulate
-from .lower import lower
+from .emulator import DTYPES, AccessError, emulate
 from .mapping import Mapping
+from .padding import Launch, plan_statement
 
 
 @dataclass(frozen=True)
@@ -41,14 +41,31 @@ def random_inputs(problem: Problem, seed: int) -> dict[str, np.ndarray]:
 def emulate_problem(problem: Problem, mappings: MappingType[int, Mapping],
                     arrays: MappingType[str, np.ndarray], scalars: MappingType[str, float],
                     kernels=None):
-    """Run every statement's kernel in the emulator on copies of ``arrays``.
-    Returns (final arrays, report)."""
-    if kernels is None:
-        kernels = [lower(problem, i, mappings[i]) for i in range(len(problem.program.statements))]
-    work = {f"p_{name}": np.array(a, copy=True, order="K") for name, a in arrays.items()}
+    """Run every statement (its plan of launches: see :mod:`.padding`) in the emulator
+    on copies of ``arrays``.  Returns (final arrays, refused accesses, their count).
+    ``kernels`` (one per statement) replaces the plans, for fault injection."""
+    work = {name: np.array(a, copy=True, order="K") for name, a in arrays.items()}
     values = {f"s_{name}": v for name, v in scalars.items()}
-    report = emulate(kernels, work, values)
-    return {name[2:]: a for name, a in work.items()}, report
+    launches = []
+    if kernels is not None:
+        launches = [Launch(k, tuple(p.name[2:] for p in k.params if p.is_array))
+                    for k in kernels]
+    else:
+        for position in range(len(problem.program.statements)):
+            plan = plan_statement(problem, position, mappings[position], f"s{position}")
+            for buffer, ctype, size in plan.temporaries:
+                work[buffer] = np.full(size, np.nan, dtype=DTYPES[ctype])
+            launches.extend(plan.launches)
+    errors: list = []
+    bad = 0
+    for launch in launches:
+        params = [p.name for p in launch.kernel.params if p.is_array]
+        bound = {param: work[buffer] for param, buffer in zip(params, launch.buffers,
+                                                               strict=True)}
+        report = emulate([launch.kernel], bound, values)
+        errors.extend(report.errors)
+        bad += sum(report.counts)
+    return {name: work[name] for name in arrays}, tuple(errors), bad
 
 
 def verify(problem: Problem, mappings: MappingType[int, Mapping], seed: int = 0,
@@ -61,7 +78,7 @@ def verify(problem: Problem, mappings: MappingType[int, Mapping], seed: int = 0,
         scalars.setdefault(scalar.name, scalar.default if scalar.default is not None
                            else float(rng.uniform(0.5, 1.5)))
     reference = evaluate(problem, arrays, scalars)
-    result, report = emulate_problem(problem, mappings, arrays, scalars, kernels)
+    result, errors, bad = emulate_problem(problem, mappings, arrays, scalars, kernels)
     worst = 0.0
     for name in problem.program.outputs:
         ref = reference[name].astype(np.float64)
@@ -71,4 +88,4 @@ def verify(problem: Problem, mappings: MappingType[int, Mapping], seed: int = 0,
             continue
         scale = float(np.max(np.abs(ref))) or 1.0
         worst = max(worst, float(np.max(np.abs(got - ref))) / scale)
-    return Verification(worst, report.errors, sum(report.counts))
+    return Verification(worst, errors, bad)

@@ -46,6 +46,7 @@ class CudaSource:
 
     text: str
     kernels: tuple[KernelSpec, ...]
+    temporaries: tuple[tuple[str, int], ...] = ()  # device buffers (name, bytes) of the launches
 
 
 def emit(problem: Problem, limits: DeviceLimits = DEFAULT_LIMITS) -> str:

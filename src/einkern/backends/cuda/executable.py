@@ -37,6 +37,7 @@ class CudaExecutable:
         self.source = source
         self._compiled = {compiled.arch: compiled}
         self._modules: dict[int, driver.LoadedModule] = {}
+        self._buffers: dict[int, dict[str, int]] = {}
 
     @property
     def resources(self) -> tuple[KernelResources, ...]:
@@ -66,6 +67,24 @@ class CudaExecutable:
 
     # -- implementation ------------------------------------------------------
 
+    def _temporaries(self, ordinal: int) -> dict[str, int]:
+        """Device buffers of the padded copies (``pad`` boundary policy), allocated on
+        first use and kept with the executable."""
+        if not self.source.temporaries:
+            return {}
+        if ordinal not in self._buffers:
+            self._buffers[ordinal] = {name: driver.alloc(nbytes)
+                                      for name, nbytes in self.source.temporaries}
+        return self._buffers[ordinal]
+
+    def __del__(self) -> None:
+        for buffers in getattr(self, "_buffers", {}).values():
+            for pointer in buffers.values():
+                try:
+                    driver.free(pointer)
+                except Exception:  # noqa: BLE001 - interpreter shutdown, context gone
+                    pass
+
     def _execute(self, arrays, scalars, repeat: int) -> list[float]:
         infos = self._describe_all(arrays)
         ordinal = _device_ordinal(infos)
@@ -87,6 +106,7 @@ class CudaExecutable:
                     pointers[name] = staged[name]
                 else:
                     pointers[name] = info.pointer
+            pointers.update(self._temporaries(ordinal))
             for kernel in self.source.kernels:
                 function = module.functions[kernel.name]
                 args = (

@@ -50,31 +50,36 @@ def resolve_mappings(problem: Problem, mappings: MappingSpec = None) -> dict[int
 
 
 def generate_mapped(problem: Problem, mappings: MappingSpec = None) -> CudaSource:
-    """CUDA C of the whole problem, one kernel per statement, under ``mappings``."""
+    """CUDA C of the whole problem under ``mappings``: per statement one kernel, or
+    (boundary ``pad``) a padding copy per input, the kernel, and a crop copy."""
     from ...gpu.cuda_printer import launch_shape, print_cuda_module
     from ...gpu.device import current_limits
-    from ...gpu.lower import lower
+    from ...gpu.padding import plan_statement
 
     limits = current_limits()
     chosen = resolve_mappings(problem, mappings)
     program = re.sub(r"[^A-Za-z0-9_]", "_", problem.program.name)[:40]
     kernels = []
     specs = []
+    temporaries = []
     for position, statement in enumerate(problem.program.statements):
         name = f"ek_{program}_s{position}"
-        kernel = lower(problem, position, chosen[position], name,
-                       max_shared_bytes=limits.shared_per_block_optin)
-        shape = launch_shape(kernel)
-        kernels.append(kernel)
-        specs.append(KernelSpec(
-            name=name,
-            statement=position,
-            tensors=tuple(a.name[2:] for a in shape.arguments if a.is_array),
-            scalars=tuple(a.name[2:] for a in shape.arguments if not a.is_array),
-            output=statement.output.tensor,
-            grid=shape.grid,
-            block=shape.block,
-            mapping=chosen[position],
-            shared_bytes=shape.dynamic_shared_bytes,
-        ))
-    return CudaSource(print_cuda_module(kernels), tuple(specs))
+        plan = plan_statement(problem, position, chosen[position], name,
+                              max_shared_bytes=limits.shared_per_block_optin)
+        temporaries.extend((buffer, elements * (4 if ctype == "float" else 8))
+                           for buffer, ctype, elements in plan.temporaries)
+        for launch in plan.launches:
+            shape = launch_shape(launch.kernel)
+            kernels.append(launch.kernel)
+            specs.append(KernelSpec(
+                name=launch.kernel.name,
+                statement=position,
+                tensors=launch.buffers,
+                scalars=tuple(a.name[2:] for a in shape.arguments if not a.is_array),
+                output=statement.output.tensor,
+                grid=shape.grid,
+                block=shape.block,
+                mapping=chosen[position],
+                shared_bytes=shape.dynamic_shared_bytes,
+            ))
+    return CudaSource(print_cuda_module(kernels), tuple(specs), tuple(temporaries))

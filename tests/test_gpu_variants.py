@@ -8,7 +8,7 @@ import random
 
 import numpy as np
 import pytest
-from test_gpu_emulation import PROGRAMS, random_mappings, random_problem, tolerance
+from test_gpu_emulation import PROGRAMS, random_mappings, random_problem, seed_of, tolerance
 
 import einkern
 from einkern.backends.cuda.nvrtc import kernel_resources
@@ -17,7 +17,7 @@ from einkern.gpu.verify import random_inputs
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_random_variants_compile_for_sm90(name, capsys):
-    rng = random.Random(hash(("nvrtc", name)) & 0xFFFF)
+    rng = random.Random(seed_of("nvrtc", name))
     for _ in range(2):
         problem = random_problem(name, rng)
         mappings = random_mappings(problem, rng)
@@ -34,7 +34,7 @@ def test_random_variants_compile_for_sm90(name, capsys):
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 @pytest.mark.parametrize("seed", range(6))
 def test_random_variants_on_the_gpu(name, seed):
-    rng = random.Random(hash((name, seed, "gpu")) & 0xFFFF)
+    rng = random.Random(seed_of(name, seed, "gpu"))
     problem = random_problem(name, rng)
     mappings = random_mappings(problem, rng)
     kernel = einkern.Kernel(problem, einkern.api.get_backend("cuda"), mappings=mappings)
@@ -57,7 +57,7 @@ def test_padding_plans_compile_for_sm90(name):
     from einkern.backends.cuda.mapped import generate_mapped
     from einkern.backends.cuda.nvrtc import compile_cubin
 
-    rng = random.Random(hash(("pad-nvrtc", name)) & 0xFFFF)
+    rng = random.Random(seed_of("pad-nvrtc", name))
     problem = random_problem(name, rng)
     mappings = {p: replace(m, boundary="pad") for p, m in random_mappings(problem, rng).items()}
     source = generate_mapped(problem, mappings)
@@ -71,7 +71,7 @@ def test_padding_plans_compile_for_sm90(name):
 def test_padding_policy_on_the_gpu(name):
     from dataclasses import replace
 
-    rng = random.Random(hash((name, "pad-gpu")) & 0xFFFF)
+    rng = random.Random(seed_of(name, "pad-gpu"))
     problem = random_problem(name, rng)
     mappings = {p: replace(m, boundary="pad") for p, m in random_mappings(problem, rng).items()}
     kernel = einkern.Kernel(problem, einkern.api.get_backend("cuda"), mappings=mappings)

@@ -55,11 +55,10 @@ def pad_multiples(problem: Problem, position: int, mapping: Mapping) -> dict[str
     }
     for index in statement.indices:
         extent = statement.extent_of(index)
-        size = problem.size(extent)
         if index in statement.parallel_indices:
             multiple = mapping.tile_of(index).tile
         elif index in staged_groups:
-            multiple = mapping.step_of(index, size)
+            multiple = dict(mapping.k_step).get(index, 1)
         else:
             multiple = 1
         multiples[extent] = math.lcm(multiples.get(extent, 1), multiple)

@@ -126,6 +126,7 @@ SGEMM_SWEEP = [
     ("mixed compute k32", {"staging": ["all", 32, True, 0, "compute"]}),
     ("mixed compute pad1", {"staging": ["all", 16, True, 1, "compute"]}),
     ("mixed redirect", {"boundary": "redirect"}),
+    ("padded (copies timed)", {"boundary": "pad"}),
     ("32x8 threads 4x16", {"block": [32, 8], "regs": [4, 16, 1]}),
 ]
 

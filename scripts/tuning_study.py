@@ -1,0 +1,109 @@
+"""Issue-4 figures: how fast each search strategy gets within 5 % of the best.
+
+1. Record (on the device, or on the CPU backend): measure as much of the space as
+   the time allows, into a tuning database:
+       python scripts/tuning_study.py record PROGRAM --backend cuda -e n=4096 \\
+           --time 540 --db study.sqlite
+2. Compare (anywhere, no device): replay that database; every strategy runs with
+   several seeds, and the number of evaluations until the best found is within
+   5 % of the best recorded is reported (median over seeds):
+       python scripts/tuning_study.py compare PROGRAM -e n=4096 --db study.sqlite
+
+Only configurations present in the database can be "measured" in the replay,
+so strategies are compared on the recorded part of the space.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+from einkern.api import load
+from einkern.ir.bind import make_problem
+from einkern.tuning.db import TuningDB
+from einkern.tuning.evaluate import Budget, Evaluator, MemoryStore
+from einkern.tuning.ranking import pick_best
+from einkern.tuning.simulate import simulated_targets
+from einkern.tuning.strategies import strategy_names
+from einkern.tuning.target import get_target
+from einkern.tuning.tuner import TuneOptions, tune_problem, tune_statement
+
+
+def record(args) -> int:
+    problem = make_problem(load(args.program), dict(args.extent))
+    options = TuneOptions(strategy=args.strategy, budget=Budget(seconds=args.time), seed=0)
+    with TuningDB(args.db, create=True) as db:
+        results = tune_problem(get_target(args.backend), problem, options, db,
+                               positions=(args.statement,))
+    for result in results:
+        print(f"S{result.position}: {result.evaluations} variants measured in "
+              f"{result.seconds:.0f} s, space of {result.space_size or 'uncounted'} "
+              f"valid variants, failures {dict(result.failures)}")
+    return 0
+
+
+def compare(args) -> int:
+    problem = make_problem(load(args.program), dict(args.extent))
+    position = args.statement
+    try:
+        base = get_target(args.backend)
+        base.parameters(problem, position)
+    except Exception:  # noqa: BLE001 - describe the space from the records instead
+        base = None
+    with TuningDB(args.db, create=False) as db:
+        [(target, recorded)] = simulated_targets(db, args.backend, problem, base, (position,))
+    best = pick_best(r for r in recorded.records if r.ok)
+    if best is None:
+        print("no successful record for this problem in the database", file=sys.stderr)
+        return 2
+    goal = best.median * 1.05
+    measured = sum(1 for r in recorded.records if r.ok)
+    print(f"{measured} recorded variants; best {best.median * 1e3:.4f} ms")
+    print("| strategy | evaluations to within 5 % (median over seeds) | found it in | "
+          "% of the recorded variants |")
+    print("|---|---|---|---|")
+    for name in strategy_names():
+        needed = []
+        for seed in range(args.seeds):
+            trace: list[float] = []
+
+            def watch(progress, trace=trace) -> None:
+                trace.append(progress.best.cost if progress.best is not None else float("inf"))
+
+            options = TuneOptions(strategy=name, budget=Budget(evaluations=args.budget),
+                                  seed=seed, isolate=False)
+            with Evaluator(target, workers=1, isolate=False) as evaluator:
+                tune_statement(target, problem, position, evaluator, options, MemoryStore(),
+                               watch, recorded.identity)
+            hit = next((i + 1 for i, cost in enumerate(trace) if cost <= goal), None)
+            needed.append(hit)
+        found = [n for n in needed if n is not None]
+        median = statistics.median(found) if found else None
+        share = f"{100 * median / measured:.1f}" if median else "-"
+        print(f"| {name} | {median if median is not None else 'not reached'} | "
+              f"{len(found)}/{args.seeds} seeds | {share} |")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="mode", required=True)
+    for mode in ("record", "compare"):
+        p = sub.add_parser(mode)
+        p.add_argument("program")
+        p.add_argument("--extent", "-e", action="append", default=[],
+                       type=lambda t: tuple(t.split("=", 1)))
+        p.add_argument("--backend", default="cuda")
+        p.add_argument("--db", required=True)
+        p.add_argument("--statement", type=int, default=0)
+    sub.choices["record"].add_argument("--time", type=float, default=540)
+    sub.choices["record"].add_argument("--strategy", default="exhaustive")
+    sub.choices["compare"].add_argument("--seeds", type=int, default=5)
+    sub.choices["compare"].add_argument("--budget", type=int, default=200)
+    args = parser.parse_args()
+    return record(args) if args.mode == "record" else compare(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

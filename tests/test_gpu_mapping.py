@@ -10,6 +10,7 @@ import einkern
 from einkern.gpu.decision import decide, default_config
 from einkern.gpu.lower import check_mapping, lower
 from einkern.gpu.mapping import Mapping, MappingError, ParallelTile
+from einkern.gpu.padding import plan_statement
 from einkern.gpu.space import config_to_mapping, parameters, violation
 
 CASES = [
@@ -82,7 +83,8 @@ def test_random_valid_configs_lower(path, extents):
         if violation(problem, 0, config) is None:
             mapping = config_to_mapping(problem, 0, config)
             assert check_mapping(problem, 0, mapping) == []
-            lower(problem, 0, mapping)
+            plan = plan_statement(problem, 0, mapping, "k")
+            assert plan.launches[-1 if mapping.boundary != "pad" else -2].kernel.name == "k"
             found += 1
         if found >= 15:
             break
@@ -103,8 +105,18 @@ def test_cuda_tuning_target_without_a_gpu():
     assert target.violation(problem, 0, {**config, "block": [64, 64]}) is not None
     assert target.violation(problem, 0, {"x": 3}) is not None
     compiled = target.compile(problem, 0, config)
-    assert compiled.cubin and compiled.block[0] == decide(problem, 0).threads
+    [launch] = compiled.launches
+    assert compiled.cubin and launch.block[0] == decide(problem, 0).threads
+    assert launch.buffers == ("A", "B", "C") and not compiled.temporaries
     assert dict(compiled.resources)["spill_stores"] == 0
+    ragged = einkern.make_problem(problem.program, {"m": 250, "n": 190, "k": 63})
+    padded = {**target.default_config(ragged, 0), "boundary": "pad"}
+    assert target.violation(ragged, 0, padded) is None
+    assert target.violation(problem, 0, padded) is not None  # tiles divide: exact only
+    plan = target.compile(ragged, 0, padded)
+    assert [launch.name for launch in plan.launches] == [
+        "ek_tune_s0_pad_A", "ek_tune_s0_pad_B", "ek_tune_s0", "ek_tune_s0_crop_C"]
+    assert len(plan.temporaries) == 3
     cost = target.model_cost(problem, 0, config)
     direct = {**config, "regs": [1, 1, 1], "assign": "cyclic",
               "staging": ["none", 1, False, 0, "natural"], "unroll": 1}

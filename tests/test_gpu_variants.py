@@ -22,11 +22,12 @@ def test_random_variants_compile_for_sm90(name, capsys):
         problem = random_problem(name, rng)
         mappings = random_mappings(problem, rng)
         resources = kernel_resources(problem, "sm_90", mappings)
-        assert len(resources) == len(problem.program.statements)
+        assert len(resources) >= len(problem.program.statements)  # + padding copies
+        strategies = {f"ek_{problem.program.name}_s{p}": m.strategy for p, m in mappings.items()}
         with capsys.disabled():
-            for position, kernel in enumerate(resources):
+            for kernel in resources:
                 spills = kernel.spill_stores + kernel.spill_loads
-                print(f"\n{name} S{position} [{mappings[position].strategy}] "
+                print(f"\n{kernel.name} [{strategies.get(kernel.name, 'copy')}] "
                       f"{kernel.registers} registers, {spills} B spills")
 
 

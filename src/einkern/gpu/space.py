@@ -14,8 +14,8 @@ choices; :func:`config_to_mapping` turns it into a :class:`Mapping`:
   ``all`` (every input of the main reduction), MAGMA's sh_AB, nb, prefetching,
   shared-memory offset and transposed layout (``compute``: the threaded indices
   innermost); ``unroll``: 1 or -1 (the k-step loop fully unrolled);
-* ``boundary``: ``exact`` when every tile divides its extent, else ``guard`` or
-  ``redirect``.
+* ``boundary``: ``exact`` when every tile divides its extent, else ``guard``,
+  ``redirect`` or ``pad`` (padded copies around an exact kernel).
 
 The strategy name recorded in the mapping follows from the configuration:
 ``direct`` (one output per thread, no staging — the first backend's mapping),
@@ -147,7 +147,7 @@ def parameters(problem: Problem, position: int) -> dict[str, tuple]:
         "assign": ("cyclic", "mixed", "adjacent"),
         "staging": tuple(stagings),
         "unroll": (1, -1),
-        "boundary": ("exact", "guard", "redirect"),
+        "boundary": ("exact", "guard", "redirect", "pad"),
     }
 
 
@@ -305,6 +305,14 @@ def violation(problem: Problem, position: int, config: Config,
     if estimated_registers > limits.max_registers_per_thread:
         return "register estimate over the limit"
     mapping = config_to_mapping(problem, position, config)
+    if boundary == "pad":  # the kernel itself runs on the padded extents
+        from .padding import padded_problem, padding_problems
+
+        reasons = padding_problems(problem, position, mapping)
+        if reasons:
+            return reasons[0]
+        problem, position = padded_problem(problem, position, mapping), 0
+        mapping = config_to_mapping(problem, position, {**config, "boundary": "exact"})
     problems = check_mapping(problem, position, mapping, limits.shared_per_block,
                              limits.max_threads_per_block)
     return problems[0] if problems else None

@@ -14,22 +14,30 @@ from ..ir.nodes import Problem, Program
 from ..tuning.target import Config, Parameter, Timing, VariantError
 from .decision import default_config
 from .device import current_limits
-from .lower import lower
 from .model import predicted_time
 from .space import config_to_mapping, parameters, violation
 
 
 @dataclass(frozen=True)
-class CompiledVariant:
-    """What the worker needs to run one variant (picklable)."""
+class VariantLaunch:
+    """One kernel launch of a variant, with the buffers bound to its array parameters."""
 
-    cubin: bytes
     name: str
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     shared_bytes: int
-    tensors: tuple[str, ...]
+    buffers: tuple[str, ...]
     scalars: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CompiledVariant:
+    """What the worker needs to run one variant (picklable): the launches of its
+    plan (one kernel, or padding copies around it) and its temporary buffers."""
+
+    cubin: bytes
+    launches: tuple[VariantLaunch, ...]
+    temporaries: tuple[tuple[str, int], ...]  # (buffer, bytes)
     resources: tuple[tuple[str, Any], ...]
 
 
@@ -81,25 +89,30 @@ class CudaTarget:
     def compile(self, problem: Problem, position: int, config: Config) -> CompiledVariant:
         from ..backends.cuda.nvrtc import compile_cubin
         from .cuda_printer import launch_shape, print_cuda_module
+        from .padding import plan_statement
 
         limits = current_limits()
         mapping = config_to_mapping(problem, position, config)
-        kernel = lower(problem, position, mapping, f"ek_tune_s{position}",
-                       max_shared_bytes=limits.shared_per_block_optin)
-        module = compile_cubin(print_cuda_module([kernel]), limits.arch)
-        found = [r for r in module.resources if r.name == kernel.name]
+        name = f"ek_tune_s{position}"
+        plan = plan_statement(problem, position, mapping, name,
+                              max_shared_bytes=limits.shared_per_block_optin)
+        module = compile_cubin(print_cuda_module([launch.kernel for launch in plan.launches]),
+                               limits.arch)
+        found = [r for r in module.resources if r.name == name]
         resources = found[0] if found else None
         if resources is not None and resources.spill_stores > 0:
             raise VariantError("resources", f"{resources.spill_stores} bytes of register spills")
-        shape = launch_shape(kernel)
+        launches = []
+        for launch in plan.launches:
+            shape = launch_shape(launch.kernel)
+            launches.append(VariantLaunch(
+                launch.kernel.name, shape.grid, shape.block, shape.dynamic_shared_bytes,
+                launch.buffers, tuple(a.name[2:] for a in shape.arguments if not a.is_array)))
         return CompiledVariant(
             cubin=module.cubin,
-            name=kernel.name,
-            grid=shape.grid,
-            block=shape.block,
-            shared_bytes=shape.dynamic_shared_bytes,
-            tensors=tuple(a.name[2:] for a in shape.arguments if a.is_array),
-            scalars=tuple(a.name[2:] for a in shape.arguments if not a.is_array),
+            launches=tuple(launches),
+            temporaries=tuple((buffer, elements * (4 if ctype == "float" else 8))
+                              for buffer, ctype, elements in plan.temporaries),
             resources=() if resources is None else (
                 ("registers", resources.registers), ("shared", resources.shared_memory),
                 ("spill_stores", resources.spill_stores)),
@@ -136,22 +149,27 @@ def _measure(problem: Problem, compiled: CompiledVariant, repeats: int, seed: in
                            "expected": evaluate(problem, arrays, scalars)}
     data = _REFERENCE[key]
     arrays, scalars = data["arrays"], data["scalars"]
-    module = driver.load_module(compiled.cubin, [compiled.name])
-    function = module.functions[compiled.name]
-    pointers = {}
+    module = driver.load_module(compiled.cubin, [launch.name for launch in compiled.launches])
+    pointers: dict[str, int] = {}
     flush_bytes = 2 * driver.device_properties(0).l2_cache_bytes
     flush = driver.alloc(flush_bytes)
     try:
-        for name in compiled.tensors:
-            array = arrays[name]
+        for name, array in arrays.items():
             pointers[name] = driver.alloc(array.nbytes)
             driver.copy_to_device(pointers[name], array.ctypes.data, array.nbytes)
-        args = (function, compiled.grid, compiled.block,
-                [pointers[t] for t in compiled.tensors],
-                [float(scalars[s]) for s in compiled.scalars], 0, compiled.name,
-                compiled.shared_bytes)
-        driver.launch(*args)
-        driver.synchronize(compiled.name)
+        for buffer, nbytes in compiled.temporaries:
+            pointers[buffer] = driver.alloc(nbytes)
+        calls = [(module.functions[launch.name], launch.grid, launch.block,
+                  [pointers[b] for b in launch.buffers],
+                  [float(scalars[s]) for s in launch.scalars], 0, launch.name,
+                  launch.shared_bytes) for launch in compiled.launches]
+
+        def run() -> None:
+            for call in calls:
+                driver.launch(*call)
+
+        run()
+        driver.synchronize(compiled.launches[-1].name)
         output = problem.program.statements[0].output.tensor
         result = np.empty_like(arrays[output])
         driver.copy_to_host(result.ctypes.data, pointers[output], result.nbytes)
@@ -166,7 +184,7 @@ def _measure(problem: Problem, compiled: CompiledVariant, repeats: int, seed: in
         for _ in range(max(1, repeats)):
             driver.check(cuda.cuMemsetD8(flush, 0, flush_bytes), "cuMemsetD8")
             timer.start(0)
-            driver.launch(*args)
+            run()
             times.append(timer.stop(0) * 1e-3)
         timer.close()
     finally:

@@ -110,6 +110,9 @@ def print_results(problem: Problem, results: Sequence[StatementResult], *,
         evaluations = str(result.evaluations)
         if result.space_size is not None:
             evaluations += f"/{result.space_size}"
+        elif result.estimated_size is not None:
+            estimate, spread = result.estimated_size
+            evaluations += f" of ≈{estimate:,} (±{spread:,}, sampled)"
         if result.resumed:
             evaluations += f" ({result.resumed} resumed)"
         default = result.default.median if result.default is not None and result.default.ok \

@@ -93,6 +93,19 @@ class SearchSpace:
         """:meth:`size` when the space has at most ``limit`` raw combinations, else None."""
         return self.size() if self.raw_size() <= limit else None
 
+    def estimated_size(self, samples: int = 4000, seed: int = 0) -> tuple[int, int]:
+        """Valid configurations estimated from ``samples`` uniform raw draws, with the
+        half-width of a 95 % interval: for spaces too large to count."""
+        rng = random.Random(seed)
+        valid = 0
+        for _ in range(samples):
+            config = {p.name: p.values[rng.randrange(len(p.values))] for p in self.parameters}
+            valid += self.check(config) is None
+        fraction = valid / samples
+        spread = 1.96 * (fraction * (1 - fraction) / samples) ** 0.5
+        raw = self.raw_size()
+        return round(fraction * raw), round(spread * raw)
+
     def raw_size(self) -> int:
         """Number of combinations before the validity check."""
         total = 1

@@ -80,6 +80,7 @@ class StatementResult:
     failures: tuple[tuple[str, int], ...]  # kind, count
     seconds: float
     space_size: int | None  # valid variants (None: too many to count)
+    estimated_size: tuple[int, int] | None = None  # (estimate, ± 95 %) when not counted
 
     @property
     def speedup(self) -> float | None:
@@ -137,6 +138,7 @@ def tune_statement(
     strategy.search(context, session, rng)
     outcomes = list(session.outcomes.values())
     failures = Counter(o.status for o in outcomes if not o.ok)
+    size = space.bounded_size()
     return StatementResult(
         position=position,
         statement=str(problem.program.statements[position]),
@@ -147,7 +149,8 @@ def tune_statement(
         resumed=sum(o.resumed for o in outcomes),
         failures=tuple(sorted(failures.items())),
         seconds=time.monotonic() - started,
-        space_size=space.bounded_size(),
+        space_size=size,
+        estimated_size=None if size is not None else space.estimated_size(),
     )
 
 

@@ -162,3 +162,16 @@ def test_isl_dependence_analysis():
     kinds = [(d.kind, d.source, d.sink, d.tensor) for d in poly.dependences(chained)]
     assert kinds == [("flow", 0, 1, "B")]
     assert poly.dependences(einkern.load("examples/local_grad3.ein")) == ()
+
+
+def test_coalescing_tuples_follow_r_stream():
+    problem = einkern.make_problem(einkern.load("examples/gemm.ein"), {"m": 4, "n": 5, "k": 6})
+    statement = problem.program.statements[0]
+    tuples = {(t.tensor, t.dim, t.index, t.weight)
+              for t in analysis.coalescing_tuples(problem, statement)}
+    # C[i,j] stored once per output; B[l,j] read once per (output, l); A[i,l] walks l
+    # (a reduction index) along its stride-1 dimension: no tuple.
+    assert tuples == {("C", 1, "j", 20), ("B", 1, "j", 120)}
+    d1 = einkern.make_problem(einkern.load("examples/sd_t_d1_1.ein"), {"T": 2})
+    weights = analysis.coalescing_weights(d1, d1.program.statements[0])
+    assert weights == {"h3": 2 * 2**6 + 2**7}  # t3 read and written, v2 read per h7

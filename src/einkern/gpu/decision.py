@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 
+from ..ir.analysis import coalescing_weights
 from ..ir.nodes import Problem
 from .device import H100, DeviceLimits
 from .lower import compute_dtype
@@ -54,6 +55,12 @@ def default_config(problem: Problem, position: int,
         _largest(problem, position, parallel) or parallel[0])
     reasons.append(f"{x} → threadIdx.x: contiguous index of the output "
                    f"{statement.output.tensor} (coalesced stores)")
+    weights = coalescing_weights(problem, statement)
+    if weights:
+        ranked = sorted(weights.items(), key=lambda item: -item[1])
+        reasons.append("coalescing weights (R-Stream tuples, accesses whose stride-1 "
+                       "dimension the index walks × their executions): "
+                       + ", ".join(f"{i} {w:.3g}" for i, w in ranked))
     out = statement.output
     memory = list(out.indices if problem.program.tensor(out.tensor).layout == "column"
                   else reversed(out.indices))

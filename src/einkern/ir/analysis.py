@@ -93,3 +93,56 @@ def contiguity(problem: Problem, statement: Statement) -> tuple[AccessContiguity
             per_index[name] = per_index.get(name, 0) + stride
         result.append(AccessContiguity(access, index, tuple(per_index.items())))
     return tuple(result)
+
+
+@dataclass(frozen=True)
+class CoalescingTuple:
+    """R-Stream's (A, d, j, w): if index ``index`` is the fastest thread dimension,
+    the ``access`` of ``tensor`` walks its stride-1 dimension ``dim`` across a warp,
+    which pays off ``weight`` times (its dynamic execution count; the output counts
+    twice under ``+=``/``-=``, read and written)."""
+
+    tensor: str
+    dim: int
+    index: str
+    weight: int
+
+
+def coalescing_tuples(problem: Problem, statement: Statement) -> tuple[CoalescingTuple, ...]:
+    """The coalescing tuples of a statement's accesses whose stride-1 dimension is
+    walked by an output (thread-candidate) index."""
+    parallel = set(statement.parallel_indices)
+    outputs = math.prod(problem.index_size(statement, i) for i in statement.parallel_indices)
+    found: list[CoalescingTuple] = []
+
+    def visit(expr: Expr, repeats: int) -> None:
+        if isinstance(expr, Sum):
+            terms = math.prod(problem.index_size(statement, i) for i in expr.indices)
+            visit(expr.body, repeats * terms)
+        elif isinstance(expr, Access):
+            add(expr, repeats)
+        elif isinstance(expr, Binary):
+            visit(expr.left, repeats)
+            visit(expr.right, repeats)
+        elif isinstance(expr, Neg):
+            visit(expr.operand, repeats)
+        elif isinstance(expr, Call):
+            for arg in expr.args:
+                visit(arg, repeats)
+
+    def add(access: Access, repeats: int) -> None:
+        dim = problem.program.tensor(access.tensor).contiguous_dim()
+        if dim is not None and access.indices[dim] in parallel:
+            found.append(CoalescingTuple(access.tensor, dim, access.indices[dim], repeats))
+
+    add(statement.output, outputs * (2 if statement.op in ("+=", "-=") else 1))
+    visit(statement.rhs, outputs)
+    return tuple(found)
+
+
+def coalescing_weights(problem: Problem, statement: Statement) -> dict[str, int]:
+    """Total weight of the coalescing tuples per candidate thread index."""
+    weights: dict[str, int] = {}
+    for entry in coalescing_tuples(problem, statement):
+        weights[entry.index] = weights.get(entry.index, 0) + entry.weight
+    return weights

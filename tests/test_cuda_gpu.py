@@ -245,3 +245,20 @@ def test_torch_tensors_made_on_a_side_stream(backend):
         expected = a @ b
     stream.synchronize()
     assert float((c - expected).abs().max() / expected.abs().max()) < 1e-12
+
+
+def test_jax_arrays_as_inputs_without_copies(monkeypatch):
+    """JAX arrays are read-only: they are read in place through DLPack; the outputs
+    come back as NumPy arrays."""
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    jax = pytest.importorskip("jax")
+    import einkern
+
+    kernel = einkern.compile("dims n = 37\ntensor A[n, n], B[n, n], C[n, n]\n"
+                             "C[i,j] = A[i,k] * B[k,j]", backend="cuda")
+    rng = np.random.default_rng(5)
+    a, b = rng.uniform(0.5, 1.5, (37, 37)), rng.uniform(0.5, 1.5, (37, 37))
+    if not jax.config.read("jax_enable_x64"):
+        jax.config.update("jax_enable_x64", True)
+    c = kernel(jax.device_put(a, jax.devices("gpu")[0]), jax.device_put(b, jax.devices("gpu")[0]))
+    np.testing.assert_allclose(np.asarray(c), a @ b, rtol=1e-12)

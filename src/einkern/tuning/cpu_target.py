@@ -179,9 +179,13 @@ class CpuTarget:
             Parameter("order", tuple(list(order) for order in orders)),
             Parameter("collapse", tuple(collapse)),
         ]
-        for index in parallel + reduction:
+        tiled = dict.fromkeys([*parallel, *reduction, *(i for i, _ in default.tiles)])
+        for index in tiled:  # the default's own tiles are always tunable
             extent = problem.index_size(statement, index)
-            result.append(Parameter(f"tile_{index}", _tile_values(extent)))
+            values = _tile_values(extent)
+            if default.tile(index) and default.tile(index) not in values:
+                values = tuple(sorted({*values, default.tile(index)}))
+            result.append(Parameter(f"tile_{index}", values))
         if top_level_sums(statement.rhs) and indices:
             result.append(Parameter("inner", tuple(range(min(MAX_INNER, len(indices)) + 1))))
         return tuple(result)
@@ -199,7 +203,7 @@ class CpuTarget:
         config: Config = {"order": list(loops.order), "collapse": loops.collapse}
         for parameter in self.parameters(problem, position):
             if parameter.name.startswith("tile_"):
-                config[parameter.name] = 0
+                config[parameter.name] = loops.tile(parameter.name[len("tile_"):]) or 0
             elif parameter.name == "inner":
                 config["inner"] = 0
         return config

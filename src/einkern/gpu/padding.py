@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from ..ir.bind import make_problem
-from ..ir.nodes import Access, Problem, Program, product_factors, signed_terms
+from ..ir.bind import make_problem, statement_program
+from ..ir.nodes import Access, Problem, product_factors, signed_terms
 from . import exprs as E
 from . import kir
 from .lower import CTYPE, index_type, lower
@@ -67,12 +67,7 @@ def pad_multiples(problem: Problem, position: int, mapping: Mapping) -> dict[str
 
 def padded_problem(problem: Problem, position: int, mapping: Mapping) -> Problem:
     """The statement alone, over extents rounded up to the tiles' multiples."""
-    program = problem.program
-    statement = program.statements[position]
-    used = {statement.output.tensor} | {a.tensor for a in statement.reads()}
-    single = Program(program.name, program.extents,
-                     tuple(t for t in program.tensors if t.name in used), program.scalars,
-                     (statement,))
+    single = statement_program(problem.program, position)
     sizes = dict(problem.sizes)
     for extent, multiple in pad_multiples(problem, position, mapping).items():
         sizes[extent] = -(-sizes[extent] // multiple) * multiple

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..ir.nodes import Problem, Program
+from ..ir.nodes import Problem
 from ..tuning.target import Config, Parameter, Timing, VariantError
 from .decision import default_config
 from .device import current_limits
@@ -43,15 +43,9 @@ class CompiledVariant:
 
 def single_statement(problem: Problem, position: int) -> Problem:
     """The problem reduced to statement ``position`` (and the tensors it touches)."""
-    from ..ir.bind import make_problem
+    from ..ir.bind import make_problem, statement_program
 
-    program = problem.program
-    statement = program.statements[position]
-    used = {statement.output.tensor} | {a.tensor for a in statement.reads()}
-    reduced = Program(program.name, program.extents,
-                      tuple(t for t in program.tensors if t.name in used), program.scalars,
-                      (statement,))
-    return make_problem(reduced, dict(problem.sizes))
+    return make_problem(statement_program(problem.program, position), dict(problem.sizes))
 
 
 class CudaTarget:

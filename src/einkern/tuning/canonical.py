@@ -14,9 +14,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from ..ir.nodes import Problem, Program, ScalarRef, walk
+from ..ir.bind import statement_program
+from ..ir.nodes import Problem, ScalarRef, walk
 from .target import TuningTarget
 
 
@@ -24,16 +25,10 @@ def statement_problem(problem: Problem, position: int) -> Problem:
     """A one-statement program holding statement ``position`` and only the tensors
     and scalars it uses (its inputs are whatever it reads), at the same sizes."""
     program = problem.program
-    statement = program.statements[position]
-    used = {statement.output.tensor} | {access.tensor for access in statement.reads()}
-    scalars = {node.name for node in walk(statement.rhs) if isinstance(node, ScalarRef)}
-    single = Program(
-        name=f"{program.name}_s{position}",
-        extents=program.extents,
-        tensors=tuple(t for t in program.tensors if t.name in used),
-        scalars=tuple(s for s in program.scalars if s.name in scalars),
-        statements=(statement,),
-    )
+    single = statement_program(program, position)
+    used = {node.name for node in walk(single.statements[0].rhs) if isinstance(node, ScalarRef)}
+    single = replace(single, name=f"{program.name}_s{position}",
+                     scalars=tuple(s for s in program.scalars if s.name in used))
     return Problem(single, problem.sizes)
 
 

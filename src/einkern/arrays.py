@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .ir.nodes import Problem
 
 _DTYPE_NAMES = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}
 
@@ -65,3 +69,18 @@ def strides_match(info: ArrayInfo, layout: str) -> bool:
     expected = contiguous_strides(info.shape, layout)
     pairs = zip(info.shape, info.strides, expected, strict=True)
     return all(size == 1 or got == want for size, got, want in pairs)
+
+
+def random_arrays(problem: Problem, seed: int = 0,
+                  names: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+    """Fresh random values, uniform in [0.5, 1.5) (never zeros; safe for sqrt and
+    log), for the tensors ``names`` of ``problem`` (all when None), each in its
+    declared dtype and layout."""
+    rng = np.random.default_rng(seed)
+    program = problem.program
+    arrays = {}
+    for name in names if names is not None else (t.name for t in program.tensors):
+        tensor = program.tensor(name)
+        data = rng.uniform(0.5, 1.5, problem.shape(name)).astype(tensor.dtype)
+        arrays[name] = np.asfortranarray(data) if tensor.layout == "column" else data
+    return arrays

@@ -194,13 +194,9 @@ def command_check(args) -> int:
 
 def random_arrays(problem, seed: int = 0) -> dict[str, np.ndarray]:
     """Random inputs in [0.5, 1.5) (never zeros; safe for sqrt/log) in each tensor's layout."""
-    rng = np.random.default_rng(seed)
-    arrays = {}
-    for name in problem.program.inputs:
-        tensor = problem.program.tensor(name)
-        data = rng.uniform(0.5, 1.5, size=problem.shape(name)).astype(tensor.dtype)
-        arrays[name] = np.asfortranarray(data) if tensor.layout == "column" else data
-    return arrays
+    from .arrays import random_arrays as random_tensors
+
+    return random_tensors(problem, seed, problem.program.inputs)
 
 
 def random_scalars(problem, seed: int = 0) -> dict[str, float]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..arrays import random_arrays
 from ..ir.nodes import Problem
 from ..reference import evaluate
 from .emulator import DTYPES, AccessError, emulate
@@ -30,12 +31,7 @@ class Verification:
 
 def random_inputs(problem: Problem, seed: int) -> dict[str, np.ndarray]:
     """Uniform [0.5, 1.5) values (never zeros) for every tensor, in its layout."""
-    rng = np.random.default_rng(seed)
-    arrays = {}
-    for tensor in problem.program.tensors:
-        data = rng.uniform(0.5, 1.5, problem.shape(tensor.name)).astype(tensor.dtype)
-        arrays[tensor.name] = np.asfortranarray(data) if tensor.layout == "column" else data
-    return arrays
+    return random_arrays(problem, seed)
 
 
 def emulate_problem(problem: Problem, mappings: MappingType[int, Mapping],

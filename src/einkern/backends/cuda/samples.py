@@ -218,13 +218,9 @@ SAMPLES = {
 def random_arrays(problem: Problem, seed: int = 0) -> dict[str, np.ndarray]:
     """Fresh random host arrays (uniform in [0.5, 1.5)) for every tensor, in the
     declared dtype and layout."""
-    rng = np.random.default_rng(seed)
-    arrays = {}
-    for tensor in problem.program.tensors:
-        order = "F" if tensor.layout == "column" else "C"
-        data = rng.random(problem.shape(tensor.name)) + 0.5
-        arrays[tensor.name] = np.asarray(data, dtype=tensor.dtype, order=order)
-    return arrays
+    from ...arrays import random_arrays as random_tensors
+
+    return random_tensors(problem, seed)
 
 
 def used_functions(problem: Problem) -> set[str]:

@@ -17,6 +17,7 @@ import numpy as np
 
 from . import __version__
 from .errors import EinkernError, UsageError
+from .reference import relative_error
 
 TOLERANCE = {"float64": 1e-12, "float32": 1e-5}
 
@@ -205,17 +206,6 @@ def random_scalars(problem, seed: int = 0) -> dict[str, float]:
         s.name: float(s.default) if s.default is not None else float(rng.uniform(0.5, 1.5))
         for s in problem.program.scalars
     }
-
-
-def relative_error(result: np.ndarray, reference: np.ndarray) -> float:
-    """max |result - reference| / max |reference| (NaN anywhere gives inf)."""
-    result = np.asarray(result, dtype=np.float64)
-    reference = np.asarray(reference, dtype=np.float64)
-    if not np.all(np.isfinite(result)) and np.all(np.isfinite(reference)):
-        return float("inf")
-    scale = float(np.max(np.abs(reference))) if reference.size else 0.0
-    diff = float(np.max(np.abs(result - reference))) if reference.size else 0.0
-    return diff / scale if scale > 0 else diff
 
 
 def command_run(args) -> int:

@@ -197,3 +197,15 @@ def _sum(expr: Sum, values, scalars, sizes) -> Labelled:
     for index in summed_absent:
         data = data * sizes[index]
     return Labelled(keep, np.asarray(data))
+
+
+def relative_error(result, reference) -> float:
+    """max |result - reference| / max |reference| (a NaN or infinity in the result
+    where the reference is finite gives inf)."""
+    result = np.asarray(result, dtype=np.float64)
+    reference = np.asarray(reference, dtype=np.float64)
+    if not np.all(np.isfinite(result)) and np.all(np.isfinite(reference)):
+        return float("inf")
+    scale = float(np.max(np.abs(reference))) if reference.size else 0.0
+    diff = float(np.max(np.abs(result - reference))) if reference.size else 0.0
+    return diff / scale if scale > 0 else diff

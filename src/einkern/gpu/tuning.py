@@ -3,7 +3,6 @@ compiled with NVRTC, checked and timed with CUDA events in a worker process."""
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass
 from typing import Any
@@ -129,7 +128,7 @@ def _measure(problem: Problem, compiled: CompiledVariant, repeats: int, seed: in
     problem in this worker), then time ``repeats`` launches with CUDA events, the L2
     flushed before each."""
     from ..backends.cuda import driver
-    from ..reference import evaluate
+    from ..reference import evaluate, relative_error
     from .verify import random_inputs
 
     driver.activate(0)
@@ -167,11 +166,7 @@ def _measure(problem: Problem, compiled: CompiledVariant, repeats: int, seed: in
         output = problem.program.statements[0].output.tensor
         result = np.empty_like(arrays[output])
         driver.copy_to_host(result.ctypes.data, pointers[output], result.nbytes)
-        expected = data["expected"][output]
-        scale = float(np.max(np.abs(expected))) or 1.0
-        error = float(np.max(np.abs(result.astype(np.float64) - expected))) / scale
-        if not math.isfinite(error):
-            error = math.inf
+        error = relative_error(result, data["expected"][output])
         timer = driver.EventTimer()
         cuda = driver._cuda()
         times = []

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..arrays import random_arrays
 from ..ir.nodes import Problem
-from ..reference import evaluate
+from ..reference import evaluate, relative_error
 from .emulator import DTYPES, AccessError, emulate
 from .mapping import Mapping
 from .padding import Launch, plan_statement
@@ -75,13 +75,6 @@ def verify(problem: Problem, mappings: MappingType[int, Mapping], seed: int = 0,
                            else float(rng.uniform(0.5, 1.5)))
     reference = evaluate(problem, arrays, scalars)
     result, errors, bad = emulate_problem(problem, mappings, arrays, scalars, kernels)
-    worst = 0.0
-    for name in problem.program.outputs:
-        ref = reference[name].astype(np.float64)
-        got = result[name].astype(np.float64)
-        if not np.all(np.isfinite(got)):
-            worst = float("inf")
-            continue
-        scale = float(np.max(np.abs(ref))) or 1.0
-        worst = max(worst, float(np.max(np.abs(got - ref))) / scale)
+    worst = max((relative_error(result[name], reference[name])
+                 for name in problem.program.outputs), default=0.0)
     return Verification(worst, errors, bad)

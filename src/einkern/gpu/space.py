@@ -233,7 +233,7 @@ def config_to_mapping(problem: Problem, position: int, config: Config,
     return Mapping(
         strategy=strategy,
         parallel=parallel,
-        grid_order=tuple(statement.parallel_indices),
+        grid_order=_grid_order(problem, position),
         reduction_order=r.k,
         k_step=tuple((k, k_step) for k in r.k[-1:]) if stage != "none" else (),
         staged=tuple(staged),
@@ -243,6 +243,17 @@ def config_to_mapping(problem: Problem, position: int, config: Config,
         boundary=config["boundary"],
         reasons=reasons,
     )
+
+
+def _grid_order(problem: Problem, position: int) -> tuple[str, ...]:
+    """Blocks are numbered along the output's memory order (contiguous index
+    first), so that blocks launched together write neighbouring memory and the
+    blocks that share an input slice (they differ only in an index that input
+    lacks) run close in time and find it in L2."""
+    statement = problem.program.statements[position]
+    ordered = [i for i in natural_order(problem, statement.output)
+               if i in statement.parallel_indices]
+    return tuple(ordered + [i for i in statement.parallel_indices if i not in ordered])
 
 
 def violation(problem: Problem, position: int, config: Config,

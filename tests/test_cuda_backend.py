@@ -318,6 +318,17 @@ def test_describe_cuda_array_interface():
     assert info.dtype == "float64" and info.strides == (1, 3) and info.readonly
     odd = FakeDeviceArray({"shape": (2,), "typestr": "<i4", "data": (64, False), "version": 3})
     assert describe(odd).dtype == "<i4"
+    assert info.stream is None and describe(contiguous).stream is None
+
+
+@pytest.mark.parametrize("stream, waited", [(None, None), (0, None), (1, None), (2, None),
+                                            (0x7F00AB, 0x7F00AB)])
+def test_producer_stream_from_the_interface(stream, waited):
+    """Version 3 of the interface names the stream a consumer must wait for; the
+    default streams (0, 1 legacy, 2 per-thread) are ordered with einkern's launches."""
+    array = FakeDeviceArray({"shape": (2,), "typestr": "<f8", "data": (64, False),
+                             "version": 3, "stream": stream})
+    assert describe(array).stream == waited
 
 
 def test_describe_numpy_and_unknown_objects():

@@ -20,7 +20,9 @@ class ArrayInfo:
 
     ``dtype`` is einkern's name (``float32``/``float64``) or the library's own
     name when unsupported; ``device`` is ``"cpu"`` for host memory and
-    ``"cuda:N"`` for memory on GPU N; ``pointer`` is the address of element 0."""
+    ``"cuda:N"`` for memory on GPU N; ``pointer`` is the address of element 0;
+    ``stream`` is the CUDA stream the producer asks consumers to wait for
+    (``__cuda_array_interface__`` version 3), None when there is none."""
 
     shape: tuple[int, ...]
     dtype: str
@@ -29,12 +31,14 @@ class ArrayInfo:
     pointer: int
     library: str  # "numpy", "torch", "cupy", "jax", "dlpack", ...
     readonly: bool = False
+    stream: int | None = None
 
 
 def dtype_name(dtype: Any) -> str:
     """einkern's name of a NumPy-compatible dtype, else its own string form."""
     try:
-        return _DTYPE_NAMES.get(np.dtype(dtype), str(dtype))
+        name = _DTYPE_NAMES.get(dtype if isinstance(dtype, np.dtype) else np.dtype(dtype))
+        return name if name is not None else str(dtype)
     except TypeError:
         return str(dtype)
 

@@ -80,6 +80,7 @@ def describe_cuda_array_interface(obj: Any, interface: dict) -> ArrayInfo:
     dtype = _TYPESTRS.get(typestr, typestr)
     itemsize = int(typestr[2:]) if typestr[2:].isdigit() else 1
     pointer, readonly = interface["data"]
+    stream = interface.get("stream")
     raw = interface.get("strides")
     if raw is None:
         strides = contiguous_strides(shape, "row")
@@ -93,6 +94,40 @@ def describe_cuda_array_interface(obj: Any, interface: dict) -> ArrayInfo:
         pointer=int(pointer or 0),
         library=_library(obj),
         readonly=bool(readonly),
+        stream=_producer_stream(stream),
+    )
+
+
+def _producer_stream(stream: Any) -> int | None:
+    """A stream handle to wait for: neither absent nor one of the default streams
+    (0, 1 = legacy, 2 = per-thread), which einkern's launches are ordered with."""
+    return int(stream) if isinstance(stream, int) and stream > 2 else None
+
+
+_TORCH_DTYPES: dict[Any, str] = {}
+
+
+def describe_torch_cuda(tensor: Any) -> ArrayInfo | None:
+    """ArrayInfo of a CUDA torch tensor from its attributes, which is much cheaper
+    than building its ``__cuda_array_interface__``; None for other tensors (CPU,
+    requiring grad), which take the general path."""
+    if not tensor.is_cuda or tensor.requires_grad:
+        return None
+    import torch
+
+    if not _TORCH_DTYPES:
+        _TORCH_DTYPES.update({torch.float32: "float32", torch.float64: "float64"})
+    device = tensor.device
+    stream = torch.cuda.current_stream(device).cuda_stream
+    return ArrayInfo(
+        shape=tuple(tensor.shape),
+        dtype=_TORCH_DTYPES.get(tensor.dtype, str(tensor.dtype).removeprefix("torch.")),
+        strides=tuple(tensor.stride()),
+        device=f"cuda:{device.index if device.index is not None else 0}",
+        pointer=int(tensor.data_ptr()),
+        library="torch",
+        readonly=False,
+        stream=_producer_stream(stream),
     )
 
 
@@ -152,6 +187,10 @@ def describe(obj: Any) -> ArrayInfo | None:
     backend accepts, or None for any other object."""
     if isinstance(obj, np.ndarray):
         return describe_numpy(obj)
+    if type(obj).__module__ == "torch" and type(obj).__name__ == "Tensor":
+        info = describe_torch_cuda(obj)
+        if info is not None:
+            return info
     try:
         interface = obj.__cuda_array_interface__
     except AttributeError:
@@ -165,18 +204,6 @@ def describe(obj: Any) -> ArrayInfo | None:
     if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
         return describe_dlpack(obj)
     return None
-
-
-def producer_stream(obj: Any) -> int | None:
-    """The CUDA stream handle that ``__cuda_array_interface__`` (version 3) asks a
-    consumer to synchronise with, when it is neither absent nor a default stream."""
-    if isinstance(obj, np.ndarray):
-        return None
-    try:
-        stream = obj.__cuda_array_interface__.get("stream")
-    except Exception:  # noqa: BLE001 - no interface: nothing to wait for
-        return None
-    return int(stream) if isinstance(stream, int) and stream > 2 else None
 
 
 def allocate(problem: Problem, tensor: str, like: Sequence[Any]) -> Any:

@@ -10,6 +10,7 @@ synchronised and checked.
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 from collections.abc import Mapping
@@ -19,7 +20,7 @@ from ...arrays import ArrayInfo, strides_match
 from ...errors import ArgumentError, DtypeError, LayoutError
 from ...ir.nodes import Problem
 from . import driver
-from .arrays import describe, producer_stream
+from .arrays import describe
 from .codegen import CudaSource
 from .decision import statement_tensors
 from .nvrtc import CompiledModule, KernelResources, arch_for, compile_cubin
@@ -54,9 +55,16 @@ class CudaExecutable:
             self._modules[ordinal] = driver.load_module(self._compiled[arch].cubin, names, ordinal)
         return self._modules[ordinal]
 
-    def run(self, arrays: Mapping[str, Any], scalars: Mapping[str, float]) -> None:
-        """Run every statement in order, updating the arrays in place."""
-        self._execute(arrays, scalars, repeat=0)
+    #: ``run`` takes the ArrayInfo of each array when the caller (einkern.Kernel)
+    #: has already described and checked them, so that a call reads each array's
+    #: interface once.
+    accepts_infos = True
+
+    def run(self, arrays: Mapping[str, Any], scalars: Mapping[str, float],
+            infos: Mapping[str, ArrayInfo] | None = None) -> None:
+        """Run every statement in order, updating the arrays in place.  ``infos``:
+        the arrays already described and checked against the program."""
+        self._execute(arrays, scalars, repeat=0, infos=infos)
 
     def profile(
         self, arrays: Mapping[str, Any], scalars: Mapping[str, float], repeat: int = 10
@@ -85,13 +93,21 @@ class CudaExecutable:
                 except Exception:  # noqa: BLE001 - interpreter shutdown, context gone
                     pass
 
-    def _execute(self, arrays, scalars, repeat: int) -> list[float]:
-        infos = self._describe_all(arrays)
+    def _execute(self, arrays, scalars, repeat: int,
+                 infos: Mapping[str, ArrayInfo] | None = None) -> list[float]:
+        if infos is None:
+            infos = self._describe_all(arrays)
+        else:
+            infos = {name: infos[name] for name in self._used if name in infos}
+            if len(infos) != len(self._used):
+                infos = self._describe_all(arrays)
+            for name, info in infos.items():
+                _check_device(name, info)
         ordinal = _device_ordinal(infos)
         driver.activate(ordinal)
         module = self.module(ordinal)
         values = self._scalar_values(scalars)
-        streams = {producer_stream(arrays[name]) for name in infos}
+        streams = {info.stream for info in infos.values()}
         for stream in streams - {None}:
             driver.wait_for_stream(stream)  # work pending on the producers' streams
         staged: dict[str, int] = {}
@@ -136,12 +152,17 @@ class CudaExecutable:
                 driver.free(pointer)
         return times
 
-    def _describe_all(self, arrays: Mapping[str, Any]) -> dict[str, ArrayInfo]:
+    @functools.cached_property
+    def _used(self) -> tuple[str, ...]:
+        """The tensors the kernels touch, in declaration order."""
         program = self.problem.program
         used = {t for s in program.statements for t in statement_tensors(s)}
-        written = set(program.outputs)
+        return tuple(t.name for t in program.tensors if t.name in used)
+
+    def _describe_all(self, arrays: Mapping[str, Any]) -> dict[str, ArrayInfo]:
+        written = set(self.problem.program.outputs)
         infos = {}
-        for name in sorted(used, key=[t.name for t in program.tensors].index):
+        for name in self._used:
             if name not in arrays:
                 raise ArgumentError(f"no array given for tensor {name!r}")
             info = describe(arrays[name])
@@ -176,6 +197,10 @@ def _check_array(problem: Problem, name: str, info: ArrayInfo, written: bool) ->
         )
     if written and info.readonly:
         raise ArgumentError(f"{name!r} is written by the program but is read-only")
+    _check_device(name, info)
+
+
+def _check_device(name: str, info: ArrayInfo) -> None:
     if info.device != "cpu" and not info.device.startswith("cuda:"):
         raise ArgumentError(f"{name!r} is on device {info.device}, not a CUDA GPU or the host")
 

@@ -398,3 +398,34 @@ def test_not_available_on_this_machine():
         pytest.skip("a usable GPU is present: this test is about machines without one")
     assert backend.unavailable_reason()
     assert backend.resources(samples.gemm(4, 4, 4))[0].spill_stores == 0  # NVRTC only
+
+
+SMALL_SAMPLES = {
+    "gemm": lambda: samples.gemm(9, 7, 5),
+    "sd_t_d1_1": lambda: samples.ccsd_t(3),
+    "nekbone": lambda: samples.nekbone(3, 4),
+    "riemann": lambda: samples.riemann(3),
+    "row_norm": lambda: samples.row_norm(5, 7),
+    "functions": lambda: samples.functions(5, 3),
+    "diagonal": lambda: samples.diagonal(7),
+}
+
+
+def test_small_samples_cover_every_sample():
+    assert set(SMALL_SAMPLES) == set(samples.SAMPLES)
+
+
+@pytest.mark.parametrize("name", sorted(SMALL_SAMPLES))
+def test_default_mappings_of_every_sample_emulate_correctly(name):
+    """The decision algorithm's mapping of each sample (repeated indices, rank-0
+    outputs, functions included) lowers, prints and runs right in the emulation."""
+    from einkern.backends.cuda.mapped import generate_mapped
+    from einkern.gpu.decision import decide
+    from einkern.gpu.verify import verify
+
+    problem = SMALL_SAMPLES[name]()
+    mappings = {p: decide(problem, p) for p in range(len(problem.program.statements))}
+    assert generate_mapped(problem, mappings).text  # the CUDA text prints
+    result = verify(problem, mappings, seed=5)
+    assert not result.errors and result.bad_accesses == 0
+    assert result.max_relative_error <= 1e-12

@@ -10,6 +10,7 @@ import pytest
 
 import einkern
 from einkern.gpu.verify import random_inputs
+from einkern.reference import relative_error
 
 EXAMPLES = sorted(
     p for p in (Path(__file__).resolve().parent.parent / "examples").iterdir()
@@ -35,7 +36,7 @@ def check_backend(path: Path, backend: str, size: int) -> None:
     for name in problem.program.outputs:
         dtype = problem.program.tensor(name).dtype
         reference = expected[name].astype(np.float64)
-        error = np.max(np.abs(work[name] - reference)) / np.max(np.abs(reference))
+        error = relative_error(work[name], reference)
         assert error <= TOLERANCE[dtype], (path.name, name, error)
 
 

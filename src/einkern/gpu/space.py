@@ -253,7 +253,8 @@ def _grid_order(problem: Problem, position: int) -> tuple[str, ...]:
     statement = problem.program.statements[position]
     ordered = [i for i in natural_order(problem, statement.output)
                if i in statement.parallel_indices]
-    return tuple(ordered + [i for i in statement.parallel_indices if i not in ordered])
+    ordered += statement.parallel_indices
+    return tuple(dict.fromkeys(ordered))  # once each (d[i,i] names i twice)
 
 
 def violation(problem: Problem, position: int, config: Config,

@@ -20,6 +20,7 @@ import torch
 
 import einkern
 from einkern.gpu.decision import default_config
+from einkern.gpu.mapping import Mapping
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKLOAD = ROOT / "src" / "einkern" / "bench" / "data" / "ccsdt_kernels.json"
@@ -141,6 +142,9 @@ def variant_rows(env: Env, case: str, text: str, extents: dict, inputs: dict, ou
     for name, change in sweep:
         per_statement = {}
         for position in range(len(base.problem.program.statements)):
+            if "parallel" in change:  # a whole Mapping (JSON form) for every statement
+                per_statement[position] = Mapping.from_json(json.dumps(change))
+                continue
             config, _ = default_config(base.problem, position)
             per_statement[position] = {**config, **change}
         configs.append((name, per_statement))
@@ -292,9 +296,38 @@ def family_rows(env: Env, family: str, T: int):
         ("16x4 r4 z4", {"block": [16, 4], "regs": [1, 4, 4]}),
         ("staged z4", {"regs": [1, 1, 4], "staging": ["all", 16, False, 1, "natural"]}),
     ]
+    if T == 16:  # register tiles over five indices: every term's operands get reuse
+        sweep += [(name, family_mapping(threads, regs, unroll))
+                  for name, threads, regs, unroll in FAMILY_TILES]
     return variant_rows(env, f"{family} family (9 terms) T={T} fp64", text, {"T": T},
                         {"t3": t3, a_name: ta, "v2": v2}, ["t3"], {"t3": ref}, floor,
                         sweep, {"9x torch.einsum": peer}, flops)
+
+
+#: (name, threads per index, register elements per index, unroll) of family mappings.
+FAMILY_TILES = [
+    ("h3 x h2/8, regs h2 h1 p6 p5 p4 = 2 (32 acc)", {"h3": 16, "h2": 8},
+     {"h2": 2, "h1": 2, "p6": 2, "p5": 2, "p4": 2}, 1),
+    ("same, unrolled", {"h3": 16, "h2": 8}, {"h2": 2, "h1": 2, "p6": 2, "p5": 2, "p4": 2}, 64),
+    ("h3 x h2, regs h1 p6 p5 p4 = 2 (16 acc)", {"h3": 16, "h2": 16},
+     {"h1": 2, "p6": 2, "p5": 2, "p4": 2}, 1),
+    ("same, unrolled", {"h3": 16, "h2": 16}, {"h1": 2, "p6": 2, "p5": 2, "p4": 2}, 64),
+    ("h3 x h2, regs p6 p5 p4 = 2 (8 acc)", {"h3": 16, "h2": 16},
+     {"p6": 2, "p5": 2, "p4": 2}, 64),
+    ("h3 x h2/4, regs h2 4, h1 p4 2 (16 acc)", {"h3": 16, "h2": 4},
+     {"h2": 4, "h1": 2, "p4": 2}, 64),
+]
+
+
+def family_mapping(threads: dict, regs: dict, unroll: int) -> dict:
+    """A register-tiled mapping (JSON form) of the 9-term d1 family on t3[h3..p4]."""
+    parallel = [{"index": i, "tile": threads.get(i, 1) * regs.get(i, 1),
+                 "threads": threads.get(i, 1), "cyclic": True}
+                for i in ("h3", "h2", "h1", "p6", "p5", "p4") if i in threads or i in regs]
+    return {"strategy": "register", "parallel": parallel,
+            "grid_order": ["h3", "h2", "h1", "p6", "p5", "p4"], "reduction_order": ["h7"],
+            "k_step": [], "staged": [], "prefetch": False, "unroll": unroll,
+            "vector_width": 2, "boundary": "exact"}
 
 
 def main() -> int:

@@ -21,6 +21,7 @@ import torch
 import einkern
 from einkern.gpu.decision import default_config
 from einkern.gpu.mapping import Mapping
+from einkern.gpu.space import config_to_mapping
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKLOAD = ROOT / "src" / "einkern" / "bench" / "data" / "ccsdt_kernels.json"
@@ -299,6 +300,8 @@ def family_rows(env: Env, family: str, T: int):
     if T == 16:  # register tiles over five indices: every term's operands get reuse
         sweep += [(name, family_mapping(threads, regs, unroll))
                   for name, threads, regs, unroll in FAMILY_TILES]
+        sweep += [(f"32 acc, every input staged, k-step {k_step}",
+                   family_staged_mapping(text, k_step)) for k_step in (4, 8)]
     return variant_rows(env, f"{family} family (9 terms) T={T} fp64", text, {"T": T},
                         {"t3": t3, a_name: ta, "v2": v2}, ["t3"], {"t3": ref}, floor,
                         sweep, {"9x torch.einsum": peer}, flops)
@@ -317,6 +320,19 @@ FAMILY_TILES = [
     ("h3 x h2/4, regs h2 4, h1 p4 2 (16 acc)", {"h3": 16, "h2": 4},
      {"h2": 4, "h1": 2, "p4": 2}, 64),
 ]
+
+
+def family_staged_mapping(text: str, k_step: int) -> dict:
+    """The 32-accumulator register tile of FAMILY_TILES with every input of the nine
+    products staged in shared memory per k-step (padding 1), loop not unrolled."""
+    problem = einkern.make_problem(einkern.load(text), {})
+    config, _ = default_config(problem, 0)
+    config = {**config, "staging": ["all", k_step, False, 1, "natural"]}
+    mapping = json.loads(config_to_mapping(problem, 0, config).to_json(None))
+    threads, regs, _ = FAMILY_TILES[0][1:]
+    mapping.update(parallel=family_mapping(threads, regs, 1)["parallel"], unroll=1,
+                   strategy="gett")
+    return mapping
 
 
 def family_mapping(threads: dict, regs: dict, unroll: int) -> dict:

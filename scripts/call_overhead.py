@@ -35,6 +35,8 @@ def per_call_us(fn, calls: int) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--profile", action="store_true",
+                        help="also print where the host time of einkern's call goes")
     args = parser.parse_args()
     T = 4
     kernel = einkern.compile(ROOT / "examples" / "sd_t_d1_1.ein", backend="cuda", T=T)
@@ -51,6 +53,14 @@ def main() -> int:
     }
     for name, fn in rows.items():
         print(f"{name:32s} {per_call_us(fn, args.calls):8.1f} us per call (host)")
+    if args.profile:
+        import cProfile
+        import pstats
+
+        call = rows["einkern kernel(t3=, t2=, v2=)"]
+        profiler = cProfile.Profile()
+        profiler.runcall(lambda: [call() for _ in range(args.calls)])
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
     return 0
 
 

@@ -122,3 +122,17 @@ def test_cuda_tuning_target_without_a_gpu():
               "staging": ["none", 1, False, 0, "natural"], "unroll": 1}
     assert 0 < cost < float("inf")
     assert target.violation(problem, 0, direct) is None
+
+
+def test_a_mapping_in_json_form_is_taken_as_a_mapping_not_a_configuration():
+    import json
+
+    from einkern.backends.cuda.mapped import generate_mapped
+    from einkern.backends.cuda.samples import gemm
+    from einkern.gpu.decision import decide
+
+    problem = gemm(64, 48, 32)
+    mapping = decide(problem, 0)
+    as_dict = json.loads(mapping.to_json())
+    assert generate_mapped(problem, {0: as_dict}).text == \
+        generate_mapped(problem, {0: mapping}).text

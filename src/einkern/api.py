@@ -39,8 +39,8 @@ def compile(  # noqa: A001 - the public name is the point
     ``program`` is a path, program text or a :class:`Program`; ``extents`` give
     or override extent sizes (``einkern.compile("gemm.ein", n=4096)``);
     ``backend`` is ``"cpu"``, ``"cuda"`` or ``"auto"`` (CUDA when a GPU is
-    usable).  ``mappings`` (CUDA) gives statement number → Mapping, mapping
-    configuration dict or JSON file; statements not given use the decision
+    usable).  ``mappings`` (CUDA) gives statement number → Mapping, Mapping in
+    JSON form (dict), configuration dict or JSON file; statements not given use the decision
     algorithm.  ``tune`` picks each statement's mapping (CUDA) or loop schedule
     (CPU) from the tuning database: ``True``/``"cached"`` uses the best record of
     this device for the exact problem, else the record of the nearest problem

@@ -34,8 +34,9 @@ def resolve_mappings(problem: Problem, mappings: MappingSpec = None) -> dict[int
             chosen[position] = decide(problem, position, limits)
         elif isinstance(spec, Mapping):
             chosen[position] = spec
-        elif isinstance(spec, dict):
-            chosen[position] = config_to_mapping(problem, position, spec)
+        elif isinstance(spec, dict):  # a Mapping in JSON form, or a configuration
+            chosen[position] = (Mapping.from_json(json.dumps(spec)) if "parallel" in spec
+                                else config_to_mapping(problem, position, spec))
         elif isinstance(spec, str | Path):
             path = Path(spec)
             if not path.exists():

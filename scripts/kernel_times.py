@@ -5,9 +5,10 @@
 
 Each kernel is launched ``repeat`` times back to back (after one warm-up) and
 its median is reported (einkern's CudaExecutable.profile); the floor of a
-kernel is the bytes of the tensors it reads and writes, each once, at the copy
-bandwidth measured in the same run.  L2 is not flushed between launches, so
-use it for kernels whose tensors are much larger than L2.
+kernel is the bytes of the tensors it reads and writes, each once (an updated
+output twice), at the copy bandwidth measured in the same run.  L2 is not
+flushed between launches, so use it for kernels whose tensors are much larger
+than L2.
 """
 
 from __future__ import annotations
@@ -69,8 +70,10 @@ def main() -> int:
         if position >= len(statements):
             print(f"kernel {position}: {ms * 1e3:9.1f} us")
             continue
-        touched = statement_tensors(statements[position])
-        nbytes = sum(problem.nbytes(t) for t in touched)
+        statement = statements[position]
+        nbytes = sum(problem.nbytes(t) for t in statement_tensors(statement))
+        if statement.output.tensor in {access.tensor for access in statement.reads}:
+            nbytes += problem.nbytes(statement.output.tensor)  # read, then written
         print(f"S{position}: {ms * 1e3:9.1f} us, floor {nbytes / bandwidth * 1e6:8.1f} us "
               f"({nbytes / bandwidth * 1e3 / ms:.0%}), {statements[position]}")
     return 0

@@ -117,18 +117,26 @@ def describe_torch_cuda(tensor: Any) -> ArrayInfo | None:
 
     if not _TORCH_DTYPES:
         _TORCH_DTYPES.update({torch.float32: "float32", torch.float64: "float64"})
-    device = tensor.device
-    stream = torch.cuda.current_stream(device).cuda_stream
+    index = tensor.get_device()
     return ArrayInfo(
         shape=tuple(tensor.shape),
         dtype=_TORCH_DTYPES.get(tensor.dtype, str(tensor.dtype).removeprefix("torch.")),
         strides=tuple(tensor.stride()),
-        device=f"cuda:{device.index if device.index is not None else 0}",
-        pointer=int(tensor.data_ptr()),
+        device=f"cuda:{index}",
+        pointer=tensor.data_ptr(),
         library="torch",
         readonly=False,
-        stream=_producer_stream(stream),
+        stream=_producer_stream(_torch_current_stream(torch, index)),
     )
+
+
+def _torch_current_stream(torch: Any, index: int) -> int:
+    """Handle of torch's current stream on GPU ``index`` (what torch's
+    ``__cuda_array_interface__`` reports), through the raw accessor when it exists."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return int(raw(index))
+    return int(torch.cuda.current_stream(index).cuda_stream)
 
 
 def describe_dlpack(obj: Any) -> ArrayInfo:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import struct
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,10 +20,16 @@ from typing import Any
 from ...errors import BackendError
 
 _LOCK = threading.Lock()
+_DOUBLE, _DOUBLE_BITS = struct.Struct("<d"), struct.Struct("<Q")
 _CONTEXTS: dict[int, Any] = {}
 
 
+_DRIVER: list[Any] = []  # cuda.bindings.driver, once imported
+
+
 def _cuda():
+    if _DRIVER:
+        return _DRIVER[0]
     try:
         from cuda.bindings import driver
     except ImportError as error:
@@ -30,6 +37,7 @@ def _cuda():
             "the CUDA backend needs cuda-bindings, which is not installed",
             hint="pip install 'einkern[cuda]'",
         ) from error
+    _DRIVER.append(driver)
     return driver
 
 
@@ -192,10 +200,12 @@ def launch(
 ) -> None:
     """``cuLaunchKernel`` with device pointers then ``double`` scalars as parameters
     and ``shared_bytes`` of dynamic shared memory (opted in above 48 KiB)."""
-    values = [ctypes.c_void_p(p) for p in pointers] + [ctypes.c_double(s) for s in scalars]
-    table = (ctypes.c_void_p * max(1, len(values)))(
-        *(ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values)
-    )
+    # Every parameter is 8 bytes: one buffer holds them, the table points into it.
+    count = len(pointers) + len(scalars)
+    buffer = (ctypes.c_uint64 * max(1, count))(
+        *pointers, *(_DOUBLE_BITS.unpack(_DOUBLE.pack(s))[0] for s in scalars))
+    base = ctypes.addressof(buffer)
+    table = (ctypes.c_void_p * max(1, count))(*range(base, base + 8 * count, 8))
     cuda = _cuda()
     if shared_bytes > 48 * 1024:
         attribute = cuda.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES

@@ -300,8 +300,10 @@ def family_rows(env: Env, family: str, T: int):
     if T == 16:  # register tiles over five indices: every term's operands get reuse
         sweep += [(name, family_mapping(threads, regs, unroll))
                   for name, threads, regs, unroll in FAMILY_TILES]
-        sweep += [(f"32 acc, every input staged, k-step {k_step}",
-                   family_staged_mapping(text, k_step)) for k_step in (4, 8)]
+        sweep += [(f"{FAMILY_TILES[tiles][0]}, staged, k-step {k_step}"
+                   + (f", {blocks} blocks/SM" if blocks else ""),
+                   family_staged_mapping(text, k_step, tiles, blocks))
+                  for tiles, k_step, blocks in FAMILY_STAGED]
     return variant_rows(env, f"{family} family (9 terms) T={T} fp64", text, {"T": T},
                         {"t3": t3, a_name: ta, "v2": v2}, ["t3"], {"t3": ref}, floor,
                         sweep, {"9x torch.einsum": peer}, flops)
@@ -322,16 +324,20 @@ FAMILY_TILES = [
 ]
 
 
-def family_staged_mapping(text: str, k_step: int) -> dict:
-    """The 32-accumulator register tile of FAMILY_TILES with every input of the nine
+#: (FAMILY_TILES entry, k-step, min blocks per SM) of the staged family mappings.
+FAMILY_STAGED = [(0, 4, 0), (0, 2, 0), (2, 4, 0), (5, 4, 0), (5, 8, 0)]
+
+
+def family_staged_mapping(text: str, k_step: int, tiles: int = 0, min_blocks: int = 0) -> dict:
+    """A register tile of FAMILY_TILES (number ``tiles``) with every input of the nine
     products staged in shared memory per k-step (padding 1), loop not unrolled."""
     problem = einkern.make_problem(einkern.load(text), {})
     config, _ = default_config(problem, 0)
     config = {**config, "staging": ["all", k_step, False, 1, "natural"]}
     mapping = json.loads(config_to_mapping(problem, 0, config).to_json(None))
-    threads, regs, _ = FAMILY_TILES[0][1:]
+    threads, regs, _ = FAMILY_TILES[tiles][1:]
     mapping.update(parallel=family_mapping(threads, regs, 1)["parallel"], unroll=1,
-                   strategy="gett")
+                   strategy="gett", min_blocks=min_blocks)
     return mapping
 
 

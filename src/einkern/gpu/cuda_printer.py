@@ -210,7 +210,8 @@ def print_kernel(kernel: kir.Kernel) -> str:
     lines = [f"// {line}" for line in kernel.comment.splitlines()]
     params = ", ".join(_parameter(p) for p in kernel.params)
     lines += [
-        f'extern "C" __global__ void __launch_bounds__({kernel.threads})',
+        f'extern "C" __global__ void __launch_bounds__({kernel.threads}'
+        + (f", {kernel.min_blocks})" if kernel.min_blocks else ")"),
         f"{kernel.name}({params})",
         "{",
     ]

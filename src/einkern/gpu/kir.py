@@ -251,6 +251,7 @@ class Kernel:
     index_type: str = "int"  # "int" or "long long" for > 2^31 elements
     comment: str = ""
     meta: tuple[tuple[str, str], ...] = field(default=())
+    min_blocks: int = 0  # __launch_bounds__ minimum blocks per SM (0: none)
 
     def shared_bytes(self) -> int:
         sizes = {"float": 4, "double": 8, "int": 4, "long long": 8}

@@ -145,6 +145,7 @@ class _Lowering:
             index_type=self.index_type,
             comment=f"{self.statement}  [{self.mapping.strategy}]",
             meta=(("compute_type", self.ctype),),
+            min_blocks=self.mapping.min_blocks,
         )
 
     def prologue(self) -> list[kir.Stmt]:
@@ -361,6 +362,11 @@ def check_mapping(problem: Problem, position: int, mapping: Mapping,
                         f"(use {', '.join(BOUNDARY_POLICIES)})")
     if mapping.unroll < 1:
         problems.append("unroll must be at least 1")
+    if not 0 <= mapping.min_blocks <= 32:
+        problems.append(f"min_blocks {mapping.min_blocks} (0 to 32 blocks per SM)")
+    elif mapping.min_blocks * mapping.threads > 2048:
+        problems.append(f"{mapping.min_blocks} blocks of {mapping.threads} threads exceed "
+                        "2048 threads per SM")
     if mapping.boundary == "exact":
         for tile in mapping.parallel:
             if tile.index in parallel and problem.index_size(statement, tile.index) % tile.tile:

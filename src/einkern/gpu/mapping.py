@@ -76,6 +76,9 @@ class Mapping:
     unroll: int = 1
     vector_width: int = 1
     boundary: str = "guard"
+    #: Blocks per SM the compiler must make room for (``__launch_bounds__``'s
+    #: second argument: it caps registers per thread); 0 leaves it free.
+    min_blocks: int = 0
     reasons: tuple[str, ...] = field(default=(), compare=False)
 
     # -- derived -------------------------------------------------------------
@@ -137,6 +140,7 @@ class Mapping:
                 unroll=int(data.get("unroll", 1)),
                 vector_width=int(data.get("vector_width", 1)),
                 boundary=str(data.get("boundary", "guard")),
+                min_blocks=int(data.get("min_blocks", 0)),
             )
         except (KeyError, TypeError, ValueError, json.JSONDecodeError) as error:
             raise MappingError(
@@ -164,6 +168,7 @@ class Mapping:
         lines.append(
             f"  prefetch {'on' if self.prefetch else 'off'}, unroll {self.unroll}, "
             f"vector width {self.vector_width}, boundary {self.boundary}"
+            + (f", at least {self.min_blocks} blocks/SM" if self.min_blocks else "")
         )
         lines.extend(f"  why: {reason}" for reason in self.reasons)
         return "\n".join(lines)

@@ -72,7 +72,7 @@ def main() -> int:
             continue
         statement = statements[position]
         nbytes = sum(problem.nbytes(t) for t in statement_tensors(statement))
-        if statement.output.tensor in {access.tensor for access in statement.reads}:
+        if statement.output.tensor in {access.tensor for access in statement.reads()}:
             nbytes += problem.nbytes(statement.output.tensor)  # read, then written
         print(f"S{position}: {ms * 1e3:9.1f} us, floor {nbytes / bandwidth * 1e6:8.1f} us "
               f"({nbytes / bandwidth * 1e3 / ms:.0%}), {statements[position]}")

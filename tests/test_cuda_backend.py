@@ -429,3 +429,19 @@ def test_default_mappings_of_every_sample_emulate_correctly(name):
     result = verify(problem, mappings, seed=5)
     assert not result.errors and result.bad_accesses == 0
     assert result.max_relative_error <= 1e-12
+
+
+@pytest.mark.parametrize("layout", ["row", "column"])
+def test_random_arrays_keep_every_declared_shape_and_layout(layout):
+    from einkern.arrays import random_arrays, strides_match
+
+    problem = samples.diagonal(5, layout=layout)  # includes the rank-0 trace t
+    for name, array in random_arrays(problem, seed=2).items():
+        assert array.shape == problem.shape(name), name
+        assert np.all((array >= 0.5) & (array < 1.5))
+        itemsize = array.itemsize
+        from einkern.arrays import ArrayInfo
+
+        info = ArrayInfo(array.shape, "float64", tuple(s // itemsize for s in array.strides),
+                         "cpu", 0, "numpy")
+        assert strides_match(info, layout), name

@@ -86,5 +86,6 @@ def random_arrays(problem: Problem, seed: int = 0,
     for name in names if names is not None else (t.name for t in program.tensors):
         tensor = program.tensor(name)
         data = rng.uniform(0.5, 1.5, problem.shape(name)).astype(tensor.dtype)
-        arrays[name] = np.asfortranarray(data) if tensor.layout == "column" else data
+        column = tensor.layout == "column" and data.ndim > 1  # (asfortranarray makes 0-d 1-d)
+        arrays[name] = np.asfortranarray(data) if column else data
     return arrays

@@ -153,13 +153,20 @@ def parameters(problem: Problem, position: int) -> dict[str, tuple]:
 
 def z_index(problem: Problem, position: int, x: str, y: str) -> str:
     """The register-only third index: one that gives the operand not yet reused a
-    reuse dimension (x, y both in M ⇒ z in N, ...), else the largest remaining."""
+    reuse dimension (x, y both in M ⇒ z in N, ...).  Among the candidates, one of
+    at least 8 elements nearest the output's contiguous end (a thread's outputs,
+    and the inputs they share, then lie close in memory: local_grad3 takes i, not
+    the element index e), else the largest."""
     statement = problem.program.statements[position]
     r = roles(problem, position)
     used = {x, y}
+    memory = natural_order(problem, statement.output)
 
     def largest(pool) -> str:
         pool = [i for i in pool if i not in used and problem.index_size(statement, i) > 1]
+        wide = [i for i in pool if problem.index_size(statement, i) >= 8]
+        if wide:
+            return min(wide, key=memory.index)
         return max(pool, key=lambda i: problem.index_size(statement, i), default="")
 
     in_m = bool(used & set(r.m))

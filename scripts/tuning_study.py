@@ -10,7 +10,13 @@
        python scripts/tuning_study.py compare PROGRAM -e n=4096 --db study.sqlite
 
 Only configurations present in the database can be "measured" in the replay,
-so strategies are compared on the recorded part of the space.
+so strategies are compared on the recorded part of the space; when that part
+is a sparse sample of a large space, the replay is uninformative, and
+
+3. Race (on the device): every strategy with several seeds, for real, each run
+   from an empty store; evaluations until within 5 % of the best seen:
+       python scripts/tuning_study.py race PROGRAM --backend cuda --seeds 3 \
+           --budget 60 [--db study.sqlite]
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from einkern.tuning.ranking import pick_best
 from einkern.tuning.simulate import simulated_targets
 from einkern.tuning.strategies import strategy_names
 from einkern.tuning.target import get_target
-from einkern.tuning.tuner import TuneOptions, tune_problem, tune_statement
+from einkern.tuning.tuner import TuneOptions, identify, tune_problem, tune_statement
 
 
 def record(args) -> int:
@@ -86,23 +92,69 @@ def compare(args) -> int:
     return 0
 
 
+def race(args) -> int:
+    """Every strategy, several seeds, run for real on the target (not replayed): the
+    evaluations each needs to get within 5 % of the best time seen in any run (or in
+    the database given with --db).  Each run starts from an empty in-memory store."""
+    problem = make_problem(load(args.program), dict(args.extent))
+    position = args.statement
+    target = get_target(args.backend)
+    identity = identify(target, problem, position)
+    best_known = float("inf")
+    if args.db:
+        with TuningDB(args.db, create=False) as db:
+            [(_, recorded)] = simulated_targets(db, args.backend, problem, None, (position,))
+        best = pick_best(r for r in recorded.records if r.ok)
+        best_known = best.median if best is not None else best_known
+    traces: dict[str, list[list[float]]] = {}
+    with Evaluator(target, workers=None, isolate=True) as evaluator:
+        for name in strategy_names():
+            for seed in range(args.seeds):
+                trace: list[float] = []
+
+                def watch(progress, trace=trace) -> None:
+                    trace.append(progress.best.cost if progress.best is not None
+                                 else float("inf"))
+
+                options = TuneOptions(strategy=name, budget=Budget(evaluations=args.budget),
+                                      seed=seed)
+                tune_statement(target, problem, position, evaluator, options, MemoryStore(),
+                               watch, identity)
+                traces.setdefault(name, []).append(trace)
+                print(f"{name} seed {seed}: best {min(trace, default=float('inf')) * 1e3:.4f}"
+                      f" ms after {len(trace)} evaluations", flush=True)
+    best_seen = min([best_known] + [min(t) for ts in traces.values() for t in ts if t])
+    goal = best_seen * 1.05
+    print(f"best seen {best_seen * 1e3:.4f} ms; goal (within 5 %) {goal * 1e3:.4f} ms")
+    print("| strategy | evaluations to within 5 % (median over seeds) | found it in |")
+    print("|---|---|---|")
+    for name, runs in traces.items():
+        needed = [next((i + 1 for i, c in enumerate(t) if c <= goal), None) for t in runs]
+        found = [n for n in needed if n is not None]
+        median = statistics.median(found) if found else "not reached"
+        print(f"| {name} | {median} (each seed: {needed}) | {len(found)}/{len(runs)} seeds |")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="mode", required=True)
-    for mode in ("record", "compare"):
+    for mode in ("record", "compare", "race"):
         p = sub.add_parser(mode)
         p.add_argument("program")
         p.add_argument("--extent", "-e", action="append", default=[],
                        type=lambda t: tuple(t.split("=", 1)))
         p.add_argument("--backend", default="cuda")
-        p.add_argument("--db", required=True)
+        p.add_argument("--db", required=mode != "race")
         p.add_argument("--statement", type=int, default=0)
     sub.choices["record"].add_argument("--time", type=float, default=540)
     sub.choices["record"].add_argument("--strategy", default="exhaustive")
     sub.choices["compare"].add_argument("--seeds", type=int, default=5)
     sub.choices["compare"].add_argument("--budget", type=int, default=200)
+    sub.choices["race"].add_argument("--seeds", type=int, default=3)
+    sub.choices["race"].add_argument("--budget", type=int, default=60)
     args = parser.parse_args()
-    return record(args) if args.mode == "record" else compare(args)
+    return {"record": record, "compare": compare, "race": race}[args.mode](args)
 
 
 if __name__ == "__main__":

@@ -96,17 +96,20 @@ def copy_kernel(name: str, ctype: str, shape: tuple[int, ...], source_strides: t
                 padded_shape: tuple[int, ...], padded_strides: tuple[int, ...],
                 source_elements: int, padded_elements: int, into_padded: bool,
                 itype: str) -> kir.Kernel:
-    """One thread per element of the destination: into the padded buffer (zeros where
-    the source has no element), or back out of it (crop)."""
+    """One thread per element of the destination, in its memory order: into the
+    padded buffer (zeros where the source has no element), or back out of it (crop)."""
     dims = padded_shape if into_padded else shape
     total = math.prod(dims) if dims else 1
     threads = 256
     element = E.add(E.mul(kir.BlockIdx(), E.const(threads)), kir.ThreadIdx())
-    coords = []
+    # Consecutive threads take consecutive elements of the destination (its
+    # smallest stride fastest: coalesced for row- and column-major alike).
+    target_strides = padded_strides if into_padded else source_strides
+    coords: list = [None] * len(dims)
     stride = 1
-    for extent in reversed(dims):  # last dimension fastest
-        coords.insert(0, E.mod(E.div(element, stride), extent))
-        stride *= extent
+    for dim in sorted(range(len(dims)), key=lambda d: (target_strides[d], -d)):
+        coords[dim] = E.mod(E.div(element, stride), dims[dim])
+        stride *= dims[dim]
     source_offset = E.linear(list(zip(coords, source_strides if into_padded else padded_strides,
                                       strict=True)))
     target_offset = E.linear(list(zip(coords, padded_strides if into_padded else source_strides,

@@ -118,11 +118,12 @@ def race(args) -> int:
 
                 options = TuneOptions(strategy=name, budget=Budget(evaluations=args.budget),
                                       seed=seed)
-                tune_statement(target, problem, position, evaluator, options, MemoryStore(),
-                               watch, identity)
+                result = tune_statement(target, problem, position, evaluator, options,
+                                        MemoryStore(), watch, identity)
                 traces.setdefault(name, []).append(trace)
+                best_config = result.best.config if result.best is not None else None
                 print(f"{name} seed {seed}: best {min(trace, default=float('inf')) * 1e3:.4f}"
-                      f" ms after {len(trace)} evaluations", flush=True)
+                      f" ms after {len(trace)} evaluations: {best_config}", flush=True)
     best_seen = min([best_known] + [min(t) for ts in traces.values() for t in ts if t])
     goal = best_seen * 1.05
     print(f"best seen {best_seen * 1e3:.4f} ms; goal (within 5 %) {goal * 1e3:.4f} ms")

@@ -1,12 +1,16 @@
 """Analytic cost of a mapping, for ranking candidates before measuring them
 (Fousek's model-pruned search; R-Stream's cost of data movement).
 
-The predicted time is the largest of four terms, each a throughput bound:
+The predicted time is the largest of four terms, each a throughput bound, plus
+a quarter of the other three (bottlenecks overlap imperfectly):
 
 * DRAM: every tensor read once and the output written (read too for ``+=``),
-  plus the re-reads that block tiles cause beyond what L2 holds;
-* L1/shared: load instructions per thread (after register-tile reuse) over the
-  SMs' load throughput;
+  times the sector waste of uncoalesced accesses to tensors larger than L2, plus
+  the re-reads that block tiles cause beyond what L2 holds, plus the copies of
+  the ``pad`` boundary policy;
+* L1/shared: load instructions per thread (after register-tile reuse), one
+  wavefront per 128-byte line a warp touches, output loads and stores included,
+  over the SMs' load throughput;
 * arithmetic: flops over the peak of the dtype;
 * latency: one reduction chain per thread cannot run faster than the chain.
 
@@ -57,14 +61,27 @@ def predicted_time(problem: Problem, position: int, mapping: Mapping,
     outputs = math.prod(sizes[d] for d in statement.parallel_indices)
     padded = blocks * math.prod(mapping.tile_of(d).tile for d in statement.parallel_indices)
 
-    # DRAM and L2 traffic: compulsory bytes plus block-tile re-reads beyond L2.
-    compulsory = problem.nbytes(statement.output.tensor) * (2 if statement.op != "=" else 1)
+    # DRAM and L2 traffic: compulsory bytes (times the sector waste of uncoalesced
+    # accesses to tensors larger than L2) plus block-tile re-reads beyond L2.
+    staged = {s.access for s in mapping.staged}
+    output_bytes = problem.nbytes(statement.output.tensor)
+    output_lines, waste = warp_footprint(problem, statement, mapping, statement.output)
+    waste = waste if output_bytes > limits.l2_bytes / 2 else 1.0
+    output_passes = 2 if statement.op != "=" else 1  # read and written for += and -=
+    compulsory = output_bytes * output_passes * waste
     reread = 0.0
+    wavefronts = 0.0  # L1 wavefronts of the direct (unstaged) loads, per point
     groups = reduction_of(statement).groups
     for group in groups:
+        k = math.prod(sizes[i] for i in group.indices)
         for access in group.accesses():
             tensor_bytes = problem.nbytes(access.tensor)
-            compulsory += tensor_bytes
+            lines, waste = (1, 1.0) if str(access) in staged else warp_footprint(
+                problem, statement, mapping, access)
+            compulsory += tensor_bytes * (waste if tensor_bytes > limits.l2_bytes / 2 else 1.0)
+            wavefronts += k * (lines - 1) * math.prod(
+                mapping.tile_of(i).per_thread for i in set(access.indices)
+                if i in statement.parallel_indices)
             footprint = itemsize * math.prod(
                 mapping.tile_of(i).tile if i in statement.parallel_indices else sizes[i]
                 for i in set(access.indices)
@@ -72,6 +89,11 @@ def predicted_time(problem: Problem, position: int, mapping: Mapping,
             traffic = footprint * blocks
             if tensor_bytes > limits.l2_bytes / 2:
                 reread += max(0.0, traffic - tensor_bytes) * 0.25
+    if mapping.boundary == "pad" and any(
+            sizes[d] % mapping.tile_of(d).tile for d in statement.parallel_indices):
+        # pad and crop copies: every tensor read once more and written padded
+        compulsory += 2 * (output_bytes * output_passes + sum(
+            problem.nbytes(a.tensor) for g in groups for a in g.accesses()))
     dram = (compulsory + reread) / limits.dram_bandwidth
 
     # Load instructions after register reuse (shared/L1 throughput: 32 lanes per clock).
@@ -86,7 +108,9 @@ def predicted_time(problem: Problem, position: int, mapping: Mapping,
                 if i in statement.parallel_indices
             )
     threads_total = padded / max(1, mapping.register_tile)
-    load_instructions = threads_total * loads_per_point / 32
+    load_instructions = threads_total * (loads_per_point + wavefronts) / 32
+    # the output's loads (+=) and stores, one wavefront per 128-byte line each
+    load_instructions += padded * output_passes * output_lines / 32
     lsu = load_instructions / (limits.sm_count * limits.clock_hz)
 
     peak = limits.fp64_flops if dtype == "float64" else limits.fp32_flops
@@ -104,4 +128,36 @@ def predicted_time(problem: Problem, position: int, mapping: Mapping,
     warps_per_sm = min(resident * mapping.threads, limits.max_threads_per_sm) / 32
     latency_hiding = min(1.0, warps_per_sm / 16)
     efficiency = max(0.05, wave_efficiency * latency_hiding)
-    return max(dram, lsu, arithmetic, latency) / efficiency
+    terms = (dram, lsu, arithmetic, latency)
+    # The bound that dominates, plus a quarter of the others: bottlenecks do not
+    # overlap perfectly, and it ranks mappings that tie on DRAM by their other costs.
+    return (max(terms) + 0.25 * (sum(terms) - max(terms))) / efficiency
+
+
+def warp_footprint(problem: Problem, statement, mapping: Mapping, access) -> tuple[int, float]:
+    """How one warp's access to ``access`` touches memory: the 128-byte lines of one
+    load instruction (L1 wavefronts), and the waste of its 32-byte sectors, bytes
+    fetched over bytes used, counting the elements the same threads take along the
+    access's contiguous index in their register tiles (1.0: fully coalesced)."""
+    itemsize = problem.program.tensor(access.tensor).itemsize
+    strides = dict(zip(access.indices, problem.strides(access.tensor), strict=True))
+    threaded = [t for t in mapping.parallel if t.threads > 1]
+    lanes = min(32, mapping.threads)
+    contiguous = next((i for i, s in strides.items() if s == 1), None)
+    along = mapping.tile_of(contiguous).per_thread if contiguous else 1
+    along = along if contiguous in statement.parallel_indices else 1
+    offsets, elements = set(), set()
+    for lane in range(lanes):
+        coordinate, rest = {}, lane
+        for tile in threaded:
+            digit, rest = rest % tile.threads, rest // tile.threads
+            coordinate[tile.index] = digit if tile.cyclic else digit * tile.per_thread
+        offset = sum(strides[i] * coordinate.get(i, 0) for i in strides)
+        offsets.add(offset)
+        for step in range(along):
+            tile = mapping.tile_of(contiguous) if contiguous else None
+            gap = step * (tile.threads if tile is not None and tile.cyclic else 1)
+            elements.add(offset + gap)
+    lines = len({o * itemsize // 128 for o in offsets})
+    sectors = len({e * itemsize // 32 for e in elements})
+    return max(1, lines), max(1.0, sectors * 32 / (len(elements) * itemsize))

@@ -13,6 +13,9 @@ Rules, in order (Rivera §3.1, R-Stream §4.3–4.6, MAGMA §4.3, Treduda §3):
    two waves of blocks over the SMs.
 5. *Fit*: the result must pass every hardware check; otherwise fall back to
    simpler mappings, ending with the direct mapping (one output per thread).
+   When the tiles do not divide the extents, the edges are guarded, unless the
+   statement does so much arithmetic per byte that padded copies of its
+   tensors (MAGMA §4.3.2) cost under 10 % of the kernel: then it runs padded.
 """
 
 from __future__ import annotations
@@ -145,12 +148,37 @@ def _fill_machine(problem, position, config, limits, reasons) -> Config:
     return config
 
 
+#: Padded copies are chosen when they cost less than this share of the kernel.
+PAD_SHARE = 0.10
+
+
+def _pad_share(problem: Problem, position: int, limits: DeviceLimits) -> float:
+    """Estimated time of the pad and crop copies over that of the kernel: every
+    tensor read and written once more (plus a few µs of launches) against the
+    statement's flops at 60 % of the dtype's peak."""
+    from ..ir.analysis import statement_flops
+
+    statement = problem.program.statements[position]
+    tensors = {statement.output.tensor} | {a.tensor for a in statement.reads()}
+    copies = 2 * sum(problem.nbytes(t) for t in tensors) / limits.dram_bandwidth + 10e-6
+    peak = limits.fp64_flops if compute_dtype(problem, position) == "float64" \
+        else limits.fp32_flops
+    kernel = statement_flops(problem, statement) / (0.6 * peak)
+    return copies / kernel if kernel > 0 else math.inf
+
+
 def _make_valid(problem, position, config, limits, reasons) -> Config:
-    for boundary in ("exact", "guard"):
+    share = _pad_share(problem, position, limits)
+    boundaries = ("exact", "pad", "guard") if share < PAD_SHARE else ("exact", "guard")
+    for boundary in boundaries:
         candidate = {**config, "boundary": boundary}
         if violation(problem, position, candidate, limits) is None:
             if boundary == "guard":
                 reasons.append("tiles do not divide every extent: guarded edges")
+            if boundary == "pad":
+                reasons.append(f"tiles do not divide every extent, and padded copies cost "
+                               f"about {share:.0%} of the kernel: run on padded copies "
+                               "(aligned, unguarded loads)")
             return candidate
     simpler = [
         {**config, "staging": ["none", 1, False, 0, "natural"]},

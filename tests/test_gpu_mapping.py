@@ -202,3 +202,16 @@ def test_default_pads_only_when_the_copies_are_cheap_next_to_the_kernel(n, bound
     mapping = decide(problem, 0)
     assert mapping.boundary == boundary
     assert not check_mapping(problem, 0, mapping, max_shared_bytes=227 * 1024)
+
+
+def test_a_family_of_products_gets_a_larger_register_tile():
+    """Nine products per output (the d1 family as one statement): 4 × 4 outputs per
+    thread (the single product sd_t_d1_1 keeps 4), still coalesced along h3."""
+    from einkern.bench.suites.ccsdt import family_program
+
+    family = einkern.make_problem(einkern.load(family_program("d1", 16)), {})
+    mapping = decide(family, 0)
+    assert mapping.register_tile == 16 and mapping.parallel[0].index == "h3"
+    assert not check_mapping(family, 0, mapping)
+    single = einkern.make_problem(einkern.load("examples/sd_t_d1_1.ein"), {})
+    assert decide(single, 0).register_tile == 4

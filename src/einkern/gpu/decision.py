@@ -23,10 +23,11 @@ from __future__ import annotations
 import math
 
 from ..ir.analysis import coalescing_weights
-from ..ir.nodes import Problem
+from ..ir.nodes import Problem, signed_terms
 from .device import H100, DeviceLimits
 from .lower import compute_dtype
 from .mapping import Mapping
+from .normalize import reduction_of
 from .space import SCALAR_CONFIG, Config, _pow2, config_to_mapping, roles, violation
 
 
@@ -103,6 +104,15 @@ def default_config(problem: Problem, position: int,
                        f"tile {regs[0]}×{regs[1]} (x cyclic for coalesced stores, y adjacent), "
                        "inputs staged in shared memory with the threaded index innermost, "
                        "prefetching")
+    elif reduction >= 2 and y and _products(statement) >= 3 and ty >= 8:
+        # Several products update each output (a CCSD(T) family as one statement):
+        # a 4 × 4 register tile over y and z lets each loaded value serve more outputs.
+        regs = [1, 4, 4]
+        ty //= 4
+        staging = ["none", 1, False, 0, "natural"]
+        reasons.append(f"short reduction ({reduction} terms) in "
+                       f"{_products(statement)} products: 4 × 4 outputs per "
+                       "thread along y and a register-only index, reads through the cache")
     elif reduction >= 2 and y:
         regs = [1, 1, 4]
         staging = ["none", 1, False, 0, "natural"]
@@ -125,6 +135,11 @@ def default_config(problem: Problem, position: int,
     }
     config = _fill_machine(problem, position, config, limits, reasons)
     return _make_valid(problem, position, config, limits, reasons), reasons
+
+
+def _products(statement) -> int:
+    """Products summed into each output (the terms of every reduction group)."""
+    return sum(len(signed_terms(g.body)) for g in reduction_of(statement).groups)
 
 
 def _blocks(problem: Problem, position: int, config: Config) -> int:

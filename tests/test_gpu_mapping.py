@@ -213,5 +213,8 @@ def test_a_family_of_products_gets_a_larger_register_tile():
     mapping = decide(family, 0)
     assert mapping.register_tile == 16 and mapping.parallel[0].index == "h3"
     assert not check_mapping(family, 0, mapping)
-    single = einkern.make_problem(einkern.load("examples/sd_t_d1_1.ein"), {})
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "sd_t_d1_1.ein"
+    single = einkern.make_problem(einkern.load(example), {})
     assert decide(single, 0).register_tile == 4

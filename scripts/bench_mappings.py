@@ -194,6 +194,10 @@ def d1_rows(env: Env, T: int):
                                      "regs": [1, 1, 4], "staging": ["all", 16, False, 1,
                                                                     "natural"]}),
         ("h3 x h1 16x8 z4", {"x": "h3", "y": "h1", "block": [16, 8], "regs": [1, 1, 4]}),
+        # the best of `tuning_study.py race` (model strategy) on an H200
+        ("h3 x h2 16x8 r2 z4, t2 staged, prefetch (tuner's best)",
+         {"x": "h3", "y": "h2", "block": [0, 8], "regs": [1, 2, 4], "assign": "adjacent",
+          "staging": ["A", 32, True, 0, "compute"], "unroll": 1, "boundary": "exact"}),
     ]
     return variant_rows(env, f"sd_t_d1_1 T={T} fp64", text, {"T": T},
                         {"t3": t3, "t2": t2, "v2": v2}, ["t3"], {"t3": ref}, floor, sweep,

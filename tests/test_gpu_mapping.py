@@ -206,7 +206,7 @@ def test_default_pads_only_when_the_copies_are_cheap_next_to_the_kernel(n, bound
 
 def test_a_family_of_products_gets_a_larger_register_tile():
     """Nine products per output (the d1 family as one statement): 4 × 4 outputs per
-    thread (the single product sd_t_d1_1 keeps 4), still coalesced along h3."""
+    thread (the single product sd_t_d1_1: 4 × 2), still coalesced along h3."""
     from einkern.bench.suites.ccsdt import family_program
 
     family = einkern.make_problem(einkern.load(family_program("d1", 16)), {})
@@ -217,4 +217,4 @@ def test_a_family_of_products_gets_a_larger_register_tile():
 
     example = Path(__file__).resolve().parent.parent / "examples" / "sd_t_d1_1.ein"
     single = einkern.make_problem(einkern.load(example), {})
-    assert decide(single, 0).register_tile == 4
+    assert decide(single, 0).register_tile == 8

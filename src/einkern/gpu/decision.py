@@ -104,15 +104,19 @@ def default_config(problem: Problem, position: int,
                        f"tile {regs[0]}×{regs[1]} (x cyclic for coalesced stores, y adjacent), "
                        "inputs staged in shared memory with the threaded index innermost, "
                        "prefetching")
-    elif reduction >= 2 and y and _products(statement) >= 3 and ty >= 8:
-        # Several products update each output (a CCSD(T) family as one statement):
-        # a 4 × 4 register tile over y and z lets each loaded value serve more outputs.
-        regs = [1, 4, 4]
+    elif reduction >= 2 and y and ty >= 8:
+        # A short reduction: registers, not shared memory, give the reuse.  Four
+        # outputs per thread along y and two (four when three or more products
+        # update each output, a CCSD(T) family as one statement) along a
+        # register-only index: each loaded value serves more outputs.
+        products = _products(statement)
+        regs = [1, 4, 4 if products >= 3 else 2]
         ty //= 4
         staging = ["none", 1, False, 0, "natural"]
-        reasons.append(f"short reduction ({reduction} terms) in "
-                       f"{_products(statement)} products: 4 × 4 outputs per "
-                       "thread along y and a register-only index, reads through the cache")
+        reasons.append(f"short reduction ({reduction} terms"
+                       + (f", {products} products" if products > 1 else "")
+                       + f"): 4 × {regs[2]} outputs per thread along y and a register-only "
+                       "index that gives the other operand reuse; reads through the cache")
     elif reduction >= 2 and y:
         regs = [1, 1, 4]
         staging = ["none", 1, False, 0, "natural"]

@@ -228,6 +228,24 @@ def nekbone_rows(env: Env, p: int, nelt: int):
                                     "staging": ["A", 16, False, 0, "compute"]}),
         ("p x 4 z4", {"x": "k", "y": "j", "block": [0, 4], "regs": [1, 1, 4],
                       "boundary": "guard"}),
+        # u staged: ncu showed the L1/L2 load pipeline, not DRAM, busiest (us: DRAM
+        # 43 % of peak, memory pipes 74 %, L1 hit 69 %, L2 hit 56 %, H200)
+        ("p x p faces z4 stage B (u)", {"x": "k", "y": "j", "block": [0, 0],
+                                        "regs": [1, 1, 4],
+                                        "staging": ["B", 16, False, 0, "natural"]}),
+        ("p x p faces z4 stage B (u) pad 1", {"x": "k", "y": "j", "block": [0, 0],
+                                              "regs": [1, 1, 4],
+                                              "staging": ["B", 16, False, 1, "natural"]}),
+        ("p x p faces z4 stage all", {"x": "k", "y": "j", "block": [0, 0], "regs": [1, 1, 4],
+                                      "staging": ["all", 16, False, 1, "natural"]}),
+        ("p x p faces z2 stage all", {"x": "k", "y": "j", "block": [0, 0], "regs": [1, 1, 2],
+                                      "staging": ["all", 16, False, 1, "natural"]}),
+    ] + [
+        (f"p x p faces z4 stage all, pad {pad}, {layout}" + (", prefetch" if fetch else ""),
+         {"x": "k", "y": "j", "block": [0, 0], "regs": [1, 1, 4],
+          "staging": ["all", 16, fetch, pad, layout]})
+        for pad, layout, fetch in ((0, "natural", False), (1, "compute", False),
+                                   (0, "compute", False), (1, "natural", True))
     ]
     return variant_rows(env, f"local_grad3 p={p} nelt={nelt} fp64", text,
                         {"p": p, "nelt": nelt}, {"u": u, "D": D, "Dt": Dt, **outs},

@@ -117,6 +117,15 @@ def default_config(problem: Problem, position: int,
                        + (f", {products} products" if products > 1 else "")
                        + f"): 4 × {regs[2]} outputs per thread along y and a register-only "
                        "index that gives the other operand reuse; reads through the cache")
+    elif reduction >= 2 and y and tx == 0 and ty == 0 and _products(statement) == 1:
+        # The block covers two small extents whole (a p × p face of a spectral
+        # element): every input row is read by a whole row of threads, so staging
+        # the block's slices once beats re-reading them through L1/L2.
+        regs = [1, 1, 4]
+        staging = ["all", 16, False, 1, "natural"]
+        reasons.append(f"short reduction ({reduction} terms) over whole small faces: 4 outputs "
+                       "per thread along a register-only index, every input's slice staged "
+                       "in shared memory once (each is read by a whole row of threads)")
     elif reduction >= 2 and y:
         regs = [1, 1, 4]
         staging = ["none", 1, False, 0, "natural"]

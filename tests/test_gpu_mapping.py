@@ -218,3 +218,22 @@ def test_a_family_of_products_gets_a_larger_register_tile():
     example = Path(__file__).resolve().parent.parent / "examples" / "sd_t_d1_1.ein"
     single = einkern.make_problem(einkern.load(example), {})
     assert decide(single, 0).register_tile == 8
+
+
+def test_local_grad3_default_takes_each_element_whole_and_is_in_the_tuning_space():
+    """A register tile over the whole small index (12), every input slice staged:
+    one block per element; the tuner's space contains this default."""
+    from pathlib import Path
+
+    from einkern.tuning.space import space_for
+    from einkern.tuning.target import get_target
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "local_grad3.ein"
+    problem = einkern.make_problem(einkern.load(example), {})
+    target = get_target("cuda")
+    for position in range(3):
+        mapping = decide(problem, position)
+        assert mapping.register_tile == 12 and len(mapping.staged) == 2
+        assert not check_mapping(problem, position, mapping)
+        space = space_for(target, problem, position)
+        assert space.violation(target.default_config(problem, position)) is None

@@ -67,8 +67,16 @@ class CudaTarget:
         }
 
     def parameters(self, problem: Problem, position: int) -> tuple[Parameter, ...]:
-        return tuple(Parameter(name, values)
-                     for name, values in parameters(problem, position).items())
+        """The space's candidate values, each list extended by the default
+        configuration's value when it lies outside (e.g. a register tile covering
+        a whole extent of 12), so that the default is a point of the space."""
+        default = self.default_config(problem, position)
+        found = []
+        for name, values in parameters(problem, position).items():
+            if name in default and default[name] not in values:
+                values = (*values, default[name])
+            found.append(Parameter(name, values))
+        return tuple(found)
 
     def violation(self, problem: Problem, position: int, config: Config) -> str | None:
         try:

@@ -8,6 +8,7 @@ import pytest
 
 import einkern
 from einkern.gpu.decision import decide, default_config
+from einkern.gpu.device import H100
 from einkern.gpu.lower import check_mapping, lower
 from einkern.gpu.mapping import Mapping, MappingError, ParallelTile
 from einkern.gpu.padding import plan_statement
@@ -82,8 +83,9 @@ def test_random_valid_configs_lower(path, extents):
         config = {name: rng.choice(values) for name, values in params.items()}
         if violation(problem, 0, config) is None:
             mapping = config_to_mapping(problem, 0, config)
-            assert check_mapping(problem, 0, mapping) == []
-            plan = plan_statement(problem, 0, mapping, "k")
+            optin = H100.shared_per_block_optin  # the space's limit (dynamic shared memory)
+            assert check_mapping(problem, 0, mapping, max_shared_bytes=optin) == []
+            plan = plan_statement(problem, 0, mapping, "k", max_shared_bytes=optin)
             assert plan.launches[-1 if mapping.boundary != "pad" else -2].kernel.name == "k"
             found += 1
         if found >= 15:
@@ -205,14 +207,20 @@ def test_default_pads_only_when_the_copies_are_cheap_next_to_the_kernel(n, bound
 
 
 def test_a_family_of_products_gets_a_larger_register_tile():
-    """Nine products per output (the d1 family as one statement): 4 × 4 outputs per
-    thread (the single product sd_t_d1_1: 4 × 2), still coalesced along h3."""
+    """Nine products per output (the d1 family as one statement): two outputs per
+    thread along each of five indices (the single product sd_t_d1_1: 4 × 2), still
+    coalesced along h3, and the configuration is a point of the tuning space."""
     from einkern.bench.suites.ccsdt import family_program
 
     family = einkern.make_problem(einkern.load(family_program("d1", 16)), {})
     mapping = decide(family, 0)
-    assert mapping.register_tile == 16 and mapping.parallel[0].index == "h3"
-    assert not check_mapping(family, 0, mapping)
+    assert mapping.register_tile == 32 and mapping.parallel[0].index == "h3"
+    assert not check_mapping(family, 0, mapping, max_shared_bytes=227 * 1024)
+    from einkern.tuning.space import space_for
+    from einkern.tuning.target import get_target
+
+    target = get_target("cuda")
+    assert space_for(target, family, 0).violation(target.default_config(family, 0)) is None
     from pathlib import Path
 
     example = Path(__file__).resolve().parent.parent / "examples" / "sd_t_d1_1.ein"
@@ -237,3 +245,17 @@ def test_local_grad3_default_takes_each_element_whole_and_is_in_the_tuning_space
         assert not check_mapping(problem, position, mapping)
         space = space_for(target, problem, position)
         assert space.violation(target.default_config(problem, position)) is None
+
+
+def test_family_default_spreads_its_register_tile_and_emulates_correctly():
+    """Nine products per output: two outputs per thread along every index but x,
+    inputs staged; the kernel (T = 8) matches the reference in the emulation."""
+    from einkern.bench.suites.ccsdt import family_program
+    from einkern.gpu.verify import verify
+
+    problem = einkern.make_problem(einkern.load(family_program("d2", 8)), {})
+    mapping = decide(problem, 0)
+    assert len(mapping.parallel) == 6 and mapping.register_tile >= 16 and mapping.staged
+    result = verify(problem, {0: mapping}, seed=3)
+    assert not result.errors and result.bad_accesses == 0
+    assert result.max_relative_error <= 1e-12

@@ -119,6 +119,9 @@ def _candidates(problem: Problem, position: int) -> list[str]:
     return sized[:5] or list(statement.parallel_indices[:1])
 
 
+#: ``spread`` stops adding register-only indices at this many outputs per thread.
+SPREAD_OUTPUTS = 32
+
 SCALAR_CONFIG: Config = {
     "x": "", "y": "", "block": [1, 1], "regs": [1, 1, 1], "assign": "cyclic",
     "staging": ["none", 1, False, 0, "natural"], "unroll": 1, "boundary": "exact",
@@ -139,7 +142,7 @@ def parameters(problem: Problem, position: int) -> dict[str, tuple]:
                 for prefetch in (False, True):
                     for padding, layout in ((1, "natural"), (0, "compute"), (1, "compute")):
                         stagings.append([stage, k_step, prefetch, padding, layout])
-    return {
+    found = {
         "x": tuple(cands),
         "y": tuple(cands) + ("",),
         "block": tuple(list(b) for b in BLOCKS),
@@ -149,6 +152,17 @@ def parameters(problem: Problem, position: int) -> dict[str, tuple]:
         "unroll": (1, -1),
         "boundary": ("exact", "guard", "redirect", "pad"),
     }
+    if _products(statement) >= 3 and len(statement.parallel_indices) > 3:
+        # several products per output: register tiles over more than three indices
+        found["spread"] = (0, 2)
+    return found
+
+
+def _products(statement) -> int:
+    """Products summed into each output (the terms of every reduction group)."""
+    from ..ir.nodes import signed_terms
+
+    return sum(len(signed_terms(g.body)) for g in reduction_of(statement).groups)
 
 
 def z_index(problem: Problem, position: int, x: str, y: str) -> str:
@@ -200,6 +214,19 @@ def _tiles(problem: Problem, position: int, config: Config):
         z = z_index(problem, position, x, y)
         if z:
             tiles.append((z, rz, 1, True))
+    spread = config.get("spread", 0)
+    if spread > 1:  # `spread` elements per thread along further output indices
+        statement = problem.program.statements[position]
+        taken = {index for index, _, _, _ in tiles}
+        outputs = math.prod(tile // threads for _, tile, threads, _ in tiles)
+        for index in natural_order(problem, statement.output):
+            if index in taken or problem.index_size(statement, index) < 2 * spread:
+                continue
+            if outputs * spread > SPREAD_OUTPUTS:
+                break
+            tiles.append((index, spread, 1, True))
+            taken.add(index)
+            outputs *= spread
     return tuple(tiles)
 
 
@@ -230,6 +257,7 @@ def config_to_mapping(problem: Problem, position: int, config: Config,
             staged.append(Staging(str(access), order, padding))
     parallel = tuple(ParallelTile(i, tile, threads, cyclic) for i, tile, threads, cyclic in tiles)
     rx, ry, rz = config["regs"]
+    rz *= max(1, config.get("spread", 0))  # spread tiles are register-only, like z
     if stage != "none":
         strategy = "gett" if rz > 1 or (rx * ry > 1 and r.batch) else "shared"
     elif rx * ry * rz > 1:
@@ -299,6 +327,8 @@ def violation(problem: Problem, position: int, config: Config,
         return "no index for a register-only tile"
     if rx * ry * rz > 64:
         return "register tile over 64"
+    if config.get("spread", 0) > 1 and len(_tiles(problem, position, config)) <= 3:
+        return "no index left to spread the register tile over"
     if config["assign"] != "cyclic" and rx * ry == 1:
         return "assignment irrelevant"
     if config["assign"] == "mixed" and ry == 1:
@@ -320,7 +350,8 @@ def violation(problem: Problem, position: int, config: Config,
     if not divisible and boundary == "exact":
         return "tiles do not divide the extents"
     words = 2 if compute_dtype(problem, position) == "float64" else 1
-    estimated_registers = words * (rx * ry * rz + rx + ry + rz) + 32
+    per_thread = [tile // threads for _, tile, threads, _ in _tiles(problem, position, config)]
+    estimated_registers = words * (math.prod(per_thread) + sum(per_thread)) + 32
     if estimated_registers > limits.max_registers_per_thread:
         return "register estimate over the limit"
     mapping = config_to_mapping(problem, position, config)
@@ -332,7 +363,7 @@ def violation(problem: Problem, position: int, config: Config,
             return reasons[0]
         problem, position = padded_problem(problem, position, mapping), 0
         mapping = config_to_mapping(problem, position, {**config, "boundary": "exact"})
-    problems = check_mapping(problem, position, mapping, limits.shared_per_block,
+    problems = check_mapping(problem, position, mapping, limits.shared_per_block_optin,
                              limits.max_threads_per_block)
     return problems[0] if problems else None
 

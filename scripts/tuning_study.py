@@ -49,6 +49,27 @@ def record(args) -> int:
     return 0
 
 
+def traced_run(target, problem, position, evaluator, strategy: str, seed: int, budget: int,
+               identity, isolate: bool):
+    """One search from an empty store: the best cost after each evaluation, and the
+    statement's result."""
+    trace: list[float] = []
+
+    def watch(progress) -> None:
+        trace.append(progress.best.cost if progress.best is not None else float("inf"))
+
+    options = TuneOptions(strategy=strategy, budget=Budget(evaluations=budget), seed=seed,
+                          isolate=isolate)
+    result = tune_statement(target, problem, position, evaluator, options, MemoryStore(),
+                            watch, identity)
+    return trace, result
+
+
+def evaluations_to(trace: list[float], goal: float) -> int | None:
+    """How many evaluations a run needed to reach ``goal`` (None: it did not)."""
+    return next((i + 1 for i, cost in enumerate(trace) if cost <= goal), None)
+
+
 def compare(args) -> int:
     problem = make_problem(load(args.program), dict(args.extent))
     position = args.statement
@@ -72,18 +93,10 @@ def compare(args) -> int:
     for name in strategy_names():
         needed = []
         for seed in range(args.seeds):
-            trace: list[float] = []
-
-            def watch(progress, trace=trace) -> None:
-                trace.append(progress.best.cost if progress.best is not None else float("inf"))
-
-            options = TuneOptions(strategy=name, budget=Budget(evaluations=args.budget),
-                                  seed=seed, isolate=False)
             with Evaluator(target, workers=1, isolate=False) as evaluator:
-                tune_statement(target, problem, position, evaluator, options, MemoryStore(),
-                               watch, recorded.identity)
-            hit = next((i + 1 for i, cost in enumerate(trace) if cost <= goal), None)
-            needed.append(hit)
+                trace, _ = traced_run(target, problem, position, evaluator, name, seed,
+                                      args.budget, recorded.identity, isolate=False)
+            needed.append(evaluations_to(trace, goal))
         found = [n for n in needed if n is not None]
         median = statistics.median(found) if found else None
         share = f"{100 * median / measured:.1f}" if median else "-"
@@ -110,16 +123,8 @@ def race(args) -> int:
     with Evaluator(target, workers=None, isolate=True) as evaluator:
         for name in strategy_names():
             for seed in range(args.seeds):
-                trace: list[float] = []
-
-                def watch(progress, trace=trace) -> None:
-                    trace.append(progress.best.cost if progress.best is not None
-                                 else float("inf"))
-
-                options = TuneOptions(strategy=name, budget=Budget(evaluations=args.budget),
-                                      seed=seed)
-                result = tune_statement(target, problem, position, evaluator, options,
-                                        MemoryStore(), watch, identity)
+                trace, result = traced_run(target, problem, position, evaluator, name, seed,
+                                           args.budget, identity, isolate=True)
                 traces.setdefault(name, []).append(trace)
                 best_config = result.best.config if result.best is not None else None
                 print(f"{name} seed {seed}: best {min(trace, default=float('inf')) * 1e3:.4f}"
@@ -130,7 +135,7 @@ def race(args) -> int:
     print("| strategy | evaluations to within 5 % (median over seeds) | found it in |")
     print("|---|---|---|")
     for name, runs in traces.items():
-        needed = [next((i + 1 for i, c in enumerate(t) if c <= goal), None) for t in runs]
+        needed = [evaluations_to(t, goal) for t in runs]
         found = [n for n in needed if n is not None]
         median = statistics.median(found) if found else "not reached"
         print(f"| {name} | {median} (each seed: {needed}) | {len(found)}/{len(runs)} seeds |")

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 import einkern
+from einkern.bench.cuda_device import CudaDevice
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,11 +42,8 @@ def main() -> int:
     T = 4
     kernel = einkern.compile(ROOT / "examples" / "sd_t_d1_1.ein", backend="cuda", T=T)
 
-    def column(*shape):
-        return torch.rand(*reversed(shape), dtype=torch.float64, device="cuda").permute(
-            *reversed(range(len(shape))))
-
-    t3, t2, v2 = column(*(T,) * 6), column(*(T,) * 4), column(*(T,) * 4)
+    arrays = CudaDevice().random_inputs(kernel.problem, seed=0)  # column-major, as declared
+    t3, t2, v2 = arrays["t3"], arrays["t2"], arrays["v2"]
     rows = {
         "einkern kernel(t3=, t2=, v2=)": lambda: kernel(t3=t3, t2=t2, v2=v2),
         "torch.einsum + sub_": lambda: t3.sub_(torch.einsum("gfea,cbdg->cbadef", t2, v2)),

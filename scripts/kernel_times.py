@@ -16,26 +16,9 @@ from __future__ import annotations
 import argparse
 import json
 
-import torch
-
 import einkern
-from einkern.arrays import random_arrays
 from einkern.backends.cuda.decision import statement_tensors
-
-
-def copy_bandwidth() -> float:
-    """Bytes per second of a 1 GiB device-to-device copy (read + write), median of 10."""
-    a = torch.empty(1 << 27, dtype=torch.float64, device="cuda").uniform_()
-    b = torch.empty_like(a)
-    times = []
-    for _ in range(10):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        b.copy_(a)
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return 2 * a.numel() * 8 / sorted(times)[len(times) // 2]
+from einkern.bench.cuda_device import CudaDevice
 
 
 def main() -> int:
@@ -54,14 +37,13 @@ def main() -> int:
                     else {0: data})
     kernel = einkern.compile(args.program, backend="cuda", mappings=mappings, **extents)
     problem = kernel.problem
-    arrays = {}
-    for name, a in random_arrays(problem).items():  # in the declared layouts
-        if a.flags.c_contiguous:
-            arrays[name] = torch.from_numpy(a).cuda()
-        else:  # column-major: the reversed-axes view of a row-major copy
-            reverse = tuple(reversed(range(a.ndim)))
-            arrays[name] = torch.from_numpy(a.transpose(reverse).copy()).cuda().permute(reverse)
-    bandwidth = copy_bandwidth()
+    device = CudaDevice()
+    arrays = device.random_inputs(problem, seed=0)  # in the declared layouts
+    for tensor in problem.program.tensors:
+        if tensor.name not in arrays:  # outputs only
+            arrays[tensor.name] = device.empty(problem.shape(tensor.name), tensor.dtype,
+                                               tensor.layout)
+    bandwidth = device.bandwidth()
     times = kernel.executable.profile(arrays, {s.name: 0.5 for s in problem.program.scalars},
                                       repeat=args.repeat)
     print(f"copy bandwidth {bandwidth / 1e12:.3f} TB/s")

@@ -14,33 +14,14 @@ L2 flushed before each run, median of 50 runs after warm-up).
 from __future__ import annotations
 
 import argparse
-import statistics
 from pathlib import Path
 
 import torch
 
 import einkern
-from einkern.bench.cuda_device import CudaEventTimer
+from einkern.bench.cuda_device import CudaDevice
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def median_ms(timer: CudaEventTimer, fn, runs: int = 50) -> float:
-    for _ in range(3):
-        fn()
-    return statistics.median(timer.time(fn, runs)) * 1e3
-
-
-def copy_bandwidth(timer: CudaEventTimer) -> float:
-    a = torch.empty(1 << 27, dtype=torch.float64, device="cuda").uniform_()
-    b = torch.empty_like(a)
-    return 2 * a.numel() * 8 / (median_ms(timer, lambda: b.copy_(a), 20) / 1e3)
-
-
-def column(*shape: int) -> torch.Tensor:
-    reverse = tuple(reversed(range(len(shape))))
-    data = torch.rand(*reversed(shape), dtype=torch.float64, device="cuda") + 0.5
-    return data.permute(*reverse)
 
 
 def main() -> int:
@@ -49,9 +30,14 @@ def main() -> int:
     parser.add_argument("size", type=int)
     parser.add_argument("--db", required=True)
     args = parser.parse_args()
-    torch.backends.cuda.matmul.allow_tf32 = False
-    timer = CudaEventTimer(torch, 256 << 20)
-    bandwidth = copy_bandwidth(timer)
+    device = CudaDevice()  # TF32 off, L2 flushed before every timed run
+
+    def median_ms(fn) -> float:
+        for _ in range(2):  # warm-up; median_time adds one more
+            fn()
+        return device.median_time(fn, 50) * 1e3
+
+    bandwidth = device.bandwidth()
     print(f"{torch.cuda.get_device_name()}, copy bandwidth {bandwidth / 1e12:.3f} TB/s")
     rows: dict[str, float] = {}
     if args.case == "gemm":
@@ -61,16 +47,17 @@ def main() -> int:
         B = torch.rand(n, n, device="cuda") + 0.5
         C = torch.empty(n, n, device="cuda")
         arguments = {"A": A, "B": B, "C": C}
-        rows["cuBLAS (torch.matmul, TF32 off)"] = median_ms(timer, lambda: torch.matmul(A, B))
+        rows["cuBLAS (torch.matmul, TF32 off)"] = median_ms(lambda: torch.matmul(A, B))
         reference, output = torch.matmul(A, B), "C"
         work = 2.0 * n**3
     else:
         T = args.size
         path, extents = ROOT / "examples" / "sd_t_d1_1.ein", {"T": T}
-        t3, t2, v2 = column(*(T,) * 6), column(*(T,) * 4), column(*(T,) * 4)
-        arguments = {"t3": t3, "t2": t2, "v2": v2}
+        problem = einkern.make_problem(einkern.load(path), extents)
+        arguments = device.random_inputs(problem, seed=0)  # column-major, as declared
+        t3, t2, v2 = arguments["t3"], arguments["t2"], arguments["v2"]
         rows["torch.einsum"] = median_ms(
-            timer, lambda: t3.sub_(torch.einsum("gfea,cbdg->cbadef", t2, v2)))
+            lambda: t3.sub_(torch.einsum("gfea,cbdg->cbadef", t2, v2)))
         reference, output = None, "t3"
         work = 2 * t3.numel() * 8 / bandwidth * 1e3  # the floor, ms
     kernels = {
@@ -84,7 +71,7 @@ def main() -> int:
             kernel(**arguments)
             error = ((arguments[output] - reference).abs().max() / reference.abs().max()).item()
             print(f"{name}: relative error {error:.1e}")
-        rows[name] = median_ms(timer, lambda kernel=kernel: kernel(**arguments))
+        rows[name] = median_ms(lambda kernel=kernel: kernel(**arguments))
     peer = min(v for k, v in rows.items() if not k.startswith("einkern"))
     for name, ms in rows.items():
         figure = (f"{work / ms / 1e9:.1f} TFLOP/s" if args.case == "gemm"

@@ -123,7 +123,7 @@ class CudaDevice:
     def calibrate(self, quick: bool) -> Calibration:
         torch = self.torch
         nbytes = (256 if quick else 1024) << 20
-        copy_s = self._copy_time(nbytes)
+        bandwidth = self.bandwidth(nbytes)
         n = 4096 if quick else 8192
         peak = {name: (2 * n - 1) * n * n / self._matmul_time(n, dtype)
                 for name, dtype in self.dtypes.items()}
@@ -135,22 +135,25 @@ class CudaDevice:
             "host": "numpy.copyto of 256 MiB and numpy.matmul 2048^3 (fp64), to size the "
             "NumPy reference",
         }
-        return Calibration(2 * nbytes / copy_s, peak, method,
+        return Calibration(bandwidth, peak, method,
                            host_bandwidth(256 << 20), host_peak(2048, "float64"))
 
-    def _copy_time(self, nbytes: int) -> float:
+    def bandwidth(self, nbytes: int = 1 << 30) -> float:
+        """Bytes read + written per second by a device-to-device copy of ``nbytes``,
+        median of 10 (L2 flushed before each)."""
         source = self.torch.ones(nbytes // 4, dtype=self.torch.float32, device="cuda")
         target = self.torch.empty_like(source)
-        return self._median(lambda: target.copy_(source), 10)
+        return 2 * nbytes / self.median_time(lambda: target.copy_(source), 10)
 
     def _matmul_time(self, n: int, dtype: Any) -> float:
         torch = self.torch
         a = torch.rand(n, n, dtype=dtype, device="cuda") + 0.5
         b = torch.rand(n, n, dtype=dtype, device="cuda") + 0.5
         out = torch.empty(n, n, dtype=dtype, device="cuda")
-        return self._median(lambda: torch.matmul(a, b, out=out), 10)
+        return self.median_time(lambda: torch.matmul(a, b, out=out), 10)
 
-    def _median(self, fn: Callable[[], Any], runs: int) -> float:
+    def median_time(self, fn: Callable[[], Any], runs: int) -> float:
+        """Median seconds of ``runs`` calls of ``fn`` after one warm-up call."""
         fn()
         return median(self.timer.time(fn, runs))
 

@@ -33,8 +33,8 @@ from .space import (
     _pow2,
     _products,
     config_to_mapping,
-    parameters,
     roles,
+    spreads,
     violation,
     z_index,
 )
@@ -114,8 +114,7 @@ def default_config(problem: Problem, position: int,
                        f"tile {regs[0]}×{regs[1]} (x cyclic for coalesced stores, y adjacent), "
                        "inputs staged in shared memory with the threaded index innermost, "
                        "prefetching")
-    elif reduction >= 2 and y and ty >= 8 and _products(statement) >= 3 \
-            and len(parallel) > 3:
+    elif reduction >= 2 and y and ty >= 8 and spreads(statement):
         # Several products update each output (a CCSD(T) family as one statement),
         # each pairing a different split of the output indices between its two
         # operands: only a register tile over every output index gives every
@@ -183,7 +182,7 @@ def default_config(problem: Problem, position: int,
         "staging": staging, "unroll": -1 if reduction and not spread else 1,
         "boundary": "exact",
     }
-    if "spread" in parameters(problem, position):  # the space has this knob
+    if spreads(statement):  # the space has this knob
         config["spread"] = spread
     config = _fill_machine(problem, position, config, limits, reasons)
     return _make_valid(problem, position, config, limits, reasons), reasons

@@ -152,10 +152,16 @@ def parameters(problem: Problem, position: int) -> dict[str, tuple]:
         "unroll": (1, -1),
         "boundary": ("exact", "guard", "redirect", "pad"),
     }
-    if _products(statement) >= 3 and len(statement.parallel_indices) > 3:
-        # several products per output: register tiles over more than three indices
+    if spreads(statement):
         found["spread"] = (0, 2)
     return found
+
+
+def spreads(statement) -> bool:
+    """Whether the space has the ``spread`` knob: several products per output (each
+    splits the output indices differently between its operands) and more than
+    three output indices, so register tiles over further indices can pay."""
+    return _products(statement) >= 3 and len(statement.parallel_indices) > 3
 
 
 def _products(statement) -> int:

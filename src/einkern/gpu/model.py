@@ -144,8 +144,10 @@ def warp_footprint(problem: Problem, statement, mapping: Mapping, access) -> tup
     threaded = [t for t in mapping.parallel if t.threads > 1]
     lanes = min(32, mapping.threads)
     contiguous = next((i for i, s in strides.items() if s == 1), None)
-    along = mapping.tile_of(contiguous).per_thread if contiguous else 1
-    along = along if contiguous in statement.parallel_indices else 1
+    along, gap = 1, 1  # the thread's own elements along the contiguous index, and their step
+    if contiguous in statement.parallel_indices:
+        tile = mapping.tile_of(contiguous)
+        along, gap = tile.per_thread, (tile.threads if tile.cyclic else 1)
     offsets, elements = set(), set()
     for lane in range(lanes):
         coordinate, rest = {}, lane
@@ -154,10 +156,7 @@ def warp_footprint(problem: Problem, statement, mapping: Mapping, access) -> tup
             coordinate[tile.index] = digit if tile.cyclic else digit * tile.per_thread
         offset = sum(strides[i] * coordinate.get(i, 0) for i in strides)
         offsets.add(offset)
-        for step in range(along):
-            tile = mapping.tile_of(contiguous) if contiguous else None
-            gap = step * (tile.threads if tile is not None and tile.cyclic else 1)
-            elements.add(offset + gap)
+        elements.update(offset + step * gap for step in range(along))
     lines = len({o * itemsize // 128 for o in offsets})
     sectors = len({e * itemsize // 32 for e in elements})
     return max(1, lines), max(1.0, sectors * 32 / (len(elements) * itemsize))

@@ -24,12 +24,8 @@ _DOUBLE, _DOUBLE_BITS = struct.Struct("<d"), struct.Struct("<Q")
 _CONTEXTS: dict[int, Any] = {}
 
 
-_DRIVER: list[Any] = []  # cuda.bindings.driver, once imported
-
-
+@functools.cache  # imported once; a failed import is not cached, and raises again
 def _cuda():
-    if _DRIVER:
-        return _DRIVER[0]
     try:
         from cuda.bindings import driver
     except ImportError as error:
@@ -37,7 +33,6 @@ def _cuda():
             "the CUDA backend needs cuda-bindings, which is not installed",
             hint="pip install 'einkern[cuda]'",
         ) from error
-    _DRIVER.append(driver)
     return driver
 
 

@@ -25,7 +25,7 @@ import math
 from ..ir.analysis import coalescing_weights
 from ..ir.nodes import Problem
 from .device import H100, DeviceLimits
-from .lower import compute_dtype
+from .lower import compute_dtype, preload_applies
 from .mapping import Mapping
 from .space import (
     SCALAR_CONFIG,
@@ -184,6 +184,8 @@ def default_config(problem: Problem, position: int,
     }
     if spreads(statement):  # the space has this knob
         config["spread"] = spread
+    if preload_applies(statement):  # so has this one
+        config["preload"] = False
     config = _fill_machine(problem, position, config, limits, reasons)
     return _make_valid(problem, position, config, limits, reasons), reasons
 

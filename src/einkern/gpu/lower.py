@@ -22,7 +22,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..ir.nodes import ITEMSIZE, Access, Binary, Call, Const, Neg, Problem, ScalarRef, Sum
+from ..ir.nodes import (
+    ITEMSIZE,
+    Access,
+    Binary,
+    Call,
+    Const,
+    Neg,
+    Problem,
+    ScalarRef,
+    Sum,
+    accesses,
+    signed_terms,
+)
 from . import exprs as E
 from . import kir
 from .mapping import BOUNDARY_POLICIES, Mapping, MappingError
@@ -40,6 +52,31 @@ def compute_dtype(problem: Problem, position: int) -> str:
     tensors = {statement.output.tensor} | {a.tensor for a in statement.reads()}
     dtypes = {problem.program.tensor(t).dtype for t in tensors}
     return "float64" if "float64" in dtypes else "float32"
+
+
+def preload_sign(statement) -> int:
+    """How an update's single sum enters its output: +1 or -1 (the sign with which
+    the products are accumulated onto the preloaded output), 0 when the output
+    cannot be preloaded: not ``+=``/``-=``, not exactly one sum (possibly negated)
+    on the right, or the output tensor also read on the right."""
+    if statement.op not in ("+=", "-="):
+        return 0
+    if statement.output.tensor in {a.tensor for a in accesses(statement.rhs)}:
+        return 0
+    reduction = reduction_of(statement)
+    if len(reduction.groups) != 1:
+        return 0
+    epilogue, sign = reduction.epilogue, 1
+    if isinstance(epilogue, Neg):
+        epilogue, sign = epilogue.operand, -1
+    if not isinstance(epilogue, Placeholder):
+        return 0
+    return sign if statement.op == "+=" else -sign
+
+
+def preload_applies(statement) -> bool:
+    """Whether ``Mapping.preload_output`` is valid for this statement."""
+    return preload_sign(statement) != 0
 
 
 def index_type(problem: Problem) -> str:
@@ -80,6 +117,8 @@ class _Lowering:
         self.slots = self._register_slots()
         self.index_type = index_type(problem)  # "long long" past 2^31 elements
         self.staged_arrays: dict = {}  # (group, access text) -> StagedArray
+        #: +1/-1: accumulate onto the preloaded output with this sign; 0: no preload
+        self.preload = preload_sign(self.statement) if mapping.preload_output else 0
 
     # -- sizes -----------------------------------------------------------------
 
@@ -104,6 +143,10 @@ class _Lowering:
         if tile.threads == 1:
             return E.const(j)
         t = kir.Var(f"t_{index}")
+        if tile.cyclic and tile.chunk > 1:
+            run, within = divmod(j, tile.chunk)
+            return E.add(E.mul(t, E.const(tile.chunk)),
+                         E.const(run * tile.threads * tile.chunk + within))
         if tile.cyclic:
             return E.add(E.const(j * tile.threads), t)
         return E.add(E.mul(t, E.const(tile.per_thread)), E.const(j))
@@ -167,8 +210,12 @@ class _Lowering:
             stride *= count
         for number in range(len(self.reduction.groups)):
             self.thread_vars.append(kir.ThreadVar(f"acc{number}", self.ctype, len(self.slots)))
-            for r in range(len(self.slots)):
-                body.append(kir.Store(f"acc{number}", E.const(r), kir.Float(0.0)))
+            for r, slot in enumerate(self.slots):
+                start: kir.Expr = kir.Float(0.0)
+                if self.preload:
+                    ctx = self.slot_context(slot)
+                    start = self.global_load(self.statement.output, ctx)
+                body.append(kir.Store(f"acc{number}", E.const(r), start))
         return body
 
     # -- values ----------------------------------------------------------------
@@ -256,11 +303,17 @@ class _Lowering:
         return _Context(coords, local)
 
     def accumulate(self, number: int, group: Group, ctx: _Context) -> list[kir.Stmt]:
-        """``acc[r] += body`` for every register-tile element, sharing loads."""
-        for r, slot in enumerate(self.slots):
-            slot_ctx = self.slot_context(slot, ctx)
-            term = self.value(group.body, slot_ctx, number)
-            ctx.statements.append(kir.Store(f"acc{number}", E.const(r), term, "+="))
+        """``acc[r] ±= term`` for every term of the body and register-tile element,
+        term by term: the values of one term are loaded once, used by every element
+        and dead before the next term's are loaded (a whole CCSD(T) family keeps
+        one term's operands live, not all eighteen)."""
+        for sign, term in signed_terms(group.body):
+            add = (sign > 0) == (self.preload >= 0)
+            for r, slot in enumerate(self.slots):
+                slot_ctx = self.slot_context(slot, ctx)
+                value = self.value(term, slot_ctx, number)
+                ctx.statements.append(kir.Store(f"acc{number}", E.const(r), value,
+                                                "+=" if add else "-="))
         return ctx.statements
 
     def group_sections(self, number: int, group: Group) -> list[kir.Section]:
@@ -298,7 +351,11 @@ class _Lowering:
             ]
             # Elementwise reads at ragged edges may be out of range: always guard them
             # (redirect clamps them instead).
-            value = self.value(self.reduction.epilogue, ctx)
+            if self.preload:  # the accumulator already holds the updated output
+                value: kir.Expr = kir.Load("acc0", E.const(r))
+                op = "="
+            else:
+                value = self.value(self.reduction.epilogue, ctx)
             offset = E.linear([(ctx.coords[d], s) for d, s in zip(out.indices, strides,
                                                                     strict=True)])
             store = kir.Store(f"p_{out.tensor}", offset, value, op)
@@ -344,6 +401,9 @@ def check_mapping(problem: Problem, position: int, mapping: Mapping,
         if tile.tile < 1 or tile.threads < 1 or tile.tile % tile.threads:
             problems.append(f"{tile.index}: tile {tile.tile} is not a multiple of "
                             f"threads {tile.threads}")
+        elif tile.chunk < 1 or (tile.cyclic and tile.per_thread % tile.chunk):
+            problems.append(f"{tile.index}: runs of {tile.chunk} do not divide the "
+                            f"{tile.per_thread} elements per thread")
     if not 1 <= mapping.threads <= max_threads:
         problems.append(f"{mapping.threads} threads per block (limit {max_threads})")
     if mapping.register_tile > 256:
@@ -357,6 +417,9 @@ def check_mapping(problem: Problem, position: int, mapping: Mapping,
     for index, step in mapping.k_step:
         if index not in reductions or step < 1:
             problems.append(f"k-step {index}={step} is not valid")
+    if mapping.preload_output and not preload_applies(statement):
+        problems.append("preload_output needs an update (+= or -=) of one sum that does "
+                        "not read its own output")
     if mapping.boundary not in BOUNDARY_POLICIES:
         problems.append(f"boundary policy {mapping.boundary!r} "
                         f"(use {', '.join(BOUNDARY_POLICIES)})")

@@ -7,7 +7,8 @@ Vocabulary (Treduda §3.1, MAGMA Table 4.2, R-Stream §4):
 * every *parallel* (output) index gets a :class:`ParallelTile`: ``tile``
   elements per thread block, spread over ``threads`` threads, so each thread
   owns ``tile // threads`` elements (its register tile along that index),
-  taken *adjacent* (thread t owns t·r … t·r+r−1) or *cyclic* (t, t+threads, …).
+  taken *adjacent* (thread t owns t·r … t·r+r−1) or *cyclic* (t, t+threads, …),
+  possibly in runs of ``chunk`` adjacent elements (vector loads from shared memory).
   Indices not listed have tile 1 and go to the grid only;
 * the block's threads are numbered along ``parallel`` in order (the first entry
   varies fastest: it is threadIdx.x's fastest digit, so it should be the
@@ -20,6 +21,8 @@ Vocabulary (Treduda §3.1, MAGMA Table 4.2, R-Stream §4):
   innermost dimension (bank conflicts), between two barriers;
 * ``prefetch`` loads the next chunk into registers while computing the current
   one (Treduda's "preloading", MAGMA's prefetching);
+* ``preload_output`` starts the accumulators of an update (``+=``/``-=``) from
+  the output's values, read before the reduction instead of after it;
 * ``boundary`` says what happens at the edges when tiles do not divide the
   extents: ``guard`` (predicated loads/stores), ``redirect`` (MAGMA's pointer
   redirecting: out-of-range lanes read a clamped, valid element and only the
@@ -45,14 +48,31 @@ class MappingError(EinkernError):
 
 @dataclass(frozen=True)
 class ParallelTile:
+    """How the block tile of one output index is spread over threads and registers.
+
+    ``cyclic`` with ``chunk`` c: thread t owns runs of c adjacent elements, one
+    every ``threads · c`` (t·c … t·c+c−1, then threads·c + t·c …); c = 1 is the
+    plain cyclic assignment, and runs of the vector width let a thread read its
+    elements from shared memory with vector loads while a warp still covers a
+    contiguous stretch.  Not ``cyclic``: thread t owns t·r … t·r+r−1 (adjacent).
+    """
+
     index: str
     tile: int = 1
     threads: int = 1
     cyclic: bool = True
+    chunk: int = 1
 
     @property
     def per_thread(self) -> int:
         return self.tile // self.threads
+
+    def local(self, thread: int, element: int) -> int:
+        """Coordinate inside the block tile of the thread's ``element``-th element."""
+        if not self.cyclic:
+            return thread * self.per_thread + element
+        run, within = divmod(element, self.chunk)
+        return (run * self.threads + thread) * self.chunk + within
 
 
 @dataclass(frozen=True)
@@ -79,6 +99,10 @@ class Mapping:
     #: Blocks per SM the compiler must make room for (``__launch_bounds__``'s
     #: second argument: it caps registers per thread); 0 leaves it free.
     min_blocks: int = 0
+    #: Updates (``+=``/``-=``) of one sum: the accumulators start from the output's
+    #: values, loaded before the reduction (their DRAM latency overlaps it), and the
+    #: epilogue only stores.  See :func:`einkern.gpu.lower.preload_applies`.
+    preload_output: bool = False
     reasons: tuple[str, ...] = field(default=(), compare=False)
 
     # -- derived -------------------------------------------------------------
@@ -141,6 +165,7 @@ class Mapping:
                 vector_width=int(data.get("vector_width", 1)),
                 boundary=str(data.get("boundary", "guard")),
                 min_blocks=int(data.get("min_blocks", 0)),
+                preload_output=bool(data.get("preload_output", False)),
             )
         except (KeyError, TypeError, ValueError, json.JSONDecodeError) as error:
             raise MappingError(
@@ -154,6 +179,8 @@ class Mapping:
                  f"{self.register_tile} outputs/thread"]
         for tile in self.parallel:
             how = "cyclic" if tile.cyclic else "adjacent"
+            if tile.cyclic and tile.chunk > 1:
+                how = f"cyclic in runs of {tile.chunk}"
             lines.append(
                 f"  {tile.index}: tile {tile.tile} over {tile.threads} threads "
                 f"({tile.per_thread}/thread, {how})"
@@ -169,6 +196,7 @@ class Mapping:
             f"  prefetch {'on' if self.prefetch else 'off'}, unroll {self.unroll}, "
             f"vector width {self.vector_width}, boundary {self.boundary}"
             + (f", at least {self.min_blocks} blocks/SM" if self.min_blocks else "")
+            + (", output preloaded" if self.preload_output else "")
         )
         lines.extend(f"  why: {reason}" for reason in self.reasons)
         return "\n".join(lines)

@@ -8,14 +8,18 @@ choices; :func:`config_to_mapping` turns it into a :class:`Mapping`:
 * ``block``: threads along x and y (0: the whole extent); ``regs``: register-tile
   elements per thread along x, y and z (Treduda's lX × lY, plus a register-only
   index z chosen to give the other operand reuse); ``assign``: cyclic / mixed
-  (x cyclic, y adjacent) / adjacent (Treduda strategies 4–6);
+  (x cyclic, y adjacent) / adjacent (Treduda strategies 4–6) / chunked (x
+  cyclic in runs of one 16-byte vector, y adjacent: vector loads of both
+  operands from shared memory);
 * ``staging``: ``[stage, k_step, prefetch, padding, layout]`` with stage
   ``none``, ``A``/``B`` (the first or second input of the main product) or
   ``all`` (every input of the main reduction), MAGMA's sh_AB, nb, prefetching,
   shared-memory offset and transposed layout (``compute``: the threaded indices
   innermost); ``unroll``: 1 or -1 (the k-step loop fully unrolled);
 * ``boundary``: ``exact`` when every tile divides its extent, else ``guard``,
-  ``redirect`` or ``pad`` (padded copies around an exact kernel).
+  ``redirect`` or ``pad`` (padded copies around an exact kernel);
+* ``preload`` (updates of one sum only): the accumulators start from the
+  output's values, loaded before the reduction.
 
 The strategy name recorded in the mapping follows from the configuration:
 ``direct`` (one output per thread, no staging — the first backend's mapping),
@@ -26,12 +30,12 @@ a register tile over more than one index and tiles over batch indices).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..ir.nodes import Access, Problem
 from .device import H100, DeviceLimits
-from .lower import check_mapping, compute_dtype
+from .lower import check_mapping, compute_dtype, preload_applies
 from .mapping import Mapping, ParallelTile, Staging
 from .normalize import reduction_of
 from .staging import natural_order
@@ -147,13 +151,15 @@ def parameters(problem: Problem, position: int) -> dict[str, tuple]:
         "y": tuple(cands) + ("",),
         "block": tuple(list(b) for b in BLOCKS),
         "regs": tuple(list(r) for r in REGS),
-        "assign": ("cyclic", "mixed", "adjacent"),
+        "assign": ("cyclic", "mixed", "adjacent", "chunked"),
         "staging": tuple(stagings),
         "unroll": (1, -1),
         "boundary": ("exact", "guard", "redirect", "pad"),
     }
     if spreads(statement):
         found["spread"] = (0, 2)
+    if preload_applies(statement):
+        found["preload"] = (False, True)
     return found
 
 
@@ -208,29 +214,35 @@ def threads_of(problem: Problem, position: int, config: Config) -> tuple[int, in
     return tx, ty
 
 
-def _tiles(problem: Problem, position: int, config: Config):
+def vector_runs(problem: Problem, position: int) -> int:
+    """Run length of the ``chunked`` assignment: one 16-byte vector of the compute type."""
+    return 4 if compute_dtype(problem, position) == "float32" else 2
+
+
+def _tiles(problem: Problem, position: int, config: Config) -> tuple[ParallelTile, ...]:
     tx, ty = threads_of(problem, position, config)
     rx, ry, rz = config["regs"]
     x, y = config["x"], config["y"]
     assign = config["assign"]
-    tiles = [(x, tx * rx, tx, assign != "adjacent")] if x else []
+    chunk = vector_runs(problem, position) if assign == "chunked" else 1
+    tiles = [ParallelTile(x, tx * rx, tx, assign != "adjacent", chunk)] if x else []
     if y:
-        tiles.append((y, ty * ry, ty, assign == "cyclic"))
+        tiles.append(ParallelTile(y, ty * ry, ty, assign == "cyclic"))
     if rz > 1:
         z = z_index(problem, position, x, y)
         if z:
-            tiles.append((z, rz, 1, True))
+            tiles.append(ParallelTile(z, rz, 1, True))
     spread = config.get("spread", 0)
     if spread > 1:  # `spread` elements per thread along further output indices
         statement = problem.program.statements[position]
-        taken = {index for index, _, _, _ in tiles}
-        outputs = math.prod(tile // threads for _, tile, threads, _ in tiles)
+        taken = {tile.index for tile in tiles}
+        outputs = math.prod(tile.per_thread for tile in tiles)
         for index in natural_order(problem, statement.output):
             if index in taken or problem.index_size(statement, index) < 2 * spread:
                 continue
             if outputs * spread > SPREAD_OUTPUTS:
                 break
-            tiles.append((index, spread, 1, True))
+            tiles.append(ParallelTile(index, spread, 1, True))
             taken.add(index)
             outputs *= spread
     return tuple(tiles)
@@ -239,7 +251,7 @@ def _tiles(problem: Problem, position: int, config: Config):
 def _compute_layout(problem: Problem, access: Access, tiles) -> tuple[str, ...]:
     """Shared layout that makes a thread's register-tile reads contiguous: the access's
     threaded indices innermost (x first), then the rest in memory order."""
-    threaded = [i for i, _, _, _ in tiles if i in access.indices]
+    threaded = [t.index for t in tiles if t.index in access.indices]
     rest = [i for i in natural_order(problem, access) if i not in threaded]
     return tuple(threaded + rest)
 
@@ -261,7 +273,7 @@ def config_to_mapping(problem: Problem, position: int, config: Config,
                 continue
             order = _compute_layout(problem, access, tiles) if layout == "compute" else ()
             staged.append(Staging(str(access), order, padding))
-    parallel = tuple(ParallelTile(i, tile, threads, cyclic) for i, tile, threads, cyclic in tiles)
+    parallel = tuple(tiles)
     rx, ry, rz = config["regs"]
     rz *= max(1, config.get("spread", 0))  # spread tiles are register-only, like z
     if stage != "none":
@@ -282,6 +294,7 @@ def config_to_mapping(problem: Problem, position: int, config: Config,
         unroll=64 if config["unroll"] == -1 else 1,
         vector_width=4 if dtype == "float32" else 2,
         boundary=config["boundary"],
+        preload_output=bool(config.get("preload", False)),
         reasons=reasons,
     )
 
@@ -339,11 +352,14 @@ def violation(problem: Problem, position: int, config: Config,
         return "assignment irrelevant"
     if config["assign"] == "mixed" and ry == 1:
         return "assignment irrelevant"
+    if config["assign"] == "chunked" and (rx <= vector_runs(problem, position)
+                                          or rx % vector_runs(problem, position)):
+        return "register tile along x not a multiple of the vector runs"
     stage, k_step, _, padding, layout = config["staging"]
     if stage == "none" and config["unroll"] != 1 and not statement.reduction_indices:
         return "nothing to unroll"
     tiles = _tiles(problem, position, config)
-    divisible = all(size[i] % tile == 0 for i, tile, _, _ in tiles)
+    divisible = all(size[t.index] % t.tile == 0 for t in tiles)
     if stage != "none":
         r = roles(problem, position)
         if r.k and k_step > 2 * _pow2(size[r.k[-1]]):
@@ -356,7 +372,7 @@ def violation(problem: Problem, position: int, config: Config,
     if not divisible and boundary == "exact":
         return "tiles do not divide the extents"
     words = 2 if compute_dtype(problem, position) == "float64" else 1
-    per_thread = [tile // threads for _, tile, threads, _ in _tiles(problem, position, config)]
+    per_thread = [t.per_thread for t in _tiles(problem, position, config)]
     estimated_registers = words * (math.prod(per_thread) + sum(per_thread)) + 32
     if estimated_registers > limits.max_registers_per_thread:
         return "register estimate over the limit"
@@ -367,8 +383,10 @@ def violation(problem: Problem, position: int, config: Config,
         reasons = padding_problems(problem, position, mapping)
         if reasons:
             return reasons[0]
+        # the same mapping, exact, on the padded extents (not the configuration
+        # re-read there: "the whole extent" would then name the padded one)
         problem, position = padded_problem(problem, position, mapping), 0
-        mapping = config_to_mapping(problem, position, {**config, "boundary": "exact"})
+        mapping = replace(mapping, boundary="exact")
     problems = check_mapping(problem, position, mapping, limits.shared_per_block_optin,
                              limits.max_threads_per_block)
     return problems[0] if problems else None

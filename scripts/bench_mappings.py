@@ -173,6 +173,11 @@ def variant_rows(env: Env, case: str, text: str, extents: dict, inputs: dict, ou
     return rows
 
 
+#: The best sd_t_d1_1 configuration of `tuning_study.py race` (model strategy), H200.
+D1_TUNED = {"x": "h3", "y": "h2", "block": [0, 8], "regs": [1, 2, 4], "assign": "adjacent",
+            "staging": ["A", 32, True, 0, "compute"], "unroll": 1, "boundary": "exact"}
+
+
 def d1_rows(env: Env, T: int):
     text = (ROOT / "examples" / "sd_t_d1_1.ein").read_text()
     t3 = rand((T,) * 6, torch.float64, column=True)
@@ -195,9 +200,12 @@ def d1_rows(env: Env, T: int):
                                                                     "natural"]}),
         ("h3 x h1 16x8 z4", {"x": "h3", "y": "h1", "block": [16, 8], "regs": [1, 1, 4]}),
         # the best of `tuning_study.py race` (model strategy) on an H200
-        ("h3 x h2 16x8 r2 z4, t2 staged, prefetch (tuner's best)",
-         {"x": "h3", "y": "h2", "block": [0, 8], "regs": [1, 2, 4], "assign": "adjacent",
-          "staging": ["A", 32, True, 0, "compute"], "unroll": 1, "boundary": "exact"}),
+        ("h3 x h2 16x8 r2 z4, t2 staged, prefetch (tuner's best)", D1_TUNED),
+        ("default, output preloaded", {"preload": True}),
+        ("h3 x h1 16x16 z4 no unroll, output preloaded",
+         {"x": "h3", "y": "h1", "block": [16, 16], "regs": [1, 1, 4], "unroll": 1,
+          "preload": True}),
+        ("tuner's best, output preloaded", {**D1_TUNED, "preload": True}),
     ]
     return variant_rows(env, f"sd_t_d1_1 T={T} fp64", text, {"T": T},
                         {"t3": t3, "t2": t2, "v2": v2}, ["t3"], {"t3": ref}, floor, sweep,
@@ -311,21 +319,21 @@ def family_rows(env: Env, family: str, T: int):
     peer, _ = timer(nine_updates, env.flush, env.repeats)
     floor = 2 * t3.numel() * 8 / env.bandwidth * 1e3
     flops = 9 * 2.0 * T ** (7 if family != "s1" else 6)
-    sweep = [
-        ("z2", {"regs": [1, 1, 2]}),
-        ("z8", {"regs": [1, 1, 8]}),
-        ("16x8 r2 z4", {"block": [16, 8], "regs": [1, 2, 4]}),
-        ("16x4 r4 z2", {"block": [16, 4], "regs": [1, 4, 2]}),
-        ("16x4 r4 z4", {"block": [16, 4], "regs": [1, 4, 4]}),
-        ("staged z4", {"regs": [1, 1, 4], "staging": ["all", 16, False, 1, "natural"]}),
-    ]
+    sweep = [("default, output preloaded", {"preload": True})]
+    if family == "d1":
+        sweep += [
+            ("z2", {"regs": [1, 1, 2]}),
+            ("16x4 r4 z4", {"block": [16, 4], "regs": [1, 4, 4]}),
+        ]
     if T == 16:  # register tiles over five indices: every term's operands get reuse
-        sweep += [(name, family_mapping(threads, regs, unroll))
-                  for name, threads, regs, unroll in FAMILY_TILES]
+        if family == "d1":
+            sweep += [(name, family_mapping(threads, regs, unroll))
+                      for name, threads, regs, unroll in FAMILY_TILES[:2]]
         sweep += [(f"{FAMILY_TILES[tiles][0]}, staged, k-step {k_step}"
-                   + (f", {blocks} blocks/SM" if blocks else ""),
-                   family_staged_mapping(text, k_step, tiles, blocks))
-                  for tiles, k_step, blocks in FAMILY_STAGED]
+                   + (f", {blocks} blocks/SM" if blocks else "")
+                   + (", output preloaded" if preload else ""),
+                   family_staged_mapping(text, k_step, tiles, blocks, preload))
+                  for tiles, k_step, blocks, preload in FAMILY_STAGED]
     return variant_rows(env, f"{family} family (9 terms) T={T} fp64", text, {"T": T},
                         {"t3": t3, a_name: ta, "v2": v2}, ["t3"], {"t3": ref}, floor,
                         sweep, {"9x torch.einsum": peer}, flops)
@@ -343,14 +351,29 @@ FAMILY_TILES = [
      {"p6": 2, "p5": 2, "p4": 2}, 64),
     ("h3 x h2/4, regs h2 4, h1 p4 2 (16 acc)", {"h3": 16, "h2": 4},
      {"h2": 4, "h1": 2, "p4": 2}, 64),
+    # block tiles of 4 along every index: half the staged bytes per output of 16x16x2^4
+    ("4^6 block, h3 x h2 x h1 x p6 x p5 x p4 threads 4x2x2x2x2x2, regs 2 but h3 (32 acc)",
+     {"h3": 4, "h2": 2, "h1": 2, "p6": 2, "p5": 2, "p4": 2},
+     {"h2": 2, "h1": 2, "p6": 2, "p5": 2, "p4": 2}, 1),
+    ("8x4^5 block, 256 threads 8x2x2x2x2x2, regs 2 but h3 (32 acc)",
+     {"h3": 8, "h2": 2, "h1": 2, "p6": 2, "p5": 2, "p4": 2},
+     {"h2": 2, "h1": 2, "p6": 2, "p5": 2, "p4": 2}, 1),
+    ("8x4x4x4x2x2 block, threads 8x2x2x2x1x1, regs 2 but h3 (32 acc)",
+     {"h3": 8, "h2": 2, "h1": 2, "p6": 2},
+     {"h2": 2, "h1": 2, "p6": 2, "p5": 2, "p4": 2}, 1),
 ]
 
 
-#: (FAMILY_TILES entry, k-step, min blocks per SM) of the staged family mappings.
-FAMILY_STAGED = [(0, 4, 0), (0, 2, 0), (2, 4, 0), (5, 4, 0), (5, 8, 0)]
+#: (FAMILY_TILES entry, k-step, min blocks per SM, output preloaded) of the staged
+#: family mappings.
+FAMILY_STAGED = [(0, 4, 0, False), (0, 4, 0, True), (0, 4, 3, False), (0, 8, 0, False),
+                 (6, 4, 0, False), (6, 4, 0, True), (6, 4, 4, False), (6, 8, 0, False),
+                 (6, 8, 3, False), (6, 16, 0, False), (7, 4, 0, False), (7, 8, 0, True),
+                 (8, 4, 0, False), (8, 8, 0, False)]
 
 
-def family_staged_mapping(text: str, k_step: int, tiles: int = 0, min_blocks: int = 0) -> dict:
+def family_staged_mapping(text: str, k_step: int, tiles: int = 0, min_blocks: int = 0,
+                          preload: bool = False) -> dict:
     """A register tile of FAMILY_TILES (number ``tiles``) with every input of the nine
     products staged in shared memory per k-step (padding 1), loop not unrolled."""
     problem = einkern.make_problem(einkern.load(text), {})
@@ -359,7 +382,7 @@ def family_staged_mapping(text: str, k_step: int, tiles: int = 0, min_blocks: in
     mapping = json.loads(config_to_mapping(problem, 0, config).to_json(None))
     threads, regs, _ = FAMILY_TILES[tiles][1:]
     mapping.update(parallel=family_mapping(threads, regs, 1)["parallel"], unroll=1,
-                   strategy="gett", min_blocks=min_blocks)
+                   strategy="gett", min_blocks=min_blocks, preload_output=preload)
     return mapping
 
 
@@ -389,6 +412,7 @@ def main() -> int:
         "d1": lambda: d1_rows(env, 8 if args.quick else 16),
         "nekbone": lambda: nekbone_rows(env, 12, 1000 if args.quick else 32768),
         "family": lambda: family_rows(env, "d1", 8 if args.quick else 16),
+        "family_d2": lambda: family_rows(env, "d2", 8 if args.quick else 16),
         "gemm": lambda: gemm_rows(env, sizes, sweep=True),
     }
     for name, section in sections.items():

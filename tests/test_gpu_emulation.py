@@ -15,7 +15,7 @@ import einkern
 from einkern.gpu.decision import decide
 from einkern.gpu.emulator import count_barriers, drop_barrier
 from einkern.gpu.lower import _Lowering, lower
-from einkern.gpu.mapping import Mapping, ParallelTile, Staging
+from einkern.gpu.mapping import Mapping, MappingError, ParallelTile, Staging
 from einkern.gpu.space import config_to_mapping, parameters, violation
 from einkern.gpu.verify import verify
 
@@ -148,3 +148,28 @@ def test_padded_gemm_runs_an_exact_kernel_between_copies():
     sizes = {buffer: elements for buffer, _, elements in plan.temporaries}
     assert sizes == {"g:pad:A": 16 * 12, "g:pad:B": 12 * 32, "g:pad:C": 16 * 32}
     assert verify(problem, {0: mapping}).ok(1e-5)
+
+
+@pytest.mark.parametrize("boundary", ["guard", "redirect", "pad"])
+def test_chunked_assignment_matches_the_reference(boundary):
+    """x cyclic in runs of one vector (thread t owns t·4 … t·4+3, then 4·threads + t·4 …)."""
+    problem = einkern.make_problem(einkern.load("examples/gemm.ein"),
+                                   {"m": 37, "n": 45, "k": 19})
+    config = {"x": "j", "y": "i", "block": [4, 4], "regs": [8, 2, 1], "assign": "chunked",
+              "staging": ["all", 8, True, 0, "compute"], "unroll": -1, "boundary": boundary}
+    assert violation(problem, 0, config) is None
+    mapping = config_to_mapping(problem, 0, config)
+    x = mapping.tile_of("j")
+    assert x.cyclic and x.chunk == 4
+    assert [x.local(1, e) for e in range(8)] == [4, 5, 6, 7, 20, 21, 22, 23]
+    assert verify(problem, {0: mapping}, seed=5).ok(1e-5)
+
+
+def test_chunk_must_divide_the_register_tile():
+    from dataclasses import replace
+
+    problem, mapping = staged_gemm({"m": 16, "n": 32, "k": 16}, "exact")
+    bad = replace(mapping, parallel=(replace(mapping.parallel[0], chunk=3),
+                                     *mapping.parallel[1:]))
+    with pytest.raises(MappingError, match="runs of 3"):
+        lower(problem, 0, bad)

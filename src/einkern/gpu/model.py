@@ -144,19 +144,23 @@ def warp_footprint(problem: Problem, statement, mapping: Mapping, access) -> tup
     threaded = [t for t in mapping.parallel if t.threads > 1]
     lanes = min(32, mapping.threads)
     contiguous = next((i for i, s in strides.items() if s == 1), None)
-    along, gap = 1, 1  # the thread's own elements along the contiguous index, and their step
+    along = None  # the tile along the contiguous index: the thread's own elements there
     if contiguous in statement.parallel_indices:
-        tile = mapping.tile_of(contiguous)
-        along, gap = tile.per_thread, (tile.threads if tile.cyclic else 1)
+        along = mapping.tile_of(contiguous)
     offsets, elements = set(), set()
     for lane in range(lanes):
         coordinate, rest = {}, lane
         for tile in threaded:
             digit, rest = rest % tile.threads, rest // tile.threads
-            coordinate[tile.index] = digit if tile.cyclic else digit * tile.per_thread
+            coordinate[tile.index] = tile.local(digit, 0)
         offset = sum(strides[i] * coordinate.get(i, 0) for i in strides)
         offsets.add(offset)
-        elements.update(offset + step * gap for step in range(along))
+        if along is None:
+            elements.add(offset)
+            continue
+        # the thread's elements relative to its first (the same for every thread)
+        elements.update(offset + along.local(0, step) - along.local(0, 0)
+                        for step in range(along.per_thread))
     lines = len({o * itemsize // 128 for o in offsets})
     sectors = len({e * itemsize // 32 for e in elements})
     return max(1, lines), max(1.0, sectors * 32 / (len(elements) * itemsize))

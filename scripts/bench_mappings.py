@@ -130,6 +130,15 @@ SGEMM_SWEEP = [
     ("mixed redirect", {"boundary": "redirect"}),
     ("padded (copies timed)", {"boundary": "pad"}),
     ("32x8 threads 4x16", {"block": [32, 8], "regs": [4, 16, 1]}),
+    # x cyclic in runs of 4: B's register loads as LDS.128
+    ("chunked", {"assign": "chunked"}),
+    ("chunked k8", {"assign": "chunked", "staging": ["all", 8, True, 0, "compute"]}),
+    ("chunked k32", {"assign": "chunked", "staging": ["all", 32, True, 0, "compute"]}),
+    ("chunked pad1", {"assign": "chunked", "staging": ["all", 16, True, 1, "compute"]}),
+    ("chunked redirect", {"assign": "chunked", "boundary": "redirect"}),
+    ("chunked padded (copies timed)", {"assign": "chunked", "boundary": "pad"}),
+    ("chunked 32x8 threads 4x16", {"assign": "chunked", "block": [32, 8],
+                                   "regs": [4, 16, 1]}),
 ]
 
 

@@ -137,8 +137,6 @@ SGEMM_SWEEP = [
     ("chunked pad1", {"assign": "chunked", "staging": ["all", 16, True, 1, "compute"]}),
     ("chunked redirect", {"assign": "chunked", "boundary": "redirect"}),
     ("chunked padded (copies timed)", {"assign": "chunked", "boundary": "pad"}),
-    ("chunked 32x8 threads 4x16", {"assign": "chunked", "block": [32, 8],
-                                   "regs": [4, 16, 1]}),
 ]
 
 

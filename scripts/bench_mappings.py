@@ -409,12 +409,15 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--only", nargs="*", default=None)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--sizes", type=int, nargs="*", default=None,
+                        help="SGEMM sizes (default: 4096 8192 4095 1024 1000 3072 3000)")
     args = parser.parse_args()
     env = Env(repeats=10 if args.quick else 30)
     print(f"device {env.device}, copy bandwidth {env.bandwidth / 1e12:.3f} TB/s", flush=True)
     rows = []
     started = time.time()
     sizes = [1024] if args.quick else [4096, 8192, 4095, 1024, 1000, 3072, 3000]
+    sizes = args.sizes or sizes
     sections = {
         "d1": lambda: d1_rows(env, 8 if args.quick else 16),
         "nekbone": lambda: nekbone_rows(env, 12, 1000 if args.quick else 32768),

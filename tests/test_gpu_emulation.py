@@ -173,3 +173,29 @@ def test_chunk_must_divide_the_register_tile():
                                      *mapping.parallel[1:]))
     with pytest.raises(MappingError, match="runs of 3"):
         lower(problem, 0, bad)
+
+
+def test_padded_rows_start_on_cache_lines_when_cheap():
+    from dataclasses import replace
+
+    from einkern.gpu.padding import padded_problem
+
+    problem, mapping = staged_gemm({"m": 13, "n": 29, "k": 1000}, "pad")
+    # k: contiguous in A (row-major A[m,k]); k-step 4 alone would keep 1000, but
+    # 1024 (whole 128-byte lines) adds under 1/32.  n: 29 -> 32 by the tile.
+    assert dict(padded_problem(problem, 0, mapping).sizes) == {"m": 16, "n": 32, "k": 1024}
+    assert verify(problem, {0: mapping}, seed=6).ok(1e-5)
+    far = replace(mapping, k_step=(("l", 4),))
+    problem = einkern.make_problem(einkern.load("examples/gemm.ein"),
+                                   {"m": 13, "n": 29, "k": 36})
+    assert dict(padded_problem(problem, 0, far).sizes)["k"] == 36  # 64 would add 78 %
+
+
+def test_padding_that_inflates_a_tensor_is_refused():
+    from einkern.gpu.padding import padding_problems
+
+    problem = einkern.make_problem(einkern.load("examples/sd_t_d1_1.ein"), {"T": 15})
+    mapping = Mapping("register", (ParallelTile("h3", 16, 16), ParallelTile("h1", 15, 5)),
+                      boundary="pad")
+    problems = padding_problems(problem, 0, mapping)
+    assert any("padding grows" in p for p in problems), problems

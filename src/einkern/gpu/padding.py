@@ -23,6 +23,12 @@ from . import kir
 from .lower import CTYPE, index_type, lower
 from .mapping import Mapping
 from .normalize import reduction_of
+from .staging import natural_order
+
+#: Padded copies align their rows to cache lines where it is cheap (see pad_multiples).
+LINE_BYTES = 128
+#: Padded copies may hold at most this many times the elements of the tensor.
+MAX_GROWTH = 2
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,19 @@ def pad_multiples(problem: Problem, position: int, mapping: Mapping) -> dict[str
         else:
             multiple = 1
         multiples[extent] = math.lcm(multiples.get(extent, 1), multiple)
+    # Each tensor's contiguous extent is also rounded up to whole 128-byte lines when
+    # that adds at most 1/32 to it: the rows of the padded copies then start on line
+    # boundaries (SGEMM n = 3000: k 3000 -> 3008).
+    for access in (statement.output, *statement.reads()):
+        extent = statement.extent_of(natural_order(problem, access)[0])
+        if extent.isdigit():
+            continue
+        line = LINE_BYTES // problem.program.tensor(access.tensor).itemsize
+        size, multiple = problem.size(extent), multiples[extent]
+        aligned = math.lcm(multiple, line)
+        by_tile, by_line = -(-size // multiple) * multiple, -(-size // aligned) * aligned
+        if by_line - by_tile <= by_tile // 32:
+            multiples[extent] = aligned
     return multiples
 
 
@@ -80,6 +99,14 @@ def padding_problems(problem: Problem, position: int, mapping: Mapping) -> list[
     problems = [f"literal extent {e} cannot be padded" for e, m in multiples.items()
                 if e.isdigit() and problem.size(e) % m]
     statement = problem.program.statements[position]
+    if problems:
+        return problems
+    padded = padded_problem(problem, position, mapping)
+    for tensor in dict.fromkeys(a.tensor for a in (statement.output, *statement.reads())):
+        before, after = problem.numel(tensor), padded.numel(tensor)
+        if after > MAX_GROWTH * before:
+            problems.append(f"padding grows {tensor} from {before} to {after} elements "
+                            f"(over {MAX_GROWTH}x)")
     for group in reduction_of(statement).groups:
         padded = [i for i in group.indices
                   if problem.size(statement.extent_of(i)) % multiples[statement.extent_of(i)]]

@@ -31,8 +31,8 @@ from .space import (
     SCALAR_CONFIG,
     Config,
     _pow2,
-    _products,
     config_to_mapping,
+    products_per_output,
     roles,
     spreads,
     vector_runs,
@@ -127,7 +127,7 @@ def default_config(problem: Problem, position: int,
         # all), y the next index in the output's memory order, and every input's
         # block slice staged per k-step of 4 (the d1 family on an H200: 0.66 ->
         # 0.54 ms against the 4 × 4 tile).
-        products = _products(statement)
+        products = products_per_output(statement)
         if following and size[following] >= 16:
             y = following
         ty = max(1, min(ty, _pow2(size[y])) // 2)
@@ -142,7 +142,7 @@ def default_config(problem: Problem, position: int,
         # outputs per thread along y and two (four when three or more products
         # update each output) along a register-only index: each loaded value
         # serves more outputs.
-        products = _products(statement)
+        products = products_per_output(statement)
         regs = [1, 4, 4 if products >= 3 else 2]
         ty //= 4
         staging = ["none", 1, False, 0, "natural"]
@@ -150,7 +150,7 @@ def default_config(problem: Problem, position: int,
                        + (f", {products} products" if products > 1 else "")
                        + f"): 4 × {regs[2]} outputs per thread along y and a register-only "
                        "index that gives the other operand reuse; reads through the cache")
-    elif reduction >= 2 and y and tx == 0 and ty == 0 and _products(statement) == 1:
+    elif reduction >= 2 and y and tx == 0 and ty == 0 and products_per_output(statement) == 1:
         # The block covers two small extents whole (a p × p face of a spectral
         # element): every input row is read by a whole row of threads, so staging
         # the block's slices once beats re-reading them through L1/L2.
@@ -190,10 +190,15 @@ def default_config(problem: Problem, position: int,
     if spreads(statement):  # the space has this knob
         config["spread"] = spread
     if preload_applies(statement):  # so has this one
-        # sd_t_d1_1 T = 16 on an H100: 0.180 -> 0.132 ms; the d1 family 0.51 -> 0.40 ms
-        config["preload"] = True
-        reasons.append("an update of one sum: the output is read into the accumulators "
-                       "before the reduction (its latency overlaps the arithmetic)")
+        # Several products per output (arithmetic-heavy): read the output first, so
+        # its DRAM latency overlaps the arithmetic (the d1 family on an H100:
+        # 0.503 -> 0.374 ms).  A single product is memory-bound already and loses
+        # a little (sd_t_d1_1: 0.108 -> 0.112 ms), so it reads the output last.
+        config["preload"] = spreads(statement)
+        if config["preload"]:
+            reasons.append("an update of one sum of several products: the output is read "
+                           "into the accumulators before the reduction (its latency "
+                           "overlaps the arithmetic)")
     config = _fill_machine(problem, position, config, limits, reasons)
     runs = vector_runs(problem, position)
     rx, ry, _ = config["regs"]

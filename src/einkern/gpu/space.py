@@ -167,10 +167,10 @@ def spreads(statement) -> bool:
     """Whether the space has the ``spread`` knob: several products per output (each
     splits the output indices differently between its operands) and more than
     three output indices, so register tiles over further indices can pay."""
-    return _products(statement) >= 3 and len(statement.parallel_indices) > 3
+    return products_per_output(statement) >= 3 and len(statement.parallel_indices) > 3
 
 
-def _products(statement) -> int:
+def products_per_output(statement) -> int:
     """Products summed into each output (the terms of every reduction group)."""
     from ..ir.nodes import signed_terms
 

@@ -199,3 +199,14 @@ def test_padding_that_inflates_a_tensor_is_refused():
                       boundary="pad")
     problems = padding_problems(problem, 0, mapping)
     assert any("padding grows" in p for p in problems), problems
+
+
+def test_broadcast_operand_rule_for_a_short_single_product():
+    """sd_t_d1_1: t2 lacks h3 and h2, so the default stages it whole and puts h2 on
+    the second thread index; the kernel matches the reference."""
+    problem = einkern.make_problem(einkern.load("examples/sd_t_d1_1.ein"), {"T": 8})
+    mapping = decide(problem, 0)
+    assert [t.index for t in mapping.parallel if t.threads > 1] == ["h3", "h2"]
+    assert [s.access for s in mapping.staged] == ["t2[h7,p4,p5,h1]"]
+    assert not mapping.preload_output  # one product: the output is read last
+    assert verify(problem, {0: mapping}, seed=8).ok(1e-12)

@@ -28,6 +28,7 @@ from .device import H100, DeviceLimits
 from .lower import compute_dtype, preload_applies
 from .mapping import Mapping
 from .space import (
+    K_STEPS,
     SCALAR_CONFIG,
     Config,
     _pow2,
@@ -153,7 +154,8 @@ def default_config(problem: Problem, position: int,
         unroll = 1
         regs = [1, 2, 4]
         assign = "adjacent"
-        staging = [broadcast, 32, True, 0, "compute"]
+        whole = min([k for k in K_STEPS if k >= reduction] or [K_STEPS[-1]])
+        staging = [broadcast, whole, True, 0, "compute"]
         reasons.append(f"short reduction ({reduction} terms), one product: {y} → second "
                        f"thread index (next in the output's memory order), the operand "
                        f"read by neither {x} nor {y} staged whole in shared memory "

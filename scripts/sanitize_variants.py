@@ -28,6 +28,13 @@ VARIANTS = [
     ("gett", "examples/sd_t_d1_1.ein", {"T": 5},
      {"x": "h3", "y": "h1", "block": [8, 4], "regs": [1, 2, 2], "assign": "cyclic",
       "staging": ["all", 4, True, 1, "natural"], "unroll": -1, "boundary": "guard"}),
+    ("shared-chunked", GEMM, {"m": 67, "n": 70, "k": 37},
+     {"x": "j", "y": "i", "block": [8, 8], "regs": [8, 4, 1], "assign": "chunked",
+      "staging": ["all", 8, True, 0, "compute"], "unroll": -1, "boundary": "guard"}),
+    ("gett-preloaded", "examples/sd_t_d1_1.ein", {"T": 5},
+     {"x": "h3", "y": "h1", "block": [8, 4], "regs": [1, 2, 2], "assign": "cyclic",
+      "staging": ["all", 4, True, 1, "natural"], "unroll": -1, "boundary": "guard",
+      "preload": True}),
 ]
 
 

@@ -32,11 +32,11 @@ from .space import (
     SCALAR_CONFIG,
     Config,
     _pow2,
+    chunk_fits,
     config_to_mapping,
     products_per_output,
     roles,
     spreads,
-    vector_runs,
     violation,
     z_index,
 )
@@ -93,8 +93,7 @@ def default_config(problem: Problem, position: int,
     else:
         y = _largest(problem, position, parallel, (x,))
         why = "largest remaining output index"
-    if y:
-        reasons.append(f"{y} → second thread index: {why}")
+    y_reason_at = len(reasons)  # the reason for y goes here, once the rules settled y
     reduction = math.prod(size[k] for k in r.k) if r.k else 0
     double = compute_dtype(problem, position) == "float64"
     tx = min(32, _pow2(size[x])) if y else min(256, _pow2(size[x]))
@@ -131,7 +130,7 @@ def default_config(problem: Problem, position: int,
         # 0.54 ms against the 4 × 4 tile).
         products = products_per_output(statement)
         if following and size[following] >= 16:
-            y = following
+            y, why = following, "next index in the output's memory order"
         ty = max(1, min(ty, _pow2(size[y])) // 2)
         regs = [1, 2, 2]
         spread = 2
@@ -148,8 +147,7 @@ def default_config(problem: Problem, position: int,
         # and four outputs per thread along one of its indices reuse each value of
         # the other (H100: sd_t_d1_1 0.112 -> 0.098 ms, 80 -> 91 % of the floor;
         # H200 89.9 -> 78.8 µs).
-        reasons[:] = [why for why in reasons if not why.startswith(f"{y} → second thread")]
-        y, broadcast = shape
+        (y, broadcast), why = shape, ""  # the rule's own reason names y
         ty = max(1, min(ty, _pow2(size[y])) // 2)
         unroll = 1
         regs = [1, 2, 4]
@@ -199,6 +197,8 @@ def default_config(problem: Problem, position: int,
         regs = [1, 1, 1]
         staging = ["none", 1, False, 0, "natural"]
         reasons.append("no reuse to exploit: one output element per thread")
+    if y and why:
+        reasons.insert(y_reason_at, f"{y} → second thread index: {why}")
     if not y:
         regs[1] = 1
     while regs[0] > 1 and (tx or size[x]) * regs[0] > _pow2(size[x]):
@@ -223,9 +223,9 @@ def default_config(problem: Problem, position: int,
                            "into the accumulators before the reduction (its latency "
                            "overlaps the arithmetic)")
     config = _fill_machine(problem, position, config, limits, reasons)
-    runs = vector_runs(problem, position)
     rx, ry, _ = config["regs"]
-    if config["assign"] == "chunked" and (rx <= runs or rx % runs):  # shrunk to fill the SMs
+    if config["assign"] == "chunked" and not chunk_fits(problem, position, rx):
+        # the register tile shrank to fill the SMs
         config = {**config, "assign": "mixed" if ry > 1 else "cyclic"}
     return _make_valid(problem, position, config, limits, reasons), reasons
 

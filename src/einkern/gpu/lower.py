@@ -142,14 +142,10 @@ class _Lowering:
         j = slot.get(index, 0)
         if tile.threads == 1:
             return E.const(j)
-        t = kir.Var(f"t_{index}")
-        if tile.cyclic and tile.chunk > 1:
-            run, within = divmod(j, tile.chunk)
-            return E.add(E.mul(t, E.const(tile.chunk)),
-                         E.const(run * tile.threads * tile.chunk + within))
-        if tile.cyclic:
-            return E.add(E.const(j * tile.threads), t)
-        return E.add(E.mul(t, E.const(tile.per_thread)), E.const(j))
+        # ParallelTile.local is affine in the thread: its element j lies at
+        # t · (thread's step) + (where thread 0's element j lies)
+        step = tile.local(1, 0) - tile.local(0, 0)
+        return E.add(E.mul(kir.Var(f"t_{index}"), E.const(step)), E.const(tile.local(0, j)))
 
     def global_coord(self, index: str, slot: dict[str, int]) -> kir.Expr:
         return E.add(kir.Var(f"b_{index}"), self.local_coord(index, slot))

@@ -101,9 +101,9 @@ def padding_problems(problem: Problem, position: int, mapping: Mapping) -> list[
     statement = problem.program.statements[position]
     if problems:
         return problems
-    padded = padded_problem(problem, position, mapping)
+    grown = padded_problem(problem, position, mapping)
     for tensor in dict.fromkeys(a.tensor for a in (statement.output, *statement.reads())):
-        before, after = problem.numel(tensor), padded.numel(tensor)
+        before, after = problem.numel(tensor), grown.numel(tensor)
         if after > MAX_GROWTH * before:
             problems.append(f"padding grows {tensor} from {before} to {after} elements "
                             f"(over {MAX_GROWTH}x)")

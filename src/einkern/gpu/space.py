@@ -219,6 +219,13 @@ def vector_runs(problem: Problem, position: int) -> int:
     return 4 if compute_dtype(problem, position) == "float32" else 2
 
 
+def chunk_fits(problem: Problem, position: int, rx: int) -> bool:
+    """Whether ``rx`` elements per thread along x make more than one whole run of the
+    ``chunked`` assignment (one run alone is the adjacent assignment)."""
+    runs = vector_runs(problem, position)
+    return rx > runs and rx % runs == 0
+
+
 def _tiles(problem: Problem, position: int, config: Config) -> tuple[ParallelTile, ...]:
     tx, ty = threads_of(problem, position, config)
     rx, ry, rz = config["regs"]
@@ -352,8 +359,7 @@ def violation(problem: Problem, position: int, config: Config,
         return "assignment irrelevant"
     if config["assign"] == "mixed" and ry == 1:
         return "assignment irrelevant"
-    if config["assign"] == "chunked" and (rx <= vector_runs(problem, position)
-                                          or rx % vector_runs(problem, position)):
+    if config["assign"] == "chunked" and not chunk_fits(problem, position, rx):
         return "register tile along x not a multiple of the vector runs"
     stage, k_step, _, padding, layout = config["staging"]
     if stage == "none" and config["unroll"] != 1 and not statement.reduction_indices:

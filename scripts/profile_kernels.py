@@ -6,7 +6,7 @@
 
 ``--config`` overrides keys of the decision's default configuration of every
 statement (see einkern.gpu.space), ``--mapping`` gives a whole Mapping file.
-Inputs are random, in the program's declared layouts.
+Inputs are random, in the program's declared layouts (the benchmark's CudaDevice).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import einkern
-from einkern.arrays import random_arrays
+from einkern.bench.cuda_device import CudaDevice
 from einkern.gpu.decision import default_config
 from einkern.gpu.mapping import Mapping
 
@@ -41,14 +41,11 @@ def main() -> int:
         mappings = {p: {**default_config(problem, p)[0], **change}
                     for p in range(len(program.statements))}
     kernel = einkern.compile(program, backend="cuda", mappings=mappings, **extents)
-    import torch
-
-    arrays = {name: torch.from_numpy(value).cuda() if value.flags.c_contiguous else
-              torch.from_numpy(value.T.copy()).cuda().T
-              for name, value in random_arrays(problem, seed=1).items()}
+    device = CudaDevice()
+    arrays = device.random_inputs(problem, seed=1)  # the declared layouts, on the GPU
     for _ in range(args.calls):
         kernel(**arrays)
-    torch.cuda.synchronize()
+    device.synchronize()
     print(f"{args.calls} calls of {program.name}")
     return 0
 

@@ -6,6 +6,7 @@ import difflib
 from collections.abc import Mapping
 
 from ..errors import ExtentError, IndexBindingError
+from ..lang.limits import MAX_ELEMENTS, check_size, check_tensor_size
 from .nodes import Problem, Program, accesses
 
 
@@ -49,6 +50,10 @@ def make_problem(program: Program, sizes: Mapping[str, object] | None = None) ->
             )
         bound.append((extent.name, _positive_int(extent.name, value)))
     problem = Problem(program, tuple(bound))
+    by_name = dict(bound)
+    for tensor in program.tensors:
+        check_tensor_size(tensor.name, (by_name[e] for e in tensor.shape),
+                          tensor.itemsize, tensor.span)
     _check_index_ranges(problem)
     return problem
 
@@ -56,6 +61,10 @@ def make_problem(program: Program, sizes: Mapping[str, object] | None = None) ->
 def _positive_int(name: str, value: object) -> int:
     if isinstance(value, bool):
         raise ExtentError(f"extent {name!r} must be a positive integer, got {value!r}")
+    if isinstance(value, str) and len(value.strip().lstrip("+0")) > 19:
+        raise ExtentError(f"extent {name!r} must be at most 2**63 - 1 = {MAX_ELEMENTS}, "
+                          f"got a number of {len(value.strip())} characters",
+                          hint="generated kernels index elements with 64-bit signed offsets")
     try:
         number = int(str(value)) if isinstance(value, str) else value
     except ValueError:
@@ -69,7 +78,7 @@ def _positive_int(name: str, value: object) -> int:
             f"extent {name!r} must be a positive integer, got {value!r}",
             hint="sizes are counts of elements: 1, 2, 3, ...",
         )
-    return number
+    return check_size(number, None, f"extent {name!r}")
 
 
 def _check_index_ranges(problem: Problem) -> None:

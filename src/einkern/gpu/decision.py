@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 
+from ..errors import BackendError
 from ..ir.analysis import coalescing_weights
 from ..ir.nodes import Problem
 from .device import H100, DeviceLimits
@@ -322,4 +323,6 @@ def _make_valid(problem, position, config, limits, reasons) -> Config:
             if violation(problem, position, candidate, limits) is None:
                 reasons.append("fallback: direct mapping")
                 return candidate
-    raise AssertionError(f"no valid mapping for {statement}")
+    raise BackendError(f"no CUDA mapping fits statement {position} ({statement}): "
+                       "its extents exceed what one kernel launch can cover",
+                       statement.span, hint="use smaller extents, or --backend cpu")

@@ -276,7 +276,7 @@ def config_to_mapping(problem: Problem, position: int, config: Config,
         accesses = main[0].accesses() if main else ()
         chosen = {"A": [r.a], "B": [r.b], "all": list(accesses)}[stage]
         for access in chosen:
-            if access is None:
+            if access is None or not access.indices:  # a rank-0 read has no tile to stage
                 continue
             order = _compute_layout(problem, access, tiles) if layout == "compute" else ()
             staged.append(Staging(str(access), order, padding))

@@ -24,6 +24,7 @@ from einkern.errors import (
     SemanticError,
 )
 from einkern.lang.limits import MAX_EXPRESSION_DEPTH, MAX_NESTING
+from einkern.reference import evaluate
 
 ROOT = Path(__file__).resolve().parent.parent
 SLOW = 10.0  # seconds: the longest any one input may take (a hang guard)
@@ -87,6 +88,8 @@ def test_long_flat_expressions_at_and_past_the_limit(op, tmp_path):
     expected = {"+": MAX_EXPRESSION_DEPTH * a, "*": a**MAX_EXPRESSION_DEPTH,
                 "-": (2 - MAX_EXPRESSION_DEPTH) * a}[op]
     np.testing.assert_allclose(kernel(a), expected, rtol=1e-12)
+    reference = evaluate(einkern.make_problem(einkern.load(longest)), {"A": a})["B"]
+    np.testing.assert_allclose(reference, expected, rtol=1e-12)
     for count in (MAX_EXPRESSION_DEPTH + 1, 500, 1000):
         error = _error(HEADER + "B[i] = " + terms.join(["A[i]"] * count) + "\n")
         assert isinstance(error, SemanticError) and "too deep" in error.message

@@ -31,7 +31,7 @@ from .ast import (
     StatementNode,
     TensorDeclNode,
 )
-from .limits import MAX_ELEMENTS, check_name, check_size, check_statement
+from .limits import MAX_ELEMENTS, MAX_NAME_LENGTH, check_name, check_size, check_statement
 
 _DTYPE_ALIASES = {"double": "float64", "float": "float32", "real": "float64", "f64": "float64",
                   "f32": "float32", "fp64": "float64", "fp32": "float32"}
@@ -94,11 +94,12 @@ def check_extent_value(text: str, span: Span, name: str | None) -> int:
 
 
 def default_program_name(source_name: str, fallback: str = "program") -> str:
-    """The stem of a file name made into an identifier; ``fallback`` for ``<string>``."""
+    """The stem of a file name made into an ASCII identifier; ``fallback`` for
+    ``<string>``."""
     if source_name.startswith("<"):
         return fallback
     stem = PurePath(source_name).stem
-    stem = re.sub(r"\W", "_", stem)
+    stem = re.sub(r"[^A-Za-z0-9_]", "_", stem)[:MAX_NAME_LENGTH]
     if not stem:
         return fallback
     return f"_{stem}" if stem[0].isdigit() else stem

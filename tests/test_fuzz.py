@@ -96,6 +96,27 @@ def test_long_flat_expressions_at_and_past_the_limit(op, tmp_path):
         _located(error, 3)
 
 
+_D, _N = MAX_EXPRESSION_DEPTH, MAX_NESTING
+DEEPEST = {  # right-hand sides at (or near) both limits at once
+    "calls": "sqrt(" * (_N - 1) + " + ".join(["A[i,k]"] * (_D - _N)) + ")" * (_N - 1),
+    "signs": "-" * (_N - 4) + "(" + " - ".join(["A[i,k]*A[i,j]"] * (_D - _N)) + ")",
+    "mixed": "max(" * 30 + " + ".join(["a*A[i,k]/A[i,k]"] * (_D // 3 - 40)) + ", a)" * 30,
+    "sums": "exp(" * 50 + "A[i,k]" + "*A[i,j])" * 50 + " + "
+    + " + ".join(["A[i,k]"] * (_D - 102)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DEEPEST))
+def test_deepest_accepted_expressions_check_emit_and_run(name, tmp_path):
+    text = f"dims n = 3\ntensor A[n, n], B[n]\nscalar a = 0.5\nB[i] += {DEEPEST[name]}\n"
+    assert _run(text, ".ein", tmp_path).error is None
+    a = np.linspace(0.5, 1.5, 9).reshape(3, 3) / 10
+    b = np.ones(3)
+    got = einkern.compile(text, backend="cpu")(a, b.copy())
+    want = evaluate(einkern.make_problem(einkern.load(text)), {"A": a, "B": b})["B"]
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
 def test_tensor_file_products_have_the_same_depth_limit():
     factors = " *\n  ".join(["A: (i)"] * (MAX_EXPRESSION_DEPTH + 1))
     text = f"f\ndefine:\n n = 3\nvariables:\nA: (n)\nB: (n)\noperations:\nB: (i) += {factors}\n"

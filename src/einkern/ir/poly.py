@@ -58,9 +58,11 @@ class _StatementPolyhedra:
                               f"{' and '.join(constraints) or 'true'} }}")
         self._maps: dict[Access, isl.Map] = {}
         self.write = self.access_map(statement.output)
-        self.reads: dict[str, list[isl.Map]] = {}
+        self.reads: dict[str, list[Access]] = {}
         for access in statement.reads():
-            self.reads.setdefault(access.tensor, []).append(self.access_map(access))
+            self.reads.setdefault(access.tensor, []).append(access)
+            self.access_map(access)
+        self.signature = tuple((i, statement.extent_of(i)) for i in statement.indices)
 
     def access_map(self, access: Access) -> isl.Map:
         found = self._maps.get(access)
@@ -78,6 +80,7 @@ class Polyhedra:
     def __init__(self, program: Program):
         self.program = program
         self._statements: dict[int, _StatementPolyhedra] = {}
+        self._relations: dict[tuple, tuple[str | None, int, int]] = {}
 
     def of(self, position: int) -> _StatementPolyhedra:
         found = self._statements.get(position)
@@ -113,24 +116,44 @@ class Polyhedra:
     def _pair(self, first: _StatementPolyhedra, a: int, tensor_a: str,
               b: int) -> list[Dependence]:
         second = self.of(b)
-        tensor_b = self.program.statements[b].output.tensor
+        statements = self.program.statements
+        write_a, write_b = statements[a].output, statements[b].output
         found: list[Dependence] = []
         for read in second.reads.get(tensor_a, ()):
-            relation = first.write.apply_range(read.reverse())
-            if not relation.is_empty():
-                found.append(Dependence("flow", a, b, tensor_a, str(relation)))
+            text = self._relation(a, write_a, b, read)
+            if text is not None:
+                found.append(Dependence("flow", a, b, tensor_a, text))
                 break
-        if tensor_b == tensor_a:
-            relation = first.write.apply_range(second.write.reverse())
-            if not relation.is_empty():
-                found.append(Dependence("output", a, b, tensor_a, str(relation)))
+        if write_b.tensor == tensor_a:
+            text = self._relation(a, write_a, b, write_b)
+            if text is not None:
+                found.append(Dependence("output", a, b, tensor_a, text))
             return found
-        for read in first.reads.get(tensor_b, ()):
-            relation = read.apply_range(second.write.reverse())
-            if not relation.is_empty():
-                found.append(Dependence("anti", a, b, tensor_b, str(relation)))
+        for read in first.reads.get(write_b.tensor, ()):
+            text = self._relation(a, read, b, write_b)
+            if text is not None:
+                found.append(Dependence("anti", a, b, write_b.tensor, text))
                 break
         return found
+
+    def _relation(self, a: int, left: Access, b: int, right: Access) -> str | None:
+        """The instances of S``a`` (through ``left``) and S``b`` (through ``right``)
+        that touch one element, as isl text, or None when there are none.
+
+        Pairs of statements with the same indices, extents and accesses have the
+        same relation but for the statements' names: it is computed once."""
+        first, second = self.of(a), self.of(b)
+        key = (first.signature, left, second.signature, right)
+        hit = self._relations.get(key)
+        if hit is None:
+            relation = first.access_map(left).apply_range(second.access_map(right).reverse())
+            hit = (None if relation.is_empty() else str(relation), a, b)
+            self._relations[key] = hit
+        text, a0, b0 = hit
+        if text is None or (a0, b0) == (a, b):
+            return text
+        text = text.replace(f"{statement_name(a0)}[", "\0").replace(f"{statement_name(b0)}[", "\1")
+        return text.replace("\0", f"{statement_name(a)}[").replace("\1", f"{statement_name(b)}[")
 
     def carried_indices(self, position: int) -> tuple[str, ...]:
         """Indices along which two instances of the statement write the same element."""

@@ -23,7 +23,7 @@ from einkern.errors import (
     ParseError,
     SemanticError,
 )
-from einkern.lang.limits import MAX_EXPRESSION_DEPTH, MAX_NESTING
+from einkern.lang.limits import MAX_EXPRESSION_DEPTH, MAX_IR_DEPTH, MAX_NESTING
 from einkern.reference import evaluate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,6 +115,34 @@ def test_deepest_accepted_expressions_check_emit_and_run(name, tmp_path):
     got = einkern.compile(text, backend="cpu")(a, b.copy())
     want = evaluate(einkern.make_problem(einkern.load(text)), {"A": a, "B": b})["B"]
     np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def _chain_program(depth: int):
+    from einkern.ir.nodes import Access, Binary, Extent, Program, Statement, Tensor
+
+    rhs = Access("A", ("i",))
+    for _ in range(depth - 1):
+        rhs = Binary("+", rhs, Access("A", ("i",)))
+    statement = Statement(Access("B", ("i",)), "=", rhs, (("i", "n"),))
+    return Program("chain", (Extent("n", 4),), (Tensor("A", ("n",)), Tensor("B", ("n",))), (),
+                   (statement,))
+
+
+def test_programs_built_in_python_obey_the_ir_depth_limit():
+    from einkern.backends import get_backend
+    from einkern.backends.cuda.mapped import resolve_mappings
+    from einkern.ir import poly
+
+    deepest = einkern.make_problem(_chain_program(MAX_IR_DEPTH))
+    a = np.linspace(0.5, 1.5, 4)
+    np.testing.assert_allclose(einkern.compile(deepest.program, backend="cpu")(a),
+                               MAX_IR_DEPTH * a, rtol=1e-12)
+    np.testing.assert_allclose(evaluate(deepest, {"A": a})["B"], MAX_IR_DEPTH * a, rtol=1e-12)
+    cuda = get_backend("cuda")
+    assert "__global__" in cuda.emit(deepest, resolve_mappings(deepest, None))
+    assert poly.carried_indices(deepest.program, 0) == ()
+    with pytest.raises(SemanticError, match=f"more than {MAX_IR_DEPTH} levels"):
+        einkern.make_problem(_chain_program(MAX_IR_DEPTH + 1))
 
 
 def test_tensor_file_products_have_the_same_depth_limit():

@@ -5,9 +5,9 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 
-from ..errors import ExtentError, IndexBindingError
-from ..lang.limits import MAX_ELEMENTS, check_size, check_tensor_size
-from .nodes import Problem, Program, accesses
+from ..errors import ExtentError, IndexBindingError, SemanticError
+from ..lang.limits import MAX_ELEMENTS, MAX_IR_DEPTH, check_size, check_tensor_size
+from .nodes import Problem, Program, accesses, children
 
 
 def statement_program(program: Program, position: int) -> Program:
@@ -49,6 +49,7 @@ def make_problem(program: Program, sizes: Mapping[str, object] | None = None) ->
                 f"`{extent.name}=N` in einkern.compile, or `dims {extent.name} = N` in the program",
             )
         bound.append((extent.name, _positive_int(extent.name, value)))
+    _check_depth(program)
     problem = Problem(program, tuple(bound))
     by_name = dict(bound)
     for tensor in program.tensors:
@@ -96,3 +97,18 @@ def _check_index_ranges(problem: Problem) -> None:
                         statement.span,
                         hint="give the two extents the same size, or use different indices",
                     )
+
+
+def _check_depth(program: Program) -> None:
+    """Programs built in Python (not parsed) obey the parsers' expression-depth limit
+    too: the compiler's passes walk expressions recursively."""
+    for number, statement in enumerate(program.statements):
+        stack = [(statement.rhs, 1)]
+        while stack:
+            node, depth = stack.pop()
+            if depth > MAX_IR_DEPTH:
+                raise SemanticError(
+                    f"statement {number} is more than {MAX_IR_DEPTH} levels deep once its "
+                    "sums are made explicit", statement.span,
+                    hint="split it into several statements")
+            stack.extend((child, depth + 1) for child in children(node))

@@ -32,6 +32,11 @@ MAX_NESTING = 64
 #: Deepest expression tree (terms of a flat sum or factors of a flat product
 #: count one level each) a statement may have.
 MAX_EXPRESSION_DEPTH = 200
+#: Deepest statement in the IR (checked by ``make_problem``, for parsed programs and
+#: programs built in Python alike).  The builder adds a level or two per summed
+#: term (the sum, the product with its invariant factors), so this is a little
+#: above :data:`MAX_EXPRESSION_DEPTH`; every pass handles this depth (tested).
+MAX_IR_DEPTH = 240
 #: Largest extent, element count and byte size: 64-bit signed offsets.
 MAX_ELEMENTS = 2**63 - 1
 #: Longest name accepted (C compilers and isl handle far more; this keeps

@@ -184,6 +184,35 @@ def mutate(seed: int) -> tuple[str, str]:
     return text, example.suffix
 
 
+LIBRARY = ROOT / "src" / "einkern" / "lib" / "elementary.ein"
+
+
+def mutate_library(seed: int) -> str:
+    """The built-in library of elementary functions, mutated (deterministic in ``seed``)."""
+    rng = random.Random(seed)
+    text = LIBRARY.read_text(encoding="utf-8")
+    for _ in range(rng.choice((1, 1, 2, 3))):
+        text = _mutate_once(text, rng)
+    return text
+
+
+def run_library(text: str) -> str | None:
+    """Parse a library and expand a mapped function over it: None on success, else
+    the EinkernError's message; :class:`Crash` on anything else."""
+    from einkern.errors import EinkernError
+    from einkern.lang import parse_library, parse_mapped
+
+    mapped = (ROOT / "examples" / "fousek_function1.mapped").read_text(encoding="utf-8")
+    try:
+        library = parse_library(text)
+        parse_mapped(mapped, "f.mapped", library=library, batch=4)
+    except EinkernError as error:
+        return error.message
+    except Exception as exc:  # noqa: BLE001 - the property under test
+        raise Crash(f"library: {type(exc).__name__}: {str(exc)[:300]}") from exc
+    return None
+
+
 # ---- grammar-based generator ------------------------------------------------------
 
 FUNCTIONS = {"sqrt": 1, "exp": 1, "log": 1, "abs": 1, "sin": 1, "cos": 1, "tanh": 1,

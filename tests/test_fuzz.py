@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fuzzing import Crash, mutate, program_text, run_case
+from fuzzing import Crash, mutate, mutate_library, program_text, run_case, run_library
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -43,6 +43,11 @@ def test_mutated_examples_give_only_einkern_errors(tmp_path):
     outcomes = [_run(*mutate(seed), tmp_path) for seed in range(1500)]
     accepted = sum(o.error is None for o in outcomes)
     assert 0 < accepted < len(outcomes)  # the mutations are neither all fatal nor all harmless
+
+
+def test_mutated_libraries_give_only_einkern_errors():
+    results = [run_library(mutate_library(seed)) for seed in range(300)]
+    assert None in results and any(r is not None for r in results)
 
 
 @settings(max_examples=400, deadline=None, database=None,

@@ -256,6 +256,20 @@ def test_einsum_subscript_errors_are_located(spec, where):
     assert "appears in no operand" not in str(caught.value)
 
 
+@settings(max_examples=500, deadline=None, database=None)
+@given(st.text(alphabet="ijkAZ,->. é\u0131", max_size=12), st.integers(0, 4))
+def test_einsum_subscripts_give_only_einkern_errors(spec, count):
+    from einkern.einsum import _parse_spec
+
+    try:
+        terms, out = _parse_spec(spec, count)
+    except EinkernError:
+        return
+    assert len(terms) == count
+    assert all(c in "".join(terms) for c in out) and len(set(out)) == len(out)
+    assert all(c.isascii() and c.isalpha() for c in "".join(terms) + out)
+
+
 def test_einsum_operand_count_is_limited():
     operands = [np.ones(2)] * (MAX_EXPRESSION_DEPTH + 1)
     with pytest.raises(ArgumentError, match="at most"):

@@ -6,22 +6,24 @@ A backend turns a :class:`~einkern.ir.nodes.Problem` into source text
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ..arrays import ArrayInfo
 from ..errors import BackendError
 from ..ir.nodes import Problem
+from .binding import Call
 
 
 @runtime_checkable
 class Executable(Protocol):
     """A compiled problem.  ``run`` executes every statement in order, reading and
-    writing the given arrays in place.  ``arrays`` holds one array per tensor of
-    the program (already validated by the caller: shape, dtype, layout), of the
-    kind the backend accepts (see :meth:`Backend.prepare`)."""
+    writing the call's arrays in place.  The :class:`~.binding.Call` holds one
+    array and its :class:`ArrayInfo` per tensor and one value per scalar, already
+    checked against the program by :class:`~.binding.Binder` (the one argument
+    check): executables do not check them again."""
 
-    def run(self, arrays: Mapping[str, Any], scalars: Mapping[str, float]) -> None: ...
+    def run(self, call: Call) -> None: ...
 
 
 @runtime_checkable
@@ -42,7 +44,10 @@ class Backend(Protocol):
 
     def describe(self, array: Any) -> ArrayInfo | None:
         """Shape/dtype/strides/device of an array this backend accepts, or None when
-        it does not accept that kind of object at all."""
+        it does not accept that kind of object at all.  (A backend that launches on
+        streams also defines ``resolve_stream(stream, arrays)``, the stream a call
+        launches on, and takes it as a second argument: ``describe(array, stream)``,
+        so that the array's producer is ordered before that stream.)"""
         ...
 
     def allocate(self, problem: Problem, tensor: str, like: Sequence[Any]) -> Any:

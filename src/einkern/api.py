@@ -125,8 +125,7 @@ class Kernel:
 
     def bind(self, *args: Any, **kwargs: Any) -> Call:
         """The checked arguments of a call (see :meth:`__call__`), without running it:
-        what :meth:`executable.run <einkern.backends.Executable.run>` and
-        ``executable.profile`` take."""
+        what ``executable.run_checked`` and ``executable.profile_checked`` take."""
         stream = None
         if "stream" in kwargs and "stream" not in self._binder.names:
             stream = kwargs.pop("stream")
@@ -141,7 +140,7 @@ class Kernel:
         results are copied back.  (In a program that names a tensor or scalar
         ``stream``, ``stream=`` is that argument.)"""
         call = self.bind(*args, **kwargs)
-        self.executable.run(call)
+        self.executable.run_checked(call)
         results = tuple(call.arrays[name] for name in self.outputs)
         return results[0] if len(results) == 1 else results
 

@@ -6,7 +6,7 @@ A backend turns a :class:`~einkern.ir.nodes.Problem` into source text
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ..arrays import ArrayInfo
@@ -17,13 +17,17 @@ from .binding import Call
 
 @runtime_checkable
 class Executable(Protocol):
-    """A compiled problem.  ``run`` executes every statement in order, reading and
-    writing the call's arrays in place.  The :class:`~.binding.Call` holds one
-    array and its :class:`ArrayInfo` per tensor and one value per scalar, already
-    checked against the program by :class:`~.binding.Binder` (the one argument
-    check): executables do not check them again."""
+    """A compiled problem.  ``run_checked`` executes every statement in order,
+    reading and writing the call's arrays in place.  The :class:`~.binding.Call`
+    holds one array and its :class:`ArrayInfo` per tensor and one value per
+    scalar, already checked against the program by :class:`~.binding.Binder` (the
+    one argument check): executables do not check them again.  ``run(arrays,
+    scalars)`` is the same after binding arrays and scalars by name through that
+    one check."""
 
-    def run(self, call: Call) -> None: ...
+    def run_checked(self, call: Call) -> None: ...
+
+    def run(self, arrays: Mapping[str, Any], scalars: Mapping[str, Any]) -> None: ...
 
 
 @runtime_checkable

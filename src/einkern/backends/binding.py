@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..arrays import ArrayInfo, contiguous_strides, strides_match
-from ..errors import ArgumentError, DtypeError, LayoutError
+from ..errors import ArgumentDtypeError, ArgumentError, ArgumentLayoutError
 from ..ir.nodes import Problem, Scalar
 from ..semantics import ITEMSIZE
 
@@ -238,7 +238,7 @@ class Binder:
                 hint="check the extents passed to einkern.compile",
             )
         if info.dtype != tensor.dtype:
-            raise DtypeError(
+            raise ArgumentDtypeError(
                 f"{name!r} has dtype {info.dtype}, expected {tensor.dtype}",
                 tensor.span,
                 hint=f"convert it, e.g. array.astype('{tensor.dtype}'), or change the declaration",
@@ -246,7 +246,7 @@ class Binder:
         if not strides_match(info, tensor.layout):
             other = "column" if tensor.layout == "row" else "row"
             fix = "np.ascontiguousarray(a)" if tensor.layout == "row" else "np.asfortranarray(a)"
-            raise LayoutError(
+            raise ArgumentLayoutError(
                 f"{name!r} is not a dense {tensor.layout}-major array: its strides are "
                 f"{info.strides} in elements, a dense one has {self._accepted[name][2]}",
                 tensor.span,

@@ -28,8 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backends.binding import bind_arguments
-from ..backends.cpu.backend import CpuBackend, CpuExecutable, load_library
+from ..backends.cpu.backend import CpuExecutable, load_library
 from ..backends.cpu.codegen import emit_c
 from ..backends.cpu.compiler import cache_directory, compile_library, library_path, toolchain
 from ..backends.cpu.schedule import (
@@ -240,7 +239,7 @@ class CpuTarget:
             if tensor.name not in arrays:
                 order = "C" if tensor.layout == "row" else "F"
                 arrays[tensor.name] = np.zeros(single.shape(tensor.name), tensor.dtype, order=order)
-        executable.run(bind_arguments(single, CpuBackend(), arrays, scalars))
+        executable.run(arrays, scalars)
         error = max((relative_error(arrays[name], expected[name]) for name in program.outputs),
                     default=0.0)
         pointers = (ctypes.c_void_p * len(program.tensors))(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +15,7 @@ import numpy as np
 from ...arrays import ArrayInfo, describe_numpy
 from ...errors import ArgumentError, CompilationError
 from ...ir.nodes import Problem
-from ..binding import Call, article, type_name
+from ..binding import Call, article, bind_arguments, type_name
 from .codegen import ENTRY_POINT, emit_c
 from .compiler import (
     Toolchain,
@@ -42,7 +42,12 @@ class CpuExecutable:
     library: Path
     function: Any = dataclasses.field(repr=False)
 
-    def run(self, call: Call) -> None:
+    def run(self, arrays: Mapping[str, Any], scalars: Mapping[str, Any]) -> None:
+        """Check ``arrays`` and ``scalars`` by name (the one check,
+        :class:`~einkern.backends.binding.Binder`) and run: see :meth:`run_checked`."""
+        self.run_checked(bind_arguments(self.problem, CpuBackend(), arrays, scalars))
+
+    def run_checked(self, call: Call) -> None:
         """Execute every statement in order, in place, on the call's arrays (host
         memory, checked by :class:`~einkern.backends.binding.Binder`)."""
         program = self.problem.program

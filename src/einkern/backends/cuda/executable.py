@@ -18,13 +18,13 @@ from __future__ import annotations
 import functools
 import os
 import statistics
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from ...errors import BackendError
 from ...ir.nodes import Problem
-from ..binding import Call
+from ..binding import Call, bind_arguments
 from . import driver
 from .nvrtc import CompiledModule, KernelResources, arch_for, compile_cubin
 
@@ -90,15 +90,31 @@ class CudaExecutable:
             self._kernels[ordinal] = kernels
         return kernels
 
-    def run(self, call: Call) -> None:
+    def run(self, arrays: Mapping[str, Any], scalars: Mapping[str, Any], *,
+            stream: Any = None) -> None:
+        """Check the arrays and scalars by name (the one check,
+        :class:`~einkern.backends.binding.Binder`) and run: see :meth:`run_checked`."""
+        self.run_checked(self._bind(arrays, scalars, stream))
+
+    def run_checked(self, call: Call) -> None:
         """Run every statement in order on the call's stream, in place."""
         self._execute(call, repeat=0)
 
-    def profile(self, call: Call, repeat: int = 10) -> list[float]:
+    def profile(self, arrays: Mapping[str, Any], scalars: Mapping[str, Any],
+                repeat: int = 10, *, stream: Any = None) -> list[float]:
+        """Check the arguments (as :meth:`run`) and :meth:`profile_checked` them."""
+        return self.profile_checked(self._bind(arrays, scalars, stream), repeat)
+
+    def profile_checked(self, call: Call, repeat: int = 10) -> list[float]:
         """Median milliseconds of each kernel over ``repeat`` launches (after one
         warm-up) on the call's stream.  Kernels of ``+=`` statements accumulate
         into their outputs."""
         return self._execute(call, repeat=max(1, repeat))
+
+    def _bind(self, arrays: Mapping[str, Any], scalars: Mapping[str, Any], stream: Any) -> Call:
+        from .. import get_backend
+
+        return bind_arguments(self.problem, get_backend("cuda"), arrays, scalars, stream)
 
     # -- implementation ------------------------------------------------------
 

@@ -143,9 +143,3 @@ class Kernel:
         self.executable.run_checked(call)
         results = tuple(call.arrays[name] for name in self.outputs)
         return results[0] if len(results) == 1 else results
-
-    def as_torch_op(self, name: str | None = None) -> Any:
-        """This kernel as a ``torch.library`` custom operator (see :func:`einkern.torch.op`)."""
-        from .torch import op
-
-        return op(self, name)

@@ -113,6 +113,7 @@ class Binder:
                      contiguous_strides(problem.shape(t.name), t.layout))
             for t in self.program.tensors
         }
+        self._nbytes = {t.name: problem.nbytes(t.name) for t in self.program.tensors}
 
     # -- entry points -------------------------------------------------------------
 
@@ -123,9 +124,13 @@ class Binder:
         return self.check(arrays, given_scalars, stream)
 
     def check(self, arrays: Mapping[str, Any], scalars: Mapping[str, Any],
-              stream: Any = None) -> Call:
+              stream: Any = None, *, ignore_unknown: bool = False) -> Call:
         """A :class:`Call` from arrays and scalars by name; outputs and untouched
-        tensors that are missing are allocated like the given arrays."""
+        tensors that are missing are allocated like the given arrays.  Names the
+        program does not have are refused, or dropped with ``ignore_unknown``."""
+        if ignore_unknown:
+            arrays = {n: a for n, a in arrays.items() if n in self._tensor_names}
+            scalars = {n: v for n, v in scalars.items() if n in self._scalar_names}
         for name in arrays:
             if name not in self._tensor_names:
                 raise ArgumentError(f"{self.program.name} has no tensor {name!r}")
@@ -258,40 +263,45 @@ class Binder:
         return info
 
     def _check_devices(self, infos: Mapping[str, ArrayInfo]) -> None:
-        gpus = set()
+        gpu = None
         for name, info in infos.items():
-            if info.device == "cpu":
+            device = info.device
+            if device == "cpu" or device == gpu:
                 continue
-            if not info.device.startswith("cuda:"):
+            if not device.startswith("cuda:"):
                 raise ArgumentError(
-                    f"{name!r} is on device {info.device}, neither a CUDA GPU nor the host",
+                    f"{name!r} is on device {device}, neither a CUDA GPU nor the host",
                     self.program.tensor(name).span,
                 )
-            gpus.add(info.device)
-        if len(gpus) > 1:
-            raise ArgumentError(f"arrays on several GPUs ({', '.join(sorted(gpus))})",
-                                hint="move them to one device")
+            if gpu is not None:
+                raise ArgumentError(f"arrays on several GPUs ({gpu}, {device})",
+                                    hint="move them to one device")
+            gpu = device
 
     def _check_overlap(self, infos: Mapping[str, ArrayInfo]) -> None:
         """Kernels assume a written tensor shares memory with no other (``restrict``)."""
-        spans = {name: _extent(info) for name, info in infos.items()}
-        names = list(infos)
-        for position, name in enumerate(names):
-            for other in names[position + 1:]:
-                if name not in self._written and other not in self._written:
+        spans = {name: self._span(name, info) for name, info in infos.items()}
+        for name in self._written:
+            if name not in infos:
+                continue
+            start, end = spans[name]
+            device = infos[name].device
+            for other, (other_start, other_end) in spans.items():
+                if other == name or infos[other].device != device:
                     continue
-                a, b = infos[name], infos[other]
-                if a.device != b.device:
-                    continue
-                (start_a, end_a), (start_b, end_b) = spans[name], spans[other]
-                if start_a < end_b and start_b < end_a:
-                    written = name if name in self._written else other
-                    how = "are the same memory" if (start_a, end_a) == (start_b, end_b) \
+                if start < other_end and other_start < end:
+                    how = "are the same memory" if (start, end) == (other_start, other_end) \
                         else "overlap in memory"
                     raise ArgumentError(
-                        f"{name!r} and {other!r} {how}, and {written!r} is written",
+                        f"{name!r} and {other!r} {how}, and {name!r} is written",
                         hint="pass a copy",
                     )
+
+    def _span(self, name: str, info: ArrayInfo) -> tuple[int, int]:
+        """First and one-past-last byte address of an array's elements."""
+        if info.strides == self._accepted[name][2]:
+            return info.pointer, info.pointer + self._nbytes[name]
+        return _extent(info)
 
 
 def _extent(info: ArrayInfo) -> tuple[int, int]:
@@ -305,6 +315,8 @@ def _extent(info: ArrayInfo) -> tuple[int, int]:
 
 
 def bind_arguments(problem: Problem, backend: Any, arrays: Mapping[str, Any],
-                   scalars: Mapping[str, Any], stream: Any = None) -> Call:
+                   scalars: Mapping[str, Any], stream: Any = None, *,
+                   ignore_unknown: bool = False) -> Call:
     """:meth:`Binder.check` once, for callers that hold arrays and scalars by name."""
-    return Binder(problem, backend).check(arrays, scalars, stream)
+    return Binder(problem, backend).check(arrays, scalars, stream,
+                                          ignore_unknown=ignore_unknown)

@@ -44,8 +44,10 @@ class CpuExecutable:
 
     def run(self, arrays: Mapping[str, Any], scalars: Mapping[str, Any]) -> None:
         """Check ``arrays`` and ``scalars`` by name (the one check,
-        :class:`~einkern.backends.binding.Binder`) and run: see :meth:`run_checked`."""
-        self.run_checked(bind_arguments(self.problem, CpuBackend(), arrays, scalars))
+        :class:`~einkern.backends.binding.Binder`; names the program does not have
+        are ignored) and run: see :meth:`run_checked`."""
+        self.run_checked(bind_arguments(self.problem, CpuBackend(), arrays, scalars,
+                                        ignore_unknown=True))
 
     def run_checked(self, call: Call) -> None:
         """Execute every statement in order, in place, on the call's arrays (host

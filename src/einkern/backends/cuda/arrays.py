@@ -10,6 +10,7 @@ host wait).  Outputs a caller does not pass are new arrays of the same library.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,14 +41,15 @@ def describe_torch_cuda(tensor: Any) -> ArrayInfo | None:
     where torch orders the work that produced it."""
     if not tensor.is_cuda or tensor.requires_grad:
         return None
-    import torch
-
     if not _TORCH_DTYPES:
+        import torch
+
         _TORCH_DTYPES.update({torch.float32: "float32", torch.float64: "float64"})
     index = tensor.get_device()
+    dtype = _TORCH_DTYPES.get(tensor.dtype)
     return ArrayInfo(
         shape=tuple(tensor.shape),
-        dtype=_TORCH_DTYPES.get(tensor.dtype, str(tensor.dtype).removeprefix("torch.")),
+        dtype=dtype if dtype is not None else str(tensor.dtype).removeprefix("torch."),
         strides=tuple(tensor.stride()),
         device=f"cuda:{index}",
         pointer=tensor.data_ptr(),
@@ -57,14 +59,19 @@ def describe_torch_cuda(tensor: Any) -> ArrayInfo | None:
     )
 
 
-def torch_current_stream(index: int) -> int:
-    """Handle of torch's current stream on GPU ``index``."""
+@functools.cache
+def _torch_stream_reader() -> Any:
     import torch
 
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     if raw is not None:
-        return int(raw(index))
-    return int(torch.cuda.current_stream(index).cuda_stream)
+        return raw
+    return lambda index: torch.cuda.current_stream(index).cuda_stream
+
+
+def torch_current_stream(index: int) -> int:
+    """Handle of torch's current stream on GPU ``index``."""
+    return int(_torch_stream_reader()(index))
 
 
 def describe_view(obj: Any, stream: int | None) -> ArrayInfo:
@@ -76,11 +83,13 @@ def describe_view(obj: Any, stream: int | None) -> ArrayInfo:
     consumer = -1 if stream is None else (_PROTOCOL_LEGACY if stream == LEGACY_STREAM else stream)
     try:
         view = StridedMemoryView.from_any_interface(obj, stream_ptr=consumer)
-    except (BufferError, TypeError, ValueError, NotImplementedError, RuntimeError) as error:
-        raise ArgumentError(
-            f"cannot read {article(type_name(obj))}: {error}",
-            hint="pass a plain dense array (for torch: tensor.detach())",
-        ) from None
+    except Exception as error:  # noqa: BLE001 - producers raise what they like
+        if consumer == _PROTOCOL_LEGACY:
+            raise _unreadable(obj, error) from None
+        try:  # producers that know no "-1" (JAX): order on the legacy default stream
+            view = StridedMemoryView.from_any_interface(obj, stream_ptr=_PROTOCOL_LEGACY)
+        except Exception:  # noqa: BLE001
+            raise _unreadable(obj, error) from None
     shape = tuple(int(n) for n in view.shape)
     strides = view.strides
     try:
@@ -96,8 +105,13 @@ def describe_view(obj: Any, stream: int | None) -> ArrayInfo:
         else "cpu",
         pointer=int(view.ptr),
         library=_library(obj),
-        readonly=bool(view.readonly),
+        readonly=bool(view.readonly) or _library(obj) in ("jax", "jaxlib"),  # JAX: immutable
     )
+
+
+def _unreadable(obj: Any, error: Exception) -> ArgumentError:
+    return ArgumentError(f"cannot read {article(type_name(obj))}: {error}",
+                         hint="pass a plain dense array (for torch: tensor.detach())")
 
 
 def describe(obj: Any, stream: int | None = None) -> ArrayInfo | None:

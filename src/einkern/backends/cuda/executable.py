@@ -60,7 +60,11 @@ class CudaExecutable:
         self.source = source
         self._compiled = {compiled.arch: compiled}
         self._kernels: dict[int, dict[str, Any]] = {}
-        self._used = tuple(dict.fromkeys(t for k in source.kernels for t in k.tensors))
+        self._plans: dict[int, tuple] = {}
+        self._written = frozenset(problem.program.outputs)
+        declared = {t.name for t in problem.program.tensors}  # (kernels also name temporaries)
+        self._used = tuple(dict.fromkeys(t for k in source.kernels for t in k.tensors
+                                         if t in declared))
 
     @property
     def resources(self) -> tuple[KernelResources, ...]:
@@ -93,7 +97,8 @@ class CudaExecutable:
     def run(self, arrays: Mapping[str, Any], scalars: Mapping[str, Any], *,
             stream: Any = None) -> None:
         """Check the arrays and scalars by name (the one check,
-        :class:`~einkern.backends.binding.Binder`) and run: see :meth:`run_checked`."""
+        :class:`~einkern.backends.binding.Binder`; names the program does not have
+        are ignored) and run: see :meth:`run_checked`."""
         self.run_checked(self._bind(arrays, scalars, stream))
 
     def run_checked(self, call: Call) -> None:
@@ -114,44 +119,55 @@ class CudaExecutable:
     def _bind(self, arrays: Mapping[str, Any], scalars: Mapping[str, Any], stream: Any) -> Call:
         from .. import get_backend
 
-        return bind_arguments(self.problem, get_backend("cuda"), arrays, scalars, stream)
+        return bind_arguments(self.problem, get_backend("cuda"), arrays, scalars, stream,
+                              ignore_unknown=True)
 
     # -- implementation ------------------------------------------------------
 
+    def _plan(self, ordinal: int) -> tuple[tuple[Any, Any, tuple[str, ...], tuple[str, ...]], ...]:
+        """Each kernel with its launch configuration, tensors and scalars, in order."""
+        plan = self._plans.get(ordinal)
+        if plan is None:
+            core = _core()
+            kernels = self.module(ordinal)
+            plan = tuple(
+                (kernels[spec.name],
+                 core.LaunchConfig(grid=spec.grid, block=spec.block,
+                                   shmem_size=spec.shared_bytes),
+                 tuple(spec.tensors), tuple(spec.scalars))
+                for spec in self.source.kernels)
+            self._plans[ordinal] = plan
+        return plan
+
     def _execute(self, call: Call, repeat: int) -> list[float]:
         core = _core()
-        infos = {name: call.infos[name] for name in self._used}
-        ordinal = _device_ordinal(infos.values())
+        infos = call.infos
+        used = [infos[name] for name in self._used]
+        ordinal = _device_ordinal(used)
         device = core.Device(ordinal)
-        device.set_current()
-        kernels = self.module(ordinal)
+        device.set_current()  # the legacy default stream is the current context's
+        plan = self._plan(ordinal)
         stream = as_stream(int(call.stream or 0))
-        for producer in {info.stream for info in infos.values()} - {None, call.stream}:
+        for producer in {info.stream for info in used} - {None, call.stream}:
             stream.wait(as_stream(producer))  # on the GPU: the host never waits
-        host = [name for name, info in infos.items() if info.device == "cpu"]
-        times: list[float] = []
+        pointers = {name: infos[name].pointer for name in self._used}
+        host = [name for name in self._used if infos[name].device == "cpu"]
+        if not host and not self.source.temporaries:
+            times = _launch(core, stream, plan, pointers, call.scalars, repeat)
+            if SYNCHRONIZE:
+                _synchronize(stream, self.problem.program.name)
+            return times
         with _buffers(device, stream) as allocate:
-            pointers = {name: info.pointer for name, info in infos.items()}
             for name in host:
-                pointers[name] = allocate(self.problem.nbytes(name))
-                driver.copy_to_device_async(pointers[name], infos[name].pointer,
-                                            self.problem.nbytes(name), stream.handle)
+                nbytes = self.problem.nbytes(name)
+                pointers[name] = allocate(nbytes)
+                driver.copy_to_device_async(pointers[name], infos[name].pointer, nbytes,
+                                            stream.handle)
             for name, nbytes in self.source.temporaries:
                 pointers[name] = allocate(nbytes)
-            scalars = call.scalars
-            for spec in self.source.kernels:
-                config = core.LaunchConfig(grid=spec.grid, block=spec.block,
-                                           shmem_size=spec.shared_bytes)
-                arguments = (*(pointers[t] for t in spec.tensors),
-                             *(float(scalars[s]) for s in spec.scalars))
-                kernel = kernels[spec.name]
-                if repeat:
-                    times.append(_time(core, stream, config, kernel, arguments, repeat))
-                else:
-                    core.launch(stream, config, kernel, *arguments)
-            written = set(self.problem.program.outputs)
+            times = _launch(core, stream, plan, pointers, call.scalars, repeat)
             for name in host:
-                if name in written:
+                if name in self._written:
                     driver.copy_to_host_async(infos[name].pointer, pointers[name],
                                               self.problem.nbytes(name), stream.handle)
             if host or SYNCHRONIZE:
@@ -159,6 +175,19 @@ class CudaExecutable:
                 # follow stream semantics (like torch and CuPy).
                 _synchronize(stream, self.problem.program.name)
         return times
+
+
+def _launch(core: Any, stream: Any, plan: tuple, pointers: dict[str, int],
+            scalars: Any, repeat: int) -> list[float]:
+    """Launch (or with ``repeat``, time) every kernel of ``plan`` in order on ``stream``."""
+    times = []
+    for kernel, config, tensors, names in plan:
+        arguments = (*(pointers[t] for t in tensors), *(float(scalars[s]) for s in names))
+        if repeat:
+            times.append(_time(core, stream, config, kernel, arguments, repeat))
+        else:
+            core.launch(stream, config, kernel, *arguments)
+    return times
 
 
 @contextmanager
@@ -205,7 +234,7 @@ def _device_ordinal(infos: Any) -> int:
 
 def _time(core: Any, stream: Any, config: Any, kernel: Any, arguments: tuple,
           repeat: int) -> float:
-    options = core.EventOptions(enable_timing=True)
+    options = core.EventOptions(timing_enabled=True)
     core.launch(stream, config, kernel, *arguments)  # warm-up
     samples = []
     for _ in range(repeat):

@@ -209,3 +209,42 @@ def test_profile_checked_on_the_call_stream(torch, gemm):
     a, b = operands(torch, 13)
     times = gemm.executable.profile_checked(gemm.bind(a, b), repeat=3)
     assert len(times) == len(gemm.executable.source.kernels) and all(t > 0 for t in times)
+
+
+class InterfaceOnly:
+    """Exposes only the ``__cuda_array_interface__`` of a torch tensor (torch's is
+    version 2, without a stream); ``stream``: restated as version 3 naming that
+    stream as the producer's."""
+
+    def __init__(self, tensor, stream=None):
+        self.tensor = tensor
+        interface = tensor.__cuda_array_interface__
+        if stream is not None:
+            interface = {**interface, "version": 3, "stream": stream.cuda_stream}
+        self.__cuda_array_interface__ = interface
+
+
+def test_cuda_array_interface_arrays_wait_for_their_producer_stream(torch, gemm):
+    """An array whose interface names a busy producer stream: the launch stream
+    (torch's default one here) waits for it on the GPU, not on the host."""
+    a, b = operands(torch, 14)
+    expected = a @ b
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(SLEEP_CYCLES)
+        produced = a * 1.0  # written on `side` after the sleep
+        wrapped = InterfaceOnly(produced, side)
+    info = gemm.backend.describe(wrapped)
+    assert info.shape == (256, 256) and info.strides == (256, 1) and info.dtype == "float64"
+    assert info.device == "cuda:0" and info.pointer == produced.data_ptr()
+    c = torch.full_like(a, float("nan"))
+    gemm(wrapped, b, C=c)
+    assert not side.query(), "the call waited on the host for the producer"
+    torch.cuda.synchronize()
+    assert_close(torch, c, expected)
+    column = InterfaceOnly(torch.zeros(4, 6, dtype=torch.float32, device="cuda").t())
+    assert column.__cuda_array_interface__["version"] == 2
+    info = gemm.backend.describe(column)
+    assert info.shape == (6, 4) and info.strides == (1, 6) and info.dtype == "float32"
+    assert info.library == "test_gpu_runtime"

@@ -81,6 +81,7 @@ def describe_view(obj: Any, stream: int | None) -> ArrayInfo:
     from cuda.core.utils import StridedMemoryView
 
     consumer = -1 if stream is None else (_PROTOCOL_LEGACY if stream == LEGACY_STREAM else stream)
+    obj = _as_version_3(obj)
     try:
         view = StridedMemoryView.from_any_interface(obj, stream_ptr=consumer)
     except Exception as error:  # noqa: BLE001 - producers raise what they like
@@ -104,9 +105,28 @@ def describe_view(obj: Any, stream: int | None) -> ArrayInfo:
         device=f"cuda:{view.device_id}" if view.device_id >= 0 and view.is_device_accessible
         else "cpu",
         pointer=int(view.ptr),
-        library=_library(obj),
+        library=_library(getattr(obj, "obj", obj) if isinstance(obj, _Version3) else obj),
         readonly=bool(view.readonly) or _library(obj) in ("jax", "jaxlib"),  # JAX: immutable
     )
+
+
+class _Version3:
+    """A ``__cuda_array_interface__`` of version 2 (torch's, older Numba's) restated
+    as version 3 without a stream, which means the same: nothing to wait for.
+    ``cuda.core`` reads version 3 only.  (The caller keeps the array alive.)"""
+
+    def __init__(self, obj: Any, interface: dict):
+        self.obj = obj
+        self.__cuda_array_interface__ = {**interface, "version": 3}
+
+
+def _as_version_3(obj: Any) -> Any:
+    if hasattr(obj, "__dlpack__"):
+        return obj  # DLPack is read first
+    interface = getattr(obj, "__cuda_array_interface__", None)
+    if isinstance(interface, dict) and interface.get("version", 3) < 3:
+        return _Version3(obj, interface)
+    return obj
 
 
 def _unreadable(obj: Any, error: Exception) -> ArgumentError:

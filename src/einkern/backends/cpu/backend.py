@@ -8,7 +8,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -166,5 +166,5 @@ class CpuBackend:
     def allocate(self, problem: Problem, tensor: str, like: Sequence[Any]) -> np.ndarray:
         """Uninitialised NumPy array for ``tensor`` in its declared layout."""
         declared = problem.program.tensor(tensor)
-        order = "C" if declared.layout == "row" else "F"
+        order: Literal["C", "F"] = "C" if declared.layout == "row" else "F"
         return np.empty(problem.shape(tensor), dtype=declared.dtype, order=order)

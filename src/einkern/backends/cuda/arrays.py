@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -199,7 +199,7 @@ def allocate(problem: Problem, tensor: str, like: Sequence[Any]) -> Any:
     array, else NumPy."""
     declared = problem.program.tensor(tensor)
     shape = problem.shape(tensor)
-    order = "F" if declared.layout == "column" else "C"
+    order: Literal["C", "F"] = "F" if declared.layout == "column" else "C"
     for array in like:
         if _library(array) == "torch" and getattr(array, "is_cuda", False):
             import torch

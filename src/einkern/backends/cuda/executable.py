@@ -147,9 +147,10 @@ class CudaExecutable:
         device = core.Device(ordinal)
         device.set_current()  # the legacy default stream is the current context's
         plan = self._plan(ordinal)
-        stream = as_stream(int(call.stream or 0))
-        for producer in {info.stream for info in used} - {None, call.stream}:
-            stream.wait(as_stream(producer))  # on the GPU: the host never waits
+        stream = as_stream(int(call.stream) if call.stream is not None else 0)
+        for producer in {info.stream for info in used if info.stream is not None}:
+            if producer != call.stream:
+                stream.wait(as_stream(producer))  # on the GPU: the host never waits
         pointers = {name: infos[name].pointer for name in self._used}
         host = [name for name in self._used if infos[name].device == "cpu"]
         if not host and not self.source.temporaries:
@@ -183,10 +184,16 @@ def _launch(core: Any, stream: Any, plan: tuple, pointers: dict[str, int],
     times = []
     for kernel, config, tensors, names in plan:
         arguments = (*(pointers[t] for t in tensors), *(float(scalars[s]) for s in names))
-        if repeat:
-            times.append(_time(core, stream, config, kernel, arguments, repeat))
-        else:
-            core.launch(stream, config, kernel, *arguments)
+        try:
+            if repeat:
+                times.append(_time(core, stream, config, kernel, arguments, repeat))
+            else:
+                core.launch(stream, config, kernel, *arguments)
+        except Exception as error:  # noqa: BLE001 - cuda.core's CUDAError, reported typed
+            raise BackendError(
+                f"launching a kernel on stream {int(stream.handle):#x} failed: {error}",
+                hint="is the stream on the arrays' GPU, and is its context alive?",
+            ) from error
     return times
 
 

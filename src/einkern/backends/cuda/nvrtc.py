@@ -147,7 +147,8 @@ def parse_resources(log: str) -> tuple[KernelResources, ...]:
         elif match := _PROPERTIES.search(line):
             target = match.group(1)
         elif (match := _STACK.search(line)) and target is not None:
-            stacks[target] = tuple(int(g) for g in match.groups())
+            frame, stores, loads = (int(g) for g in match.groups())
+            stacks[target] = (frame, stores, loads)
         elif (match := _USED.search(line)) and entry is not None:
             found = entries[entry]
             found["registers"] = int(match.group(1))

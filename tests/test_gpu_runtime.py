@@ -132,6 +132,20 @@ def test_inside_torch_compile_on_cuda_tensors(torch, gemm, compiler):
     assert_close(torch, compiled(a2, b2), (a2 * 2) @ b2 + 1)
 
 
+def test_inside_torch_compile_with_cuda_graphs(torch, gemm):
+    """``mode="reduce-overhead"``: inductor records the compiled function, einkern's
+    launch included, into a CUDA graph and replays it on later calls."""
+    import einkern.torch as ek_torch
+
+    op = ek_torch.op(gemm)
+    compiled = torch.compile(lambda x, y: op(x * 2, y) + 1, mode="reduce-overhead",
+                             fullgraph=True)
+    for seed in (15, 16, 17, 18):  # warm-up, recording, then replays
+        a, b = operands(torch, seed)
+        result = compiled(a, b).clone()  # a replay reuses the graph's output memory
+        assert_close(torch, result, (a * 2) @ b + 1)
+
+
 def _capture(torch, call, warmups: int = 2):
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())

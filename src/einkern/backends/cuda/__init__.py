@@ -48,7 +48,8 @@ class CudaBackend:
     # -- availability ---------------------------------------------------------
 
     def available(self) -> bool:
-        """True when cuda-bindings, NVRTC, a driver and at least one GPU are usable."""
+        """True when cuda-bindings, cuda-core, NVRTC, a driver and at least one GPU
+        are usable."""
         if self._available is None:
             self._available, self._why_unavailable = _probe()
         return self._available
@@ -143,6 +144,10 @@ def _probe() -> tuple[bool, str | None]:
         import cuda.bindings.nvrtc  # noqa: F401
     except ImportError:
         return False, "cuda-bindings is not installed"
+    try:
+        import cuda.core  # noqa: F401 - compiles and launches
+    except ImportError:
+        return False, "cuda-core is not installed"
     try:
         from . import driver
         from .nvrtc import nvrtc_version

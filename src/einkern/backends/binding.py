@@ -61,6 +61,12 @@ def _describe_number(value: Any) -> str:
 def scalar_value(scalar: Scalar, value: Any) -> float:
     """``value`` as the float a kernel receives for ``scalar``: a real number (Python
     int or float, a NumPy number, or a 0-d array) that fits the scalar's dtype."""
+    kind = type(value)
+    if kind is float or kind is int:  # the common case, checked cheaply
+        number = float(value) if kind is float or -2**53 <= value <= 2**53 else None
+        if number is not None and (scalar.dtype == "float64" or not math.isfinite(number)
+                                   or abs(number) <= _LARGEST["float32"]):
+            return number
     accepted = "a real number (int, float or a NumPy number)"
     if isinstance(value, str | bytes | bool | np.bool_) or not (
         isinstance(value, numbers.Real) or hasattr(value, "__float__")

@@ -234,6 +234,14 @@ def is_capturing(stream: Any) -> bool:
     return status != cuda.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 
 
+def keep_pool_memory(pool: Any) -> None:
+    """Let the memory pool ``pool`` keep its freed memory (no release threshold)."""
+    cuda = _cuda()
+    attribute = cuda.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
+    check(cuda.cuMemPoolSetAttribute(pool, attribute, cuda.cuuint64_t(2**64 - 1)),
+          "cuMemPoolSetAttribute(RELEASE_THRESHOLD)")
+
+
 def allow_dynamic_shared(kernel: Any, nbytes: int, ordinal: int, name: str = "kernel") -> None:
     """Opt a kernel (a ``CUkernel`` of a library, or a ``CUfunction``) in to
     ``nbytes`` of dynamic shared memory on device ``ordinal`` (needed above 48 KiB)."""

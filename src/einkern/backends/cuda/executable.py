@@ -9,8 +9,8 @@ launches can be captured into a CUDA graph.  Device arrays are used in place;
 host (NumPy) arrays are copied to the device on the stream, and the ones the
 program writes are copied back before the call returns.  Temporaries (the padded
 copies of the ``pad`` boundary policy) are allocated stream-ordered for each
-call (from the graph's memory during a capture), so concurrent calls on
-different streams never share them.
+call from einkern's memory pool (from the graph's memory during a capture), so
+concurrent calls on different streams never share them.
 """
 
 from __future__ import annotations
@@ -210,8 +210,7 @@ def _buffers(device: Any, stream: Any) -> Iterator[Any]:
         nonlocal resource
         if resource is None:
             capturing = driver.is_capturing(stream.handle)
-            resource = core.GraphMemoryResource(device) if capturing \
-                else device.memory_resource
+            resource = core.GraphMemoryResource(device) if capturing else _pool(device)
         buffer = resource.allocate(max(1, nbytes), stream=stream)
         taken.append(buffer)
         return int(buffer.handle)
@@ -221,6 +220,23 @@ def _buffers(device: Any, stream: Any) -> Iterator[Any]:
     finally:
         for buffer in taken:
             buffer.close(stream)
+
+
+_POOLS: dict[int, Any] = {}
+
+
+def _pool(device: Any) -> Any:
+    """einkern's stream-ordered memory pool on ``device``, created once.  It keeps
+    freed memory for the next call instead of returning it to the driver at every
+    synchronisation (a pool's default), which would make each call map fresh memory:
+    it holds at most the most temporaries and staging memory one call has used."""
+    pool = _POOLS.get(device.device_id)
+    if pool is None:
+        core = _core()
+        pool = core.DeviceMemoryResource(device, core.DeviceMemoryResourceOptions())
+        driver.keep_pool_memory(pool.handle)
+        _POOLS[device.device_id] = pool
+    return pool
 
 
 def _synchronize(stream: Any, program: str) -> None:

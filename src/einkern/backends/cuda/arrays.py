@@ -215,3 +215,16 @@ def allocate(problem: Problem, tensor: str, like: Sequence[Any]) -> Any:
             with cupy.cuda.Device(array.device.id):
                 return cupy.empty(shape, dtype=declared.dtype, order=order)
     return np.empty(shape, dtype=declared.dtype, order=order)
+
+
+class Reader:
+    """What the argument check needs of the CUDA backend (its name, how it reads,
+    allocates and picks a stream), for callers that hold no backend object."""
+
+    name = "cuda"
+    describe = staticmethod(describe)
+    allocate = staticmethod(allocate)
+    resolve_stream = staticmethod(resolve_stream)
+
+
+READER = Reader()

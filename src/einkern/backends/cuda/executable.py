@@ -26,6 +26,7 @@ from ...errors import BackendError
 from ...ir.nodes import Problem
 from ..binding import Call, bind_arguments
 from . import driver
+from .arrays import READER
 from .nvrtc import CompiledModule, KernelResources, arch_for, compile_cubin
 
 if TYPE_CHECKING:
@@ -117,9 +118,7 @@ class CudaExecutable:
         return self._execute(call, repeat=max(1, repeat))
 
     def _bind(self, arrays: Mapping[str, Any], scalars: Mapping[str, Any], stream: Any) -> Call:
-        from .. import get_backend
-
-        return bind_arguments(self.problem, get_backend("cuda"), arrays, scalars, stream,
+        return bind_arguments(self.problem, READER, arrays, scalars, stream,
                               ignore_unknown=True)
 
     # -- implementation ------------------------------------------------------

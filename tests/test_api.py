@@ -222,3 +222,9 @@ def test_torch_cpu_tensors_are_host_arrays_on_the_cpu_backend():
     torch.testing.assert_close(C, A @ B, rtol=1e-12, atol=0)
     with pytest.raises(ArgumentError, match="detach"):
         kernel(A.requires_grad_(), B, C, beta=0.0)
+
+
+def test_a_tensor_named_stream_is_an_argument_not_a_stream():
+    kernel = einkern.compile("dims n = 2\ntensor stream[n], y[n]\ny[i] = 2 * stream[i]",
+                             backend="cpu")
+    np.testing.assert_array_equal(kernel(stream=np.ones(2)), [2.0, 2.0])

@@ -17,7 +17,7 @@ from einkern.backends.cpu.schedule import check_schedule, schedule_violation
 from einkern.cli import TOLERANCE, random_arrays, random_scalars, relative_error
 from einkern.reference import evaluate
 from einkern.tuning.cpu_target import CpuTarget, loop_schedule, schedule_from_configs
-from einkern.tuning.space import space_for
+from einkern.tuning.search import space_for
 
 pytestmark = pytest.mark.skipif(not CpuBackend().available(), reason="no C compiler")
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import einkern
 from einkern.ir.nodes import Problem
-from einkern.tuning.space import canonical
+from einkern.tuning.search import canonical
 from einkern.tuning.target import Config, Parameter, Timing
 
 Point = tuple[int, int, int]

@@ -12,7 +12,7 @@ from test_tuning_fakes import Synthetic, fake_problem, point
 from einkern.errors import UsageError
 from einkern.tuning.evaluate import Budget, Evaluator, MemoryStore, Outcome, Session
 from einkern.tuning.ranking import pick_best, relative_spread, ties
-from einkern.tuning.space import SearchSpace, canonical, space_for
+from einkern.tuning.search import SearchSpace, canonical, space_for
 from einkern.tuning.strategies import get_strategy, strategy_names
 from einkern.tuning.target import Parameter, Timing
 from einkern.tuning.tuner import TuneOptions, tune_statement
@@ -224,7 +224,7 @@ def test_default_outside_the_candidate_values_is_still_evaluated():
 
 
 def test_large_spaces_are_never_counted():
-    from einkern.tuning.space import ENUMERATION_LIMIT
+    from einkern.tuning.search import ENUMERATION_LIMIT
 
     values = tuple(range(40))
     space = SearchSpace(tuple(Parameter(n, values) for n in "pqrs"),

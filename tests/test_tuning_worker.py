@@ -6,7 +6,7 @@ from __future__ import annotations
 from test_tuning_fakes import Synthetic, fake_problem, point
 
 from einkern.tuning.evaluate import Budget, Evaluator, MemoryStore
-from einkern.tuning.space import canonical
+from einkern.tuning.search import canonical
 from einkern.tuning.tuner import TuneOptions, tune_statement
 from einkern.tuning.worker import Job, ProcessMeasurer
 

@@ -26,7 +26,7 @@ from ..ir.nodes import Problem
 from .canonical import ProblemIdentity
 from .db import TuningDB, TuningRecord
 from .ranking import pick_best
-from .space import SearchSpace, canonical
+from .search import SearchSpace, canonical
 from .target import Config, Timing, TuningTarget, VariantError
 from .worker import InProcessMeasurer, Job, Measured, Measurer, ProcessMeasurer
 

@@ -28,7 +28,7 @@ from ..ir.nodes import Problem
 from .canonical import identify, size_distance
 from .db import TuningDB, TuningRecord, default_path
 from .ranking import pick_best
-from .space import space_for
+from .search import space_for
 from .strategies import MODEL_CANDIDATES
 from .target import Config, TuningTarget
 from .tuner import TuneOptions, tune_problem

@@ -21,7 +21,7 @@ from ..errors import UsageError
 from ..ir.nodes import Problem
 from .canonical import ProblemIdentity, make_identity, same_problem
 from .db import TuningDB, TuningRecord
-from .space import canonical
+from .search import canonical
 from .target import Config, Parameter, Timing, TuningTarget, VariantError
 
 

@@ -27,7 +27,7 @@ from typing import Protocol, runtime_checkable
 
 from ..errors import UsageError
 from .evaluate import Outcome, Session
-from .space import SearchSpace, canonical
+from .search import SearchSpace, canonical
 from .target import Config
 
 #: Variants ranked by the model strategy (a seeded sample in larger spaces).

@@ -31,7 +31,7 @@ from .evaluate import (
     Session,
     Store,
 )
-from .space import SearchSpace, canonical, space_for
+from .search import SearchSpace, canonical, space_for
 from .strategies import SearchContext, get_strategy
 from .target import TuningTarget
 

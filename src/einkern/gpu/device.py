@@ -23,6 +23,10 @@ class DeviceLimits:
     shared_per_sm: int
     l2_bytes: int
     warp_size: int = 32
+    max_blocks_per_sm: int = 32  # resident blocks per SM (sm_80 and later)
+    #: Outputs one thread may accumulate in registers (einkern's cap: each output
+    #: holds one accumulator register, and a thread has at most 255).
+    max_register_tile: int = 256
     # Throughputs for the analytic model (measured figures replace them in benchmarks).
     dram_bandwidth: float = 3.0e12  # bytes/s, read + write
     fp32_flops: float = 60e12  # FMA counted as two flops, no tensor cores

@@ -37,6 +37,7 @@ from ..ir.nodes import (
 )
 from . import exprs as E
 from . import kir
+from .device import H100, DeviceLimits
 from .mapping import BOUNDARY_POLICIES, Mapping, MappingError
 from .normalize import Group, Placeholder, reduction_of
 
@@ -378,8 +379,11 @@ def lower(problem: Problem, position: int, mapping: Mapping, name: str | None = 
 
 
 def check_mapping(problem: Problem, position: int, mapping: Mapping,
-                  max_shared_bytes: int = 48 * 1024, max_threads: int = 1024) -> list[str]:
-    """Every reason why ``mapping`` cannot be lowered for this statement (empty: fine)."""
+                  max_shared_bytes: int | None = None,
+                  limits: DeviceLimits = H100) -> list[str]:
+    """Every reason why ``mapping`` cannot be lowered for this statement on a device
+    with ``limits`` (empty: fine).  ``max_shared_bytes`` is the shared memory a block
+    may use (default: ``limits.shared_per_block``, the amount without opt-in)."""
     from .staging import check_staging
 
     statement = problem.program.statements[position]
@@ -400,10 +404,12 @@ def check_mapping(problem: Problem, position: int, mapping: Mapping,
         elif tile.chunk < 1 or (tile.cyclic and tile.per_thread % tile.chunk):
             problems.append(f"{tile.index}: runs of {tile.chunk} do not divide the "
                             f"{tile.per_thread} elements per thread")
-    if not 1 <= mapping.threads <= max_threads:
-        problems.append(f"{mapping.threads} threads per block (limit {max_threads})")
-    if mapping.register_tile > 256:
-        problems.append(f"register tile of {mapping.register_tile} outputs per thread (max 256)")
+    if not 1 <= mapping.threads <= limits.max_threads_per_block:
+        problems.append(f"{mapping.threads} threads per block "
+                        f"(limit {limits.max_threads_per_block})")
+    if mapping.register_tile > limits.max_register_tile:
+        problems.append(f"register tile of {mapping.register_tile} outputs per thread "
+                        f"(max {limits.max_register_tile})")
     for index in mapping.grid_order:
         if index not in parallel:
             problems.append(f"grid order names {index!r}, not an output index")
@@ -421,11 +427,12 @@ def check_mapping(problem: Problem, position: int, mapping: Mapping,
                         f"(use {', '.join(BOUNDARY_POLICIES)})")
     if mapping.unroll < 1:
         problems.append("unroll must be at least 1")
-    if not 0 <= mapping.min_blocks <= 32:
-        problems.append(f"min_blocks {mapping.min_blocks} (0 to 32 blocks per SM)")
-    elif mapping.min_blocks * mapping.threads > 2048:
+    if not 0 <= mapping.min_blocks <= limits.max_blocks_per_sm:
+        problems.append(f"min_blocks {mapping.min_blocks} "
+                        f"(0 to {limits.max_blocks_per_sm} blocks per SM)")
+    elif mapping.min_blocks * mapping.threads > limits.max_threads_per_sm:
         problems.append(f"{mapping.min_blocks} blocks of {mapping.threads} threads exceed "
-                        "2048 threads per SM")
+                        f"{limits.max_threads_per_sm} threads per SM")
     if mapping.boundary == "exact":
         for tile in mapping.parallel:
             if tile.index in parallel and problem.index_size(statement, tile.index) % tile.tile:
@@ -436,6 +443,8 @@ def check_mapping(problem: Problem, position: int, mapping: Mapping,
     )
     if blocks > 2**31 - 1:
         problems.append(f"{blocks} blocks exceed the grid limit")
+    if max_shared_bytes is None:
+        max_shared_bytes = limits.shared_per_block
     problems.extend(check_staging(problem, position, mapping, max_shared_bytes))
     if mapping.boundary == "pad":
         from .padding import padding_problems

@@ -393,8 +393,7 @@ def violation(problem: Problem, position: int, config: Config,
         # re-read there: "the whole extent" would then name the padded one)
         problem, position = padded_problem(problem, position, mapping), 0
         mapping = replace(mapping, boundary="exact")
-    problems = check_mapping(problem, position, mapping, limits.shared_per_block_optin,
-                             limits.max_threads_per_block)
+    problems = check_mapping(problem, position, mapping, limits.shared_per_block_optin, limits)
     return problems[0] if problems else None
 
 

@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from test_tuning_fakes import Synthetic, fake_problem, point
+from test_tuning_fakes import C, Synthetic, fake_problem, point
 
 from einkern.errors import EinkernError, UsageError
 from einkern.tuning.canonical import identify, size_distance, statement_problem
@@ -196,35 +196,34 @@ def test_cached_policy_exact_then_nearest_then_default(tmp_path):
         fill(db, 64, {"a": 1, "b": 1, "c": 1})
         fill(db, 4000, {"a": 4, "b": 4, "c": 2})
     assert choose_config(target, fake_problem(64), 0, "cached", path) == (
-        {"a": 1, "b": 1, "c": 1}, "exact record")
+        C(a=1, b=1, c=1), "exact record")
     config, source = choose_config(target, fake_problem(3000), 0, True, path)
-    assert config == {"a": 4, "b": 4, "c": 2}
+    assert config == C(a=4, b=4, c=2)
     assert source == "nearest record i=4000, j=4000, k=4000"
-    assert choose_config(target, fake_problem(100), 0, "cached", path)[0] == {
-        "a": 1, "b": 1, "c": 1}
+    assert choose_config(target, fake_problem(100), 0, "cached", path)[0] == C(a=1, b=1, c=1)
     # a recorded configuration invalid for the problem at hand is skipped: (4, 4, 2)
     # breaks a + b + c <= 9, so the next nearest size is used, then the default
     strict = Synthetic(limit=9)
     assert choose_config(strict, fake_problem(3000), 0, "cached", path) == (
-        {"a": 1, "b": 1, "c": 1}, "nearest record i=64, j=64, k=64")
+        C(a=1, b=1, c=1), "nearest record i=64, j=64, k=64")
     stricter = Synthetic(limit=2)
     assert choose_config(stricter, fake_problem(3000), 0, "cached", path) == (
-        {"a": 0, "b": 0, "c": 0}, "default mapping")
+        C(a=0, b=0, c=0), "default mapping")
     assert choose_config(target, fake_problem(64), 0, False, path) == (
-        {"a": 0, "b": 0, "c": 0}, "default mapping")
+        C(a=0, b=0, c=0), "default mapping")
 
 
 def test_cached_policy_without_database_uses_the_default(tmp_path):
     missing = tmp_path / "none.sqlite"
     assert choose_config(Synthetic(), fake_problem(), 0, "cached", missing) == (
-        {"a": 0, "b": 0, "c": 0}, "default mapping")
+        C(a=0, b=0, c=0), "default mapping")
     assert not missing.exists()
 
 
 def test_model_and_full_policies(tmp_path):
     target = Synthetic()
     problem = fake_problem()
-    assert choose_config(target, problem, 0, "model") == ({"a": 4, "b": 1, "c": 3}, "model")
+    assert choose_config(target, problem, 0, "model") == (C(a=4, b=1, c=3), "model")
     options = TuneOptions(strategy="exhaustive", budget=Budget(evaluations=400), isolate=False)
     path = tmp_path / "t.sqlite"
     [(config, source)] = choose_configs(target, problem, "full", path, options=options)
@@ -274,9 +273,9 @@ def test_simulated_target_replays_a_recorded_search(tmp_path):
     simulated = SimulatedTarget(recorded.records)  # no base target: space from the records
     assert [(p.name, p.values) for p in simulated.parameters(problem, 0)] == [
         (name, tuple(range(6))) for name in "abc"]
-    assert simulated.default_config(problem, 0) == {"a": 0, "b": 0, "c": 0}
+    assert simulated.default_config(problem, 0) == C(a=0, b=0, c=0)
     with pytest.raises(VariantError) as raised:
-        simulated.measure(problem, 0, {"a": 5, "b": 5, "c": 5}, None, 10, 0)
+        simulated.measure(problem, 0, C(a=5, b=5, c=5), None, 10, 0)
     assert raised.value.failure == "invalid"  # never recorded
     options = TuneOptions(strategy="annealing", budget=Budget(evaluations=90), isolate=False)
     with Evaluator(simulated, isolate=False) as evaluator:

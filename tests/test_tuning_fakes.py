@@ -14,12 +14,12 @@ import ctypes
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import einkern
 from einkern.ir.nodes import Problem
 from einkern.tuning.search import canonical
-from einkern.tuning.target import Config, Parameter, Timing
+from einkern.tuning.target import Config, ConfigType, Parameter, ParameterConfig, Timing
 
 Point = tuple[int, int, int]
 
@@ -33,6 +33,11 @@ C[i,j] = A[i,k] * B[k,j]
 
 def fake_problem(n: int = 64) -> Problem:
     return einkern.make_problem(einkern.load(PROGRAM), {"n": n})
+
+
+def C(**values: Any) -> ParameterConfig:  # noqa: N802 - reads like a constructor
+    """A configuration of named values."""
+    return ParameterConfig.from_values(values)
 
 
 def point(config: Config) -> Point:
@@ -53,6 +58,7 @@ class Synthetic:
     raises: tuple[Point, ...] = ()
     spread: float = 0.0  # relative jitter added to the timed runs (deterministic)
     backend: str = "synthetic"
+    config_type: ClassVar[ConfigType] = ParameterConfig
 
     def device_key(self) -> dict[str, str]:
         return {"name": "synthetic device", "version": "1"}
@@ -67,7 +73,7 @@ class Synthetic:
         return None
 
     def default_config(self, problem: Problem, position: int) -> Config:
-        return {"a": 0, "b": 0, "c": 0}
+        return ParameterConfig.from_values({"a": 0, "b": 0, "c": 0})
 
     def compile(self, problem: Problem, position: int, config: Config) -> Any:
         if self.violation(problem, position, config) is not None:

@@ -7,7 +7,7 @@ import random
 from dataclasses import dataclass
 
 import pytest
-from test_tuning_fakes import Synthetic, fake_problem, point
+from test_tuning_fakes import C, Synthetic, fake_problem, point
 
 from einkern.errors import UsageError
 from einkern.tuning.evaluate import Budget, Evaluator, MemoryStore, Outcome, Session
@@ -50,12 +50,12 @@ def test_sample_and_neighbours_stay_valid():
         assert config in space
         for neighbour in space.neighbours(config):
             assert neighbour in space
-            moved = [k for k in config if config[k] != neighbour[k]]
+            moved = [k for k in config.values() if config[k] != neighbour[k]]
             assert len(moved) == 1
     # at the constraint's edge the neighbour upwards is skipped, not invalid
     edge = {"a": 2, "b": 2, "c": 2}
-    assert {canonical(n) for n in space.neighbours(edge)} == {
-        canonical({**edge, name: 1}) for name in "abc"
+    assert {canonical(n) for n in space.neighbours(C(**edge))} == {
+        canonical(C(**{**edge, name: 1})) for name in "abc"
     }
 
 
@@ -64,12 +64,13 @@ def test_neighbours_skip_holes_to_the_nearest_valid_value():
         (Parameter("x", (0, 1, 2, 3)), Parameter("y", ("p", "q"))),
         lambda config: "hole" if config["x"] == 1 else None,
     )
-    assert space.neighbours({"x": 0, "y": "p"}) == [{"x": 2, "y": "p"}, {"x": 0, "y": "q"}]
-    assert space.violation({"x": 9, "y": "p"}) is not None
-    assert space.runnable({"x": 9, "y": "p"}) is None  # not a candidate, but runnable
-    assert space.runnable({"x": 1, "y": "p"}) == "hole"
-    assert space.violation({"x": 0}) is not None and space.runnable({"x": 0}) is not None
-    assert {"x": 3, "y": "q"} in space and {"x": 1, "y": "q"} not in space
+    assert space.neighbours(C(x=0, y="p")) == [C(x=2, y="p"), C(x=0, y="q")]
+    assert space.violation(C(x=9, y="p")) is not None
+    assert space.runnable(C(x=9, y="p")) is None  # not a candidate, but runnable
+    assert space.runnable(C(x=1, y="p")) == "hole"
+    assert space.violation(C(x=0)) is not None and space.runnable(C(x=0)) is not None
+    assert C(x=3, y="q") in space and C(x=1, y="q") not in space
+    assert {"x": 3, "y": "q"} not in space  # a plain dict is no configuration
 
 
 def test_empty_space_sampling_fails_clearly():
@@ -208,7 +209,7 @@ def test_session_refuses_invalid_configs_without_compiling():
     space = space_for(target, problem, 0)
     with Evaluator(target, isolate=False) as evaluator:
         session = Session(evaluator, problem, 0, space, MemoryStore(), Budget())
-        outcomes = session.evaluate([{"a": 3, "b": 3, "c": 3}, {"a": 1, "b": 1, "c": 1}])
+        outcomes = session.evaluate([C(a=3, b=3, c=3), C(a=1, b=1, c=1)])
     assert [o.status for o in outcomes] == ["invalid", "ok"]
 
 
@@ -216,10 +217,10 @@ def test_default_outside_the_candidate_values_is_still_evaluated():
     @dataclass(frozen=True)
     class OddDefault(Synthetic):
         def default_config(self, problem, position):
-            return {"a": 7, "b": 0, "c": 0}  # a = 7 is no candidate value, but runnable
+            return C(a=7, b=0, c=0)  # a = 7 is no candidate value, but runnable
 
     result = run(OddDefault(limit=20), "annealing", Budget(evaluations=30))
-    assert result.default.ok and result.default.config == {"a": 7, "b": 0, "c": 0}
+    assert result.default.ok and result.default.config == C(a=7, b=0, c=0)
     assert not result.failures
 
 
@@ -243,7 +244,7 @@ def test_large_spaces_are_never_counted():
             return space.check(config)
 
         def default_config(self, problem, position):
-            return {"p": 0, "q": 0, "r": 0, "s": 0}
+            return C(p=0, q=0, r=0, s=0)
 
         def cost(self, config):
             return 1e-3 * (1 + abs(config["r"] - 20) + abs(config["s"] - 5))

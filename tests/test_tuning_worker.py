@@ -3,7 +3,7 @@ run goes on with a fresh worker."""
 
 from __future__ import annotations
 
-from test_tuning_fakes import Synthetic, fake_problem, point
+from test_tuning_fakes import C, Synthetic, fake_problem, point
 
 from einkern.tuning.evaluate import Budget, Evaluator, MemoryStore
 from einkern.tuning.search import canonical
@@ -39,14 +39,14 @@ def test_worker_is_reused_between_variants():
     measurer = ProcessMeasurer()
     try:
         for c in range(3):
-            config = {"a": 1, "b": 1, "c": c}
+            config = C(a=1, b=1, c=c)
             job = Job(target, problem, 0, config, canonical(config), 10, 0)
             assert measurer.measure(job, 30.0).timing is not None
         assert measurer.restarts == 0
-        dead = {"a": 0, "b": 0, "c": 1}
+        dead = C(a=0, b=0, c=1)
         killer = Job(Synthetic(exits=((0, 0, 1),)), problem, 0, dead, canonical(dead), 10, 0)
         assert measurer.measure(killer, 30.0).failure == "crash"
-        config = {"a": 2, "b": 2, "c": 2}
+        config = C(a=2, b=2, c=2)
         job = Job(target, problem, 0, config, canonical(config), 10, 0)
         assert measurer.measure(job, 30.0).timing is not None  # a fresh worker
     finally:
@@ -57,7 +57,7 @@ def test_unpicklable_handle_is_a_failure_not_an_exception():
     problem = fake_problem()
     measurer = ProcessMeasurer()
     try:
-        config = {"a": 1, "b": 1, "c": 1}
+        config = C(a=1, b=1, c=1)
         job = Job(Synthetic(), problem, 0, config, lambda: None, 10, 0)
         measured = measurer.measure(job, 30.0)
         assert measured.failure == "crash" and "cannot send" in measured.reason

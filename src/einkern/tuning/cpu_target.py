@@ -21,10 +21,10 @@ from __future__ import annotations
 import ctypes
 import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -45,7 +45,7 @@ from ..ir.nodes import Problem, Statement
 from ..reference import evaluate
 from .canonical import statement_problem
 from .cpu_model import predicted_seconds, threads
-from .target import Config, Parameter, Timing, VariantError
+from .target import Config, ConfigType, Parameter, ParameterConfig, Timing, VariantError
 
 MAX_ORDERS = 6
 TILE_SIZES = (4, 8, 16, 32, 64, 128, 256)
@@ -62,21 +62,24 @@ WARMUP_S = 0.03
 MIN_TIMED_S = 0.03
 
 
-def loop_schedule(config: Config) -> LoopSchedule:
-    """The loop schedule a configuration describes (ValueError/KeyError/TypeError if
-    malformed)."""
+def loop_schedule(config: Config | Mapping[str, Any]) -> LoopSchedule:
+    """The loop schedule a configuration (or its JSON form) describes
+    (ValueError/KeyError/TypeError if malformed)."""
+    values = dict(config) if isinstance(config, Mapping) else config.values()
     tiles = tuple(sorted(
         (name[len("tile_"):], int(value))
-        for name, value in config.items()
+        for name, value in values.items()
         if name.startswith("tile_") and value
     ))
-    order = config["order"]
+    order = values["order"]
     if not isinstance(order, (list, tuple)) or not all(isinstance(i, str) for i in order):
         raise TypeError(f"order must be a list of index names, got {order!r}")
-    return LoopSchedule(tuple(order), int(config["collapse"]), tiles, int(config.get("inner", 0)))
+    return LoopSchedule(tuple(order), int(values["collapse"]), tiles,
+                        int(values.get("inner", 0)))
 
 
-def schedule_from_configs(problem: Problem, configs: Sequence[Config | None]) -> CpuSchedule:
+def schedule_from_configs(problem: Problem,
+                          configs: Sequence[Config | Mapping[str, Any] | None]) -> CpuSchedule:
     """A CPU schedule with one loop schedule per statement: from its configuration,
     or the default when it is None.  Raises ValueError for an invalid one."""
     statements = problem.program.statements
@@ -149,6 +152,9 @@ class CpuTarget:
 
     backend: str = "cpu"
     alignment: int = 0  # the generated C assumes nothing about array addresses
+    #: A loop schedule's parameters are named values already (order, collapse,
+    #: tile_<index>, inner): no positional lists to give names to.
+    config_type: ClassVar[ConfigType] = ParameterConfig
 
     def device_key(self) -> dict[str, str]:
         chain = toolchain(cache_directory())
@@ -200,13 +206,13 @@ class CpuTarget:
     def default_config(self, problem: Problem, position: int) -> Config:
         statement = problem.program.statements[position]
         loops = default_loop_schedule(problem, statement)
-        config: Config = {"order": list(loops.order), "collapse": loops.collapse}
+        values: dict[str, Any] = {"order": list(loops.order), "collapse": loops.collapse}
         for parameter in self.parameters(problem, position):
             if parameter.name.startswith("tile_"):
-                config[parameter.name] = loops.tile(parameter.name[len("tile_"):]) or 0
+                values[parameter.name] = loops.tile(parameter.name[len("tile_"):]) or 0
             elif parameter.name == "inner":
-                config["inner"] = 0
-        return config
+                values["inner"] = 0
+        return ParameterConfig.from_values(values)
 
     def compile(self, problem: Problem, position: int, config: Config) -> str:
         """Compile the one-statement program into the kernel cache; the library's path."""

@@ -27,7 +27,7 @@ from .canonical import ProblemIdentity
 from .db import TuningDB, TuningRecord
 from .ranking import pick_best
 from .search import SearchSpace, canonical
-from .target import Config, Timing, TuningTarget, VariantError
+from .target import Config, ParameterConfig, Timing, TuningTarget, VariantError
 from .worker import InProcessMeasurer, Job, Measured, Measurer, ProcessMeasurer
 
 #: Largest relative error accepted, by the narrowest dtype a statement touches.
@@ -120,8 +120,10 @@ def record_outcome(record: TuningRecord) -> Outcome:
     if record.times or record.error is not None:
         timing = Timing(record.times, record.error if record.error is not None else math.nan,
                         record.resources)
-    return Outcome(record.config, record.config_key, record.status, record.reason, timing,
-                   resumed=True, default=record.default)
+    # the record's JSON form, as generic named values: a session puts the target's
+    # own record in its place (Session.evaluate)
+    return Outcome(ParameterConfig.from_json(record.config), record.config_key, record.status,
+                   record.reason, timing, resumed=True, default=record.default)
 
 
 @dataclass(frozen=True)
@@ -258,8 +260,8 @@ class Session:
             if self.out_of_time():
                 break
             recorded = self.store.get(key)
-            if recorded is not None:
-                self._finish(recorded)
+            if recorded is not None:  # the store holds the JSON form: keep the record
+                self._finish(dataclasses.replace(recorded, config=config))
                 continue
             invalid = self.space.runnable(config)
             if invalid is not None:
@@ -276,7 +278,7 @@ class Session:
                 break
             recorded = self.store.get(key)  # another tuner may have measured it meanwhile
             if recorded is not None:
-                self._finish(recorded)
+                self._finish(dataclasses.replace(recorded, config=config))
             elif failure is not None:
                 self._finish(Outcome(config, key, failure, reason))
             else:

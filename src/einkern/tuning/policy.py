@@ -51,9 +51,20 @@ def normalize_policy(policy: Policy) -> str | None:
                      hint="tune= takes False, True, 'cached', 'model' or 'full'")
 
 
-def _usable(target: TuningTarget, problem: Problem, position: int, config: Config,
+def _recorded(target: TuningTarget, record: TuningRecord | None) -> Config | None:
+    """The record's configuration as the target's own type (None: not one of its)."""
+    if record is None:
+        return None
+    try:
+        return target.config_type.from_json(record.config)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _usable(target: TuningTarget, problem: Problem, position: int, config: Config | None,
             default: Config) -> bool:
-    return set(config) == set(default) and target.violation(problem, position, config) is None
+    return config is not None and set(config.values()) == set(default.values()) and \
+        target.violation(problem, position, config) is None
 
 
 def _open(db: DatabaseArg, create: bool) -> tuple[TuningDB | None, bool]:
@@ -72,9 +83,9 @@ def lookup(target: TuningTarget, problem: Problem, position: int,
     """The best usable record for this problem, exact or of the nearest size."""
     identity = identify(target, problem, position)
     default = target.default_config(problem, position)
-    best = db.best(identity.key)
-    if best is not None and _usable(target, problem, position, best.config, default):
-        return best.config, "exact record"
+    best = _recorded(target, db.best(identity.key))
+    if best is not None and _usable(target, problem, position, best, default):
+        return best, "exact record"
     by_problem: dict[str, list[TuningRecord]] = defaultdict(list)
     for record in db.family(identity.family):
         if record.identity.key != identity.key and record.ok:
@@ -85,10 +96,9 @@ def lookup(target: TuningTarget, problem: Problem, position: int,
                              records[0].identity.key),
     )
     for records in ranked:
-        candidate = pick_best(records)
-        if candidate is not None and _usable(target, problem, position, candidate.config,
-                                             default):
-            return candidate.config, f"nearest record {records[0].identity.describe_sizes()}"
+        candidate = _recorded(target, pick_best(records))
+        if candidate is not None and _usable(target, problem, position, candidate, default):
+            return candidate, f"nearest record {records[0].identity.describe_sizes()}"
     return None
 
 

@@ -132,7 +132,8 @@ def print_results(problem: Problem, results: Sequence[StatementResult], *,
         console.print(f"recorded in {database}", markup=False)
     if explain:
         for result in results:
-            config = json.dumps(result.best.config, sort_keys=True) if result.best else "-"
+            config = json.dumps(result.best.config.to_json(), sort_keys=True) \
+                if result.best else "-"
             console.print(f"S{result.position} best configuration: {config}", markup=False)
 
 

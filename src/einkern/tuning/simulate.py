@@ -22,7 +22,15 @@ from ..ir.nodes import Problem
 from .canonical import ProblemIdentity, make_identity, same_problem
 from .db import TuningDB, TuningRecord
 from .search import canonical
-from .target import Config, Parameter, Timing, TuningTarget, VariantError
+from .target import (
+    Config,
+    ConfigType,
+    Parameter,
+    ParameterConfig,
+    Timing,
+    TuningTarget,
+    VariantError,
+)
 
 
 def _sort_key(value: Any) -> tuple:
@@ -45,6 +53,11 @@ class SimulatedTarget:
     @property
     def backend(self) -> str:
         return self.records[0].identity.backend if self.records else "simulated"
+
+    @property
+    def config_type(self) -> ConfigType:
+        """The base target's configuration record, else named JSON values."""
+        return self.base.config_type if self.base is not None else ParameterConfig
 
     def device_key(self) -> dict[str, str]:
         return dict(self.records[0].identity.device) if self.records else {}
@@ -74,10 +87,10 @@ class SimulatedTarget:
             return self.base.default_config(problem, position)
         for record in self.records:
             if record.default:
-                return record.config
+                return self.config_type.from_json(record.config)
         if not self.records:
             raise UsageError("nothing recorded to simulate")
-        return self.records[0].config
+        return self.config_type.from_json(self.records[0].config)
 
     def compile(self, problem: Problem, position: int, config: Config) -> str:
         return canonical(config)

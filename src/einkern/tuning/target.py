@@ -1,21 +1,96 @@
 """What the autotuner needs from a backend: one protocol, one registry.
 
-A *configuration* is a plain ``dict`` of parameter name → value (JSON types
-only).  A backend exposes, per statement of a problem, the constrained space of
-configurations, a default one (its decision algorithm), a way to compile one,
-a way to check and time one, and an analytic cost model.
+A *configuration* is a frozen record whose parameters are named
+(:class:`Configuration`): ``values()`` gives each parameter's value by name (the
+values a :class:`Parameter` lists), ``to_json()`` its stable JSON form, whose
+canonical text identifies it in the tuning database.  A target names the record
+type it searches (``config_type``: builds one from named values or from JSON).
+The CUDA target's is :class:`einkern.gpu.space.CudaConfig`; targets whose
+parameters are plain named JSON values (the CPU loop schedule, simulated and test
+targets) use :class:`ParameterConfig`.  A backend exposes, per statement of a
+problem, the constrained space of configurations, a default one (its decision
+algorithm), a way to compile one, a way to check and time one, and an analytic
+cost model.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import EinkernError
 from ..ir.nodes import Problem
 
-Config = dict[str, Any]
+
+@runtime_checkable
+class Configuration(Protocol):
+    """A point of a target's search space: a frozen record of named parameters."""
+
+    def values(self) -> dict[str, Any]:
+        """Each parameter's value by name (comparable with :attr:`Parameter.values`)."""
+        ...
+
+    def to_json(self) -> dict[str, Any]:
+        """The stable JSON form (JSON types only)."""
+        ...
+
+
+Config = Configuration
+
+
+class ConfigType(Protocol):
+    """The constructors of a target's configuration record (its class, or any
+    object with these two methods)."""
+
+    def from_values(self, values: Mapping[str, Any]) -> Any:
+        """The configuration of these named parameter values (raises KeyError,
+        TypeError or ValueError when they do not make one)."""
+        ...
+
+    def from_json(self, data: Mapping[str, Any]) -> Any:
+        """Inverse of ``to_json`` (raises KeyError, TypeError or ValueError)."""
+        ...
+
+
+def _frozen(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+def _thawed(value: Any) -> Any:
+    return [_thawed(v) for v in value] if isinstance(value, tuple) else value
+
+
+@dataclass(frozen=True)
+class ParameterConfig:
+    """A configuration that is nothing but named JSON values (lists kept as tuples,
+    so that it is hashable); its JSON form is the object of those values."""
+
+    items: tuple[tuple[str, Any], ...]
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> ParameterConfig:
+        return cls(tuple(sorted((str(name), _frozen(value)) for name, value in values.items())))
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ParameterConfig:
+        if not isinstance(data, Mapping):
+            raise TypeError("a configuration is a JSON object")
+        return cls.from_values(data)
+
+    def values(self) -> dict[str, Any]:
+        return dict(self.items)
+
+    def to_json(self) -> dict[str, Any]:
+        return {name: _thawed(value) for name, value in self.items}
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values()[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.values().get(name, default)
 
 #: Why a variant has no usable timing.  ``compile``: the compiler rejected it;
 #: ``resources``: it needs more than the device has (registers, shared memory);
@@ -69,6 +144,7 @@ class TuningTarget(Protocol):
     """A backend seen by the tuner."""
 
     backend: str
+    config_type: ConfigType  # the record type of its configurations
 
     def device_key(self) -> dict[str, str]:
         """Identity of the hardware and toolchain: device name, compute capability,

@@ -33,7 +33,7 @@ from .evaluate import (
 )
 from .search import SearchSpace, canonical, space_for
 from .strategies import SearchContext, get_strategy
-from .target import TuningTarget
+from .target import Config, TuningTarget
 
 DEFAULT_STRATEGY = "annealing"
 DEFAULT_BUDGET = 40
@@ -128,7 +128,7 @@ def tune_statement(
     session = Session(evaluator, problem, position, space, store, options.budget,
                       default_key=canonical(default), on_outcome=report)
 
-    def model(config: dict) -> float:
+    def model(config: Config) -> float:
         return target.model_cost(problem, position, config)
 
     strategy = get_strategy(options.strategy)

@@ -92,6 +92,7 @@ def _mappings(args, problem):
 
     from .gpu.mapping import Mapping, MappingError
     from .gpu.space import config_to_mapping
+    from .ir.task import statement_task
 
     path = Path(args.mapping)
     if not path.is_file():
@@ -112,7 +113,7 @@ def _mappings(args, problem):
             result[position] = Mapping.from_json(json.dumps(value))
         else:
             try:
-                result[position] = config_to_mapping(problem, position, value)
+                result[position] = config_to_mapping(statement_task(problem, position), value)
             except (KeyError, TypeError, ValueError) as error:
                 raise MappingError(f"{args.mapping}: not a mapping configuration ({error})",
                                    hint="see `einkern emit PROGRAM --explain`") from None

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 
 from ..ir.analysis import coalescing_weights
-from ..ir.nodes import Problem
+from ..ir.task import Task
 from .device import H100, DeviceLimits
 from .lower import compute_dtype, preload_applies
 from .mapping import Mapping
@@ -42,32 +42,34 @@ from .space import (
 )
 
 
-def _largest(problem: Problem, position: int, indices, exclude=()) -> str:
-    statement = problem.program.statements[position]
+def _largest(task: Task, indices, exclude=()) -> str:
+    problem = task.problem
+    statement = task.statement
     pool = [i for i in indices if i not in exclude and problem.index_size(statement, i) > 1]
     if not pool:
         return ""
     return max(pool, key=lambda i: (problem.index_size(statement, i), -indices.index(i)))
 
 
-def decide(problem: Problem, position: int, limits: DeviceLimits = H100) -> Mapping:
-    """The default mapping of statement ``position``, with the reasons for it."""
-    config, reasons = default_config(problem, position, limits)
-    return config_to_mapping(problem, position, config, tuple(reasons))
+def decide(task: Task, limits: DeviceLimits = H100) -> Mapping:
+    """The default mapping of ``task``, with the reasons for it."""
+    config, reasons = default_config(task, limits)
+    return config_to_mapping(task, config, tuple(reasons))
 
 
-def default_config(problem: Problem, position: int,
+def default_config(task: Task,
                    limits: DeviceLimits = H100) -> tuple[Config, list[str]]:
-    statement = problem.program.statements[position]
+    problem = task.problem
+    statement = task.statement
     size = {i: problem.index_size(statement, i) for i in statement.indices}
-    r = roles(problem, position)
+    r = roles(task)
     reasons: list[str] = []
     parallel = list(statement.parallel_indices)
     if not parallel:  # a rank-0 output: one thread computes it
         reasons.append("rank-0 output: a single thread")
         return dict(SCALAR_CONFIG), reasons
     x = r.output_contiguous if r.output_contiguous and size[r.output_contiguous] > 1 else (
-        _largest(problem, position, parallel) or parallel[0])
+        _largest(task, parallel) or parallel[0])
     reasons.append(f"{x} → threadIdx.x: contiguous index of the output "
                    f"{statement.output.tensor} (coalesced stores)")
     weights = coalescing_weights(problem, statement)
@@ -80,22 +82,22 @@ def default_config(problem: Problem, position: int,
     memory = list(out.indices if problem.program.tensor(out.tensor).layout == "column"
                   else reversed(out.indices))
     following = memory[memory.index(x) + 1] if x in memory[:-1] else ""
-    itemsize = 8 if compute_dtype(problem, position) == "float64" else 4
+    itemsize = 8 if compute_dtype(task) == "float64" else 4
     if size[x] * itemsize < 128 and following and 1 < size[following] <= 64:
         y = following
         why = "next index in the output's memory order: a warp covers contiguous rows"
     elif x in r.m:
-        y = _largest(problem, position, list(r.n)) or _largest(problem, position, parallel, (x,))
+        y = _largest(task, list(r.n)) or _largest(task, parallel, (x,))
         why = "free index of the other operand (register reuse of A and B)"
     elif x in r.n:
-        y = _largest(problem, position, list(r.m)) or _largest(problem, position, parallel, (x,))
+        y = _largest(task, list(r.m)) or _largest(task, parallel, (x,))
         why = "free index of the other operand (register reuse of A and B)"
     else:
-        y = _largest(problem, position, parallel, (x,))
+        y = _largest(task, parallel, (x,))
         why = "largest remaining output index"
     y_reason_at = len(reasons)  # the reason for y goes here, once the rules settled y
     reduction = math.prod(size[k] for k in r.k) if r.k else 0
-    double = compute_dtype(problem, position) == "float64"
+    double = compute_dtype(task) == "float64"
     tx = min(32, _pow2(size[x])) if y else min(256, _pow2(size[x]))
     ty = max(1, min(256 // tx, _pow2(size[y]))) if y else 1
     if size[x] < 32 and size[x] != tx and y and size[y] <= 64:
@@ -178,7 +180,7 @@ def default_config(problem: Problem, position: int,
         # The register-only index is taken whole when it is small: one block per
         # element, each input slice staged once (local_grad3 on an H200: 62 % -> 96 %
         # of the DRAM floor for ut, whose input slice is the whole element).
-        z = z_index(problem, position, x, y)
+        z = z_index(task, x, y)
         whole = bool(z) and size[z] <= 16
         regs = [1, 1, size[z] if whole else 4]
         staging = ["all", 16, False, 1, "natural"]
@@ -222,12 +224,12 @@ def default_config(problem: Problem, position: int,
             reasons.append("an update of one sum of several products: the output is read "
                            "into the accumulators before the reduction (its latency "
                            "overlaps the arithmetic)")
-    config = _fill_machine(problem, position, config, limits, reasons)
+    config = _fill_machine(task, config, limits, reasons)
     rx, ry, _ = config["regs"]
-    if config["assign"] == "chunked" and not chunk_fits(problem, position, rx):
+    if config["assign"] == "chunked" and not chunk_fits(task, rx):
         # the register tile shrank to fill the SMs
         config = {**config, "assign": "mixed" if ry > 1 else "cyclic"}
-    return _make_valid(problem, position, config, limits, reasons), reasons
+    return _make_valid(task, config, limits, reasons), reasons
 
 
 def _broadcast_shape(r, x: str, following: str) -> tuple[str, str] | None:
@@ -242,23 +244,24 @@ def _broadcast_shape(r, x: str, following: str) -> tuple[str, str] | None:
     return None
 
 
-def _blocks(problem: Problem, position: int, config: Config) -> int:
-    mapping = config_to_mapping(problem, position, config)
-    statement = problem.program.statements[position]
+def _blocks(task: Task, config: Config) -> int:
+    problem = task.problem
+    mapping = config_to_mapping(task, config)
+    statement = task.statement
     return math.prod(math.ceil(problem.index_size(statement, d) / mapping.tile_of(d).tile)
                      for d in statement.parallel_indices)
 
 
-def _fill_machine(problem, position, config, limits, reasons) -> Config:
+def _fill_machine(task, config, limits, reasons) -> Config:
     target = 2 * limits.sm_count
-    while _blocks(problem, position, config) < target:
+    while _blocks(task, config) < target:
         rx, ry, rz = config["regs"]
         if rx * ry == 1:
             break
         smaller = [max(1, rx // 2), ry, rz] if rx >= ry else [rx, max(1, ry // 2), rz]
         config = {**config, "regs": smaller}
-    if _blocks(problem, position, config) < target:
-        reasons.append(f"only {_blocks(problem, position, config)} blocks for "
+    if _blocks(task, config) < target:
+        reasons.append(f"only {_blocks(task, config)} blocks for "
                        f"{limits.sm_count} SMs: the problem is small")
     return config
 
@@ -267,27 +270,28 @@ def _fill_machine(problem, position, config, limits, reasons) -> Config:
 PAD_SHARE = 0.10
 
 
-def _pad_share(problem: Problem, position: int, limits: DeviceLimits) -> float:
+def _pad_share(task: Task, limits: DeviceLimits) -> float:
     """Estimated time of the pad and crop copies over that of the kernel: every
     tensor read and written once more (plus a few µs of launches) against the
     statement's flops at 60 % of the dtype's peak."""
+    problem = task.problem
     from ..ir.analysis import statement_flops
 
-    statement = problem.program.statements[position]
+    statement = task.statement
     tensors = {statement.output.tensor} | {a.tensor for a in statement.reads()}
     copies = 2 * sum(problem.nbytes(t) for t in tensors) / limits.dram_bandwidth + 10e-6
-    peak = limits.fp64_flops if compute_dtype(problem, position) == "float64" \
+    peak = limits.fp64_flops if compute_dtype(task) == "float64" \
         else limits.fp32_flops
     kernel = statement_flops(problem, statement) / (0.6 * peak)
     return copies / kernel if kernel > 0 else math.inf
 
 
-def _make_valid(problem, position, config, limits, reasons) -> Config:
-    share = _pad_share(problem, position, limits)
+def _make_valid(task, config, limits, reasons) -> Config:
+    share = _pad_share(task, limits)
     boundaries = ("exact", "pad", "guard") if share < PAD_SHARE else ("exact", "guard")
     for boundary in boundaries:
         candidate = {**config, "boundary": boundary}
-        if violation(problem, position, candidate, limits) is None:
+        if violation(task, candidate, limits) is None:
             if boundary == "guard":
                 reasons.append("tiles do not divide every extent: guarded edges")
             if boundary == "pad":
@@ -305,10 +309,10 @@ def _make_valid(problem, position, config, limits, reasons) -> Config:
     for candidate in simpler:
         for boundary in ("exact", "guard"):
             candidate = {**candidate, "boundary": boundary}
-            if violation(problem, position, candidate, limits) is None:
+            if violation(task, candidate, limits) is None:
                 reasons.append("the preferred mapping does not fit: simplified")
                 return candidate
-    statement = problem.program.statements[position]
+    statement = task.statement
     x = config["x"]
     y = config["y"]
     for block, y_index in (([0, 0], y), ([32, 1], ""), ([64, 1], ""), ([128, 1], ""),
@@ -319,7 +323,7 @@ def _make_valid(problem, position, config, limits, reasons) -> Config:
             candidate = {"x": x, "y": y_index, "block": block, "regs": [1, 1, 1],
                          "assign": "cyclic", "staging": ["none", 1, False, 0, "natural"],
                          "unroll": 1, "boundary": boundary}
-            if violation(problem, position, candidate, limits) is None:
+            if violation(task, candidate, limits) is None:
                 reasons.append("fallback: direct mapping")
                 return candidate
     raise AssertionError(f"no valid mapping for {statement}")

@@ -35,6 +35,7 @@ from ..ir.nodes import (
     accesses,
     signed_terms,
 )
+from ..ir.task import Task
 from . import exprs as E
 from . import kir
 from .device import H100, DeviceLimits
@@ -48,8 +49,9 @@ _FUNCS = {
 CTYPE = {"float32": "float", "float64": "double"}
 
 
-def compute_dtype(problem: Problem, position: int) -> str:
-    statement = problem.program.statements[position]
+def compute_dtype(task: Task) -> str:
+    problem = task.problem
+    statement = task.statement
     tensors = {statement.output.tensor} | {a.tensor for a in statement.reads()}
     dtypes = {problem.program.tensor(t).dtype for t in tensors}
     return "float64" if "float64" in dtypes else "float32"
@@ -96,14 +98,15 @@ class _Context:
 
 
 class _Lowering:
-    def __init__(self, problem: Problem, position: int, mapping: Mapping, name: str):
+    def __init__(self, task: Task, mapping: Mapping, name: str):
+        problem = task.problem
         self.problem = problem
         self.program = problem.program
-        self.position = position
-        self.statement = problem.program.statements[position]
+        self.task = task
+        self.statement = task.statement
         self.mapping = mapping
         self.name = name
-        self.dtype = compute_dtype(problem, position)
+        self.dtype = compute_dtype(task)
         self.ctype = CTYPE[self.dtype]
         self.reduction = reduction_of(self.statement)
         self.parallel = self.statement.parallel_indices
@@ -363,37 +366,37 @@ class _Lowering:
         return statements
 
 
-def lower(problem: Problem, position: int, mapping: Mapping, name: str | None = None,
+def lower(task: Task, mapping: Mapping, name: str | None = None,
           max_shared_bytes: int = 48 * 1024) -> kir.Kernel:
-    """Kernel IR for statement ``position`` under ``mapping`` (validated first)."""
-    problems = check_mapping(problem, position, mapping, max_shared_bytes)
+    """Kernel IR for ``task`` (one statement) under ``mapping`` (validated first)."""
+    problems = check_mapping(task, mapping, max_shared_bytes)
     if mapping.boundary == "pad":
         problems.append("boundary 'pad' is planned as copies around an exact kernel: "
-                        "use einkern.gpu.padding.plan_statement")
+                        "use einkern.gpu.padding.plan_task")
     if problems:
         raise MappingError(
-            f"mapping does not fit statement S{position}: " + "; ".join(problems),
+            f"mapping does not fit statement S{task.position}: " + "; ".join(problems),
             hint="fix the mapping file, or let einkern choose one (omit --mapping)",
         )
-    return _Lowering(problem, position, mapping, name or f"einkern_s{position}").kernel()
+    return _Lowering(task, mapping, name or f"einkern_s{task.position}").kernel()
 
 
-def check_mapping(problem: Problem, position: int, mapping: Mapping,
-                  max_shared_bytes: int | None = None,
+def check_mapping(task: Task, mapping: Mapping, max_shared_bytes: int | None = None,
                   limits: DeviceLimits = H100) -> list[str]:
     """Every reason why ``mapping`` cannot be lowered for this statement on a device
     with ``limits`` (empty: fine).  ``max_shared_bytes`` is the shared memory a block
     may use (default: ``limits.shared_per_block``, the amount without opt-in)."""
+    problem = task.problem
     from .staging import check_staging
 
-    statement = problem.program.statements[position]
+    statement = task.statement
     parallel = statement.parallel_indices
     reductions = statement.reduction_indices
     problems: list[str] = []
     seen = set()
     for tile in mapping.parallel:
         if tile.index not in parallel:
-            problems.append(f"{tile.index!r} is not an output index of S{position}")
+            problems.append(f"{tile.index!r} is not an output index of S{task.position}")
             continue
         if tile.index in seen:
             problems.append(f"{tile.index!r} listed twice")
@@ -445,11 +448,11 @@ def check_mapping(problem: Problem, position: int, mapping: Mapping,
         problems.append(f"{blocks} blocks exceed the grid limit")
     if max_shared_bytes is None:
         max_shared_bytes = limits.shared_per_block
-    problems.extend(check_staging(problem, position, mapping, max_shared_bytes))
+    problems.extend(check_staging(task, mapping, max_shared_bytes))
     if mapping.boundary == "pad":
         from .padding import padding_problems
 
-        problems.extend(padding_problems(problem, position, mapping))
+        problems.extend(padding_problems(task, mapping))
     return problems
 
 

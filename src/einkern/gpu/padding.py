@@ -16,8 +16,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from ..ir.bind import make_problem, statement_program
+from ..ir.bind import make_problem
 from ..ir.nodes import Access, Problem, product_factors, signed_terms
+from ..ir.task import Task
 from . import exprs as E
 from . import kir
 from .lower import CTYPE, index_type, lower
@@ -51,9 +52,10 @@ def temporary(plan: str, tensor: str) -> str:
     return f"{plan}:pad:{tensor}"
 
 
-def pad_multiples(problem: Problem, position: int, mapping: Mapping) -> dict[str, int]:
+def pad_multiples(task: Task, mapping: Mapping) -> dict[str, int]:
     """For each extent of the statement, the multiple its size is rounded up to."""
-    statement = problem.program.statements[position]
+    problem = task.problem
+    statement = task.statement
     multiples: dict[str, int] = {}
     staged_groups = {
         i for g in reduction_of(statement).groups
@@ -84,24 +86,26 @@ def pad_multiples(problem: Problem, position: int, mapping: Mapping) -> dict[str
     return multiples
 
 
-def padded_problem(problem: Problem, position: int, mapping: Mapping) -> Problem:
-    """The statement alone, over extents rounded up to the tiles' multiples."""
-    single = statement_program(problem.program, position)
-    sizes = dict(problem.sizes)
-    for extent, multiple in pad_multiples(problem, position, mapping).items():
+def padded_task(task: Task, mapping: Mapping) -> Task:
+    """The task alone (its view), over extents rounded up to the tiles' multiples."""
+    view = task.view
+    sizes = dict(view.sizes)
+    for extent, multiple in pad_multiples(task, mapping).items():
         sizes[extent] = -(-sizes[extent] // multiple) * multiple
-    return make_problem(single, {n: v for n, v in sizes.items() if not n.isdigit()})
+    grown = make_problem(view.program, {n: v for n, v in sizes.items() if not n.isdigit()})
+    return Task(grown, tuple(range(len(task.positions))))
 
 
-def padding_problems(problem: Problem, position: int, mapping: Mapping) -> list[str]:
+def padding_problems(task: Task, mapping: Mapping) -> list[str]:
     """Why ``pad`` cannot be used here (empty: it can)."""
-    multiples = pad_multiples(problem, position, mapping)
+    problem = task.problem
+    multiples = pad_multiples(task, mapping)
     problems = [f"literal extent {e} cannot be padded" for e, m in multiples.items()
                 if e.isdigit() and problem.size(e) % m]
-    statement = problem.program.statements[position]
+    statement = task.statement
     if problems:
         return problems
-    grown = padded_problem(problem, position, mapping)
+    grown = padded_task(task, mapping).problem
     for tensor in dict.fromkeys(a.tensor for a in (statement.output, *statement.reads())):
         before, after = problem.numel(tensor), grown.numel(tensor)
         if after > MAX_GROWTH * before:
@@ -160,15 +164,17 @@ def copy_kernel(name: str, ctype: str, shape: tuple[int, ...], source_strides: t
                       meta=(("compute_type", ctype),))
 
 
-def plan_statement(problem: Problem, position: int, mapping: Mapping, name: str,
-                   max_shared_bytes: int = 48 * 1024) -> Plan:
-    """Launches for one statement: one kernel, or pad → exact kernel → crop."""
+def plan_task(task: Task, mapping: Mapping, name: str,
+              max_shared_bytes: int = 48 * 1024) -> Plan:
+    """Launches for one task: one kernel, or pad → exact kernel → crop."""
+    problem = task.problem
     if mapping.boundary != "pad":
-        kernel = lower(problem, position, mapping, name, max_shared_bytes)
+        kernel = lower(task, mapping, name, max_shared_bytes)
         return Plan((Launch(kernel, tuple(p.name[2:] for p in kernel.params if p.is_array)),))
-    padded = padded_problem(problem, position, mapping)
-    statement = problem.program.statements[position]
-    main = lower(padded, 0, replace(mapping, boundary="exact"), name, max_shared_bytes)
+    grown = padded_task(task, mapping)
+    padded = grown.problem
+    statement = task.statement
+    main = lower(grown, replace(mapping, boundary="exact"), name, max_shared_bytes)
     itype = max(index_type(problem), index_type(padded), key=len)
     launches: list[Launch] = []
     temporaries = []

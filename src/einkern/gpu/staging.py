@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass
 
 from ..ir.nodes import Access, Problem
+from ..ir.task import Task
 from . import exprs as E
 from . import kir
 from .mapping import Mapping
@@ -67,8 +68,8 @@ def natural_order(problem: Problem, access: Access) -> tuple[str, ...]:
     return tuple(reversed(access.indices)) if layout == "row" else tuple(access.indices)
 
 
-def _find_access(problem: Problem, position: int, text: str):
-    groups = reduction_of(problem.program.statements[position]).groups
+def _find_access(task: Task, text: str):
+    groups = reduction_of(task.statement).groups
     for number, group in enumerate(groups):
         for access in group.accesses():
             if str(access) == text:
@@ -76,9 +77,10 @@ def _find_access(problem: Problem, position: int, text: str):
     return None
 
 
-def vector_width_for(problem: Problem, position: int, mapping: Mapping, access: Access) -> int:
+def vector_width_for(task: Task, mapping: Mapping, access: Access) -> int:
     """The widest vector (≤ ``mapping.vector_width``) usable to load this access's tile."""
-    statement = problem.program.statements[position]
+    problem = task.problem
+    statement = task.statement
     tensor = problem.program.tensor(access.tensor)
     width = mapping.vector_width
     if tensor.itemsize * width > 16:
@@ -94,9 +96,10 @@ def vector_width_for(problem: Problem, position: int, mapping: Mapping, access: 
     return max(width, 1)
 
 
-def check_staging(problem: Problem, position: int, mapping: Mapping,
+def check_staging(task: Task, mapping: Mapping,
                   max_shared_bytes: int) -> list[str]:
-    statement = problem.program.statements[position]
+    problem = task.problem
+    statement = task.statement
     problems: list[str] = []
     total = 0
     if mapping.vector_width not in (1, 2, 4):
@@ -104,10 +107,10 @@ def check_staging(problem: Problem, position: int, mapping: Mapping,
     if mapping.prefetch and not mapping.staged:
         problems.append("prefetch needs at least one staged input")
     for staging in mapping.staged:
-        found = _find_access(problem, position, staging.access)
+        found = _find_access(task, staging.access)
         if found is None:
             problems.append(f"staged input {staging.access!r} is not read inside a sum of "
-                            f"S{position}")
+                            f"S{task.position}")
             continue
         _, group, access = found
         if group.has_nested_sum():
@@ -189,7 +192,7 @@ def staged_group_sections(lowering, number: int, group: Group,
         ``"shared"`` or ``"registers"`` (prefetch), or registers → shared (``"commit"``)."""
         access = array.access
         memory_order = natural_order(problem, access)
-        width = vector_width_for(problem, lowering.position, mapping, access)
+        width = vector_width_for(lowering.task, mapping, access)
         counts = [array.extent(i) for i in memory_order]
         counts[0] //= width
         vectors = math.prod(counts)

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..ir.nodes import Problem
+from ..ir.task import statement_task
 from ..tuning.target import Config, Parameter, Timing, VariantError
 from .decision import default_config
 from .device import current_limits
@@ -72,7 +73,7 @@ class CudaTarget:
         a whole extent of 12), so that the default is a point of the space."""
         default = self.default_config(problem, position)
         found = []
-        for name, values in parameters(problem, position).items():
+        for name, values in parameters(statement_task(problem, position)).items():
             if name in default and default[name] not in values:
                 values = (*values, default[name])
             found.append(Parameter(name, values))
@@ -80,23 +81,23 @@ class CudaTarget:
 
     def violation(self, problem: Problem, position: int, config: Config) -> str | None:
         try:
-            return violation(problem, position, config, current_limits())
+            return violation(statement_task(problem, position), config, current_limits())
         except (KeyError, TypeError, ValueError) as error:
             return f"malformed configuration: {error}"
 
     def default_config(self, problem: Problem, position: int) -> Config:
-        return default_config(problem, position, current_limits())[0]
+        return default_config(statement_task(problem, position), current_limits())[0]
 
     def compile(self, problem: Problem, position: int, config: Config) -> CompiledVariant:
         from ..backends.cuda.nvrtc import compile_cubin
         from .cuda_printer import launch_shape, print_cuda_module
-        from .padding import plan_statement
+        from .padding import plan_task
 
         limits = current_limits()
-        mapping = config_to_mapping(problem, position, config)
+        task = statement_task(problem, position)
+        mapping = config_to_mapping(task, config)
         name = f"ek_tune_s{position}"
-        plan = plan_statement(problem, position, mapping, name,
-                              max_shared_bytes=limits.shared_per_block_optin)
+        plan = plan_task(task, mapping, name, max_shared_bytes=limits.shared_per_block_optin)
         module = compile_cubin(print_cuda_module([launch.kernel for launch in plan.launches]),
                                limits.arch)
         found = [r for r in module.resources if r.name == name]
@@ -124,8 +125,8 @@ class CudaTarget:
         return _measure(single_statement(problem, position), compiled, repeats, seed)
 
     def model_cost(self, problem: Problem, position: int, config: Config) -> float:
-        mapping = config_to_mapping(problem, position, config)
-        return predicted_time(problem, position, mapping, current_limits())
+        task = statement_task(problem, position)
+        return predicted_time(task, config_to_mapping(task, config), current_limits())
 
 
 _REFERENCE: dict[tuple, dict] = {}

@@ -10,10 +10,11 @@ import numpy as np
 
 from ..arrays import random_arrays
 from ..ir.nodes import Problem
+from ..ir.task import tasks_of
 from ..reference import evaluate, relative_error
 from .emulator import DTYPES, AccessError, emulate
 from .mapping import Mapping
-from .padding import Launch, plan_statement
+from .padding import Launch, plan_task
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,9 @@ def emulate_problem(problem: Problem, mappings: MappingType[int, Mapping],
         launches = [Launch(k, tuple(p.name[2:] for p in k.params if p.is_array))
                     for k in kernels]
     else:
-        for position in range(len(problem.program.statements)):
-            plan = plan_statement(problem, position, mappings[position], f"s{position}")
+        for task in tasks_of(problem):
+            position = task.position
+            plan = plan_task(task, mappings[position], f"s{position}")
             for buffer, ctype, size in plan.temporaries:
                 work[buffer] = np.full(size, np.nan, dtype=DTYPES[ctype])
             launches.extend(plan.launches)

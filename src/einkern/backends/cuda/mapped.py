@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ...errors import UsageError
 from ...ir.nodes import Problem
+from ...ir.task import statement_task
 from .codegen import CudaSource, KernelSpec
 
 MappingSpec = MappingType[int, object] | None
@@ -31,12 +32,12 @@ def resolve_mappings(problem: Problem, mappings: MappingSpec = None) -> dict[int
     for position in range(len(problem.program.statements)):
         spec = given.get(position)
         if spec is None:
-            chosen[position] = decide(problem, position, limits)
+            chosen[position] = decide(statement_task(problem, position), limits)
         elif isinstance(spec, Mapping):
             chosen[position] = spec
         elif isinstance(spec, dict):  # a Mapping in JSON form, or a configuration
             chosen[position] = (Mapping.from_json(json.dumps(spec)) if "parallel" in spec
-                                else config_to_mapping(problem, position, spec))
+                                else config_to_mapping(statement_task(problem, position), spec))
         elif isinstance(spec, str | Path):
             path = Path(spec)
             if not path.exists():
@@ -44,7 +45,7 @@ def resolve_mappings(problem: Problem, mappings: MappingSpec = None) -> dict[int
             text = path.read_text()
             data = json.loads(text)
             chosen[position] = (Mapping.from_json(text) if "parallel" in data
-                                else config_to_mapping(problem, position, data))
+                                else config_to_mapping(statement_task(problem, position), data))
         else:
             raise UsageError(f"cannot use {type(spec).__name__} as a mapping")
     return chosen
@@ -55,7 +56,7 @@ def generate_mapped(problem: Problem, mappings: MappingSpec = None) -> CudaSourc
     (boundary ``pad``) a padding copy per input, the kernel, and a crop copy."""
     from ...gpu.cuda_printer import launch_shape, print_cuda_module
     from ...gpu.device import current_limits
-    from ...gpu.padding import plan_statement
+    from ...gpu.padding import plan_task
 
     limits = current_limits()
     chosen = resolve_mappings(problem, mappings)
@@ -65,8 +66,8 @@ def generate_mapped(problem: Problem, mappings: MappingSpec = None) -> CudaSourc
     temporaries = []
     for position, statement in enumerate(problem.program.statements):
         name = f"ek_{program}_s{position}"
-        plan = plan_statement(problem, position, chosen[position], name,
-                              max_shared_bytes=limits.shared_per_block_optin)
+        plan = plan_task(statement_task(problem, position), chosen[position], name,
+                         max_shared_bytes=limits.shared_per_block_optin)
         temporaries.extend((buffer, elements * (4 if ctype == "float" else 8))
                            for buffer, ctype, elements in plan.temporaries)
         for launch in plan.launches:

@@ -3,10 +3,15 @@ that the mapping check reads."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
+
+import pytest
 
 import einkern
-from einkern.gpu.decision import decide
+from einkern.gpu.config import CudaConfig
+from einkern.gpu.decision import decide, default_config
 from einkern.gpu.device import H100
 from einkern.gpu.lower import check_mapping
 from einkern.ir.task import statement_task
@@ -31,3 +36,49 @@ def test_check_mapping_takes_its_limits_from_the_device():
     capped = replace(H100, max_register_tile=mapping.register_tile - 1)
     found = check_mapping(task, mapping, limits=capped)
     assert any(f"(max {mapping.register_tile - 1})" in p for p in found)
+
+
+# ---- the decision's defaults are today's --------------------------------------
+
+DECISIONS = Path(__file__).parent / "data" / "default_decisions.json"
+
+
+def _bench_programs() -> dict[str, tuple[str, dict[str, int]]]:
+    from einkern.bench.suites import builtin_suites
+
+    found = {}
+    for suite in builtin_suites():
+        for quick in (True, False):
+            for case in suite().cases(quick):
+                found[case.key] = (case.program, dict(case.extents))
+    return found
+
+
+def _recorded_cases():
+    data = json.loads(DECISIONS.read_text())
+    return [pytest.param(case, id=case["case"]) for case in data["cases"]]
+
+
+@pytest.fixture(scope="module")
+def bench_programs():
+    return _bench_programs()
+
+
+@pytest.mark.parametrize("case", _recorded_cases())
+def test_default_configurations_are_those_recorded_before_the_rule_table(case, bench_programs):
+    """Every example (declared sizes and every extent 3, 12, 33, 100) and every bench
+    case: the rule table chooses the configuration the one-function decision of
+    d1db560 chose (tests/data/default_decisions.json, recorded by running it)."""
+    if "example" in case:
+        program = einkern.load(Path("examples") / case["example"])
+        sizes = case["sizes"]
+    else:
+        text, sizes = bench_programs[case["bench"]]
+        program = einkern.load(text)
+    problem = einkern.make_problem(program, sizes)
+    assert len(case["decisions"]) == len(problem.program.statements)
+    for position, expected in enumerate(case["decisions"]):
+        config, reasons = default_config(statement_task(problem, position), H100)
+        assert config.to_json() == expected["config"], (case["case"], position)
+        assert CudaConfig.from_json(expected["config"]) == config
+        assert reasons and all(": " in reason for reason in reasons)

@@ -12,6 +12,7 @@ import zlib
 import pytest
 
 import einkern
+from einkern.gpu.config import CudaConfig, StagingConfig
 from einkern.gpu.decision import decide
 from einkern.gpu.emulator import count_barriers, drop_barrier
 from einkern.gpu.lower import _Lowering, lower
@@ -61,7 +62,8 @@ def random_mappings(problem, rng: random.Random, attempts: int = 3000) -> dict[i
         params = parameters(statement_task(problem, position))
         mappings[position] = decide(statement_task(problem, position))
         for _ in range(attempts):
-            config = {name: rng.choice(values) for name, values in params.items()}
+            config = CudaConfig.from_values({name: rng.choice(values)
+                                             for name, values in params.items()})
             if violation(statement_task(problem, position), config) is None:
                 mappings[position] = config_to_mapping(statement_task(problem, position), config)
                 break
@@ -156,8 +158,8 @@ def test_chunked_assignment_matches_the_reference(boundary):
     """x cyclic in runs of one vector (thread t owns t·4 … t·4+3, then 4·threads + t·4 …)."""
     problem = einkern.make_problem(einkern.load("examples/gemm.ein"),
                                    {"m": 37, "n": 45, "k": 19})
-    config = {"x": "j", "y": "i", "block": [4, 4], "regs": [8, 2, 1], "assign": "chunked",
-              "staging": ["all", 8, True, 0, "compute"], "unroll": -1, "boundary": boundary}
+    config = CudaConfig("j", "i", (4, 4), (8, 2, 1), "chunked",
+                        StagingConfig("all", 8, True, 0, "compute"), -1, boundary)
     assert violation(statement_task(problem, 0), config) is None
     mapping = config_to_mapping(statement_task(problem, 0), config)
     x = mapping.tile_of("j")

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
 import einkern
+from einkern.gpu.config import NO_STAGING, CudaConfig
 from einkern.gpu.decision import decide, default_config
 from einkern.gpu.device import H100
 from einkern.gpu.lower import check_mapping, lower
@@ -81,7 +83,8 @@ def test_random_valid_configs_lower(path, extents):
     params = parameters(statement_task(problem, 0))
     found = 0
     for _ in range(3000):
-        config = {name: rng.choice(values) for name, values in params.items()}
+        config = CudaConfig.from_values({name: rng.choice(values)
+                                         for name, values in params.items()})
         if violation(statement_task(problem, 0), config) is None:
             mapping = config_to_mapping(statement_task(problem, 0), config)
             optin = H100.shared_per_block_optin  # the space's limit (dynamic shared memory)
@@ -105,15 +108,18 @@ def test_cuda_tuning_target_without_a_gpu():
     assert {"x", "y", "block", "regs", "staging", "boundary"} <= set(names)
     config = target.default_config(problem, 0)
     assert target.violation(problem, 0, config) is None
-    assert target.violation(problem, 0, {**config, "block": [64, 64]}) is not None
-    assert target.violation(problem, 0, {"x": 3}) is not None
+    assert target.violation(problem, 0, replace(config, block=(64, 64))) is not None
+    assert target.violation(problem, 0, replace(config, x="q")) is not None
+    assert target.violation(problem, 0, {"x": "j"}) is not None  # not a CudaConfig
+    with pytest.raises(ValueError, match="index names"):
+        CudaConfig.from_json({"x": 3})
     compiled = target.compile(problem, 0, config)
     [launch] = compiled.launches
     assert compiled.cubin and launch.block[0] == decide(statement_task(problem, 0)).threads
     assert launch.buffers == ("A", "B", "C") and not compiled.temporaries
     assert dict(compiled.resources)["spill_stores"] == 0
     ragged = einkern.make_problem(problem.program, {"m": 250, "n": 190, "k": 63})
-    padded = {**target.default_config(ragged, 0), "boundary": "pad"}
+    padded = replace(target.default_config(ragged, 0), boundary="pad")
     assert target.violation(ragged, 0, padded) is None
     assert target.violation(problem, 0, padded) is not None  # tiles divide: exact only
     plan = target.compile(ragged, 0, padded)
@@ -121,8 +127,7 @@ def test_cuda_tuning_target_without_a_gpu():
         "ek_tune_s0_pad_A", "ek_tune_s0_pad_B", "ek_tune_s0", "ek_tune_s0_crop_C"]
     assert len(plan.temporaries) == 3
     cost = target.model_cost(problem, 0, config)
-    direct = {**config, "regs": [1, 1, 1], "assign": "cyclic",
-              "staging": ["none", 1, False, 0, "natural"], "unroll": 1}
+    direct = replace(config, regs=(1, 1, 1), assign="cyclic", staging=NO_STAGING, unroll=1)
     assert 0 < cost < float("inf")
     assert target.violation(problem, 0, direct) is None
 

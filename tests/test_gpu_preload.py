@@ -82,7 +82,7 @@ def test_ccsdt_update_in_the_space_and_correct():
     params = parameters(statement_task(problem, 0))
     assert params["preload"] == (False, True)
     config, _ = default_config(statement_task(problem, 0))
-    config = {**config, "preload": True}
+    config = replace(config, preload=True)
     assert violation(statement_task(problem, 0), config) is None
     mapping = config_to_mapping(statement_task(problem, 0), config)
     assert mapping.preload_output

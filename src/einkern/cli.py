@@ -90,6 +90,7 @@ def _mappings(args, problem):
         return None
     import json
 
+    from .gpu.config import CudaConfig
     from .gpu.mapping import Mapping, MappingError
     from .gpu.space import config_to_mapping
     from .ir.task import statement_task
@@ -113,7 +114,8 @@ def _mappings(args, problem):
             result[position] = Mapping.from_json(json.dumps(value))
         else:
             try:
-                result[position] = config_to_mapping(statement_task(problem, position), value)
+                config = CudaConfig.from_json(value)
+                result[position] = config_to_mapping(statement_task(problem, position), config)
             except (KeyError, TypeError, ValueError) as error:
                 raise MappingError(f"{args.mapping}: not a mapping configuration ({error})",
                                    hint="see `einkern emit PROGRAM --explain`") from None

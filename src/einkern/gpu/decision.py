@@ -1,36 +1,32 @@
-"""The decision algorithm: a good mapping without any timing.
+"""The decision algorithm: a good mapping without any timing, as an ordered table
+of small named rules.
 
-Rules, in order (Rivera §3.1, R-Stream §4.3–4.6, MAGMA §4.3, Treduda §3):
-
-1. *Coalescing first*: the output's contiguous index goes to threadIdx.x
-   (fastest), cyclically assigned, so a warp stores consecutive addresses.
-2. *Register reuse*: the second thread index is taken from the other operand's
-   free indices (x in M ⇒ y in N, and vice versa), so that a register tile of
-   rx × ry outputs reuses each loaded A value ry times and each B value rx times.
-3. *Staging*: inputs of a long reduction (≥ 32 terms) are staged in shared
-   memory chunk by chunk, with prefetching and one element of padding.
-4. *Fill the machine*: shrink register and block tiles until there are at least
-   two waves of blocks over the SMs.
-5. *Fit*: the result must pass every hardware check; otherwise fall back to
-   simpler mappings, ending with the direct mapping (one output per thread).
-   When the tiles do not divide the extents, the edges are guarded, unless the
-   statement does so much arithmetic per byte that padded copies of its
-   tensors (MAGMA §4.3.2) cost under 10 % of the kernel: then it runs padded.
+Each rule reads the task's :class:`Facts` and the configuration built so far and
+returns its :class:`Change` (new values of some fields and a one-line reason), or
+None when it does not apply.  :func:`explain` applies :data:`RULES` in order from
+:func:`start_config` and records each applied rule's name and reason; rules of
+one ``group`` exclude each other (the first that applies wins).  Why each rule is
+what it is, and the measurements behind it, are in ``docs/rules.md`` under the
+rule's name.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
+from typing import Any
 
-from ..ir.analysis import coalescing_weights
+from ..ir.analysis import coalescing_weights, statement_flops
 from ..ir.task import Task
+from .config import NO_STAGING, SCALAR_CONFIG, CudaConfig, StagingConfig
 from .device import H100, DeviceLimits
 from .lower import compute_dtype, preload_applies
 from .mapping import Mapping
 from .space import (
     K_STEPS,
-    SCALAR_CONFIG,
-    Config,
+    Roles,
     _pow2,
     chunk_fits,
     config_to_mapping,
@@ -41,198 +37,231 @@ from .space import (
     z_index,
 )
 
-
-def _largest(task: Task, indices, exclude=()) -> str:
-    problem = task.problem
-    statement = task.statement
-    pool = [i for i in indices if i not in exclude and problem.index_size(statement, i) > 1]
-    if not pool:
-        return ""
-    return max(pool, key=lambda i: (problem.index_size(statement, i), -indices.index(i)))
+#: Padded copies are chosen when they cost less than this share of the kernel.
+PAD_SHARE = 0.10
+#: Blocks per SM the ``fill-machine`` rule aims for (two waves).
+WAVES = 2
 
 
-def decide(task: Task, limits: DeviceLimits = H100) -> Mapping:
-    """The default mapping of ``task``, with the reasons for it."""
-    config, reasons = default_config(task, limits)
-    return config_to_mapping(task, config, tuple(reasons))
+@dataclass(frozen=True)
+class Facts:
+    """What the rules read about a task (computed once per decision)."""
+
+    task: Task
+    limits: DeviceLimits
+
+    @cached_property
+    def size(self) -> dict[str, int]:
+        statement = self.task.statement
+        return {i: self.task.problem.index_size(statement, i) for i in statement.indices}
+
+    @cached_property
+    def roles(self) -> Roles:
+        return roles(self.task)
+
+    @property
+    def parallel(self) -> tuple[str, ...]:
+        return tuple(self.task.statement.parallel_indices)
+
+    @cached_property
+    def reduction(self) -> int:
+        """Terms of the main reduction (0: none)."""
+        k = self.roles.k
+        return math.prod(self.size[i] for i in k) if k else 0
+
+    @cached_property
+    def double(self) -> bool:
+        return compute_dtype(self.task) == "float64"
+
+    @cached_property
+    def products(self) -> int:
+        return products_per_output(self.task.statement)
+
+    @cached_property
+    def spreads(self) -> bool:
+        return spreads(self.task.statement)
+
+    def largest(self, indices, exclude=()) -> str:
+        """The largest of ``indices`` (first on ties) of more than one element, or ""."""
+        indices = list(indices)
+        pool = [i for i in indices if i not in exclude and self.size[i] > 1]
+        if not pool:
+            return ""
+        return max(pool, key=lambda i: (self.size[i], -indices.index(i)))
+
+    def following(self, x: str) -> str:
+        """The output index after ``x`` in the output's memory order ("" if none)."""
+        out = self.task.statement.output
+        column = self.task.problem.program.tensor(out.tensor).layout == "column"
+        memory = list(out.indices if column else reversed(out.indices))
+        return memory[memory.index(x) + 1] if x in memory[:-1] else ""
+
+    def blocks(self, config: CudaConfig) -> int:
+        """Thread blocks of the mapping ``config`` describes."""
+        mapping = config_to_mapping(self.task, config)
+        return math.prod(math.ceil(self.size[d] / mapping.tile_of(d).tile)
+                         for d in self.parallel)
 
 
-def default_config(task: Task,
-                   limits: DeviceLimits = H100) -> tuple[Config, list[str]]:
-    problem = task.problem
-    statement = task.statement
-    size = {i: problem.index_size(statement, i) for i in statement.indices}
-    r = roles(task)
-    reasons: list[str] = []
-    parallel = list(statement.parallel_indices)
-    if not parallel:  # a rank-0 output: one thread computes it
-        reasons.append("rank-0 output: a single thread")
-        return dict(SCALAR_CONFIG), reasons
-    x = r.output_contiguous if r.output_contiguous and size[r.output_contiguous] > 1 else (
-        _largest(task, parallel) or parallel[0])
-    reasons.append(f"{x} → threadIdx.x: contiguous index of the output "
-                   f"{statement.output.tensor} (coalesced stores)")
-    weights = coalescing_weights(problem, statement)
-    if weights:
-        ranked = sorted(weights.items(), key=lambda item: -item[1])
-        reasons.append("coalescing weights (R-Stream tuples, accesses whose stride-1 "
-                       "dimension the index walks × their executions): "
-                       + ", ".join(f"{i} {w:.3g}" for i, w in ranked))
-    out = statement.output
-    memory = list(out.indices if problem.program.tensor(out.tensor).layout == "column"
-                  else reversed(out.indices))
-    following = memory[memory.index(x) + 1] if x in memory[:-1] else ""
-    itemsize = 8 if compute_dtype(task) == "float64" else 4
+@dataclass(frozen=True)
+class Change:
+    """What a rule does: new values of configuration fields, and why.  ``final``:
+    no later rule applies."""
+
+    values: dict[str, Any]
+    reason: str
+    final: bool = False
+
+
+RuleFunction = Callable[[Facts, CudaConfig], Change | None]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A named step of the decision; of the rules sharing a ``group``, only the
+    first that applies does."""
+
+    name: str
+    apply: RuleFunction = field(repr=False)
+    group: str = ""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The default configuration of a task and the rules that made it."""
+
+    config: CudaConfig
+    steps: tuple[tuple[str, str], ...]  # (rule name, reason), in order
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        return tuple(f"{name}: {reason}" for name, reason in self.steps)
+
+
+# ---- where the threads go ----------------------------------------------------
+
+
+def rank0_output(facts: Facts, config: CudaConfig) -> Change | None:
+    if facts.parallel:
+        return None
+    return Change({}, "rank-0 output: a single thread", final=True)
+
+
+def coalesced_x(facts: Facts, config: CudaConfig) -> Change:
+    contiguous = facts.roles.output_contiguous
+    x = contiguous if contiguous and facts.size[contiguous] > 1 else (
+        facts.largest(facts.parallel) or facts.parallel[0])
+    out = facts.task.statement.output.tensor
+    return Change({"x": x}, f"{x} → threadIdx.x: contiguous index of the output {out} "
+                            "(coalesced stores)")
+
+
+def coalescing_weights_note(facts: Facts, config: CudaConfig) -> Change | None:
+    weights = coalescing_weights(facts.task.problem, facts.task.statement)
+    if not weights:
+        return None
+    ranked = sorted(weights.items(), key=lambda item: -item[1])
+    return Change({}, "accesses whose stride-1 dimension each index walks × their executions "
+                      "(R-Stream tuples): " + ", ".join(f"{i} {w:.3g}" for i, w in ranked))
+
+
+def second_index(facts: Facts, config: CudaConfig) -> Change | None:
+    x, r, size = config.x, facts.roles, facts.size
+    following = facts.following(x)
+    itemsize = 8 if facts.double else 4
     if size[x] * itemsize < 128 and following and 1 < size[following] <= 64:
-        y = following
-        why = "next index in the output's memory order: a warp covers contiguous rows"
-    elif x in r.m:
-        y = _largest(task, list(r.n)) or _largest(task, parallel, (x,))
-        why = "free index of the other operand (register reuse of A and B)"
-    elif x in r.n:
-        y = _largest(task, list(r.m)) or _largest(task, parallel, (x,))
+        y, why = following, "next index in the output's memory order: a warp covers " \
+                            "contiguous rows"
+    elif x in r.m or x in r.n:
+        other = r.n if x in r.m else r.m
+        y = facts.largest(other) or facts.largest(facts.parallel, (x,))
         why = "free index of the other operand (register reuse of A and B)"
     else:
-        y = _largest(task, parallel, (x,))
-        why = "largest remaining output index"
-    y_reason_at = len(reasons)  # the reason for y goes here, once the rules settled y
-    reduction = math.prod(size[k] for k in r.k) if r.k else 0
-    double = compute_dtype(task) == "float64"
+        y, why = facts.largest(facts.parallel, (x,)), "largest remaining output index"
+    return Change({"y": y}, f"{y} → second thread index: {why}") if y else None
+
+
+def block_shape(facts: Facts, config: CudaConfig) -> Change:
+    x, y, size = config.x, config.y, facts.size
     tx = min(32, _pow2(size[x])) if y else min(256, _pow2(size[x]))
     ty = max(1, min(256 // tx, _pow2(size[y]))) if y else 1
-    if size[x] < 32 and size[x] != tx and y and size[y] <= 64:
-        tx, ty = 0, 0  # whole extents: a warp covers contiguous rows without idle lanes
-        reasons.append(f"{x} = {size[x]} and {y} = {size[y]} are small: the block covers them "
-                       "whole")
-    assign = "cyclic"
-    spread = 0
-    unroll = -1 if reduction else 1  # the k loop fully unrolled
-    if reduction >= 32 and r.m and r.n:
-        regs = [4, 4, 1] if double else [8, 8, 1]
-        if not y:
-            regs = [4, 1, 1]
-        # k-step 8, x cyclic in runs of one vector (B's register loads are LDS.128):
-        # SGEMM n = 4096 on an H100, 82 % -> 93 % of cuBLAS against k-step 16 with
-        # x cyclic element by element.
-        staging = ["all", 8, True, 0, "compute"]
-        assign = "chunked" if y else "cyclic"
-        tx, ty = (16, 16) if y else (tx, ty)
-        reasons.append(f"reduction of {reduction} terms with operands on both sides: register "
-                       f"tile {regs[0]}×{regs[1]} (x cyclic in runs of one vector: coalesced "
-                       "stores and vector loads from shared memory; y adjacent), inputs "
-                       "staged in shared memory per k-step of 8 with the threaded index "
-                       "innermost, prefetching")
-    elif reduction >= 2 and y and ty >= 8 and spreads(statement):
-        # Several products update each output (a CCSD(T) family as one statement),
-        # each pairing a different split of the output indices between its two
-        # operands: only a register tile over every output index gives every
-        # product reuse.  Two outputs per thread along each index but x (32 in
-        # all), y the next index in the output's memory order, and every input's
-        # block slice staged per k-step of 4 (the d1 family on an H200: 0.66 ->
-        # 0.54 ms against the 4 × 4 tile).
-        products = products_per_output(statement)
-        if following and size[following] >= 16:
-            y, why = following, "next index in the output's memory order"
-        ty = max(1, min(ty, _pow2(size[y])) // 2)
-        regs = [1, 2, 2]
-        spread = 2
-        unroll = 1
-        staging = ["all", 4, False, 1, "natural"]
-        reasons.append(f"short reduction ({reduction} terms) in {products} products: two "
-                       "outputs per thread along every output index but x, every input's "
-                       "block slice staged in shared memory per k-step")
-    elif reduction >= 2 and y and ty >= 8 and (shape := _broadcast_shape(r, x, following)):
-        # One product, a short reduction, and an operand that neither x nor the next
-        # output index reads (sd_t_d1_1: t2 lacks h3 and h2): y takes that next
-        # index (a warp covers whole lines of the output), every thread reads the
-        # broadcast operand, so its block slice is staged whole in shared memory,
-        # and four outputs per thread along one of its indices reuse each value of
-        # the other (H100: sd_t_d1_1 0.112 -> 0.098 ms, 80 -> 91 % of the floor;
-        # H200 89.9 -> 78.8 µs).
-        (y, broadcast), why = shape, ""  # the rule's own reason names y
-        ty = max(1, min(ty, _pow2(size[y])) // 2)
-        unroll = 1
-        regs = [1, 2, 4]
-        assign = "adjacent"
-        whole = min([k for k in K_STEPS if k >= reduction] or [K_STEPS[-1]])
-        staging = [broadcast, whole, True, 0, "compute"]
-        reasons.append(f"short reduction ({reduction} terms), one product: {y} → second "
-                       f"thread index (next in the output's memory order), the operand "
-                       f"read by neither {x} nor {y} staged whole in shared memory "
-                       "(broadcast), 2 × 4 outputs per thread")
-    elif reduction >= 2 and y and ty >= 8:
-        # A short reduction: registers, not shared memory, give the reuse.  Four
-        # outputs per thread along y and two (four when three or more products
-        # update each output) along a register-only index: each loaded value
-        # serves more outputs.
-        products = products_per_output(statement)
-        regs = [1, 4, 4 if products >= 3 else 2]
-        ty //= 4
-        staging = ["none", 1, False, 0, "natural"]
-        reasons.append(f"short reduction ({reduction} terms"
-                       + (f", {products} products" if products > 1 else "")
-                       + f"): 4 × {regs[2]} outputs per thread along y and a register-only "
-                       "index that gives the other operand reuse; reads through the cache")
-    elif reduction >= 2 and y and tx == 0 and ty == 0 and products_per_output(statement) == 1:
-        # The block covers two small extents whole (a p × p face of a spectral
-        # element): every input row is read by a whole row of threads, so staging
-        # the block's slices once beats re-reading them through L1/L2.
-        # The register-only index is taken whole when it is small: one block per
-        # element, each input slice staged once (local_grad3 on an H200: 62 % -> 96 %
-        # of the DRAM floor for ut, whose input slice is the whole element).
-        z = z_index(task, x, y)
-        whole = bool(z) and size[z] <= 16
-        regs = [1, 1, size[z] if whole else 4]
-        staging = ["all", 16, False, 1, "natural"]
-        reasons.append(f"short reduction ({reduction} terms) over whole small faces: "
-                       + (f"all {size[z]} outputs along {z} per thread" if whole
-                          else "4 outputs per thread along a register-only index")
-                       + ", every input's slice staged in shared memory once (each is read "
-                       "by a whole row of threads)")
-    elif reduction >= 2 and y:
-        regs = [1, 1, 4]
-        staging = ["none", 1, False, 0, "natural"]
-        reasons.append(f"short reduction ({reduction} terms): 4 outputs per thread along a "
-                       "register-only index that gives the other operand reuse; reads through "
-                       "the cache (no staging)")
-    else:
-        regs = [1, 1, 1]
-        staging = ["none", 1, False, 0, "natural"]
-        reasons.append("no reuse to exploit: one output element per thread")
-    if y and why:
-        reasons.insert(y_reason_at, f"{y} → second thread index: {why}")
-    if not y:
-        regs[1] = 1
-    while regs[0] > 1 and (tx or size[x]) * regs[0] > _pow2(size[x]):
-        regs[0] //= 2
-    while y and regs[1] > 1 and (ty or size[y]) * regs[1] > _pow2(size[y]):
-        regs[1] //= 2
-    config: Config = {
-        "x": x, "y": y, "block": [tx, ty], "regs": regs, "assign": assign,
-        "staging": staging, "unroll": unroll,
-        "boundary": "exact",
-    }
-    if spreads(statement):  # the space has this knob
-        config["spread"] = spread
-    if preload_applies(statement):  # so has this one
-        # Several products per output (arithmetic-heavy): read the output first, so
-        # its DRAM latency overlaps the arithmetic (the d1 family on an H100:
-        # 0.503 -> 0.374 ms).  A single product is memory-bound already and loses
-        # a little (sd_t_d1_1: 0.108 -> 0.112 ms), so it reads the output last.
-        config["preload"] = spreads(statement)
-        if config["preload"]:
-            reasons.append("an update of one sum of several products: the output is read "
-                           "into the accumulators before the reduction (its latency "
-                           "overlaps the arithmetic)")
-    config = _fill_machine(task, config, limits, reasons)
-    rx, ry, _ = config["regs"]
-    if config["assign"] == "chunked" and not chunk_fits(task, rx):
-        # the register tile shrank to fill the SMs
-        config = {**config, "assign": "mixed" if ry > 1 else "cyclic"}
-    return _make_valid(task, config, limits, reasons), reasons
+    return Change({"block": (tx, ty)}, f"{tx} × {ty} threads: up to a warp along x, "
+                                       "256 threads in all")
 
 
-def _broadcast_shape(r, x: str, following: str) -> tuple[str, str] | None:
+def whole_small_extents(facts: Facts, config: CudaConfig) -> Change | None:
+    x, y, size = config.x, config.y, facts.size
+    if not (size[x] < 32 and size[x] != config.block[0] and y and size[y] <= 64):
+        return None
+    return Change({"block": (0, 0)},
+                  f"{x} = {size[x]} and {y} = {size[y]} are small: the block covers them whole")
+
+
+def unrolled_reduction(facts: Facts, config: CudaConfig) -> Change | None:
+    if not facts.reduction:
+        return None
+    return Change({"unroll": -1}, "the k-step loop fully unrolled")
+
+
+# ---- reuse: one of these applies (group "reuse") ----------------------------
+
+
+def gemm_register_tile(facts: Facts, config: CudaConfig) -> Change | None:
+    r, y = facts.roles, config.y
+    if not (facts.reduction >= 32 and r.m and r.n):
+        return None
+    regs = ((4, 4, 1) if facts.double else (8, 8, 1)) if y else (4, 1, 1)
+    values: dict[str, Any] = {
+        "regs": regs, "staging": StagingConfig("all", 8, True, 0, "compute"),
+        "assign": "chunked" if y else "cyclic"}
+    if y:
+        values["block"] = (16, 16)
+    return Change(values, f"reduction of {facts.reduction} terms with operands on both sides: "
+                          f"register tile {regs[0]}×{regs[1]} (x cyclic in runs of one vector: "
+                          "coalesced stores and vector loads from shared memory; y adjacent), "
+                          "inputs staged in shared memory per k-step of 8 with the threaded "
+                          "index innermost, prefetching")
+
+
+def _short(facts: Facts, config: CudaConfig) -> bool:
+    """A short reduction and a second thread index of at least 8 threads."""
+    return facts.reduction >= 2 and bool(config.y) and config.block[1] >= 8
+
+
+def product_family(facts: Facts, config: CudaConfig) -> Change | None:
+    if not (_short(facts, config) and facts.spreads):
+        return None
+    size, y = facts.size, config.y
+    following = facts.following(config.x)
+    if following and size[following] >= 16:
+        y = following
+    ty = max(1, min(config.block[1], _pow2(size[y])) // 2)
+    return Change(
+        {"y": y, "block": (config.block[0], ty), "regs": (1, 2, 2), "spread": 2, "unroll": 1,
+         "staging": StagingConfig("all", 4, False, 1, "natural")},
+        f"short reduction ({facts.reduction} terms) in {facts.products} products: {y} → second "
+        "thread index, two outputs per thread along every output index but x, every input's "
+        "block slice staged in shared memory per k-step")
+
+
+def broadcast_operand(facts: Facts, config: CudaConfig) -> Change | None:
+    if not _short(facts, config):
+        return None
+    shape = _broadcast_shape(facts.roles, config.x, facts.following(config.x))
+    if shape is None:
+        return None
+    y, stage = shape
+    ty = max(1, min(config.block[1], _pow2(facts.size[y])) // 2)
+    whole = min([k for k in K_STEPS if k >= facts.reduction] or [K_STEPS[-1]])
+    return Change(
+        {"y": y, "block": (config.block[0], ty), "unroll": 1, "regs": (1, 2, 4),
+         "assign": "adjacent", "staging": StagingConfig(stage, whole, True, 0, "compute")},
+        f"short reduction ({facts.reduction} terms), one product: {y} → second thread index "
+        f"(next in the output's memory order), the operand read by neither {config.x} nor "
+        f"{y} staged whole in shared memory (broadcast), 2 × 4 outputs per thread")
+
+
+def _broadcast_shape(r: Roles, x: str, following: str) -> tuple[str, str] | None:
     """(y, "A" or "B") when the main product's operand holding x also holds the
     output's next index in memory order and the other operand holds neither."""
     if not (r.a and r.b and following) or len(r.k) != 1:
@@ -244,30 +273,122 @@ def _broadcast_shape(r, x: str, following: str) -> tuple[str, str] | None:
     return None
 
 
-def _blocks(task: Task, config: Config) -> int:
-    problem = task.problem
-    mapping = config_to_mapping(task, config)
-    statement = task.statement
-    return math.prod(math.ceil(problem.index_size(statement, d) / mapping.tile_of(d).tile)
-                     for d in statement.parallel_indices)
+def short_reduction_registers(facts: Facts, config: CudaConfig) -> Change | None:
+    if not _short(facts, config):
+        return None
+    products = facts.products
+    regs = (1, 4, 4 if products >= 3 else 2)
+    return Change(
+        {"regs": regs, "block": (config.block[0], config.block[1] // 4)},
+        f"short reduction ({facts.reduction} terms"
+        + (f", {products} products" if products > 1 else "")
+        + f"): 4 × {regs[2]} outputs per thread along y and a register-only index that gives "
+        "the other operand reuse; reads through the cache")
 
 
-def _fill_machine(task, config, limits, reasons) -> Config:
-    target = 2 * limits.sm_count
-    while _blocks(task, config) < target:
-        rx, ry, rz = config["regs"]
+def staged_faces(facts: Facts, config: CudaConfig) -> Change | None:
+    if not (facts.reduction >= 2 and config.y and config.block == (0, 0)
+            and facts.products == 1):
+        return None
+    z = z_index(facts.task, config.x, config.y)
+    whole = bool(z) and facts.size[z] <= 16
+    return Change(
+        {"regs": (1, 1, facts.size[z] if whole else 4),
+         "staging": StagingConfig("all", 16, False, 1, "natural")},
+        f"short reduction ({facts.reduction} terms) over whole small faces: "
+        + (f"all {facts.size[z]} outputs along {z} per thread" if whole
+           else "4 outputs per thread along a register-only index")
+        + ", every input's slice staged in shared memory once (each is read by a whole row "
+        "of threads)")
+
+
+def short_reduction_cache(facts: Facts, config: CudaConfig) -> Change | None:
+    if not (facts.reduction >= 2 and config.y):
+        return None
+    return Change({"regs": (1, 1, 4)},
+                  f"short reduction ({facts.reduction} terms): 4 outputs per thread along a "
+                  "register-only index that gives the other operand reuse; reads through the "
+                  "cache (no staging)")
+
+
+def no_reuse(facts: Facts, config: CudaConfig) -> Change:
+    return Change({}, "no reuse to exploit: one output element per thread")
+
+
+# ---- fitting the tile to the extents and the machine ---------------------------
+
+
+def clip_register_tile(facts: Facts, config: CudaConfig) -> Change | None:
+    x, y, size = config.x, config.y, facts.size
+    rx, ry, rz = config.regs
+    tx, ty = config.block
+    if not y:
+        ry = 1
+    while rx > 1 and (tx or size[x]) * rx > _pow2(size[x]):
+        rx //= 2
+    while y and ry > 1 and (ty or size[y]) * ry > _pow2(size[y]):
+        ry //= 2
+    if (rx, ry, rz) == config.regs:
+        return None
+    return Change({"regs": (rx, ry, rz)},
+                  f"register tile {rx}×{ry}: no larger than the extents of {x}"
+                  + (f" and {y}" if y else ""))
+
+
+def preload_output(facts: Facts, config: CudaConfig) -> Change | None:
+    if not (config.preload is not None and facts.spreads):
+        return None
+    return Change({"preload": True}, "an update of one sum of several products: the output is "
+                                     "read into the accumulators before the reduction (its "
+                                     "latency overlaps the arithmetic)")
+
+
+def fill_machine(facts: Facts, config: CudaConfig) -> Change | None:
+    target = WAVES * facts.limits.sm_count
+    start = config
+    while facts.blocks(config) < target:
+        rx, ry, rz = config.regs
         if rx * ry == 1:
             break
-        smaller = [max(1, rx // 2), ry, rz] if rx >= ry else [rx, max(1, ry // 2), rz]
-        config = {**config, "regs": smaller}
-    if _blocks(task, config) < target:
-        reasons.append(f"only {_blocks(task, config)} blocks for "
-                       f"{limits.sm_count} SMs: the problem is small")
-    return config
+        smaller = (max(1, rx // 2), ry, rz) if rx >= ry else (rx, max(1, ry // 2), rz)
+        config = replace(config, regs=smaller)
+    blocks = facts.blocks(config)
+    if blocks >= target and config == start:
+        return None
+    reasons = []
+    if config != start:
+        reasons.append(f"register tile shrunk to {config.regs[0]}×{config.regs[1]} for more "
+                       "blocks")
+    if blocks < target:
+        reasons.append(f"only {blocks} blocks for {facts.limits.sm_count} SMs: the problem "
+                       "is small")
+    return Change({"regs": config.regs}, "; ".join(reasons))
 
 
-#: Padded copies are chosen when they cost less than this share of the kernel.
-PAD_SHARE = 0.10
+def vector_runs_fit(facts: Facts, config: CudaConfig) -> Change | None:
+    rx, ry, _ = config.regs
+    if config.assign != "chunked" or chunk_fits(facts.task, rx):
+        return None
+    assign = "mixed" if ry > 1 else "cyclic"
+    return Change({"assign": assign}, f"{rx} elements per thread along x make no runs of one "
+                                      f"vector: {assign} assignment")
+
+
+def boundary(facts: Facts, config: CudaConfig) -> Change | None:
+    share = _pad_share(facts.task, facts.limits)
+    boundaries = ("exact", "pad", "guard") if share < PAD_SHARE else ("exact", "guard")
+    for choice in boundaries:
+        if violation(facts.task, replace(config, boundary=choice), facts.limits) is None:
+            if choice == "exact":
+                return Change({}, "the tiles divide every extent: no edges", final=True)
+            if choice == "guard":
+                return Change({"boundary": "guard"},
+                              "tiles do not divide every extent: guarded edges", final=True)
+            return Change({"boundary": "pad"},
+                          f"tiles do not divide every extent, and padded copies cost about "
+                          f"{share:.0%} of the kernel: run on padded copies (aligned, "
+                          "unguarded loads)", final=True)
+    return None
 
 
 def _pad_share(task: Task, limits: DeviceLimits) -> float:
@@ -275,55 +396,122 @@ def _pad_share(task: Task, limits: DeviceLimits) -> float:
     tensor read and written once more (plus a few µs of launches) against the
     statement's flops at 60 % of the dtype's peak."""
     problem = task.problem
-    from ..ir.analysis import statement_flops
-
     statement = task.statement
     tensors = {statement.output.tensor} | {a.tensor for a in statement.reads()}
     copies = 2 * sum(problem.nbytes(t) for t in tensors) / limits.dram_bandwidth + 10e-6
-    peak = limits.fp64_flops if compute_dtype(task) == "float64" \
-        else limits.fp32_flops
+    peak = limits.fp64_flops if compute_dtype(task) == "float64" else limits.fp32_flops
     kernel = statement_flops(problem, statement) / (0.6 * peak)
     return copies / kernel if kernel > 0 else math.inf
 
 
-def _make_valid(task, config, limits, reasons) -> Config:
-    share = _pad_share(task, limits)
-    boundaries = ("exact", "pad", "guard") if share < PAD_SHARE else ("exact", "guard")
-    for boundary in boundaries:
-        candidate = {**config, "boundary": boundary}
-        if violation(task, candidate, limits) is None:
-            if boundary == "guard":
-                reasons.append("tiles do not divide every extent: guarded edges")
-            if boundary == "pad":
-                reasons.append(f"tiles do not divide every extent, and padded copies cost "
-                               f"about {share:.0%} of the kernel: run on padded copies "
-                               "(aligned, unguarded loads)")
-            return candidate
-    simpler = [
-        {**config, "staging": ["none", 1, False, 0, "natural"]},
-        {**config, "staging": ["none", 1, False, 0, "natural"], "regs": [1, 1, 1],
-         "assign": "cyclic"},
-        {**config, "staging": ["none", 1, False, 0, "natural"], "regs": [1, 1, 1],
-         "assign": "cyclic", "unroll": 1},
-    ]
-    for candidate in simpler:
-        for boundary in ("exact", "guard"):
-            candidate = {**candidate, "boundary": boundary}
-            if violation(task, candidate, limits) is None:
-                reasons.append("the preferred mapping does not fit: simplified")
-                return candidate
-    statement = task.statement
-    x = config["x"]
-    y = config["y"]
-    for block, y_index in (([0, 0], y), ([32, 1], ""), ([64, 1], ""), ([128, 1], ""),
-                           ([256, 1], ""), ([0, 1], "")):
-        if block == [0, 0] and not y:
+def simplify(facts: Facts, config: CudaConfig) -> Change | None:
+    simpler = (
+        {"staging": NO_STAGING},
+        {"staging": NO_STAGING, "regs": (1, 1, 1), "assign": "cyclic"},
+        {"staging": NO_STAGING, "regs": (1, 1, 1), "assign": "cyclic", "unroll": 1},
+    )
+    for values in simpler:
+        for choice in ("exact", "guard"):
+            candidate = {**values, "boundary": choice}
+            if violation(facts.task, replace(config, **candidate), facts.limits) is None:
+                return Change(candidate, "the preferred mapping does not fit: simplified",
+                              final=True)
+    return None
+
+
+def direct_fallback(facts: Facts, config: CudaConfig) -> Change:
+    """The direct mapping (one output per thread); like the configurations recorded
+    before the rule table, it leaves out the ``spread`` and ``preload`` knobs."""
+    x, y = config.x, config.y
+    for block, y_index in (((0, 0), y), ((32, 1), ""), ((64, 1), ""), ((128, 1), ""),
+                           ((256, 1), ""), ((0, 1), "")):
+        if block == (0, 0) and not y:
             continue
-        for boundary in ("exact", "guard"):
-            candidate = {"x": x, "y": y_index, "block": block, "regs": [1, 1, 1],
-                         "assign": "cyclic", "staging": ["none", 1, False, 0, "natural"],
-                         "unroll": 1, "boundary": boundary}
-            if violation(task, candidate, limits) is None:
-                reasons.append("fallback: direct mapping")
-                return candidate
-    raise AssertionError(f"no valid mapping for {statement}")
+        for choice in ("exact", "guard"):
+            candidate = CudaConfig(x=x, y=y_index, block=block, boundary=choice)
+            if violation(facts.task, candidate, facts.limits) is None:
+                values = {f.name: getattr(candidate, f.name) for f in fields(CudaConfig)}
+                return Change(values, "fallback: direct mapping", final=True)
+    raise AssertionError(f"no valid mapping for {facts.task.statement}")
+
+
+# ---- the table ---------------------------------------------------------------
+
+#: The decision, in order (docs/rules.md has a section per name).
+RULES: tuple[Rule, ...] = (
+    Rule("rank0-output", rank0_output),
+    Rule("coalesced-x", coalesced_x),
+    Rule("coalescing-weights", coalescing_weights_note),
+    Rule("second-index", second_index),
+    Rule("block-shape", block_shape),
+    Rule("whole-small-extents", whole_small_extents),
+    Rule("unrolled-reduction", unrolled_reduction),
+    Rule("gemm-register-tile", gemm_register_tile, "reuse"),
+    Rule("product-family", product_family, "reuse"),
+    Rule("broadcast-operand", broadcast_operand, "reuse"),
+    Rule("short-reduction-registers", short_reduction_registers, "reuse"),
+    Rule("staged-faces", staged_faces, "reuse"),
+    Rule("short-reduction-cache", short_reduction_cache, "reuse"),
+    Rule("no-reuse", no_reuse, "reuse"),
+    Rule("clip-register-tile", clip_register_tile),
+    Rule("preload-output", preload_output),
+    Rule("fill-machine", fill_machine),
+    Rule("vector-runs", vector_runs_fit),
+    Rule("boundary", boundary),
+    Rule("simplify", simplify),
+    Rule("direct-fallback", direct_fallback),
+)
+
+
+def _check_table(rules: tuple[Rule, ...]) -> None:
+    names = [rule.name for rule in rules]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise ValueError(f"decision rules named twice: {duplicates}")
+
+
+_check_table(RULES)
+
+
+def start_config(task: Task) -> CudaConfig:
+    """The configuration the rules start from: nothing chosen, and the knobs this
+    task's space has (``spread``, ``preload``) off."""
+    statement = task.statement
+    if not statement.parallel_indices:
+        return SCALAR_CONFIG
+    return replace(SCALAR_CONFIG, spread=0 if spreads(statement) else None,
+                   preload=False if preload_applies(statement) else None)
+
+
+def explain(task: Task, limits: DeviceLimits = H100,
+            rules: tuple[Rule, ...] = RULES) -> Decision:
+    """Apply ``rules`` in order; the configuration and the (rule, reason) pairs."""
+    facts = Facts(task, limits)
+    config = start_config(task)
+    steps: list[tuple[str, str]] = []
+    taken: set[str] = set()
+    for rule in rules:
+        if rule.group and rule.group in taken:
+            continue
+        change = rule.apply(facts, config)
+        if change is None:
+            continue
+        config = replace(config, **change.values)
+        steps.append((rule.name, change.reason))
+        if rule.group:
+            taken.add(rule.group)
+        if change.final:
+            break
+    return Decision(config, tuple(steps))
+
+
+def default_config(task: Task, limits: DeviceLimits = H100) -> tuple[CudaConfig, list[str]]:
+    """The decision's configuration of ``task`` and its reasons ("rule: reason")."""
+    decision = explain(task, limits)
+    return decision.config, list(decision.reasons)
+
+
+def decide(task: Task, limits: DeviceLimits = H100) -> Mapping:
+    """The default mapping of ``task``, with the reasons for it."""
+    decision = explain(task, limits)
+    return config_to_mapping(task, decision.config, decision.reasons)

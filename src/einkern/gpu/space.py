@@ -1,7 +1,8 @@
-"""The mapping space of a statement and the decision algorithm's default.
+"""The mapping space of a statement, and configurations turned into mappings.
 
-A *configuration* (plain dict, what the tuner searches) names a handful of
-choices; :func:`config_to_mapping` turns it into a :class:`Mapping`:
+A *configuration* (:class:`~einkern.gpu.config.CudaConfig`, what the decision
+algorithm chooses and the tuner searches) names a handful of choices;
+:func:`config_to_mapping` turns it into a :class:`Mapping`:
 
 * ``x``/``y``: the output indices distributed over threads (``x`` varies
   fastest: threadIdx.x's fastest digit), ``y`` may be ``""``;
@@ -11,7 +12,7 @@ choices; :func:`config_to_mapping` turns it into a :class:`Mapping`:
   (x cyclic, y adjacent) / adjacent (Treduda strategies 4–6) / chunked (x
   cyclic in runs of one 16-byte vector, y adjacent: vector loads of both
   operands from shared memory);
-* ``staging``: ``[stage, k_step, prefetch, padding, layout]`` with stage
+* ``staging`` (:class:`~einkern.gpu.config.StagingConfig`): stage
   ``none``, ``A``/``B`` (the first or second input of the main product) or
   ``all`` (every input of the main reduction), MAGMA's sh_AB, nb, prefetching,
   shared-memory offset and transposed layout (``compute``: the threaded indices
@@ -31,17 +32,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any
 
 from ..ir.nodes import Access, Problem
 from ..ir.task import Task
+from .config import NO_STAGING, SCALAR_CONFIG, CudaConfig, StagingConfig
 from .device import H100, DeviceLimits
 from .lower import check_mapping, compute_dtype, preload_applies
 from .mapping import Mapping, ParallelTile, Staging
 from .normalize import reduction_of
 from .staging import natural_order
-
-Config = dict[str, Any]
 
 #: Threads along x and y; 0 stands for "the whole extent of the index" (e.g. 12
 #: threads for p = 12: a warp then covers contiguous rows of a 12×12 face).
@@ -129,31 +128,26 @@ def _candidates(task: Task) -> list[str]:
 #: ``spread`` stops adding register-only indices at this many outputs per thread.
 SPREAD_OUTPUTS = 32
 
-SCALAR_CONFIG: Config = {
-    "x": "", "y": "", "block": [1, 1], "regs": [1, 1, 1], "assign": "cyclic",
-    "staging": ["none", 1, False, 0, "natural"], "unroll": 1, "boundary": "exact",
-}
-
-
 def parameters(task: Task) -> dict[str, tuple]:
-    """Candidate values of every configuration parameter (before constraints)."""
+    """Candidate values of every configuration parameter (before constraints), by
+    the name of the :class:`CudaConfig` field they are values of."""
     statement = task.statement
     if not statement.parallel_indices:
-        return {name: (value,) for name, value in SCALAR_CONFIG.items()}
+        return {name: (value,) for name, value in SCALAR_CONFIG.values().items()}
     cands = _candidates(task)
     has_groups = bool(reduction_of(statement).groups)
-    stagings: list[list] = [["none", 1, False, 0, "natural"]]
+    stagings = [NO_STAGING]
     if has_groups and statement.reduction_indices:
         for stage in ("A", "B", "all"):
             for k_step in K_STEPS:
                 for prefetch in (False, True):
                     for padding, layout in ((1, "natural"), (0, "compute"), (1, "compute")):
-                        stagings.append([stage, k_step, prefetch, padding, layout])
-    found = {
+                        stagings.append(StagingConfig(stage, k_step, prefetch, padding, layout))
+    found: dict[str, tuple] = {
         "x": tuple(cands),
         "y": tuple(cands) + ("",),
-        "block": tuple(list(b) for b in BLOCKS),
-        "regs": tuple(list(r) for r in REGS),
+        "block": BLOCKS,
+        "regs": REGS,
         "assign": ("cyclic", "mixed", "adjacent", "chunked"),
         "staging": tuple(stagings),
         "unroll": (1, -1),
@@ -208,14 +202,14 @@ def z_index(task: Task, x: str, y: str) -> str:
     return largest(statement.parallel_indices)
 
 
-def threads_of(task: Task, config: Config) -> tuple[int, int]:
+def threads_of(task: Task, config: CudaConfig) -> tuple[int, int]:
     problem = task.problem
     statement = task.statement
-    tx, ty = config["block"]
+    tx, ty = config.block
     if tx == 0:
-        tx = problem.index_size(statement, config["x"])
+        tx = problem.index_size(statement, config.x)
     if ty == 0:
-        ty = problem.index_size(statement, config["y"]) if config["y"] else 1
+        ty = problem.index_size(statement, config.y) if config.y else 1
     return tx, ty
 
 
@@ -231,12 +225,12 @@ def chunk_fits(task: Task, rx: int) -> bool:
     return rx > runs and rx % runs == 0
 
 
-def _tiles(task: Task, config: Config) -> tuple[ParallelTile, ...]:
+def _tiles(task: Task, config: CudaConfig) -> tuple[ParallelTile, ...]:
     problem = task.problem
     tx, ty = threads_of(task, config)
-    rx, ry, rz = config["regs"]
-    x, y = config["x"], config["y"]
-    assign = config["assign"]
+    rx, ry, rz = config.regs
+    x, y = config.x, config.y
+    assign = config.assign
     chunk = vector_runs(task) if assign == "chunked" else 1
     tiles = [ParallelTile(x, tx * rx, tx, assign != "adjacent", chunk)] if x else []
     if y:
@@ -245,7 +239,7 @@ def _tiles(task: Task, config: Config) -> tuple[ParallelTile, ...]:
         z = z_index(task, x, y)
         if z:
             tiles.append(ParallelTile(z, rz, 1, True))
-    spread = config.get("spread", 0)
+    spread = config.spread or 0
     if spread > 1:  # `spread` elements per thread along further output indices
         statement = task.statement
         taken = {tile.index for tile in tiles}
@@ -269,12 +263,15 @@ def _compute_layout(problem: Problem, access: Access, tiles) -> tuple[str, ...]:
     return tuple(threaded + rest)
 
 
-def config_to_mapping(task: Task, config: Config,
+def config_to_mapping(task: Task, config: CudaConfig,
                       reasons: tuple[str, ...] = ()) -> Mapping:
+    """The mapping ``config`` describes for ``task`` (``reasons``: why it was chosen)."""
     problem = task.problem
     statement = task.statement
     r = roles(task)
-    stage, k_step, prefetch, padding, layout = config["staging"]
+    stage, k_step, prefetch, padding, layout = (
+        config.staging.stage, config.staging.k_step, config.staging.prefetch,
+        config.staging.padding, config.staging.layout)
     tiles = _tiles(task, config)
     staged: list[Staging] = []
     if stage != "none":
@@ -288,8 +285,8 @@ def config_to_mapping(task: Task, config: Config,
             order = _compute_layout(problem, access, tiles) if layout == "compute" else ()
             staged.append(Staging(str(access), order, padding))
     parallel = tuple(tiles)
-    rx, ry, rz = config["regs"]
-    rz *= max(1, config.get("spread", 0))  # spread tiles are register-only, like z
+    rx, ry, rz = config.regs
+    rz *= max(1, config.spread or 0)  # spread tiles are register-only, like z
     if stage != "none":
         strategy = "gett" if rz > 1 or (rx * ry > 1 and r.batch) else "shared"
     elif rx * ry * rz > 1:
@@ -305,10 +302,10 @@ def config_to_mapping(task: Task, config: Config,
         k_step=tuple((k, k_step) for k in r.k[-1:]) if stage != "none" else (),
         staged=tuple(staged),
         prefetch=bool(prefetch) and stage != "none",
-        unroll=64 if config["unroll"] == -1 else 1,
+        unroll=64 if config.unroll == -1 else 1,
         vector_width=4 if dtype == "float32" else 2,
-        boundary=config["boundary"],
-        preload_output=bool(config.get("preload", False)),
+        boundary=config.boundary,
+        preload_output=bool(config.preload),
         reasons=reasons,
     )
 
@@ -326,21 +323,23 @@ def _grid_order(task: Task) -> tuple[str, ...]:
     return tuple(dict.fromkeys(ordered))  # once each (d[i,i] names i twice)
 
 
-def violation(task: Task, config: Config,
+def violation(task: Task, config: CudaConfig,
               limits: DeviceLimits = H100) -> str | None:
     """Why a configuration is not in the space (None: valid).  Cheap checks first."""
     problem = task.problem
     statement = task.statement
     size = {i: problem.index_size(statement, i) for i in statement.indices}
-    x, y = config["x"], config["y"]
+    x, y = config.x, config.y
     if not x:
         if statement.parallel_indices or config != SCALAR_CONFIG:
             return "no x index"
         return None
     if x == y:
         return "x and y are the same index"
-    bx, by = config["block"]
-    rx, ry, rz = config["regs"]
+    if x not in size or (y and y not in size):
+        return f"x and y must be indices of the statement, got {x!r} and {y!r}"
+    bx, by = config.block
+    rx, ry, rz = config.regs
     if not y and (by != 1 or ry > 1):
         return "no y index: block and registers along y must be 1"
     if (bx == 0 and size[x] > 256) or (by == 0 and y and size[y] > 64):
@@ -362,16 +361,16 @@ def violation(task: Task, config: Config,
         return "no index for a register-only tile"
     if rx * ry * rz > 64:
         return "register tile over 64"
-    if config.get("spread", 0) > 1 and len(_tiles(task, config)) <= 3:
+    if (config.spread or 0) > 1 and len(_tiles(task, config)) <= 3:
         return "no index left to spread the register tile over"
-    if config["assign"] != "cyclic" and rx * ry == 1:
+    if config.assign != "cyclic" and rx * ry == 1:
         return "assignment irrelevant"
-    if config["assign"] == "mixed" and ry == 1:
+    if config.assign == "mixed" and ry == 1:
         return "assignment irrelevant"
-    if config["assign"] == "chunked" and not chunk_fits(task, rx):
+    if config.assign == "chunked" and not chunk_fits(task, rx):
         return "register tile along x not a multiple of the vector runs"
-    stage, k_step, _, padding, layout = config["staging"]
-    if stage == "none" and config["unroll"] != 1 and not statement.reduction_indices:
+    stage, k_step = config.staging.stage, config.staging.k_step
+    if stage == "none" and config.unroll != 1 and not statement.reduction_indices:
         return "nothing to unroll"
     tiles = _tiles(task, config)
     divisible = all(size[t.index] % t.tile == 0 for t in tiles)
@@ -381,7 +380,7 @@ def violation(task: Task, config: Config,
             return "k-step much larger than the reduction"
         if r.k:
             divisible = divisible and size[r.k[-1]] % min(k_step, size[r.k[-1]]) == 0
-    boundary = config["boundary"]
+    boundary = config.boundary
     if divisible and boundary != "exact":
         return "tiles divide the extents: boundary is exact"
     if not divisible and boundary == "exact":

@@ -12,6 +12,7 @@ import numpy as np
 from ..ir.nodes import Problem
 from ..ir.task import statement_task
 from ..tuning.target import Config, Parameter, Timing, VariantError
+from .config import CudaConfig
 from .decision import default_config
 from .device import current_limits
 from .model import predicted_time
@@ -52,6 +53,7 @@ class CudaTarget:
     """:class:`~einkern.tuning.target.TuningTarget` of the ``cuda`` backend."""
 
     backend = "cuda"
+    config_type = CudaConfig
 
     def device_key(self) -> dict[str, str]:
         from ..backends.cuda import driver
@@ -71,7 +73,7 @@ class CudaTarget:
         """The space's candidate values, each list extended by the default
         configuration's value when it lies outside (e.g. a register tile covering
         a whole extent of 12), so that the default is a point of the space."""
-        default = self.default_config(problem, position)
+        default = self.default_config(problem, position).values()
         found = []
         for name, values in parameters(statement_task(problem, position)).items():
             if name in default and default[name] not in values:
@@ -80,6 +82,8 @@ class CudaTarget:
         return tuple(found)
 
     def violation(self, problem: Problem, position: int, config: Config) -> str | None:
+        if not isinstance(config, CudaConfig):
+            return f"not a CUDA configuration: {config!r}"
         try:
             return violation(statement_task(problem, position), config, current_limits())
         except (KeyError, TypeError, ValueError) as error:

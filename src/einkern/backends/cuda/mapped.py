@@ -19,8 +19,9 @@ MappingSpec = MappingType[int, object] | None
 
 
 def resolve_mappings(problem: Problem, mappings: MappingSpec = None) -> dict[int, object]:
-    """A Mapping per statement: the given ones (Mapping, config dict, or JSON path),
-    the decision algorithm's default for the others."""
+    """A Mapping per statement: the given ones (Mapping, CudaConfig, either in JSON
+    form, or a JSON file of either), the decision algorithm's default for the others."""
+    from ...gpu.config import CudaConfig
     from ...gpu.decision import decide
     from ...gpu.device import current_limits
     from ...gpu.mapping import Mapping
@@ -35,17 +36,23 @@ def resolve_mappings(problem: Problem, mappings: MappingSpec = None) -> dict[int
             chosen[position] = decide(statement_task(problem, position), limits)
         elif isinstance(spec, Mapping):
             chosen[position] = spec
+        elif isinstance(spec, CudaConfig):
+            chosen[position] = config_to_mapping(statement_task(problem, position), spec)
         elif isinstance(spec, dict):  # a Mapping in JSON form, or a configuration
-            chosen[position] = (Mapping.from_json(json.dumps(spec)) if "parallel" in spec
-                                else config_to_mapping(statement_task(problem, position), spec))
+            chosen[position] = (
+                Mapping.from_json(json.dumps(spec)) if "parallel" in spec
+                else config_to_mapping(statement_task(problem, position),
+                                       CudaConfig.from_json(spec)))
         elif isinstance(spec, str | Path):
             path = Path(spec)
             if not path.exists():
                 raise UsageError(f"no such mapping file: {spec}")
             text = path.read_text()
             data = json.loads(text)
-            chosen[position] = (Mapping.from_json(text) if "parallel" in data
-                                else config_to_mapping(statement_task(problem, position), data))
+            chosen[position] = (
+                Mapping.from_json(text) if "parallel" in data
+                else config_to_mapping(statement_task(problem, position),
+                                       CudaConfig.from_json(data)))
         else:
             raise UsageError(f"cannot use {type(spec).__name__} as a mapping")
     return chosen

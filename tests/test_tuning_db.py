@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from test_tuning_fakes import Synthetic, fake_problem, point
 
+import einkern
 from einkern.errors import EinkernError, UsageError
-from einkern.ir.task import statement_task
+from einkern.ir.task import statement_task, tasks_of
 from einkern.tuning.canonical import identify, size_distance
 from einkern.tuning.db import TuningDatabaseError, TuningDB, TuningRecord, default_path
 from einkern.tuning.evaluate import Budget, DbStore, Evaluator
@@ -289,3 +290,63 @@ def test_simulated_target_replays_a_recorded_search(tmp_path):
     assert point(result.best.config) == (4, 1, 3)
     with TuningDB(tmp_path / "t.sqlite") as db:
         assert len(db.records()) == count  # a replay writes nothing
+
+
+def test_records_written_before_tasks_are_found_by_task(tmp_path, monkeypatch):
+    """Records that einkern wrote when the key came from (problem, statement number)
+    (tests/data/tuning_records_d1db560.json, written by the code at d1db560) have
+    the key and family the same statement's one-statement task gives now, and a
+    database holding them answers a lookup by task."""
+    from einkern.tuning import canonical
+    from einkern.tuning.canonical import make_identity
+    from einkern.tuning.policy import lookup
+
+    root = Path(__file__).resolve().parent
+    written = json.loads((root / "data" / "tuning_records_d1db560.json").read_text())
+    monkeypatch.setattr(canonical, "einkern_version", lambda: "0.9.0")
+    problem = einkern.make_problem(einkern.load(root.parent / written["program"]),
+                                   written["sizes"])
+    tasks = tasks_of(problem)
+    assert len(tasks) == len(written["records"]) == 2
+    for task, old in zip(tasks, written["records"], strict=True):
+        identity = make_identity("fake", {"device": "test"}, 16, task)
+        assert (identity.key, identity.family) == (old["key"], old["family"])
+        record = TuningRecord.from_json(old["record"])
+        assert record.identity == identity
+
+    class Recorded:  # the target of the records: two parameters, all valid
+        backend = "fake"
+
+        def device_key(self) -> dict[str, str]:
+            return {"device": "test"}
+
+        def alignment(self) -> int:
+            return 16
+
+        def default_config(self, task):
+            return {"a": 0, "b": 0}
+
+        def violation(self, task, config):
+            return None
+
+    with TuningDB(tmp_path / "old.sqlite") as db:
+        db.add(TuningRecord.from_json(written["records"][1]["record"]))
+        assert lookup(Recorded(), tasks[1], db) == ({"a": 1, "b": 2}, "exact record")
+        assert lookup(Recorded(), tasks[0], db) is None
+
+
+def test_a_task_of_two_statements_has_its_own_key():
+    """The key of a task of several statements names all of them (and differs from
+    each statement's own), so a fused kernel's records never stand for one of its
+    statements."""
+    from einkern.ir.task import Task
+    from einkern.tuning.canonical import make_identity
+
+    problem = einkern.make_problem(einkern.load(Path(__file__).resolve().parent.parent
+                                                / "examples" / "norms.ein"), {"nb": 8, "d": 4})
+    both = make_identity("fake", {}, 0, Task(problem, (0, 1)))
+    first, second = (make_identity("fake", {}, 0, t) for t in tasks_of(problem))
+    assert both.statement == f"{first.statement}; {second.statement}"
+    assert dict(both.extents) == {"b": 8, "i": 4}
+    assert both.tensors == ("v[nb, d] float64 row", "s[nb] float64 row", "w[nb, d] float64 row")
+    assert len({both.key, first.key, second.key}) == 3

@@ -98,38 +98,40 @@ def test_random_valid_configs_lower(path, extents):
 
 
 def test_cuda_tuning_target_without_a_gpu():
-    from einkern.gpu.tuning import CudaTarget
+    from einkern.tuning.cuda_target import CudaTarget
     from einkern.tuning.target import TuningTarget
 
     target = CudaTarget()
     assert isinstance(target, TuningTarget)
     problem = einkern.make_problem(einkern.load("examples/gemm.ein"), {"m": 256, "n": 192, "k": 64})
-    names = [p.name for p in target.parameters(problem, 0)]
+    problem_task = statement_task(problem, 0)
+    names = [p.name for p in target.parameters(problem_task)]
     assert {"x", "y", "block", "regs", "staging", "boundary"} <= set(names)
-    config = target.default_config(problem, 0)
-    assert target.violation(problem, 0, config) is None
-    assert target.violation(problem, 0, replace(config, block=(64, 64))) is not None
-    assert target.violation(problem, 0, replace(config, x="q")) is not None
-    assert target.violation(problem, 0, {"x": "j"}) is not None  # not a CudaConfig
+    config = target.default_config(problem_task)
+    assert target.violation(problem_task, config) is None
+    assert target.violation(problem_task, replace(config, block=(64, 64))) is not None
+    assert target.violation(problem_task, replace(config, x="q")) is not None
+    assert target.violation(problem_task, {"x": "j"}) is not None  # not a CudaConfig
     with pytest.raises(ValueError, match="index names"):
         CudaConfig.from_json({"x": 3})
-    compiled = target.compile(problem, 0, config)
+    compiled = target.compile(problem_task, config)
     [launch] = compiled.launches
     assert compiled.cubin and launch.block[0] == decide(statement_task(problem, 0)).threads
     assert launch.buffers == ("A", "B", "C") and not compiled.temporaries
     assert dict(compiled.resources)["spill_stores"] == 0
     ragged = einkern.make_problem(problem.program, {"m": 250, "n": 190, "k": 63})
-    padded = replace(target.default_config(ragged, 0), boundary="pad")
-    assert target.violation(ragged, 0, padded) is None
-    assert target.violation(problem, 0, padded) is not None  # tiles divide: exact only
-    plan = target.compile(ragged, 0, padded)
+    ragged_task = statement_task(ragged, 0)
+    padded = replace(target.default_config(ragged_task), boundary="pad")
+    assert target.violation(ragged_task, padded) is None
+    assert target.violation(problem_task, padded) is not None  # tiles divide: exact only
+    plan = target.compile(ragged_task, padded)
     assert [launch.name for launch in plan.launches] == [
         "ek_tune_s0_pad_A", "ek_tune_s0_pad_B", "ek_tune_s0", "ek_tune_s0_crop_C"]
     assert len(plan.temporaries) == 3
-    cost = target.model_cost(problem, 0, config)
+    cost = target.model_cost(problem_task, config)
     direct = replace(config, regs=(1, 1, 1), assign="cyclic", staging=NO_STAGING, unroll=1)
     assert 0 < cost < float("inf")
-    assert target.violation(problem, 0, direct) is None
+    assert target.violation(problem_task, direct) is None
 
 
 def test_a_mapping_in_json_form_is_taken_as_a_mapping_not_a_configuration():
@@ -220,14 +222,15 @@ def test_a_family_of_products_gets_a_larger_register_tile():
     from einkern.bench.suites.ccsdt import family_program
 
     family = einkern.make_problem(einkern.load(family_program("d1", 16)), {})
-    mapping = decide(statement_task(family, 0))
+    family_task = statement_task(family, 0)
+    mapping = decide(family_task)
     assert mapping.register_tile == 32 and mapping.parallel[0].index == "h3"
     assert not check_mapping(statement_task(family, 0), mapping, max_shared_bytes=227 * 1024)
     from einkern.tuning.search import space_for
     from einkern.tuning.target import get_target
 
     target = get_target("cuda")
-    assert space_for(target, family, 0).violation(target.default_config(family, 0)) is None
+    assert space_for(target, family_task).violation(target.default_config(family_task)) is None
     from pathlib import Path
 
     example = Path(__file__).resolve().parent.parent / "examples" / "sd_t_d1_1.ein"
@@ -247,11 +250,12 @@ def test_local_grad3_default_takes_each_element_whole_and_is_in_the_tuning_space
     problem = einkern.make_problem(einkern.load(example), {})
     target = get_target("cuda")
     for position in range(3):
-        mapping = decide(statement_task(problem, position))
+        problem_task = statement_task(problem, position)
+        mapping = decide(problem_task)
         assert mapping.register_tile == 12 and len(mapping.staged) == 2
-        assert not check_mapping(statement_task(problem, position), mapping)
-        space = space_for(target, problem, position)
-        assert space.violation(target.default_config(problem, position)) is None
+        assert not check_mapping(problem_task, mapping)
+        space = space_for(target, problem_task)
+        assert space.violation(target.default_config(problem_task)) is None
 
 
 def test_family_default_spreads_its_register_tile_and_emulates_correctly():

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 import einkern
 from einkern.ir.nodes import Problem
+from einkern.ir.task import Task, statement_task
 from einkern.tuning.search import canonical
 from einkern.tuning.target import Config, ConfigType, Parameter, ParameterConfig, Timing
 
@@ -63,20 +64,20 @@ class Synthetic:
     def device_key(self) -> dict[str, str]:
         return {"name": "synthetic device", "version": "1"}
 
-    def parameters(self, problem: Problem, position: int) -> tuple[Parameter, ...]:
+    def parameters(self, task: Task) -> tuple[Parameter, ...]:
         values = tuple(range(self.size))
         return (Parameter("a", values), Parameter("b", values), Parameter("c", values))
 
-    def violation(self, problem: Problem, position: int, config: Config) -> str | None:
+    def violation(self, task: Task, config: Config) -> str | None:
         if sum(point(config)) > self.limit:
             return f"a + b + c > {self.limit}"
         return None
 
-    def default_config(self, problem: Problem, position: int) -> Config:
+    def default_config(self, task: Task) -> Config:
         return ParameterConfig.from_values({"a": 0, "b": 0, "c": 0})
 
-    def compile(self, problem: Problem, position: int, config: Config) -> Any:
-        if self.violation(problem, position, config) is not None:
+    def compile(self, task: Task, config: Config) -> Any:
+        if self.violation(task, config) is not None:
             raise AssertionError(f"invalid variant compiled: {config}")
         return canonical(config)
 
@@ -85,7 +86,7 @@ class Synthetic:
         oa, ob, oc = self.optimum
         return 1e-3 * (1 + (a - oa) ** 2 + 2 * (b - ob) ** 2 + 0.5 * (c - oc) ** 2)
 
-    def measure(self, problem: Problem, position: int, config: Config, compiled: Any,
+    def measure(self, task: Task, config: Config, compiled: Any,
                 repeats: int, seed: int) -> Timing:
         here = point(config)
         if here in self.exits:
@@ -102,7 +103,7 @@ class Synthetic:
         jitter = [1 + self.spread * ((k * 7) % 5 - 2) / 2 for k in range(repeats)]
         return Timing(tuple(cost * j for j in jitter), 0.0)
 
-    def model_cost(self, problem: Problem, position: int, config: Config) -> float:
+    def model_cost(self, task: Task, config: Config) -> float:
         return self.cost(config)
 
 
@@ -110,7 +111,7 @@ def test_synthetic_optimum_is_valid_and_unique():
     target = Synthetic()
     problem = fake_problem()
     best = {"a": 4, "b": 1, "c": 3}
-    assert target.violation(problem, 0, best) is None
+    assert target.violation(statement_task(problem, 0), best) is None
     others = [
         {"a": a, "b": b, "c": c}
         for a in range(6) for b in range(6) for c in range(6)

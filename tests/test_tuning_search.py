@@ -10,12 +10,13 @@ import pytest
 from test_tuning_fakes import C, Synthetic, fake_problem, point
 
 from einkern.errors import UsageError
+from einkern.ir.task import statement_task
 from einkern.tuning.evaluate import Budget, Evaluator, MemoryStore, Outcome, Session
 from einkern.tuning.ranking import pick_best, relative_spread, ties
 from einkern.tuning.search import SearchSpace, canonical, space_for
 from einkern.tuning.strategies import get_strategy, strategy_names
 from einkern.tuning.target import Parameter, Timing
-from einkern.tuning.tuner import TuneOptions, tune_statement
+from einkern.tuning.tuner import TuneOptions, tune_task
 
 OPTIMUM = (4, 1, 3)
 
@@ -24,7 +25,8 @@ def run(target, strategy: str, budget: Budget, seed: int = 0, store=None):
     problem = fake_problem()
     options = TuneOptions(strategy=strategy, budget=budget, seed=seed, isolate=False)
     with Evaluator(target, workers=2, isolate=False) as evaluator:
-        return tune_statement(target, problem, 0, evaluator, options, store or MemoryStore())
+        return tune_task(target, statement_task(problem, 0), evaluator, options,
+                         store or MemoryStore())
 
 
 # ---- the space ------------------------------------------------------------------
@@ -32,7 +34,7 @@ def run(target, strategy: str, budget: Budget, seed: int = 0, store=None):
 
 def test_space_is_lazy_filtered_and_deterministic():
     target = Synthetic()
-    space = space_for(target, fake_problem(), 0)
+    space = space_for(target, statement_task(fake_problem(), 0))
     configs = list(space)
     assert configs == list(space)  # same order every time
     assert len({canonical(c) for c in configs}) == len(configs) == space.size()
@@ -43,7 +45,7 @@ def test_space_is_lazy_filtered_and_deterministic():
 
 
 def test_sample_and_neighbours_stay_valid():
-    space = space_for(Synthetic(limit=6), fake_problem(), 0)
+    space = space_for(Synthetic(limit=6), statement_task(fake_problem(), 0))
     rng = random.Random(5)
     for _ in range(300):
         config = space.sample(rng)
@@ -145,9 +147,9 @@ def test_resumed_outcomes_are_not_measured_again():
 
     @dataclass(frozen=True)
     class Counting(Synthetic):
-        def measure(self, problem, position, config, *rest):
+        def measure(self, task, config, *rest):
             calls.append(canonical(config))
-            return super().measure(problem, position, config, *rest)
+            return super().measure(task, config, *rest)
 
     store = MemoryStore()
     run(Counting(), "annealing", Budget(evaluations=12), seed=4, store=store)
@@ -206,9 +208,9 @@ def test_noisy_timings_widen_the_tie():
 def test_session_refuses_invalid_configs_without_compiling():
     target = Synthetic(limit=3)
     problem = fake_problem()
-    space = space_for(target, problem, 0)
+    space = space_for(target, statement_task(problem, 0))
     with Evaluator(target, isolate=False) as evaluator:
-        session = Session(evaluator, problem, 0, space, MemoryStore(), Budget())
+        session = Session(evaluator, statement_task(problem, 0), space, MemoryStore(), Budget())
         outcomes = session.evaluate([C(a=3, b=3, c=3), C(a=1, b=1, c=1)])
     assert [o.status for o in outcomes] == ["invalid", "ok"]
 
@@ -216,7 +218,7 @@ def test_session_refuses_invalid_configs_without_compiling():
 def test_default_outside_the_candidate_values_is_still_evaluated():
     @dataclass(frozen=True)
     class OddDefault(Synthetic):
-        def default_config(self, problem, position):
+        def default_config(self, task):
             return C(a=7, b=0, c=0)  # a = 7 is no candidate value, but runnable
 
     result = run(OddDefault(limit=20), "annealing", Budget(evaluations=30))
@@ -237,13 +239,13 @@ def test_large_spaces_are_never_counted():
 
     @dataclass(frozen=True)
     class Huge(Synthetic):
-        def parameters(self, problem, position):
+        def parameters(self, task):
             return space.parameters
 
-        def violation(self, problem, position, config):
+        def violation(self, task, config):
             return space.check(config)
 
-        def default_config(self, problem, position):
+        def default_config(self, task):
             return C(p=0, q=0, r=0, s=0)
 
         def cost(self, config):
@@ -251,7 +253,7 @@ def test_large_spaces_are_never_counted():
 
     for strategy in strategy_names():
         with Evaluator(Huge(), isolate=False) as evaluator:
-            result = tune_statement(Huge(), target_problem, 0, evaluator,
+            result = tune_task(Huge(), statement_task(target_problem, 0), evaluator,
                                     TuneOptions(strategy=strategy,
                                                 budget=Budget(evaluations=25)))
         assert result.evaluations == 25 and result.space_size is None, strategy

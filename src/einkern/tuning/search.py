@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..ir.nodes import Problem
+from ..ir.task import Task
 from .target import Config, ConfigType, Configuration, Parameter, ParameterConfig, TuningTarget
 
 #: Random draws :meth:`SearchSpace.sample` tries before giving up (or enumerating,
@@ -186,11 +186,11 @@ class SearchSpace:
         return found
 
 
-def space_for(target: TuningTarget, problem: Problem, position: int) -> SearchSpace:
-    """The search space of statement ``position`` as the target defines it."""
-    parameters = tuple(target.parameters(problem, position))
+def space_for(target: TuningTarget, task: Task) -> SearchSpace:
+    """The search space of ``task`` as the target defines it."""
+    parameters = tuple(target.parameters(task))
 
     def check(config: Config) -> str | None:
-        return target.violation(problem, position, config)
+        return target.violation(task, config)
 
     return SearchSpace(parameters, check, target.config_type)

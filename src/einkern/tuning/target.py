@@ -5,12 +5,12 @@ A *configuration* is a frozen record whose parameters are named
 values a :class:`Parameter` lists), ``to_json()`` its stable JSON form, whose
 canonical text identifies it in the tuning database.  A target names the record
 type it searches (``config_type``: builds one from named values or from JSON).
-The CUDA target's is :class:`einkern.gpu.space.CudaConfig`; targets whose
+The CUDA target's is :class:`einkern.gpu.config.CudaConfig`; targets whose
 parameters are plain named JSON values (the CPU loop schedule, simulated and test
-targets) use :class:`ParameterConfig`.  A backend exposes, per statement of a
-problem, the constrained space of configurations, a default one (its decision
-algorithm), a way to compile one, a way to check and time one, and an analytic
-cost model.
+targets) use :class:`ParameterConfig`.  A backend exposes, per
+:class:`~einkern.ir.task.Task` (the statements one kernel computes), the
+constrained space of configurations, a default one (its decision algorithm), a
+way to compile one, a way to check and time one, and an analytic cost model.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import EinkernError
-from ..ir.nodes import Problem
+from ..ir.task import Task
 
 
 @runtime_checkable
@@ -151,31 +151,31 @@ class TuningTarget(Protocol):
         driver and compiler versions (GPU); CPU model and compiler (CPU)."""
         ...
 
-    def parameters(self, problem: Problem, position: int) -> tuple[Parameter, ...]:
-        """The parameters of statement ``position`` and their candidate values."""
+    def parameters(self, task: Task) -> tuple[Parameter, ...]:
+        """The parameters of ``task`` and their candidate values."""
         ...
 
-    def violation(self, problem: Problem, position: int, config: Config) -> str | None:
+    def violation(self, task: Task, config: Config) -> str | None:
         """Why ``config`` is invalid (hardware limits, divisibility), or None if valid.
         Cheap: called for every candidate before anything is generated."""
         ...
 
-    def default_config(self, problem: Problem, position: int) -> Config:
+    def default_config(self, task: Task) -> Config:
         """The decision algorithm's choice (valid)."""
         ...
 
-    def compile(self, problem: Problem, position: int, config: Config) -> Any:
+    def compile(self, task: Task, config: Config) -> Any:
         """Compile one variant; returns a picklable handle (e.g. a path to a binary or
         the source).  May raise CompilationError/MappingError.  Thread-safe."""
         ...
 
-    def measure(self, problem: Problem, position: int, config: Config, compiled: Any,
+    def measure(self, task: Task, config: Config, compiled: Any,
                 repeats: int, seed: int) -> Timing:
         """Check the variant against the reference on fresh random inputs, then time
         it.  Runs inside a worker process (it may crash it)."""
         ...
 
-    def model_cost(self, problem: Problem, position: int, config: Config) -> float:
+    def model_cost(self, task: Task, config: Config) -> float:
         """Predicted time in seconds from an analytic model (for model-guided search)."""
         ...
 
@@ -206,7 +206,7 @@ def _register_builtin() -> None:
         return CpuTarget()
 
     def cuda() -> TuningTarget:
-        from ..gpu.tuning import CudaTarget
+        from .cuda_target import CudaTarget
 
         return CudaTarget()
 

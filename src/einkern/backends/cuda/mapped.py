@@ -14,6 +14,7 @@ from ...errors import UsageError
 from ...ir.nodes import Problem
 from ...ir.task import statement_task
 from .codegen import CudaSource, KernelSpec
+from .limits import device_limits
 
 MappingSpec = MappingType[int, object] | None
 
@@ -23,11 +24,10 @@ def resolve_mappings(problem: Problem, mappings: MappingSpec = None) -> dict[int
     form, or a JSON file of either), the decision algorithm's default for the others."""
     from ...gpu.config import CudaConfig
     from ...gpu.decision import decide
-    from ...gpu.device import current_limits
     from ...gpu.mapping import Mapping
     from ...gpu.space import config_to_mapping
 
-    limits = current_limits()
+    limits = device_limits()
     chosen: dict[int, object] = {}
     given = dict(mappings or {})
     for position in range(len(problem.program.statements)):
@@ -62,10 +62,9 @@ def generate_mapped(problem: Problem, mappings: MappingSpec = None) -> CudaSourc
     """CUDA C of the whole problem under ``mappings``: per statement one kernel, or
     (boundary ``pad``) a padding copy per input, the kernel, and a crop copy."""
     from ...gpu.cuda_printer import launch_shape, print_cuda_module
-    from ...gpu.device import current_limits
     from ...gpu.padding import plan_task
 
-    limits = current_limits()
+    limits = device_limits()
     chosen = resolve_mappings(problem, mappings)
     program = re.sub(r"[^A-Za-z0-9_]", "_", problem.program.name)[:40]
     kernels = []

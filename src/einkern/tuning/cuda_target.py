@@ -1,5 +1,7 @@
-"""The CUDA backend as a tuning target: mapping configurations of one statement,
-compiled with NVRTC, checked and timed with CUDA events in a worker process."""
+"""The CUDA backend as a tuning target: mapping configurations of one task (the
+GPU planner's space and decision), compiled with NVRTC, checked and timed with
+CUDA events in a worker process.  The device's limits come from the runtime
+(:func:`einkern.backends.cuda.limits.device_limits`)."""
 
 from __future__ import annotations
 
@@ -9,14 +11,14 @@ from typing import Any
 
 import numpy as np
 
+from ..backends.cuda.limits import device_limits
+from ..gpu.config import CudaConfig
+from ..gpu.decision import default_config
+from ..gpu.model import predicted_time
+from ..gpu.space import config_to_mapping, parameters, violation
 from ..ir.nodes import Problem
-from ..ir.task import statement_task
-from ..tuning.target import Config, Parameter, Timing, VariantError
-from .config import CudaConfig
-from .decision import default_config
-from .device import current_limits
-from .model import predicted_time
-from .space import config_to_mapping, parameters, violation
+from ..ir.task import Task
+from .target import Config, Parameter, Timing, VariantError
 
 
 @dataclass(frozen=True)
@@ -42,13 +44,6 @@ class CompiledVariant:
     resources: tuple[tuple[str, Any], ...]
 
 
-def single_statement(problem: Problem, position: int) -> Problem:
-    """The problem reduced to statement ``position`` (and the tensors it touches)."""
-    from ..ir.bind import make_problem, statement_program
-
-    return make_problem(statement_program(problem.program, position), dict(problem.sizes))
-
-
 class CudaTarget:
     """:class:`~einkern.tuning.target.TuningTarget` of the ``cuda`` backend."""
 
@@ -69,38 +64,37 @@ class CudaTarget:
             "nvrtc": ".".join(map(str, nvrtc_version())),
         }
 
-    def parameters(self, problem: Problem, position: int) -> tuple[Parameter, ...]:
+    def parameters(self, task: Task) -> tuple[Parameter, ...]:
         """The space's candidate values, each list extended by the default
         configuration's value when it lies outside (e.g. a register tile covering
         a whole extent of 12), so that the default is a point of the space."""
-        default = self.default_config(problem, position).values()
+        default = self.default_config(task).values()
         found = []
-        for name, values in parameters(statement_task(problem, position)).items():
+        for name, values in parameters(task).items():
             if name in default and default[name] not in values:
                 values = (*values, default[name])
             found.append(Parameter(name, values))
         return tuple(found)
 
-    def violation(self, problem: Problem, position: int, config: Config) -> str | None:
+    def violation(self, task: Task, config: Config) -> str | None:
         if not isinstance(config, CudaConfig):
             return f"not a CUDA configuration: {config!r}"
         try:
-            return violation(statement_task(problem, position), config, current_limits())
+            return violation(task, config, device_limits())
         except (KeyError, TypeError, ValueError) as error:
             return f"malformed configuration: {error}"
 
-    def default_config(self, problem: Problem, position: int) -> Config:
-        return default_config(statement_task(problem, position), current_limits())[0]
+    def default_config(self, task: Task) -> Config:
+        return default_config(task, device_limits())[0]
 
-    def compile(self, problem: Problem, position: int, config: Config) -> CompiledVariant:
+    def compile(self, task: Task, config: Config) -> CompiledVariant:
         from ..backends.cuda.nvrtc import compile_cubin
-        from .cuda_printer import launch_shape, print_cuda_module
-        from .padding import plan_task
+        from ..gpu.cuda_printer import launch_shape, print_cuda_module
+        from ..gpu.padding import plan_task
 
-        limits = current_limits()
-        task = statement_task(problem, position)
+        limits = device_limits()
         mapping = config_to_mapping(task, config)
-        name = f"ek_tune_s{position}"
+        name = f"ek_tune_s{task.positions[0]}"
         plan = plan_task(task, mapping, name, max_shared_bytes=limits.shared_per_block_optin)
         module = compile_cubin(print_cuda_module([launch.kernel for launch in plan.launches]),
                                limits.arch)
@@ -124,13 +118,12 @@ class CudaTarget:
                 ("spill_stores", resources.spill_stores)),
         )
 
-    def measure(self, problem: Problem, position: int, config: Config, compiled: Any,
+    def measure(self, task: Task, config: Config, compiled: Any,
                 repeats: int, seed: int) -> Timing:
-        return _measure(single_statement(problem, position), compiled, repeats, seed)
+        return _measure(task.view, compiled, repeats, seed)
 
-    def model_cost(self, problem: Problem, position: int, config: Config) -> float:
-        task = statement_task(problem, position)
-        return predicted_time(task, config_to_mapping(task, config), current_limits())
+    def model_cost(self, task: Task, config: Config) -> float:
+        return predicted_time(task, config_to_mapping(task, config), device_limits())
 
 
 _REFERENCE: dict[tuple, dict] = {}
@@ -141,8 +134,8 @@ def _measure(problem: Problem, compiled: CompiledVariant, repeats: int, seed: in
     problem in this worker), then time ``repeats`` launches with CUDA events, the L2
     flushed before each."""
     from ..backends.cuda import driver
+    from ..gpu.verify import random_inputs
     from ..reference import evaluate, relative_error
-    from .verify import random_inputs
 
     driver.activate(0)
     key = (problem, seed)

@@ -14,11 +14,13 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 import einkern
+from einkern.gpu.config import StagingConfig
 from einkern.gpu.decision import default_config
 from einkern.gpu.mapping import Mapping
 from einkern.gpu.space import config_to_mapping
@@ -115,8 +117,8 @@ def gemm_rows(env: Env, sizes, sweep: bool):
         configs = [("default", None)]
         if sweep:
             for name, change in SGEMM_SWEEP:
-                configs.append((name, {**base, **change}))
-            configs.append(("default, timed again (noise)", dict(base)))
+                configs.append((name, {**base.to_json(), **change}))
+            configs.append(("default, timed again (noise)", base.to_json()))
         for name, config in configs:
             try:
                 kk = k if config is None else kernel(GEMM, {"m": n, "n": n, "k": n}, config)
@@ -164,7 +166,7 @@ def variant_rows(env: Env, case: str, text: str, extents: dict, inputs: dict, ou
                 per_statement[position] = Mapping.from_json(json.dumps(change))
                 continue
             config, _ = default_config(statement_task(base.problem, position))
-            per_statement[position] = {**config, **change}
+            per_statement[position] = {**config.to_json(), **change}
         configs.append((name, per_statement))
     for name, mappings in configs:
         try:
@@ -396,7 +398,7 @@ def family_staged_mapping(text: str, k_step: int, tiles: int = 0, min_blocks: in
     products staged in shared memory per k-step (padding 1), loop not unrolled."""
     problem = einkern.make_problem(einkern.load(text), {})
     config, _ = default_config(statement_task(problem, 0))
-    config = {**config, "staging": ["all", k_step, False, 1, "natural"]}
+    config = replace(config, staging=StagingConfig("all", k_step, False, 1, "natural"))
     mapping = json.loads(config_to_mapping(statement_task(problem, 0), config).to_json(None))
     threads, regs, _ = FAMILY_TILES[tiles][1:]
     mapping.update(parallel=family_mapping(threads, regs, 1)["parallel"], unroll=1,

@@ -39,7 +39,7 @@ def main() -> int:
         mappings = {0: Mapping.from_json(Path(args.mapping).read_text())}
     elif args.config:
         change = json.loads(args.config)
-        mappings = {p: {**default_config(statement_task(problem, p))[0], **change}
+        mappings = {p: {**default_config(statement_task(problem, p))[0].to_json(), **change}
                     for p in range(len(program.statements))}
     kernel = einkern.compile(program, backend="cuda", mappings=mappings, **extents)
     device = CudaDevice()

@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 
 import einkern
-from einkern.gpu.config import CudaConfig
+from einkern.gpu.config import CudaConfig, StagingConfig
 from einkern.gpu.decision import decide, default_config
 from einkern.gpu.device import H100
 from einkern.gpu.lower import check_mapping
+from einkern.gpu.mapping import Mapping
+from einkern.gpu.space import config_to_mapping
 from einkern.ir.task import statement_task
 
 
@@ -82,3 +84,97 @@ def test_default_configurations_are_those_recorded_before_the_rule_table(case, b
         assert config.to_json() == expected["config"], (case["case"], position)
         assert CudaConfig.from_json(expected["config"]) == config
         assert reasons and all(": " in reason for reason in reasons)
+
+
+# ---- configurations stored before the typed records still load -----------------
+
+OLD_RECORDS = Path(__file__).parent / "data" / "cuda_records_d1db560.json"
+
+
+def _old_cases():
+    data = json.loads(OLD_RECORDS.read_text())
+    return [pytest.param(case, id=case["program"]) for case in data["cases"]]
+
+
+@pytest.mark.parametrize("case", _old_cases())
+def test_records_of_today_load_as_typed_configurations_with_the_same_key(case):
+    """A CUDA tuning record written by d1db560 (its config a dict with the staging
+    list): the typed record reads it, gives the same canonical text (the database
+    key of the variant), the configuration the decision still chooses, and the
+    mapping d1db560 built from it."""
+    from einkern.tuning.record import TuningRecord
+    from einkern.tuning.search import canonical
+
+    record = TuningRecord.from_json(case["record"])
+    config = CudaConfig.from_json(record.config)
+    assert config.staging == StagingConfig(*record.config["staging"])
+    assert canonical(config) == record.config_key == case["config_key"]
+    assert config.to_json() == record.config
+    problem = einkern.make_problem(einkern.load(case["program"]), case["sizes"])
+    task = statement_task(problem, 0)
+    assert default_config(task)[0] == config
+    assert config_to_mapping(task, config) == Mapping.from_json(json.dumps(case["mapping"]))
+
+
+@pytest.mark.parametrize("case", _old_cases()[:2])
+def test_a_database_of_today_gives_back_typed_configurations(case, tmp_path):
+    from einkern.tuning.cuda_target import CudaTarget
+    from einkern.tuning.db import TuningDB
+    from einkern.tuning.policy import lookup
+    from einkern.tuning.record import TuningRecord
+
+    record = TuningRecord.from_json(case["record"])
+
+    class RecordedDevice(CudaTarget):  # the device the record was measured on
+        def device_key(self) -> dict[str, str]:
+            return dict(record.identity.device)
+
+    problem = einkern.make_problem(einkern.load(case["program"]), case["sizes"])
+    with TuningDB(tmp_path / "old.sqlite") as db:
+        db.add(record)
+        found = lookup(RecordedDevice(), statement_task(problem, 0), db)
+    assert found is not None
+    config, source = found
+    assert isinstance(config, CudaConfig) and source == "exact record"
+    assert config == CudaConfig.from_json(case["record"]["config"])
+
+
+def test_a_mapping_file_of_today_still_emits_the_same_kernel(tmp_path, capsys):
+    """`einkern emit --mapping` with a configuration file in today's form (staging as
+    a list) prints the kernel of the Mapping it stands for; a malformed one is a
+    typed error with exit code 2."""
+    from einkern.cli import main
+
+    case = json.loads(OLD_RECORDS.read_text())["cases"][0]
+    extents = [f"{name}={value}" for name, value in case["sizes"].items()]
+    configuration = tmp_path / "config.json"
+    configuration.write_text(json.dumps(case["record"]["config"]))
+    mapping = tmp_path / "mapping.json"
+    mapping.write_text(json.dumps(case["mapping"]))
+    outputs = []
+    for path in (configuration, mapping):
+        argv = ["emit", case["program"], "--backend", "cuda", "--mapping", str(path)]
+        for extent in extents:
+            argv += ["-e", extent]
+        assert main(argv) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1] and "__global__" in outputs[0]
+    broken = dict(case["record"]["config"], staging=["all", 8, True, 0])
+    configuration.write_text(json.dumps(broken))
+    argv = ["emit", case["program"], "--backend", "cuda", "--mapping", str(configuration)]
+    assert main(argv + [arg for e in extents for arg in ("-e", e)]) == 2
+    assert "not a mapping configuration" in capsys.readouterr().err
+
+
+def test_configuration_records_check_their_fields():
+    config = CudaConfig("j", "i", (16, 16), (8, 8, 1), "chunked",
+                        StagingConfig("all", 8, True, 0, "compute"), -1, "exact")
+    assert CudaConfig.from_json(config.to_json()) == config
+    assert CudaConfig.from_values(config.values()) == config
+    assert "spread" not in config.to_json() and "preload" not in config.values()
+    assert replace(config, preload=True).to_json()["preload"] is True
+    for bad in ({"staging": ["all", 8, True, 0, "sideways"]}, {"block": [16]},
+                {"assign": "diagonal"}, {"unroll": 2}, {"boundary": "wrap"},
+                {"staging": ["all", 0, True, 0, "compute"]}, {"colour": 1}):
+        with pytest.raises((TypeError, ValueError)):
+            CudaConfig.from_json({**config.to_json(), **bad})

@@ -274,9 +274,9 @@ def _pad_share(task: Task, limits: DeviceLimits) -> float:
     """Estimated time of the pad and crop copies over that of the kernel: every
     tensor read and written once more (plus a few µs of launches) against the
     statement's flops at 60 % of the dtype's peak."""
-    problem = task.problem
     from ..ir.analysis import statement_flops
 
+    problem = task.problem
     statement = task.statement
     tensors = {statement.output.tensor} | {a.tensor for a in statement.reads()}
     copies = 2 * sum(problem.nbytes(t) for t in tensors) / limits.dram_bandwidth + 10e-6

@@ -86,7 +86,7 @@ class CudaTarget:
     def compile(self, task: Task, config: Config) -> CompiledVariant:
         from ..backends.cuda.nvrtc import compile_cubin
         from ..gpu.cuda_printer import launch_shape, print_cuda_module
-        from ..gpu.padding import plan_task
+        from ..gpu.plan import plan_task
 
         limits = device_limits()
         mapping = config_to_mapping(task, config)

@@ -165,10 +165,11 @@ def _measure(problem: Problem, compiled: CompiledVariant, repeats: int, seed: in
 
         run()
         driver.synchronize(compiled.launches[-1].name)
-        output = problem.program.statements[0].output.tensor
-        result = np.empty_like(arrays[output])
-        driver.copy_to_host(result.ctypes.data, pointers[output], result.nbytes)
-        error = relative_error(result, data["expected"][output])
+        error = 0.0
+        for output in problem.program.outputs:
+            result = np.empty_like(arrays[output])
+            driver.copy_to_host(result.ctypes.data, pointers[output], result.nbytes)
+            error = max(error, relative_error(result, data["expected"][output]))
         timer = driver.EventTimer()
         cuda = driver._cuda()
         times = []

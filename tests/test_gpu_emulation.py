@@ -15,7 +15,7 @@ import einkern
 from einkern.gpu.config import CudaConfig, StagingConfig
 from einkern.gpu.decision import decide
 from einkern.gpu.emulator import count_barriers, drop_barrier
-from einkern.gpu.lower import _Lowering, lower
+from einkern.gpu.lower import build_kernel, lower, new_builder
 from einkern.gpu.mapping import Mapping, MappingError, ParallelTile, Staging
 from einkern.gpu.space import config_to_mapping, parameters, violation
 from einkern.gpu.verify import verify
@@ -124,7 +124,7 @@ def test_wrong_boundary_policy_is_caught():
     assert verify(problem, {0: redirect}).ok(1e-5)
     # "exact" on ragged extents: lowered without the checks that forbid it.
     exact = Mapping(**{**mapping.__dict__, "boundary": "exact"})
-    kernel = _Lowering(statement_task(problem, 0), exact, "unchecked").kernel()
+    kernel = build_kernel(new_builder(statement_task(problem, 0), exact, "unchecked"))
     broken = verify(problem, {0: exact}, kernels=[kernel])
     assert broken.bad_accesses > 0 and not broken.ok(1e-5)
 
@@ -142,7 +142,7 @@ def test_padding_policy_matches_the_reference(name):
 
 
 def test_padded_gemm_runs_an_exact_kernel_between_copies():
-    from einkern.gpu.padding import plan_task
+    from einkern.gpu.plan import plan_task
 
     problem, mapping = staged_gemm({"m": 13, "n": 29, "k": 11}, "pad")
     plan = plan_task(statement_task(problem, 0), mapping, "g")

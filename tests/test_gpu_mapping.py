@@ -13,7 +13,7 @@ from einkern.gpu.decision import decide, default_config
 from einkern.gpu.device import H100
 from einkern.gpu.lower import check_mapping, lower
 from einkern.gpu.mapping import Mapping, MappingError, ParallelTile
-from einkern.gpu.padding import plan_task
+from einkern.gpu.plan import plan_task
 from einkern.gpu.space import config_to_mapping, parameters, violation
 from einkern.ir.task import statement_task
 
@@ -190,7 +190,7 @@ def test_pad_and_crop_copies_are_coalesced_in_either_layout(layout, into_padded)
     copy walked in row-major order ran 50x slower than the DRAM floor)."""
     from einkern.arrays import contiguous_strides
     from einkern.gpu import kir
-    from einkern.gpu.padding import copy_kernel
+    from einkern.gpu.plan import copy_kernel
 
     shape, padded = (3, 4, 5), (4, 4, 8)
     kernel = copy_kernel("copy", "double", shape, contiguous_strides(shape, layout), padded,

@@ -13,7 +13,7 @@ import pytest
 import einkern
 from einkern.gpu import kir
 from einkern.gpu.decision import decide, default_config
-from einkern.gpu.lower import _Lowering, check_mapping, lower, preload_sign
+from einkern.gpu.lower import build_kernel, check_mapping, lower, new_builder, preload_sign
 from einkern.gpu.space import config_to_mapping, parameters, violation
 from einkern.gpu.verify import verify
 from einkern.ir.task import statement_task
@@ -60,9 +60,9 @@ def test_preloaded_update_matches_the_reference(statement, boundary):
 def test_wrong_sign_is_caught():
     problem = gemm_problem("C[i,j] -= A[i,l] * B[l,j]", m=8, n=4, k=3)
     mapping = replace(decide(statement_task(problem, 0)), boundary="guard", preload_output=True)
-    lowering = _Lowering(statement_task(problem, 0), mapping, "flipped")
-    lowering.preload = -lowering.preload
-    broken = verify(problem, {0: mapping}, kernels=[lowering.kernel()], seed=1)
+    builder = new_builder(statement_task(problem, 0), mapping, "flipped")
+    builder.preload = -builder.preload
+    broken = verify(problem, {0: mapping}, kernels=[build_kernel(builder)], seed=1)
     assert broken.bad_accesses == 0 and not broken.ok(1e-6)
 
 

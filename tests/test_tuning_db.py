@@ -353,3 +353,13 @@ def test_a_task_of_two_statements_has_its_own_key():
     assert dict(both.extents) == {"b": 8, "i": 4}
     assert both.tensors == ("v[nb, d] float64 row", "s[nb] float64 row", "w[nb, d] float64 row")
     assert len({both.key, first.key, second.key}) == 3
+
+
+def test_tuning_target_registry_refuses_a_duplicate_name():
+    from einkern.tuning.target import get_target, register_target
+
+    with pytest.raises(ValueError, match="already registered"):
+        register_target("cpu", Synthetic)
+    assert get_target("cpu").backend == "cpu"
+    with pytest.raises(EinkernError, match="cannot be tuned"):
+        get_target("nonesuch")

@@ -40,6 +40,7 @@ from .device import H100, DeviceLimits
 from .lower import check_mapping, compute_dtype, preload_applies
 from .mapping import Mapping, ParallelTile, Staging
 from .normalize import reduction_of
+from .padding import padded_task, padding_problems
 from .staging import natural_order
 
 #: Threads along x and y; 0 stands for "the whole extent of the index" (e.g. 12
@@ -392,8 +393,6 @@ def violation(task: Task, config: CudaConfig,
         return "register estimate over the limit"
     mapping = config_to_mapping(task, config)
     if boundary == "pad":  # the kernel itself runs on the padded extents
-        from .padding import padded_task, padding_problems
-
         reasons = padding_problems(task, mapping)
         if reasons:
             return reasons[0]

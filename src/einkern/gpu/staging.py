@@ -19,47 +19,19 @@ innermost first, ``padding`` extra elements per innermost row).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
 
 from ..ir.nodes import Access, Problem
 from ..ir.task import Task
 from . import exprs as E
 from . import kir
+from .builder import Context, KernelBuilder, StagedArray
 from .mapping import Mapping
 from .normalize import Group, reduction_of
 
-
-@dataclass(frozen=True)
-class StagedArray:
-    """A staged tile: shared array ``name`` holding ``access`` over ``extents``."""
-
-    name: str
-    access: Access
-    order: tuple[str, ...]  # innermost first
-    extents: tuple[tuple[str, int], ...]
-    padding: int
-
-    def extent(self, index: str) -> int:
-        return dict(self.extents)[index]
-
-    def strides(self) -> dict[str, int]:
-        strides = {}
-        step = 1
-        for position, index in enumerate(self.order):
-            strides[index] = step
-            step *= self.extent(index) + (self.padding if position == 0 else 0)
-        return strides
-
-    def size(self) -> int:
-        inner = self.order[0]
-        total = self.extent(inner) + self.padding
-        for index in self.order[1:]:
-            total *= self.extent(index)
-        return total
-
-    def offset(self, local: dict[str, kir.Expr]) -> kir.Expr:
-        strides = self.strides()
-        return E.linear([(local[i], strides[i]) for i in self.order])
+#: The compute step of a group over one context: ``accumulate(builder, group number,
+#: group, context)`` emits ``acc ±= term`` (see :func:`einkern.gpu.lower.accumulate`).
+Accumulate = Callable[[KernelBuilder, int, Group, Context], list[kir.Stmt]]
 
 
 def natural_order(problem: Problem, access: Access) -> tuple[str, ...]:
@@ -153,9 +125,11 @@ def check_staging(task: Task, mapping: Mapping,
     return problems
 
 
-def staged_group_sections(lowering, number: int, group: Group,
-                          staged: list[Access]) -> list[kir.Section]:
-    """Sections of a staged reduction group (see the module docstring)."""
+def staged_group_sections(lowering: KernelBuilder, number: int, group: Group,
+                          staged: list[Access], accumulate: Accumulate) -> list[kir.Section]:
+    """Sections of a staged reduction group (see the module docstring): the tiles
+    of ``staged`` declared on the builder, the chunk loop, and ``accumulate`` over
+    each chunk's shared tiles."""
     mapping: Mapping = lowering.mapping
     problem: Problem = lowering.problem
     indices = lowering.group_indices(group)
@@ -278,13 +252,11 @@ def staged_group_sections(lowering, number: int, group: Group,
         return out
 
     def compute(chunk: kir.Expr) -> list[kir.Stmt]:
-        from .lower import _Context
-
         origin = chunk_origin(chunk)
         loop_vars = {k: f"kk_{k}" for k in indices}
         coords = {k: E.add(origin[k], kir.Var(v)) for k, v in loop_vars.items()}
-        ctx = _Context(coords, {k: kir.Var(v) for k, v in loop_vars.items()})
-        body: tuple[kir.Stmt, ...] = tuple(lowering.accumulate(number, group, ctx))
+        ctx = Context(coords, {k: kir.Var(v) for k, v in loop_vars.items()})
+        body: tuple[kir.Stmt, ...] = tuple(accumulate(lowering, number, group, ctx))
         for depth, k in enumerate(reversed(indices)):
             stop: kir.Expr = E.const(steps[k])
             if sizes[k] % steps[k]:

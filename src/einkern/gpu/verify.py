@@ -14,7 +14,7 @@ from ..ir.task import tasks_of
 from ..reference import evaluate, relative_error
 from .emulator import DTYPES, AccessError, emulate
 from .mapping import Mapping
-from .padding import Launch, plan_task
+from .plan import Launch, plan_task
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ def random_inputs(problem: Problem, seed: int) -> dict[str, np.ndarray]:
 def emulate_problem(problem: Problem, mappings: MappingType[int, Mapping],
                     arrays: MappingType[str, np.ndarray], scalars: MappingType[str, float],
                     kernels=None):
-    """Run every statement (its plan of launches: see :mod:`.padding`) in the emulator
+    """Run every statement (its plan of launches: see :mod:`.plan`) in the emulator
     on copies of ``arrays``.  Returns (final arrays, refused accesses, their count).
     ``kernels`` (one per statement) replaces the plans, for fault injection."""
     work = {name: np.array(a, copy=True, order="K") for name, a in arrays.items()}

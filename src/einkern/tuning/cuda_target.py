@@ -90,7 +90,7 @@ class CudaTarget:
     def compile(self, task: Task, config: Config) -> CompiledVariant:
         from ..backends.cuda.nvrtc import compile_cubin
         from ..gpu.cuda_printer import launch_shape, print_cuda_module
-        from ..gpu.padding import plan_task
+        from ..gpu.plan import plan_task
 
         limits = device_limits()
         mapping = config_to_mapping(task, config)
@@ -169,10 +169,11 @@ def _measure(problem: Problem, compiled: CompiledVariant, repeats: int, seed: in
 
         run()
         driver.synchronize(compiled.launches[-1].name)
-        output = problem.program.statements[0].output.tensor
-        result = np.empty_like(arrays[output])
-        driver.copy_to_host(result.ctypes.data, pointers[output], result.nbytes)
-        error = relative_error(result, data["expected"][output])
+        error = 0.0
+        for output in problem.program.outputs:
+            result = np.empty_like(arrays[output])
+            driver.copy_to_host(result.ctypes.data, pointers[output], result.nbytes)
+            error = max(error, relative_error(result, data["expected"][output]))
         timer = driver.EventTimer()
         cuda = driver._cuda()
         times = []

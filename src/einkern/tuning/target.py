@@ -15,6 +15,7 @@ way to compile one, a way to check and time one, and an analytic cost model.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -182,33 +183,27 @@ class TuningTarget(Protocol):
 
 _TARGETS: dict[str, Callable[[], TuningTarget]] = {}
 
+#: The built-in targets: backend name → (module of einkern.tuning, class), imported
+#: on first use (so that this module, which they import, does not import them).
+BUILTIN_TARGETS = {"cpu": ("cpu_target", "CpuTarget"), "cuda": ("cuda_target", "CudaTarget")}
+
 
 def register_target(name: str, factory: Callable[[], TuningTarget]) -> None:
+    """Make ``factory`` the tuning target of backend ``name`` (refuses a name
+    already registered or built in)."""
+    if name in _TARGETS or name in BUILTIN_TARGETS:
+        raise ValueError(f"a tuning target named {name!r} is already registered")
     _TARGETS[name] = factory
 
 
 def get_target(name: str) -> TuningTarget:
-    """The tuning target of backend ``name`` (``cpu`` or ``cuda``)."""
-    if not _TARGETS:
-        _register_builtin()
-    if name not in _TARGETS:
-        from ..errors import BackendError
+    """The tuning target of backend ``name`` (``cpu``, ``cuda`` or a registered one)."""
+    if name in _TARGETS:
+        return _TARGETS[name]()
+    if name in BUILTIN_TARGETS:
+        module, cls = BUILTIN_TARGETS[name]
+        return getattr(importlib.import_module(f"{__package__}.{module}"), cls)()
+    from ..errors import BackendError
 
-        raise BackendError(f"backend {name!r} cannot be tuned",
-                           hint=f"tunable backends: {', '.join(_TARGETS)}")
-    return _TARGETS[name]()
-
-
-def _register_builtin() -> None:
-    def cpu() -> TuningTarget:
-        from .cpu_target import CpuTarget
-
-        return CpuTarget()
-
-    def cuda() -> TuningTarget:
-        from .cuda_target import CudaTarget
-
-        return CudaTarget()
-
-    _TARGETS.setdefault("cpu", cpu)
-    _TARGETS.setdefault("cuda", cuda)
+    raise BackendError(f"backend {name!r} cannot be tuned",
+                       hint=f"tunable backends: {', '.join([*BUILTIN_TARGETS, *_TARGETS])}")

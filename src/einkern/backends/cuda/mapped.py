@@ -62,7 +62,7 @@ def generate_mapped(problem: Problem, mappings: MappingSpec = None) -> CudaSourc
     """CUDA C of the whole problem under ``mappings``: per statement one kernel, or
     (boundary ``pad``) a padding copy per input, the kernel, and a crop copy."""
     from ...gpu.cuda_printer import launch_shape, print_cuda_module
-    from ...gpu.padding import plan_task
+    from ...gpu.plan import plan_task
 
     limits = device_limits()
     chosen = resolve_mappings(problem, mappings)

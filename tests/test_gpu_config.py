@@ -11,7 +11,7 @@ import pytest
 
 import einkern
 from einkern.gpu.config import CudaConfig, StagingConfig
-from einkern.gpu.decision import decide, default_config
+from einkern.gpu.decision import decide, default_config, explain
 from einkern.gpu.device import H100
 from einkern.gpu.lower import check_mapping
 from einkern.gpu.mapping import Mapping
@@ -178,3 +178,41 @@ def test_configuration_records_check_their_fields():
                 {"staging": ["all", 0, True, 0, "compute"]}, {"colour": 1}):
         with pytest.raises((TypeError, ValueError)):
             CudaConfig.from_json({**config.to_json(), **bad})
+
+
+# ---- --explain -----------------------------------------------------------------
+
+
+def test_emit_explain_prints_each_rule_and_its_reason(capsys):
+    from einkern.cli import main
+    from einkern.gpu.decision import RULES
+
+    assert main(["emit", "examples/gemm.ein", "--backend", "cuda", "--explain"]) == 0
+    out = capsys.readouterr().out
+    task = statement_task(einkern.make_problem(einkern.load("examples/gemm.ein"), {}), 0)
+    decision = explain(task)
+    names = [name for name, _ in decision.steps]
+    assert names[:2] == ["coalesced-x", "coalescing-weights"]
+    assert "gemm-register-tile" in names and set(names) <= {rule.name for rule in RULES}
+    for name, reason in decision.steps:
+        assert f"why: {name}: {reason}" in out
+
+
+def test_tune_explain_prints_the_rules_of_the_default(tmp_path, capsys):
+    """`einkern tune --explain` (simulated from a database, so without a GPU) prints
+    the default configuration and the (rule, reason) pairs that made it."""
+    from einkern.cli import main
+    from einkern.tuning.db import TuningDB
+    from einkern.tuning.record import TuningRecord
+
+    case = json.loads(OLD_RECORDS.read_text())["cases"][0]
+    with TuningDB(tmp_path / "t.sqlite") as db:
+        db.add(TuningRecord.from_json(case["record"]))
+    extents = [arg for name, value in case["sizes"].items() for arg in ("-e", f"{name}={value}")]
+    assert main(["tune", case["program"], *extents, "--backend", "cuda", "--simulate",
+                 str(tmp_path / "t.sqlite"), "--explain", "--budget", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "S0 default configuration: " in out
+    problem = einkern.make_problem(einkern.load(case["program"]), case["sizes"])
+    for name, _ in explain(statement_task(problem, 0)).steps:
+        assert f"  {name}: " in out

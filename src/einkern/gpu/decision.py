@@ -370,7 +370,8 @@ def vector_runs_fit(facts: Facts, config: CudaConfig) -> Change | None:
     if config.assign != "chunked" or chunk_fits(facts.task, rx):
         return None
     assign = "mixed" if ry > 1 else "cyclic"
-    return Change({"assign": assign}, f"{rx} elements per thread along x make no runs of one "
+    elements = f"{rx} element{'s' if rx > 1 else ''}"
+    return Change({"assign": assign}, f"{elements} per thread along x make no runs of one "
                                       f"vector: {assign} assignment")
 
 

@@ -127,7 +127,7 @@ def _backend_name(name: str) -> str:
 
 def command_tune(args: argparse.Namespace) -> int:
     """``einkern tune``: tune every statement, record, print a summary table."""
-    from .target import get_target
+    from .target import ExplainsDefault, get_target
 
     problem = _load_problem(args)
     positions = _positions(args, problem)
@@ -140,9 +140,10 @@ def command_tune(args: argparse.Namespace) -> int:
     display = ProgressDisplay(problem, positions)
     if args.simulate:
         with TuningDB(args.simulate, create=False) as db, display:
-            results, best_recorded = _simulate(db, backend, problem, positions, options,
-                                               display)
-        print_results(problem, results, simulated=best_recorded, explain=args.explain)
+            results, best_recorded, rules = _simulate(db, backend, problem, positions,
+                                                      options, display)
+        print_results(problem, results, simulated=best_recorded, explain=args.explain,
+                      rules=rules)
         return 0
     try:
         target = get_target(backend)
@@ -153,7 +154,10 @@ def command_tune(args: argparse.Namespace) -> int:
         with display:
             results = tune_problem(target, problem, options, db, display.update,
                                    _tasks(problem, positions))
-        print_results(problem, results, explain=args.explain, database=db.path)
+        rules = None
+        if args.explain and isinstance(target, ExplainsDefault):
+            rules = [target.explain_default(task) for task in _tasks(problem, positions)]
+        print_results(problem, results, explain=args.explain, database=db.path, rules=rules)
     return 0
 
 
@@ -167,7 +171,7 @@ def _tasks(problem, positions: tuple[int, ...]):
 def _simulate(db: TuningDB, backend: str, problem, positions, options, display):
     from .ranking import pick_best
     from .simulate import simulated_targets
-    from .target import get_target
+    from .target import ExplainsDefault, get_target
 
     tasks = _tasks(problem, positions)
     base = None
@@ -186,7 +190,9 @@ def _simulate(db: TuningDB, backend: str, problem, positions, options, display):
             results.append(tune_task(target, task, evaluator, options,
                                      MemoryStore(), display.update, recorded.identity))
         best.append(pick_best(r for r in recorded.records if r.ok))
-    return tuple(results), tuple(best)
+    rules = [base.explain_default(task) for task in tasks] \
+        if isinstance(base, ExplainsDefault) else None
+    return tuple(results), tuple(best), rules
 
 
 def command_db(args: argparse.Namespace) -> int:

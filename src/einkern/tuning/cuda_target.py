@@ -13,7 +13,7 @@ import numpy as np
 
 from ..backends.cuda.limits import device_limits
 from ..gpu.config import CudaConfig
-from ..gpu.decision import default_config
+from ..gpu.decision import default_config, explain
 from ..gpu.model import predicted_time
 from ..gpu.space import config_to_mapping, parameters, violation
 from ..ir.nodes import Problem
@@ -86,6 +86,10 @@ class CudaTarget:
 
     def default_config(self, task: Task) -> Config:
         return default_config(task, device_limits())[0]
+
+    def explain_default(self, task: Task) -> tuple[tuple[str, str], ...]:
+        """The decision's (rule, reason) pairs for ``task`` (gpu/decision.RULES)."""
+        return explain(task, device_limits()).steps
 
     def compile(self, task: Task, config: Config) -> CompiledVariant:
         from ..backends.cuda.nvrtc import compile_cubin

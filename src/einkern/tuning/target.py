@@ -181,6 +181,16 @@ class TuningTarget(Protocol):
         ...
 
 
+@runtime_checkable
+class ExplainsDefault(Protocol):
+    """A target whose default configuration comes from named rules (``einkern tune
+    --explain`` prints them)."""
+
+    def explain_default(self, task: Task) -> tuple[tuple[str, str], ...]:
+        """The (rule, reason) pairs that made ``default_config(task)``."""
+        ...
+
+
 _TARGETS: dict[str, Callable[[], TuningTarget]] = {}
 
 #: The built-in targets: backend name → (module of einkern.tuning, class), imported

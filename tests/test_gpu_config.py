@@ -216,3 +216,34 @@ def test_tune_explain_prints_the_rules_of_the_default(tmp_path, capsys):
     problem = einkern.make_problem(einkern.load(case["program"]), case["sizes"])
     for name, _ in explain(statement_task(problem, 0)).steps:
         assert f"  {name}: " in out
+
+
+def test_a_malformed_configuration_given_to_compile_is_a_typed_error():
+    from einkern.backends.cuda.mapped import resolve_mappings
+    from einkern.gpu.mapping import MappingError
+
+    problem = einkern.make_problem(einkern.load("examples/gemm.ein"), {})
+    bad = {"x": "j", "y": "i", "block": [16, 16], "staging": ["all", 8, True]}
+    with pytest.raises(MappingError, match="mapping of statement 0"):
+        resolve_mappings(problem, {0: bad})
+    good = resolve_mappings(problem, {0: default_config(statement_task(problem, 0))[0]})
+    assert good[0] == decide(statement_task(problem, 0))
+
+
+def test_groups_exclude_each_other_and_a_final_change_ends_the_decision():
+    from einkern.gpu.decision import Rule, start_config
+    from einkern.gpu.rules import Change
+
+    task = statement_task(einkern.make_problem(einkern.load("examples/gemm.ein"), {}), 0)
+    table = (
+        Rule("first", lambda facts, config: Change({"x": "j"}, "one")),
+        Rule("a", lambda facts, config: None, "g"),
+        Rule("b", lambda facts, config: Change({"y": "i"}, "two"), "g"),
+        Rule("c", lambda facts, config: Change({"y": "l"}, "three"), "g"),
+        Rule("end", lambda facts, config: Change({}, "four", final=True)),
+        Rule("never", lambda facts, config: Change({"x": "i"}, "five")),
+    )
+    decision = explain(task, H100, table)
+    assert decision.steps == (("first", "one"), ("b", "two"), ("end", "four"))
+    assert decision.config == replace(start_config(task), x="j", y="i")
+    assert decision.reasons[1] == "b: two"

@@ -27,6 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from .mapping import MappingError
+
 STAGES = ("none", "A", "B", "all")
 LAYOUTS = ("natural", "compute")
 ASSIGNMENTS = ("cyclic", "mixed", "adjacent", "chunked")
@@ -172,3 +174,16 @@ class CudaConfig:
 
 #: The configuration of a rank-0 output: one thread computes it.
 SCALAR_CONFIG = CudaConfig(x="")
+
+
+def parse_config(data: Any, source: str = "configuration") -> CudaConfig:
+    """:meth:`CudaConfig.from_json` for input from a user (a mapping file, the
+    ``mappings=`` argument): a malformed one is a :class:`MappingError` naming
+    ``source``."""
+    try:
+        return CudaConfig.from_json(data)
+    except (KeyError, TypeError, ValueError) as error:
+        detail = f"missing {error}" if isinstance(error, KeyError) else str(error)
+        raise MappingError(f"{source}: not a mapping configuration ({detail})",
+                           hint="see `einkern emit PROGRAM --explain`") from None
+

@@ -22,7 +22,7 @@ MappingSpec = MappingType[int, object] | None
 def resolve_mappings(problem: Problem, mappings: MappingSpec = None) -> dict[int, object]:
     """A Mapping per statement: the given ones (Mapping, CudaConfig, either in JSON
     form, or a JSON file of either), the decision algorithm's default for the others."""
-    from ...gpu.config import CudaConfig
+    from ...gpu.config import CudaConfig, parse_config
     from ...gpu.decision import decide
     from ...gpu.mapping import Mapping
     from ...gpu.space import config_to_mapping
@@ -42,7 +42,7 @@ def resolve_mappings(problem: Problem, mappings: MappingSpec = None) -> dict[int
             chosen[position] = (
                 Mapping.from_json(json.dumps(spec)) if "parallel" in spec
                 else config_to_mapping(statement_task(problem, position),
-                                       CudaConfig.from_json(spec)))
+                                       parse_config(spec, f"mapping of statement {position}")))
         elif isinstance(spec, str | Path):
             path = Path(spec)
             if not path.exists():
@@ -52,7 +52,7 @@ def resolve_mappings(problem: Problem, mappings: MappingSpec = None) -> dict[int
             chosen[position] = (
                 Mapping.from_json(text) if "parallel" in data
                 else config_to_mapping(statement_task(problem, position),
-                                       CudaConfig.from_json(data)))
+                                       parse_config(data, str(spec))))
         else:
             raise UsageError(f"cannot use {type(spec).__name__} as a mapping")
     return chosen

@@ -374,7 +374,7 @@ def _pad_share(task: Task, limits: DeviceLimits) -> float:
 
 
 def simplify(facts: Facts, config: CudaConfig) -> Change | None:
-    simpler = (
+    simpler: tuple[dict[str, Any], ...] = (
         {"staging": NO_STAGING},
         {"staging": NO_STAGING, "regs": (1, 1, 1), "assign": "cyclic"},
         {"staging": NO_STAGING, "regs": (1, 1, 1), "assign": "cyclic", "unroll": 1},

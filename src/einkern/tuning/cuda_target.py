@@ -44,6 +44,13 @@ class CompiledVariant:
     resources: tuple[tuple[str, Any], ...]
 
 
+
+def _own(config: Config) -> CudaConfig:
+    """``config`` as the CUDA target's record (the tuner hands back what it was given)."""
+    if not isinstance(config, CudaConfig):
+        raise VariantError("invalid", f"not a CUDA configuration: {config!r}")
+    return config
+
 class CudaTarget:
     """:class:`~einkern.tuning.target.TuningTarget` of the ``cuda`` backend."""
 
@@ -97,7 +104,7 @@ class CudaTarget:
         from ..gpu.plan import plan_task
 
         limits = device_limits()
-        mapping = config_to_mapping(task, config)
+        mapping = config_to_mapping(task, _own(config))
         name = f"ek_tune_s{task.positions[0]}"
         plan = plan_task(task, mapping, name, max_shared_bytes=limits.shared_per_block_optin)
         module = compile_cubin(print_cuda_module([launch.kernel for launch in plan.launches]),
@@ -127,7 +134,7 @@ class CudaTarget:
         return _measure(task.view, compiled, repeats, seed)
 
     def model_cost(self, task: Task, config: Config) -> float:
-        return predicted_time(task, config_to_mapping(task, config), device_limits())
+        return predicted_time(task, config_to_mapping(task, _own(config)), device_limits())
 
 
 _REFERENCE: dict[tuple, dict] = {}

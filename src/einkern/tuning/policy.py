@@ -18,6 +18,7 @@ A recorded configuration that is not valid for the problem at hand is skipped.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from collections import defaultdict
@@ -29,7 +30,7 @@ from ..ir.nodes import Problem
 from ..ir.task import Task, tasks_of
 from .canonical import identify, size_distance
 from .db import TuningDB, TuningRecord, default_path
-from .ranking import pick_best
+from .ranking import Timed, pick_best
 from .search import space_for
 from .strategies import MODEL_CANDIDATES
 from .target import Config, TuningTarget
@@ -53,12 +54,12 @@ def normalize_policy(policy: Policy) -> str | None:
                      hint="tune= takes False, True, 'cached', 'model' or 'full'")
 
 
-def _recorded(target: TuningTarget, record: TuningRecord | None) -> Config | None:
+def _recorded(target: TuningTarget, record: TuningRecord | Timed | None) -> Config | None:
     """The record's configuration as the target's own type (None: not one of its)."""
     if record is None:
         return None
     try:
-        return target.config_type.from_json(record.config)
+        return target.config_type.from_json(json.loads(record.config_key))
     except (KeyError, TypeError, ValueError):
         return None
 

@@ -42,7 +42,7 @@ def record(args) -> int:
     options = TuneOptions(strategy=args.strategy, budget=Budget(seconds=args.time), seed=0)
     with TuningDB(args.db, create=True) as db:
         results = tune_problem(get_target(args.backend), problem, options, db,
-                               positions=(args.statement,))
+                               tasks=(statement_task(problem, args.statement),))
     for result in results:
         print(f"S{result.position}: {result.evaluations} variants measured in "
               f"{result.seconds:.0f} s, space of {result.space_size or 'uncounted'} "

@@ -128,7 +128,7 @@ def race(args) -> int:
                 trace, result = traced_run(target, statement_task(problem, position), evaluator,
                                            name, seed, args.budget, identity, isolate=True)
                 traces.setdefault(name, []).append(trace)
-                best_config = result.best.config if result.best is not None else None
+                best_config = result.best.config.to_json() if result.best is not None else None
                 print(f"{name} seed {seed}: best {min(trace, default=float('inf')) * 1e3:.4f}"
                       f" ms after {len(trace)} evaluations: {best_config}", flush=True)
     best_seen = min([best_known] + [min(t) for ts in traces.values() for t in ts if t])

@@ -2,7 +2,8 @@
 
 Modules: :mod:`.target` (what a backend provides: the ``TuningTarget``
 protocol and its registry, the ``Configuration`` protocol of typed configuration
-records), :mod:`.search` (constrained search spaces, generated lazily), :mod:`.strategies` (search strategies by name), :mod:`.evaluate` and
+records), :mod:`.search` (constrained search spaces, generated lazily),
+:mod:`.strategies` (search strategies by name), :mod:`.evaluate` and
 :mod:`.worker` (compiling in threads, measuring in an isolated process),
 :mod:`.ranking` (ties and winners), :mod:`.canonical` and :mod:`.record`
 (what a record is about), :mod:`.db` (the SQLite database), :mod:`.tuner`

@@ -110,12 +110,14 @@ class Change:
 
 
 def rank0_output(facts: Facts, config: CudaConfig) -> Change | None:
+    """rank0-output: no output index, one thread (final)."""
     if facts.parallel:
         return None
     return Change({}, "rank-0 output: a single thread", final=True)
 
 
 def coalesced_x(facts: Facts, config: CudaConfig) -> Change:
+    """coalesced-x: the output's contiguous index on threadIdx.x."""
     contiguous = facts.roles.output_contiguous
     x = contiguous if contiguous and facts.size[contiguous] > 1 else (
         facts.largest(facts.parallel) or facts.parallel[0])
@@ -125,6 +127,7 @@ def coalesced_x(facts: Facts, config: CudaConfig) -> Change:
 
 
 def coalescing_weights_note(facts: Facts, config: CudaConfig) -> Change | None:
+    """coalescing-weights: records R-Stream's coalescing tuples (no change)."""
     weights = coalescing_weights(facts.task.problem, facts.task.statement)
     if not weights:
         return None
@@ -134,6 +137,7 @@ def coalescing_weights_note(facts: Facts, config: CudaConfig) -> Change | None:
 
 
 def second_index(facts: Facts, config: CudaConfig) -> Change | None:
+    """second-index: y from the output's next index, the other operand, or the largest."""
     x, r, size = config.x, facts.roles, facts.size
     following = facts.following(x)
     itemsize = 8 if facts.double else 4
@@ -150,6 +154,7 @@ def second_index(facts: Facts, config: CudaConfig) -> Change | None:
 
 
 def block_shape(facts: Facts, config: CudaConfig) -> Change:
+    """block-shape: up to a warp along x, 256 threads in all."""
     x, y, size = config.x, config.y, facts.size
     tx = min(32, _pow2(size[x])) if y else min(256, _pow2(size[x]))
     ty = max(1, min(256 // tx, _pow2(size[y]))) if y else 1
@@ -158,6 +163,7 @@ def block_shape(facts: Facts, config: CudaConfig) -> Change:
 
 
 def whole_small_extents(facts: Facts, config: CudaConfig) -> Change | None:
+    """whole-small-extents: small x and y covered whole by the block."""
     x, y, size = config.x, config.y, facts.size
     if not (size[x] < 32 and size[x] != config.block[0] and y and size[y] <= 64):
         return None
@@ -166,6 +172,7 @@ def whole_small_extents(facts: Facts, config: CudaConfig) -> Change | None:
 
 
 def unrolled_reduction(facts: Facts, config: CudaConfig) -> Change | None:
+    """unrolled-reduction: the k-step loop fully unrolled."""
     if not facts.reduction:
         return None
     return Change({"unroll": -1}, "the k-step loop fully unrolled")
@@ -175,6 +182,7 @@ def unrolled_reduction(facts: Facts, config: CudaConfig) -> Change | None:
 
 
 def gemm_register_tile(facts: Facts, config: CudaConfig) -> Change | None:
+    """gemm-register-tile: a long reduction with operands on both sides."""
     r, y = facts.roles, config.y
     if not (facts.reduction >= 32 and r.m and r.n):
         return None
@@ -197,6 +205,7 @@ def _short(facts: Facts, config: CudaConfig) -> bool:
 
 
 def product_family(facts: Facts, config: CudaConfig) -> Change | None:
+    """product-family: a short reduction summed over three or more products."""
     if not (_short(facts, config) and facts.spreads):
         return None
     size, y = facts.size, config.y
@@ -213,6 +222,7 @@ def product_family(facts: Facts, config: CudaConfig) -> Change | None:
 
 
 def broadcast_operand(facts: Facts, config: CudaConfig) -> Change | None:
+    """broadcast-operand: an operand read by neither x nor y staged whole."""
     if not _short(facts, config):
         return None
     shape = _broadcast_shape(facts.roles, config.x, facts.following(config.x))
@@ -242,6 +252,7 @@ def _broadcast_shape(r: Roles, x: str, following: str) -> tuple[str, str] | None
 
 
 def short_reduction_registers(facts: Facts, config: CudaConfig) -> Change | None:
+    """short-reduction-registers: reuse through a 4 × z register tile."""
     if not _short(facts, config):
         return None
     products = facts.products
@@ -255,6 +266,7 @@ def short_reduction_registers(facts: Facts, config: CudaConfig) -> Change | None
 
 
 def staged_faces(facts: Facts, config: CudaConfig) -> Change | None:
+    """staged-faces: whole small faces, every input slice staged once."""
     if not (facts.reduction >= 2 and config.y and config.block == (0, 0)
             and facts.products == 1):
         return None
@@ -271,6 +283,7 @@ def staged_faces(facts: Facts, config: CudaConfig) -> Change | None:
 
 
 def short_reduction_cache(facts: Facts, config: CudaConfig) -> Change | None:
+    """short-reduction-cache: a register-only tile of 4, reads through the cache."""
     if not (facts.reduction >= 2 and config.y):
         return None
     return Change({"regs": (1, 1, 4)},
@@ -280,6 +293,7 @@ def short_reduction_cache(facts: Facts, config: CudaConfig) -> Change | None:
 
 
 def no_reuse(facts: Facts, config: CudaConfig) -> Change:
+    """no-reuse: one output element per thread."""
     return Change({}, "no reuse to exploit: one output element per thread")
 
 
@@ -287,6 +301,7 @@ def no_reuse(facts: Facts, config: CudaConfig) -> Change:
 
 
 def clip_register_tile(facts: Facts, config: CudaConfig) -> Change | None:
+    """clip-register-tile: no register tile larger than its extent."""
     x, y, size = config.x, config.y, facts.size
     rx, ry, rz = config.regs
     tx, ty = config.block
@@ -304,6 +319,7 @@ def clip_register_tile(facts: Facts, config: CudaConfig) -> Change | None:
 
 
 def preload_output(facts: Facts, config: CudaConfig) -> Change | None:
+    """preload-output: several products update the output: read it first."""
     if not (config.preload is not None and facts.spreads):
         return None
     return Change({"preload": True}, "an update of one sum of several products: the output is "
@@ -312,6 +328,7 @@ def preload_output(facts: Facts, config: CudaConfig) -> Change | None:
 
 
 def fill_machine(facts: Facts, config: CudaConfig) -> Change | None:
+    """fill-machine: shrink the register tile until two waves of blocks."""
     target = WAVES * facts.limits.sm_count
     start = config
     while facts.blocks(config) < target:
@@ -334,6 +351,7 @@ def fill_machine(facts: Facts, config: CudaConfig) -> Change | None:
 
 
 def vector_runs_fit(facts: Facts, config: CudaConfig) -> Change | None:
+    """vector-runs: no chunked assignment without whole vector runs."""
     rx, ry, _ = config.regs
     if config.assign != "chunked" or chunk_fits(facts.task, rx):
         return None
@@ -344,6 +362,7 @@ def vector_runs_fit(facts: Facts, config: CudaConfig) -> Change | None:
 
 
 def boundary(facts: Facts, config: CudaConfig) -> Change | None:
+    """boundary: exact, else padded copies when cheap, else guarded edges (final)."""
     share = _pad_share(facts.task, facts.limits)
     boundaries = ("exact", "pad", "guard") if share < PAD_SHARE else ("exact", "guard")
     for choice in boundaries:
@@ -374,6 +393,7 @@ def _pad_share(task: Task, limits: DeviceLimits) -> float:
 
 
 def simplify(facts: Facts, config: CudaConfig) -> Change | None:
+    """simplify: drop staging, then the register tile, then unrolling (final)."""
     simpler: tuple[dict[str, Any], ...] = (
         {"staging": NO_STAGING},
         {"staging": NO_STAGING, "regs": (1, 1, 1), "assign": "cyclic"},
@@ -389,8 +409,9 @@ def simplify(facts: Facts, config: CudaConfig) -> Change | None:
 
 
 def direct_fallback(facts: Facts, config: CudaConfig) -> Change:
-    """The direct mapping (one output per thread); like the configurations recorded
-    before the rule table, it leaves out the ``spread`` and ``preload`` knobs."""
+    """direct-fallback: the direct mapping, one output per thread (final); like the
+    configurations recorded before the rule table, it leaves out the ``spread`` and
+    ``preload`` knobs."""
     x, y = config.x, config.y
     for block, y_index in (((0, 0), y), ((32, 1), ""), ((64, 1), ""), ((128, 1), ""),
                            ((256, 1), ""), ((0, 1), "")):

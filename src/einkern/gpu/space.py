@@ -33,7 +33,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..ir.nodes import Access, Problem
+from ..ir.nodes import Access, Binary, Neg, Problem, signed_terms
 from ..ir.task import Task
 from .device import H100, DeviceLimits
 from .lower import check_mapping, compute_dtype, preload_applies
@@ -68,8 +68,6 @@ class Roles:
 
 
 def _product_accesses(body) -> list[Access]:
-    from ..ir.nodes import Binary, Neg
-
     if isinstance(body, Access):
         return [body]
     if isinstance(body, Neg):
@@ -176,8 +174,6 @@ def spreads(statement) -> bool:
 
 def products_per_output(statement) -> int:
     """Products summed into each output (the terms of every reduction group)."""
-    from ..ir.nodes import signed_terms
-
     return sum(len(signed_terms(g.body)) for g in reduction_of(statement).groups)
 
 
@@ -282,7 +278,9 @@ def config_to_mapping(task: Task, config: Config,
         groups = reduction_of(statement).groups
         main = [g for g in groups if set(g.indices) == set(r.k)]
         accesses = main[0].accesses() if main else ()
-        chosen = {"A": [r.a], "B": [r.b], "all": list(accesses)}[stage]
+        by_stage: dict[str, list[Access | None]] = {"A": [r.a], "B": [r.b],
+                                                    "all": list(accesses)}
+        chosen = by_stage[stage]
         for access in chosen:
             if access is None:
                 continue

@@ -150,6 +150,7 @@ def staged_group_sections(lowering: KernelBuilder, number: int, group: Group,
     arrays = []
     for access in staged:
         staging = mapping.staging_of(str(access))
+        assert staging is not None  # the caller passes the staged accesses
         order = staging.order or natural_order(problem, access)
         extents = tuple(
             (i, lowering.tiles[i].tile if i in lowering.parallel else steps[i])

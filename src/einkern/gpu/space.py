@@ -278,9 +278,8 @@ def config_to_mapping(task: Task, config: Config,
         groups = reduction_of(statement).groups
         main = [g for g in groups if set(g.indices) == set(r.k)]
         accesses = main[0].accesses() if main else ()
-        by_stage: dict[str, list[Access | None]] = {"A": [r.a], "B": [r.b],
-                                                    "all": list(accesses)}
-        chosen = by_stage[stage]
+        chosen: list[Access | None] = (
+            [r.a] if stage == "A" else [r.b] if stage == "B" else list(accesses))
         for access in chosen:
             if access is None:
                 continue

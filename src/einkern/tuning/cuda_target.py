@@ -12,10 +12,8 @@ from typing import Any
 import numpy as np
 
 from ..backends.cuda.limits import device_limits
-from ..gpu.cuda_printer import launch_shape, print_cuda_module
 from ..gpu.decision import default_config
 from ..gpu.model import predicted_time
-from ..gpu.plan import plan_task
 from ..gpu.space import config_to_mapping, parameters, violation
 from ..ir.nodes import Problem
 from ..ir.task import Task
@@ -87,6 +85,8 @@ class CudaTarget:
 
     def compile(self, task: Task, config: Config) -> CompiledVariant:
         from ..backends.cuda.nvrtc import compile_cubin
+        from ..gpu.cuda_printer import launch_shape, print_cuda_module
+        from ..gpu.plan import plan_task
 
         limits = device_limits()
         mapping = config_to_mapping(task, config)

@@ -103,3 +103,19 @@ def test_planning_imports_nothing_above_it_and_no_cycle():
 
     for name in PLANNING:
         visit(name, ())
+
+
+def test_the_runtime_reads_the_limits_and_falls_back_to_the_table():
+    from types import SimpleNamespace
+
+    from einkern.backends.cuda.limits import device_limits, limits_of
+
+    props = SimpleNamespace(
+        name="GPU", arch="sm_80", multiprocessors=108, max_threads_per_block=1024,
+        max_threads_per_multiprocessor=2048, registers_per_multiprocessor=65536,
+        shared_memory_per_block=48 * 1024, shared_memory_per_block_optin=163 * 1024,
+        shared_memory_per_multiprocessor=164 * 1024, l2_cache_bytes=40 * 2**20)
+    limits = limits_of(props)
+    assert (limits.arch, limits.sm_count, limits.shared_per_block_optin) == (
+        "sm_80", 108, 163 * 1024)
+    assert isinstance(device_limits(), DeviceLimits)  # GPU 0's, or H100's without one

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from ..ir.nodes import Access
 from ..ir.task import Task
+from ..semantics import C_TYPE
 from . import exprs as E
 from . import kir
 from .mapping import Mapping
@@ -78,7 +79,7 @@ class KernelBuilder:
     """One kernel being built for a one-statement ``task`` under ``mapping``.
 
     Fixed at the start: the task, its problem and statement, the mapping, the
-    kernel's ``name``, the compute type ``ctype`` (``float``/``double``), the
+    kernel's ``name``, the ``dtype`` it computes in and its C type ``ctype``, the
     ``index_type`` of offsets (``int`` or ``long long``), ``preload`` (+1/-1:
     accumulate onto the preloaded output with this sign; 0: no preload), the
     statement's reduction groups, its output indices (``parallel``) with their
@@ -89,7 +90,7 @@ class KernelBuilder:
     access text)`` → :class:`StagedArray`) and the counter behind :meth:`fresh`.
     """
 
-    def __init__(self, task: Task, mapping: Mapping, name: str, ctype: str,
+    def __init__(self, task: Task, mapping: Mapping, name: str, dtype: str,
                  index_type: str, preload: int):
         self.task = task
         self.problem = task.problem
@@ -97,7 +98,8 @@ class KernelBuilder:
         self.statement = task.statement
         self.mapping = mapping
         self.name = name
-        self.ctype = ctype
+        self.dtype = dtype
+        self.ctype = C_TYPE[dtype]
         self.index_type = index_type
         self.preload = preload
         self.reduction = reduction_of(self.statement)

@@ -97,8 +97,8 @@ def new_builder(task: Task, mapping: Mapping, name: str) -> KernelBuilder:
     """A :class:`~.builder.KernelBuilder` for ``task`` under ``mapping`` (unchecked:
     :func:`lower` checks the mapping first)."""
     preload = preload_sign(task.statement) if mapping.preload_output else 0
-    return KernelBuilder(task, mapping, name, CTYPE[compute_dtype(task)],
-                         index_type(task.problem), preload)
+    return KernelBuilder(task, mapping, name, compute_dtype(task), index_type(task.problem),
+                         preload)
 
 
 def build_kernel(builder: KernelBuilder) -> kir.Kernel:

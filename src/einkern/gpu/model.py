@@ -160,7 +160,7 @@ def warp_footprint(problem: Problem, statement, mapping: Mapping, access) -> tup
     lanes = min(32, mapping.threads)
     contiguous = next((i for i, s in strides.items() if s == 1), None)
     along = None  # the tile along the contiguous index: the thread's own elements there
-    if contiguous in statement.parallel_indices:
+    if contiguous is not None and contiguous in statement.parallel_indices:
         along = mapping.tile_of(contiguous)
     offsets, elements = set(), set()
     for lane in range(lanes):

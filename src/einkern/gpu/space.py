@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from ..ir.nodes import Access, Problem
+from ..ir.nodes import Access, Binary, Neg, Problem, signed_terms
 from ..ir.task import Task
 from .config import NO_STAGING, SCALAR_CONFIG, CudaConfig, StagingConfig
 from .device import H100, DeviceLimits
@@ -67,8 +67,6 @@ class Roles:
 
 
 def _product_accesses(body) -> list[Access]:
-    from ..ir.nodes import Binary, Neg
-
     if isinstance(body, Access):
         return [body]
     if isinstance(body, Neg):
@@ -170,8 +168,6 @@ def spreads(statement) -> bool:
 
 def products_per_output(statement) -> int:
     """Products summed into each output (the terms of every reduction group)."""
-    from ..ir.nodes import signed_terms
-
     return sum(len(signed_terms(g.body)) for g in reduction_of(statement).groups)
 
 

@@ -175,11 +175,13 @@ def tuned_build_argument(backend: str, problem: Problem, policy: Policy,
         return None, ()
     from .target import get_target
 
-    chosen = choose_configs(get_target(backend), problem, policy, db)
+    tasks = tasks_of(problem)
+    chosen = choose_configs(get_target(backend), problem, policy, db, tasks=tasks)
     sources = tuple(source for _, source in chosen)
     configs = [config for config, _ in chosen]
     if backend == "cpu":
         from .cpu_target import schedule_from_configs
 
         return schedule_from_configs(problem, configs), sources
-    return dict(enumerate(configs)), sources
+    # the API's mappings= names statements: each one-statement task by its position
+    return {task.position: config for task, config in zip(tasks, configs, strict=True)}, sources

@@ -17,6 +17,7 @@ from ..ir.task import Task
 from .config import NO_STAGING, CudaConfig, StagingConfig
 from .device import DeviceLimits
 from .lower import compute_dtype
+from .mapping import MappingError
 from .space import (
     K_STEPS,
     Roles,
@@ -413,13 +414,18 @@ def direct_fallback(facts: Facts, config: CudaConfig) -> Change:
     configurations recorded before the rule table, it leaves out the ``spread`` and
     ``preload`` knobs."""
     x, y = config.x, config.y
+    why: list[str] = []
     for block, y_index in (((0, 0), y), ((32, 1), ""), ((64, 1), ""), ((128, 1), ""),
                            ((256, 1), ""), ((0, 1), "")):
         if block == (0, 0) and not y:
             continue
         for choice in ("exact", "guard"):
             candidate = CudaConfig(x=x, y=y_index, block=block, boundary=choice)
-            if violation(facts.task, candidate, facts.limits) is None:
+            problem = violation(facts.task, candidate, facts.limits)
+            if problem is None:
                 values = {f.name: getattr(candidate, f.name) for f in fields(CudaConfig)}
                 return Change(values, "fallback: direct mapping", final=True)
-    raise AssertionError(f"no valid mapping for {facts.task.statement}")
+            why.append(problem)
+    raise MappingError(f"no mapping fits {facts.task.statement} on {facts.limits.name}: "
+                       f"even one output per thread fails ({'; '.join(dict.fromkeys(why))})",
+                       hint="smaller extents, or split the statement")

@@ -251,9 +251,10 @@ def test_groups_exclude_each_other_and_a_final_change_ends_the_decision():
 
 def test_a_statement_no_mapping_fits_is_a_typed_error():
     """257⁶ outputs need more blocks than a grid holds, even one output per thread:
-    a MappingError saying so (the one-function decision raised AssertionError)."""
-    from einkern.gpu.mapping import MappingError
+    a located BackendError saying so (the one-function decision raised AssertionError)."""
+    from einkern.errors import BackendError
 
     problem = einkern.make_problem(einkern.load("examples/ccsdt_s1.ein"), {"T": 257})
-    with pytest.raises(MappingError, match="grid limit"):
+    with pytest.raises(BackendError, match="grid limit") as raised:
         default_config(statement_task(problem, 0))
+    assert raised.value.span is not None

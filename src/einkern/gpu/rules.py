@@ -12,12 +12,12 @@ from dataclasses import dataclass, fields, replace
 from functools import cached_property
 from typing import Any
 
+from ..errors import BackendError
 from ..ir.analysis import coalescing_weights, statement_flops
 from ..ir.task import Task
 from .config import NO_STAGING, CudaConfig, StagingConfig
 from .device import DeviceLimits
 from .lower import compute_dtype
-from .mapping import MappingError
 from .space import (
     K_STEPS,
     Roles,
@@ -426,6 +426,8 @@ def direct_fallback(facts: Facts, config: CudaConfig) -> Change:
                 values = {f.name: getattr(candidate, f.name) for f in fields(CudaConfig)}
                 return Change(values, "fallback: direct mapping", final=True)
             why.append(problem)
-    raise MappingError(f"no mapping fits {facts.task.statement} on {facts.limits.name}: "
-                       f"even one output per thread fails ({'; '.join(dict.fromkeys(why))})",
-                       hint="smaller extents, or split the statement")
+    statement = facts.task.statement
+    raise BackendError(f"no CUDA mapping fits statement {facts.task.position} ({statement}) on "
+                       f"{facts.limits.name}: even one output per thread fails "
+                       f"({'; '.join(dict.fromkeys(why))})", statement.span,
+                       hint="use smaller extents, or --backend cpu")

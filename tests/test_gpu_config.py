@@ -258,3 +258,34 @@ def test_a_statement_no_mapping_fits_is_a_typed_error():
     with pytest.raises(BackendError, match="grid limit") as raised:
         default_config(statement_task(problem, 0))
     assert raised.value.span is not None
+
+
+@pytest.mark.parametrize("path, sizes", [("examples/gemm.ein", {"m": 96, "n": 80, "k": 40}),
+                                          ("examples/sd_t_d1_1.ein", {"T": 6}),
+                                          ("examples/local_grad3.ein", {"p": 5, "nelt": 7})])
+def test_the_tuner_searches_cuda_configurations_as_records(path, sizes):
+    """Sampling and neighbours of the CUDA space give CudaConfig records whose JSON
+    form round-trips and whose canonical text is their JSON form's; a neighbour
+    differs from its configuration in one named parameter."""
+    import random
+
+    from einkern.tuning.cuda_target import CudaTarget
+    from einkern.tuning.search import canonical, space_for
+
+    problem = einkern.make_problem(einkern.load(path), sizes)
+    task = statement_task(problem, 0)
+    space = space_for(CudaTarget(), task)
+    assert space.config_type is CudaConfig
+    rng = random.Random(3)
+    for _ in range(5):
+        config = space.sample(rng)
+        assert isinstance(config, CudaConfig) and config in space
+        again = CudaConfig.from_json(json.loads(json.dumps(config.to_json())))
+        assert again == config and canonical(again) == canonical(config)
+        assert canonical(config) == json.dumps(config.to_json(), sort_keys=True,
+                                               separators=(",", ":"))
+        for neighbour in space.neighbours(config)[:10]:
+            assert isinstance(neighbour, CudaConfig) and neighbour in space
+            moved = [name for name, value in config.values().items()
+                     if neighbour.values()[name] != value]
+            assert len(moved) == 1

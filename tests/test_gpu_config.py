@@ -8,6 +8,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import einkern
 from einkern.gpu.config import CudaConfig, StagingConfig
@@ -289,3 +291,33 @@ def test_the_tuner_searches_cuda_configurations_as_records(path, sizes):
             moved = [name for name, value in config.values().items()
                      if neighbour.values()[name] != value]
             assert len(moved) == 1
+
+
+def test_every_rule_has_its_section_in_docs_rules_md():
+    """docs/rules.md holds one section per rule of the table, in the table's order."""
+    from einkern.gpu.decision import RULES
+
+    text = (Path(__file__).parent.parent / "docs" / "rules.md").read_text()
+    sections = [line[3:].strip() for line in text.splitlines() if line.startswith("## ")]
+    assert sections == [rule.name for rule in RULES]
+
+
+STAGINGS = st.builds(StagingConfig, st.sampled_from(["none", "A", "B", "all"]),
+                     st.integers(1, 64), st.booleans(), st.integers(0, 2),
+                     st.sampled_from(["natural", "compute"]))
+CONFIGS = st.builds(
+    CudaConfig, st.sampled_from(["i", "j", "h3"]), st.sampled_from(["", "k", "p4"]),
+    st.tuples(st.integers(0, 256), st.integers(0, 64)),
+    st.tuples(st.integers(1, 8), st.integers(1, 8), st.integers(1, 16)),
+    st.sampled_from(["cyclic", "mixed", "adjacent", "chunked"]), STAGINGS,
+    st.sampled_from([1, -1]), st.sampled_from(["exact", "guard", "redirect", "pad"]),
+    st.none() | st.integers(0, 4), st.none() | st.booleans())
+
+
+@given(CONFIGS)
+@settings(max_examples=200, deadline=None)
+def test_json_and_named_values_round_trip(config):
+    text = json.dumps(config.to_json())
+    assert CudaConfig.from_json(json.loads(text)) == config
+    assert CudaConfig.from_values(config.values()) == config
+    assert ("spread" in config.to_json()) == (config.spread is not None)

@@ -159,8 +159,9 @@ def block_shape(facts: Facts, config: CudaConfig) -> Change:
     x, y, size = config.x, config.y, facts.size
     tx = min(32, _pow2(size[x])) if y else min(256, _pow2(size[x]))
     ty = max(1, min(256 // tx, _pow2(size[y]))) if y else 1
-    return Change({"block": (tx, ty)}, f"{tx} × {ty} threads: up to a warp along x, "
-                                       "256 threads in all")
+    shape = "up to a warp along x, 256 threads in all" if y else \
+        "up to 256 threads along x (no second index)"
+    return Change({"block": (tx, ty)}, f"{tx} × {ty} threads: {shape}")
 
 
 def whole_small_extents(facts: Facts, config: CudaConfig) -> Change | None:

@@ -129,28 +129,28 @@ def test_cuda_tuning_target_without_a_gpu():
 def test_a_mapping_in_json_form_is_taken_as_a_mapping_not_a_configuration():
     import json
 
-    from einkern.backends.cuda.mapped import generate_mapped
+    from einkern.backends.cuda.generate import generate
     from einkern.backends.cuda.samples import gemm
     from einkern.gpu.decision import decide
 
     problem = gemm(64, 48, 32)
     mapping = decide(problem, 0)
     as_dict = json.loads(mapping.to_json())
-    assert generate_mapped(problem, {0: as_dict}).text == \
-        generate_mapped(problem, {0: mapping}).text
+    assert generate(problem, {0: as_dict}).text == \
+        generate(problem, {0: mapping}).text
 
 
 def test_min_blocks_reaches_the_launch_bounds_and_is_checked():
     from dataclasses import replace
 
-    from einkern.backends.cuda.mapped import generate_mapped
+    from einkern.backends.cuda.generate import generate
     from einkern.backends.cuda.samples import gemm
 
     problem = gemm(64, 48, 32)
     mapping = decide(problem, 0)
     bounded = replace(mapping, min_blocks=2)
     assert Mapping.from_json(bounded.to_json()) == bounded
-    text = generate_mapped(problem, {0: bounded}).text
+    text = generate(problem, {0: bounded}).text
     assert f"__launch_bounds__({bounded.threads}, 2)" in text
     assert "blocks/SM" in bounded.describe()
     assert check_mapping(problem, 0, replace(mapping, min_blocks=-1))

@@ -246,6 +246,12 @@ class Statement:
         reads = accesses(self.rhs)
         return (self.output, *reads) if self.op in ("+=", "-=") else reads
 
+    def tensors(self) -> tuple[str, ...]:
+        """Names of the tensors the statement touches: the output, then every tensor
+        read, in order of first appearance."""
+        names = [self.output.tensor] + [a.tensor for a in accesses(self.rhs)]
+        return tuple(dict.fromkeys(names))
+
     def __str__(self) -> str:
         return f"{self.output} {self.op} {self.rhs}"
 

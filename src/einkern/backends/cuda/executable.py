@@ -22,7 +22,6 @@ from ...ir.nodes import Problem
 from . import driver
 from .arrays import describe
 from .codegen import CudaSource
-from .decision import statement_tensors
 from .nvrtc import CompiledModule, KernelResources, arch_for, compile_cubin
 
 STREAM = 0  # the legacy default stream: ordered with torch's and CuPy's default streams
@@ -156,7 +155,7 @@ class CudaExecutable:
     def _used(self) -> tuple[str, ...]:
         """The tensors the kernels touch, in declaration order."""
         program = self.problem.program
-        used = {t for s in program.statements for t in statement_tensors(s)}
+        used = {t for s in program.statements for t in s.tensors()}
         return tuple(t.name for t in program.tensors if t.name in used)
 
     def _describe_all(self, arrays: Mapping[str, Any]) -> dict[str, ArrayInfo]:

@@ -1,7 +1,6 @@
-"""CUDA source from mappings: every statement lowered through the kernel IR
-(:mod:`einkern.gpu.lower`) with its :class:`~einkern.gpu.mapping.Mapping` and
-printed by :mod:`einkern.gpu.cuda_printer`.  This is the backend's code path;
-``codegen.py`` (the first backend's direct mapping) is kept as a baseline."""
+"""The CUDA generation pipeline: every statement lowered through the kernel IR
+(:mod:`einkern.gpu.lower`) under its :class:`~einkern.gpu.mapping.Mapping` (given,
+or the decision algorithm's) and printed by :mod:`einkern.gpu.cuda_printer`."""
 
 from __future__ import annotations
 
@@ -50,7 +49,7 @@ def resolve_mappings(problem: Problem, mappings: MappingSpec = None) -> dict[int
     return chosen
 
 
-def generate_mapped(problem: Problem, mappings: MappingSpec = None) -> CudaSource:
+def generate(problem: Problem, mappings: MappingSpec = None) -> CudaSource:
     """CUDA C of the whole problem under ``mappings``: per statement one kernel, or
     (boundary ``pad``) a padding copy per input, the kernel, and a crop copy."""
     from ...gpu.cuda_printer import launch_shape, print_cuda_module

@@ -12,7 +12,7 @@ from test_gpu_emulation import PROGRAMS, random_mappings, random_problem, seed_o
 
 import einkern
 from einkern.backends.cuda.nvrtc import kernel_resources
-from einkern.gpu.verify import random_inputs
+from einkern.backends.verify import random_inputs
 from einkern.reference import relative_error
 
 

@@ -18,7 +18,7 @@ from einkern.gpu.cuda_printer import (
     launch_shape,
     print_cuda,
 )
-from einkern.gpu.emulator import count_barriers, drop_barrier, emulate, print_emulation_c
+from einkern.backends.emulator import count_barriers, drop_barrier, emulate, print_emulation_c
 from einkern.gpu.emulator_c import POISON_INT
 from einkern.gpu.emulator_cexpr import float_literal, int_literal
 

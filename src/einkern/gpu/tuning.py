@@ -137,7 +137,7 @@ def _measure(problem: Problem, compiled: CompiledVariant, repeats: int, seed: in
     flushed before each."""
     from ..backends.cuda import driver
     from ..reference import evaluate, relative_error
-    from .verify import random_inputs
+    from ..backends.verify import random_inputs
 
     driver.activate(0)
     key = (problem, seed)

@@ -12,8 +12,8 @@ from ..arrays import random_arrays
 from ..ir.nodes import Problem
 from ..reference import evaluate, relative_error
 from .emulator import DTYPES, AccessError, emulate
-from .mapping import Mapping
-from .padding import Launch, plan_statement
+from ..gpu.mapping import Mapping
+from ..gpu.padding import Launch, plan_statement
 
 
 @dataclass(frozen=True)

@@ -257,8 +257,8 @@ def test_small_samples_cover_every_sample():
 def test_default_mappings_of_every_sample_emulate_correctly(name):
     """The decision algorithm's mapping of each sample (repeated indices, rank-0
     outputs, functions included) lowers, prints and runs right in the emulation."""
-    from einkern.gpu.decision import decide
     from einkern.backends.verify import verify
+    from einkern.gpu.decision import decide
 
     problem = SMALL_SAMPLES[name]()
     mappings = {p: decide(problem, p) for p in range(len(problem.program.statements))}

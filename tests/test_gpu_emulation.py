@@ -12,12 +12,12 @@ import zlib
 import pytest
 
 import einkern
-from einkern.gpu.decision import decide
 from einkern.backends.emulator import count_barriers, drop_barrier
+from einkern.backends.verify import verify
+from einkern.gpu.decision import decide
 from einkern.gpu.lower import _Lowering, lower
 from einkern.gpu.mapping import Mapping, MappingError, ParallelTile, Staging
 from einkern.gpu.space import config_to_mapping, parameters, violation
-from einkern.backends.verify import verify
 
 TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
 

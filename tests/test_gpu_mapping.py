@@ -250,8 +250,8 @@ def test_local_grad3_default_takes_each_element_whole_and_is_in_the_tuning_space
 def test_family_default_spreads_its_register_tile_and_emulates_correctly():
     """Nine products per output: two outputs per thread along every index but x,
     inputs staged; the kernel (T = 8) matches the reference in the emulation."""
-    from einkern.bench.suites.ccsdt import family_program
     from einkern.backends.verify import verify
+    from einkern.bench.suites.ccsdt import family_program
 
     problem = einkern.make_problem(einkern.load(family_program("d2", 8)), {})
     mapping = decide(problem, 0)

@@ -11,11 +11,11 @@ from dataclasses import replace
 import pytest
 
 import einkern
+from einkern.backends.verify import verify
 from einkern.gpu import kir
 from einkern.gpu.decision import decide, default_config
 from einkern.gpu.lower import _Lowering, check_mapping, lower, preload_sign
 from einkern.gpu.space import config_to_mapping, parameters, violation
-from einkern.backends.verify import verify
 
 UPDATES = {
     # statement, expected sign of the accumulation onto the output

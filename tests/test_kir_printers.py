@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from einkern.backends.emulator import count_barriers, drop_barrier, emulate, print_emulation_c
 from einkern.errors import ArgumentError
 from einkern.gpu import kir
 from einkern.gpu.cuda_printer import (
@@ -18,7 +19,6 @@ from einkern.gpu.cuda_printer import (
     launch_shape,
     print_cuda,
 )
-from einkern.backends.emulator import count_barriers, drop_barrier, emulate, print_emulation_c
 from einkern.gpu.emulator_c import POISON_INT
 from einkern.gpu.emulator_cexpr import float_literal, int_literal
 

@@ -24,12 +24,12 @@ from typing import Any
 
 import numpy as np
 
-from .cpu.backend import load_or_compile
-from .cpu.compiler import cache_directory, toolchain
 from ..errors import ArgumentError, BackendError
 from ..gpu import kir
 from ..gpu.emulator_c import KINDS, MAX_ERRORS, RECORD, EmulationSource, emulation_source
 from ..gpu.emulator_c import print_emulation_c as print_emulation_c
+from .cpu.backend import load_or_compile
+from .cpu.compiler import cache_directory, toolchain
 
 DTYPES = {"float": np.float32, "double": np.float64, "int": np.int32, "long long": np.int64}
 

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..arrays import random_arrays
+from ..gpu.mapping import Mapping
+from ..gpu.padding import Launch, plan_statement
 from ..ir.nodes import Problem
 from ..reference import evaluate, relative_error
 from .emulator import DTYPES, AccessError, emulate
-from ..gpu.mapping import Mapping
-from ..gpu.padding import Launch, plan_statement
 
 
 @dataclass(frozen=True)

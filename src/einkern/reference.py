@@ -30,6 +30,7 @@ from .ir.nodes import (
     Sum,
     product_factors,
 )
+from .semantics import FUNCTIONS
 
 _LETTERS = string.ascii_letters
 
@@ -154,22 +155,8 @@ def _eval(expr: Expr, values, scalars, sizes) -> Labelled:
         labels = tuple(dict.fromkeys(label for arg in args for label in arg.labels))
         data = [_broadcast_to(arg, labels, sizes) for arg in args]
         with np.errstate(divide="ignore", invalid="ignore"):
-            return Labelled(labels, _FUNCTIONS[expr.func](*data))
+            return Labelled(labels, FUNCTIONS[expr.func].numpy(*data))
     raise TypeError(f"unknown expression node {expr!r}")
-
-
-_FUNCTIONS = {
-    "sqrt": np.sqrt,
-    "exp": np.exp,
-    "log": np.log,
-    "abs": np.abs,
-    "sin": np.sin,
-    "cos": np.cos,
-    "tanh": np.tanh,
-    "max": np.maximum,
-    "min": np.minimum,
-    "pow": np.power,
-}
 
 
 def _access(expr: Access, values) -> Labelled:
@@ -200,12 +187,21 @@ def _sum(expr: Sum, values, scalars, sizes) -> Labelled:
 
 
 def relative_error(result, reference) -> float:
-    """max |result - reference| / max |reference| (a NaN or infinity in the result
-    where the reference is finite gives inf)."""
+    """max |result - reference| / max |reference| over the elements where the
+    reference is finite; elsewhere the result must equal the reference exactly
+    (NaN where it is NaN, the same infinity where it is infinite).  A non-finite
+    result where the reference is finite, or a mismatch where it is not, gives
+    inf."""
     result = np.asarray(result, dtype=np.float64)
     reference = np.asarray(reference, dtype=np.float64)
-    if not np.all(np.isfinite(result)) and np.all(np.isfinite(reference)):
+    finite = np.isfinite(reference)
+    if not np.all(np.isfinite(result[finite])):
         return float("inf")
+    special = ~finite
+    same_nan = np.isnan(result[special]) & np.isnan(reference[special])
+    if not np.all(same_nan | (result[special] == reference[special])):
+        return float("inf")
+    result, reference = result[finite], reference[finite]
     scale = float(np.max(np.abs(reference))) if reference.size else 0.0
     diff = float(np.max(np.abs(result - reference))) if reference.size else 0.0
     return diff / scale if scale > 0 else diff

@@ -22,8 +22,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from .. import semantics
 from ..ir.nodes import (
-    ITEMSIZE,
     Access,
     Binary,
     Call,
@@ -35,23 +35,20 @@ from ..ir.nodes import (
     accesses,
     signed_terms,
 )
+from ..semantics import C_TYPE as CTYPE
+from ..semantics import FUNCTIONS, ITEMSIZE
 from . import exprs as E
 from . import kir
 from .mapping import BOUNDARY_POLICIES, Mapping, MappingError
 from .normalize import Group, Placeholder, reduction_of
 
-_FUNCS = {
-    "sqrt": "sqrt", "exp": "exp", "log": "log", "abs": "fabs", "sin": "sin", "cos": "cos",
-    "tanh": "tanh", "max": "fmax", "min": "fmin", "pow": "pow",
-}
-CTYPE = {"float32": "float", "float64": "double"}
-
 
 def compute_dtype(problem: Problem, position: int) -> str:
+    """The dtype statement ``position`` computes in (:func:`einkern.semantics.compute_dtype`)."""
     statement = problem.program.statements[position]
-    tensors = {statement.output.tensor} | {a.tensor for a in statement.reads()}
-    dtypes = {problem.program.tensor(t).dtype for t in tensors}
-    return "float64" if "float64" in dtypes else "float32"
+    dtype = problem.program.tensor
+    return semantics.compute_dtype(dtype(statement.output.tensor).dtype,
+                                   [dtype(a.tensor).dtype for a in statement.reads()])
 
 
 def preload_sign(statement) -> int:
@@ -232,8 +229,10 @@ class _Lowering:
             return kir.Op(expr.op, self.value(expr.left, ctx, group),
                           self.value(expr.right, ctx, group))
         if isinstance(expr, Call):
-            name = _FUNCS[expr.func] + ("f" if self.ctype == "float" else "")
-            return kir.Call(name, tuple(self.value(a, ctx, group) for a in expr.args))
+            args = tuple(self.value(a, ctx, group) for a in expr.args)
+            if expr.func in ("max", "min"):  # the printers' NaN-propagating max/min
+                return kir.Op(expr.func, *args)
+            return kir.Call(FUNCTIONS[expr.func].c_name(self.dtype), args)
         if isinstance(expr, Sum):
             return self.inline_sum(expr, ctx)
         raise TypeError(f"cannot lower {expr!r}")

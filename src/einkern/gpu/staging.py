@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass
 
 from ..ir.nodes import Access, Problem
+from ..semantics import C_TYPE as CTYPE
 from . import exprs as E
 from . import kir
 from .mapping import Mapping
@@ -248,7 +249,8 @@ def staged_group_sections(lowering, number: int, group: Group,
         values: list[kir.Expr]
         if width > 1:
             vector = lowering.fresh("vec")
-            load: list[kir.Stmt] = [kir.VectorLoad(vector, lowering.ctype,
+            element = CTYPE[problem.program.tensor(access.tensor).dtype]  # the array's type
+            load: list[kir.Stmt] = [kir.VectorLoad(vector, element,
                                                    f"p_{access.tensor}", offset, width)]
             values = [kir.Lane(vector, lane) for lane in range(width)]
         else:

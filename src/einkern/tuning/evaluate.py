@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from .. import semantics
 from ..ir.nodes import Problem
 from .canonical import ProblemIdentity
 from .db import TuningDB, TuningRecord
@@ -30,8 +31,6 @@ from .space import SearchSpace, canonical
 from .target import Config, Timing, TuningTarget, VariantError
 from .worker import InProcessMeasurer, Job, Measured, Measurer, ProcessMeasurer
 
-#: Largest relative error accepted, by the narrowest dtype a statement touches.
-TOLERANCE = {"float64": 1e-12, "float32": 1e-5}
 DEFAULT_REPEATS = 10
 DEFAULT_TIMEOUT_S = 60.0
 
@@ -42,12 +41,10 @@ def default_workers() -> int:
 
 
 def tolerance(problem: Problem, position: int) -> float:
-    """Accepted relative error of statement ``position``: float32's if it touches a
-    float32 tensor, else float64's."""
+    """Accepted relative error of statement ``position``: that of its output's dtype
+    (:func:`einkern.semantics.tolerance`)."""
     statement = problem.program.statements[position]
-    names = {statement.output.tensor} | {a.tensor for a in statement.reads()}
-    dtypes = {problem.program.tensor(name).dtype for name in names}
-    return TOLERANCE["float32" if "float32" in dtypes else "float64"]
+    return semantics.tolerance(problem.program.tensor(statement.output.tensor).dtype)
 
 
 @dataclass(frozen=True)

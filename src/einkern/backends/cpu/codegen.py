@@ -17,8 +17,11 @@ it, so reductions never leave their thread.  A *buffered* schedule (tiled
 reductions, or parallel loops moved inside the reduction loops) instead
 accumulates each outermost sum of a tile in a per-thread array ``sumbufK``, one
 reduction tile after another, then evaluates the expression from it.  A
-statement is computed in the widest dtype of the tensors it reads and converted
-to the output's dtype on store.
+statement is computed in :func:`einkern.semantics.compute_dtype` (the widest of
+its output's and its reads' dtypes; narrower reads widened exactly) and rounded
+to the output's dtype once, on store.  Functions are spelled as
+:data:`einkern.semantics.FUNCTIONS` says (NaN-propagating ``max``/``min``
+through :func:`einkern.semantics.c_helpers`).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ... import semantics
 from ...ir.nodes import (
     Access,
     Binary,
@@ -46,6 +50,7 @@ from ...ir.nodes import (
     Sum,
     walk,
 )
+from ...semantics import C_TYPE, DTYPE_OF_C_TYPE, FUNCTIONS
 from .schedule import (
     CpuSchedule,
     LoopSchedule,
@@ -58,20 +63,6 @@ from .schedule import (
 )
 
 ENTRY_POINT = "einkern_run"
-C_TYPES = {"float32": "float", "float64": "double"}
-_WIDTH = {"float32": 0, "float64": 1}
-_C_FUNCTIONS = {
-    "sqrt": "sqrt",
-    "exp": "exp",
-    "log": "log",
-    "abs": "fabs",
-    "sin": "sin",
-    "cos": "cos",
-    "tanh": "tanh",
-    "max": "fmax",
-    "min": "fmin",
-    "pow": "pow",
-}
 _INDENT = "    "
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -80,13 +71,14 @@ _ADD, _MUL, _UNARY, _ATOM = 1, 2, 3, 4
 
 
 def compute_dtype(program: Program, statement: Statement) -> str:
-    """Widest dtype of the tensors the statement reads (its output's when it reads none).
+    """The dtype the statement computes in: :func:`einkern.semantics.compute_dtype`
+    of its output and the tensors it reads.
 
     Scalars and constants take the statement's dtype, like NumPy's Python scalars."""
-    read = {access.tensor for access in statement.reads()}
-    if not read:
-        return program.tensor(statement.output.tensor).dtype
-    return max((program.tensor(name).dtype for name in read), key=_WIDTH.__getitem__)
+    return semantics.compute_dtype(
+        program.tensor(statement.output.tensor).dtype,
+        [program.tensor(access.tensor).dtype for access in statement.reads()],
+    )
 
 
 def c_identifier(prefix: str, name: str) -> str:
@@ -136,7 +128,7 @@ def _header(problem: Problem) -> list[str]:
         )
     for scalar in program.scalars:
         lines.append(f" * scalar {_comment_text(scalar.name)}")
-    lines += [" */", "#include <math.h>", "#include <stdint.h>", ""]
+    lines += [" */", "#include <math.h>", "#include <stdint.h>", "", semantics.c_helpers()]
     return lines
 
 
@@ -162,7 +154,7 @@ def _entry_point(program: Program) -> list[str]:
         arguments = []
         for name in _statement_tensors(program, statement):
             const = "" if name == statement.output.tensor else "const "
-            ctype = C_TYPES[program.tensor(name).dtype]
+            ctype = C_TYPE[program.tensor(name).dtype]
             arguments.append(f"({const}{ctype} *)buffers[{position[name]}]")
         if _statement_scalars(program, statement):
             arguments.append("scalars")
@@ -202,14 +194,14 @@ def _statement_function(
     problem: Problem, number: int, statement: Statement, loops: LoopSchedule
 ) -> list[str]:
     program = problem.program
-    ctype = C_TYPES[compute_dtype(program, statement)]
+    ctype = C_TYPE[compute_dtype(program, statement)]
     context = _Context(problem, statement, ctype)
     output = statement.output
 
     parameters = []
     for name in _statement_tensors(program, statement):
         const = "" if name == output.tensor else "const "
-        tensor_ctype = C_TYPES[program.tensor(name).dtype]
+        tensor_ctype = C_TYPE[program.tensor(name).dtype]
         parameters.append(f"{const}{tensor_ctype} *restrict {c_identifier('t', name)}")
     scalars = _statement_scalars(program, statement)
     if scalars:
@@ -219,7 +211,7 @@ def _statement_function(
     if statement.span is not None:
         original = statement.span.source.text[statement.span.start : statement.span.end]
         lines.append(f" * source: {_comment_text(original)}")
-    store_ctype = C_TYPES[program.tensor(output.tensor).dtype]
+    store_ctype = C_TYPE[program.tensor(output.tensor).dtype]
     lines.append(f" * computed in {ctype}, stored as {store_ctype}")
     lines += [" */", f"static void statement_{number}({', '.join(parameters)})", "{"]
     positions = {s.name: i for i, s in enumerate(program.scalars)}
@@ -238,7 +230,7 @@ def _store(context: _Context) -> list[str]:
     """Evaluate the right-hand side and store it into the output element."""
     problem, statement = context.problem, context.statement
     output = statement.output
-    store_ctype = C_TYPES[problem.program.tensor(output.tensor).dtype]
+    store_ctype = C_TYPE[problem.program.tensor(output.tensor).dtype]
     value = _expr(statement.rhs, context)
     target = f"{c_identifier('t', output.tensor)}[{_offset(problem, output)}]"
     rhs = value.text
@@ -403,7 +395,7 @@ def _expr(expr: Expr, context: _Context) -> _Code:
     if isinstance(expr, Access):
         program = context.problem.program
         text = f"{c_identifier('t', expr.tensor)}[{_offset(context.problem, expr)}]"
-        if C_TYPES[program.tensor(expr.tensor).dtype] != context.ctype:
+        if C_TYPE[program.tensor(expr.tensor).dtype] != context.ctype:
             return _Code((), f"({context.ctype}){text}", _UNARY)
         return _Code((), text, _ATOM)
     if isinstance(expr, Neg):
@@ -420,7 +412,8 @@ def _expr(expr: Expr, context: _Context) -> _Code:
         return _Code(left.setup + right.setup, text, precedence)
     if isinstance(expr, Call):
         args = [_expr(arg, context) for arg in expr.args]
-        name = _C_FUNCTIONS[expr.func] + ("f" if context.ctype == "float" else "")
+        dtype = DTYPE_OF_C_TYPE[context.ctype]
+        name = FUNCTIONS[expr.func].c_name(dtype)
         setup = tuple(line for arg in args for line in arg.setup)
         return _Code(setup, f"{name}({', '.join(arg.text for arg in args)})", _ATOM)
     if isinstance(expr, Sum):

@@ -143,3 +143,30 @@ def test_mixed_gemm_through_the_cli(tmp_path, capsys):
     path.write_text(MIXED_GEMM)
     assert main(["run", str(path), "--backend", "cpu", "--check", "--repeat", "1"]) == 0
     assert "check C" in capsys.readouterr().out
+
+
+# ---- one printer base ------------------------------------------------------------------
+
+
+def test_every_c_printer_takes_its_helpers_and_literals_from_ctext():
+    from einkern.gpu.ctext import (
+        check_identifier,
+        float_literal,
+        function_name,
+        helper_functions,
+        mangle,
+    )
+    from einkern.gpu.cuda_printer import CUDA_PRELUDE
+    from einkern.gpu.emulator_c import C_PRELUDE
+
+    problem = problem_of(NAN_MAX.format(dtype="float32").replace("2.0", "1e400"))
+    cpu = CpuBackend().emit(problem)
+    assert helper_functions("static inline", integers=False) in cpu
+    assert helper_functions("static inline") in C_PRELUDE
+    assert helper_functions("__device__ __forceinline__") in CUDA_PRELUDE
+    assert "ek_max_f(t_A[i_i], EKX_INF_F)" in cpu  # 1e400 reads as +inf
+    assert float_literal(float("nan"), "double") == "EKX_NAN_D"
+    assert function_name("max", "float") == "ek_max_f" and function_name("abs", "double") == "fabs"
+    assert mangle("t", "A") == "t_A" and mangle("t", "Ä") == "tq_c384"
+    with pytest.raises(ValueError):
+        check_identifier("ek_max_f")

@@ -38,9 +38,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..backends.cpu.codegen import ENTRY_POINT
 from . import kir
-from .emulator_cexpr import PREFIX, PRELUDE_FUNCTIONS, ArrayInfo, CText, indent, vector_type
+from .ctext import (
+    C_LITERAL_MACROS,
+    ENTRY_POINT,
+    PREFIX,
+    ArrayInfo,
+    CText,
+    helper_functions,
+    indent,
+    vector_type,
+)
 
 POISON_INT = -0x5EADBEEF  # poison of int shared memory / thread variables
 POISON_LONG = -0x5EADBEEF5EADBEEF  # poison of long long ones
@@ -88,11 +96,7 @@ static inline void ekx_vload_{s}({ctype} *dst, const {ctype} *base, long long in
 C_PRELUDE = f"""\
 #include <math.h>
 #include <stdlib.h>
-#define EKX_NAN_F NAN
-#define EKX_INF_F INFINITY
-#define EKX_NAN_D ((double)NAN)
-#define EKX_INF_D ((double)INFINITY)
-#define EKX_POISON_I ({POISON_INT})
+{C_LITERAL_MACROS}#define EKX_POISON_I ({POISON_INT})
 #define EKX_POISON_LL ({POISON_LONG}LL)
 #define EKX_MAX_ERRORS {MAX_ERRORS}
 typedef struct {{
@@ -117,7 +121,7 @@ static void ekx_record(ekx_ctx *c, int site, long long index, int kind)
         e[4] = kind;
     }}
 }}
-{_access_functions()}{PRELUDE_FUNCTIONS.format(q="static inline")}"""
+{_access_functions()}{helper_functions("static inline")}"""
 
 
 @dataclass(frozen=True)

@@ -29,13 +29,18 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from ... import semantics
+from ...gpu.ctext import (
+    C_LITERAL_MACROS,
+    ENTRY_POINT,
+    float_literal,
+    function_name,
+    helper_functions,
+    mangle,
+)
 from ...ir.nodes import (
     Access,
     Binary,
@@ -50,7 +55,7 @@ from ...ir.nodes import (
     Sum,
     walk,
 )
-from ...semantics import C_TYPE, DTYPE_OF_C_TYPE, FUNCTIONS
+from ...semantics import C_TYPE
 from .schedule import (
     CpuSchedule,
     LoopSchedule,
@@ -62,9 +67,7 @@ from .schedule import (
     top_level_sums,
 )
 
-ENTRY_POINT = "einkern_run"
 _INDENT = "    "
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 # Precedence of generated C expressions, loosest first.
 _ADD, _MUL, _UNARY, _ATOM = 1, 2, 3, 4
@@ -79,13 +82,6 @@ def compute_dtype(program: Program, statement: Statement) -> str:
         program.tensor(statement.output.tensor).dtype,
         [program.tensor(access.tensor).dtype for access in statement.reads()],
     )
-
-
-def c_identifier(prefix: str, name: str) -> str:
-    """A C identifier for an IR name, distinct for distinct names and prefixes."""
-    if _IDENTIFIER.match(name) and name.isascii():
-        return f"{prefix}_{name}"
-    return f"{prefix}q_{name.encode().hex()}"
 
 
 def emit_c(problem: Problem, schedule: CpuSchedule | None = None) -> str:
@@ -128,7 +124,8 @@ def _header(problem: Problem) -> list[str]:
         )
     for scalar in program.scalars:
         lines.append(f" * scalar {_comment_text(scalar.name)}")
-    lines += [" */", "#include <math.h>", "#include <stdint.h>", "", semantics.c_helpers()]
+    lines += [" */", "#include <math.h>", "#include <stdint.h>", C_LITERAL_MACROS,
+              helper_functions("static inline", integers=False)]
     return lines
 
 
@@ -202,7 +199,7 @@ def _statement_function(
     for name in _statement_tensors(program, statement):
         const = "" if name == output.tensor else "const "
         tensor_ctype = C_TYPE[program.tensor(name).dtype]
-        parameters.append(f"{const}{tensor_ctype} *restrict {c_identifier('t', name)}")
+        parameters.append(f"{const}{tensor_ctype} *restrict {mangle('t', name)}")
     scalars = _statement_scalars(program, statement)
     if scalars:
         parameters.append("const double *restrict scalars")
@@ -218,7 +215,7 @@ def _statement_function(
     for name in scalars:
         cast = "" if ctype == "double" else f"({ctype})"
         lines.append(
-            f"{_INDENT}const {ctype} {c_identifier('s', name)} = {cast}scalars[{positions[name]}];"
+            f"{_INDENT}const {ctype} {mangle('s', name)} = {cast}scalars[{positions[name]}];"
         )
 
     lines += [_INDENT + line for line in _loop_nest(context, loops)]
@@ -232,7 +229,7 @@ def _store(context: _Context) -> list[str]:
     output = statement.output
     store_ctype = C_TYPE[problem.program.tensor(output.tensor).dtype]
     value = _expr(statement.rhs, context)
-    target = f"{c_identifier('t', output.tensor)}[{_offset(problem, output)}]"
+    target = f"{mangle('t', output.tensor)}[{_offset(problem, output)}]"
     rhs = value.text
     if statement.op == "=" and store_ctype != context.ctype:
         rhs = f"({store_ctype})({rhs})"
@@ -319,9 +316,9 @@ def _buffer_offset(order: Sequence[str], shape: Sequence[int], tiles: Mapping[st
     terms = []
     stride = 1
     for index, size in zip(reversed(order), reversed(shape), strict=True):
-        var = c_identifier("i", index)
+        var = mangle("i", index)
         if index in tiles:
-            var = f"({var} - {c_identifier('b', index)})"
+            var = f"({var} - {mangle('b', index)})"
         if size != 1:
             terms.append(var if stride == 1 else f"{var}*{stride}")
         stride *= size
@@ -329,7 +326,7 @@ def _buffer_offset(order: Sequence[str], shape: Sequence[int], tiles: Mapping[st
 
 
 def _tile_header(index: str, size: int, tile: int) -> str:
-    block = c_identifier("b", index)
+    block = mangle("b", index)
     return f"for (int64_t {block} = 0; {block} < {size}; {block} += {tile}) {{"
 
 
@@ -338,7 +335,7 @@ def _point_header(index: str, size: int, tile: int | None) -> str:
     be shorter when the tile does not divide the extent)."""
     if tile is None:
         return _loop_header(index, size)
-    var, block = c_identifier("i", index), c_identifier("b", index)
+    var, block = mangle("i", index), mangle("b", index)
     end = f"{block} + {tile}"
     if size % tile:
         end = f"({end} < {size} ? {end} : {size})"
@@ -346,7 +343,7 @@ def _point_header(index: str, size: int, tile: int | None) -> str:
 
 
 def _loop_header(index: str, size: int) -> str:
-    var = c_identifier("i", index)
+    var = mangle("i", index)
     return f"for (int64_t {var} = 0; {var} < {size}; ++{var}) {{"
 
 
@@ -358,7 +355,7 @@ def _offset(problem: Problem, access: Access) -> str:
     for index, size, stride in zip(access.indices, shape, strides, strict=True):
         if size == 1:
             continue  # the index is always 0 there
-        var = c_identifier("i", index)
+        var = mangle("i", index)
         terms.append(var if stride == 1 else f"{var}*{stride}")
     return " + ".join(terms) or "0"
 
@@ -367,19 +364,9 @@ def _offset(problem: Problem, access: Access) -> str:
 
 
 def _literal(value: float, ctype: str) -> _Code:
-    """A C constant; a float32 statement gets the float nearest the double value."""
-    if np.isnan(value):
-        text = "NAN"  # NAN and INFINITY are float constants, exact in either type
-    elif np.isinf(value):
-        text = "INFINITY" if value > 0 else "-INFINITY"
-    elif ctype == "float" and float(np.float32(value)) == value:
-        text = f"{float(value)!r}f"
-    elif ctype == "float":
-        text = f"(float){float(value)!r}"
-    else:
-        text = repr(float(value))
-    precedence = _UNARY if text.startswith(("-", "(")) else _ATOM
-    return _Code((), text, precedence)
+    """A C constant of the statement's type (:func:`~einkern.gpu.ctext.float_literal`:
+    a float32 statement gets the float nearest the value)."""
+    return _Code((), float_literal(value, ctype), _ATOM)
 
 
 def _wrap(code: _Code, loosest: int) -> str:
@@ -391,10 +378,10 @@ def _expr(expr: Expr, context: _Context) -> _Code:
     if isinstance(expr, Const):
         return _literal(expr.value, context.ctype)
     if isinstance(expr, ScalarRef):
-        return _Code((), c_identifier("s", expr.name), _ATOM)
+        return _Code((), mangle("s", expr.name), _ATOM)
     if isinstance(expr, Access):
         program = context.problem.program
-        text = f"{c_identifier('t', expr.tensor)}[{_offset(context.problem, expr)}]"
+        text = f"{mangle('t', expr.tensor)}[{_offset(context.problem, expr)}]"
         if C_TYPE[program.tensor(expr.tensor).dtype] != context.ctype:
             return _Code((), f"({context.ctype}){text}", _UNARY)
         return _Code((), text, _ATOM)
@@ -412,8 +399,7 @@ def _expr(expr: Expr, context: _Context) -> _Code:
         return _Code(left.setup + right.setup, text, precedence)
     if isinstance(expr, Call):
         args = [_expr(arg, context) for arg in expr.args]
-        dtype = DTYPE_OF_C_TYPE[context.ctype]
-        name = FUNCTIONS[expr.func].c_name(dtype)
+        name = function_name(expr.func, context.ctype)
         setup = tuple(line for arg in args for line in arg.setup)
         return _Code(setup, f"{name}({', '.join(arg.text for arg in args)})", _ATOM)
     if isinstance(expr, Sum):

@@ -179,7 +179,8 @@ def _sum(expr: Sum, values, scalars, sizes) -> Labelled:
         specs = ["".join(_letter(labels, label) for label in f.labels) for f in factors]
         spec_out = "".join(_letter(labels, label) for label in keep)
         equation = ",".join(specs) + "->" + spec_out
-        data = opt_einsum.contract(equation, *(f.data for f in factors), optimize="auto")
+        with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf inputs: IEEE results
+            data = opt_einsum.contract(equation, *(f.data for f in factors), optimize="auto")
     # An index summed but used by no factor multiplies the result by its extent.
     for index in summed_absent:
         data = data * sizes[index]

@@ -45,11 +45,11 @@ import numpy as np
 
 from ..semantics import DTYPE_OF_C_TYPE, FUNCTIONS, c_helpers
 from . import kir
+from .kir import ELEMENT_BYTES
 
-ELEMENT_BYTES = {"float": 4, "double": 8, "int": 4, "long long": 8}
 FLOATING = frozenset({"float", "double"})
 _RANK = ("int", "long long", "float", "double")
-_SUFFIX = {"int": "i", "long long": "ll", "float": "f", "double": "d"}
+SUFFIX = {"int": "i", "long long": "ll", "float": "f", "double": "d"}
 SHARED_ALIGNMENT = 16  # bytes; every shared array starts at such an offset (vector loads)
 PREFIX = "ekx_"  # identifiers the printers reserve for themselves
 COMPARISONS = frozenset({"<", "<=", ">", ">=", "==", "!="})
@@ -382,7 +382,7 @@ class CText:
             left, right = self.expr(e.left, env, kind), self.expr(e.right, env, kind)
             if kind in FLOATING:
                 return f"{function_name(e.op, kind)}({left}, {right})"
-            return f"ekx_{e.op}_{_SUFFIX[kind]}({left}, {right})"
+            return f"ekx_{e.op}_{SUFFIX[kind]}({left}, {right})"
         return f"{self._sub(e.left, env, kind)} {e.op} {self._sub(e.right, env, kind)}"
 
     # -- statements ------------------------------------------------------------

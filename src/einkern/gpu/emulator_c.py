@@ -43,6 +43,7 @@ from .ctext import (
     C_LITERAL_MACROS,
     ENTRY_POINT,
     PREFIX,
+    SUFFIX,
     ArrayInfo,
     CText,
     helper_functions,
@@ -55,7 +56,6 @@ POISON_LONG = -0x5EADBEEF5EADBEEF  # poison of long long ones
 MAX_ERRORS = 32  # bad accesses recorded per kernel run (all are counted)
 RECORD = 5  # longs per recorded error
 KINDS = ("out of bounds", "misaligned")
-_SUFFIX = {"float": "f", "double": "d", "int": "i", "long long": "ll"}
 POISON = {
     "float": "EKX_NAN_F",
     "double": "EKX_NAN_D",
@@ -66,7 +66,7 @@ POISON = {
 
 def _access_functions() -> str:
     out = []
-    for ctype, s in _SUFFIX.items():
+    for ctype, s in SUFFIX.items():
         out.append(f"""\
 static inline {ctype} *ekx_at_{s}({ctype} *base, long long index, long long size, int site,
                                  ekx_ctx *c)
@@ -189,7 +189,7 @@ class EmulationText(CText):
     def element(self, info: ArrayInfo, index: str, access: str) -> str:
         site, base = self._site(info, access)
         return (
-            f"(*{PREFIX}at_{_SUFFIX[info.ctype]}({base}, {index}, {info.size}LL, "
+            f"(*{PREFIX}at_{SUFFIX[info.ctype]}({base}, {index}, {info.size}LL, "
             f"{site}, {PREFIX}c))"
         )
 
@@ -201,7 +201,7 @@ class EmulationText(CText):
         site, base = self._site(info, "vector load")
         return [
             f"{element} {stmt.name}[{stmt.width}];",
-            f"{PREFIX}vload_{_SUFFIX[element]}({stmt.name}, {base}, {index}, {stmt.width}, "
+            f"{PREFIX}vload_{SUFFIX[element]}({stmt.name}, {base}, {index}, {stmt.width}, "
             f"{info.size}LL, {site}, {PREFIX}c);",
         ]
 

@@ -444,4 +444,4 @@ def check_mapping(problem: Problem, position: int, mapping: Mapping,
 
 
 def itemsize(ctype: str) -> int:
-    return {"float": 4, "double": 8}.get(ctype, ITEMSIZE.get(ctype, 8))
+    return kir.ELEMENT_BYTES.get(ctype, ITEMSIZE.get(ctype, 8))

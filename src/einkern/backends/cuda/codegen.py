@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...gpu.mapping import Mapping
+
 
 @dataclass(frozen=True)
 class KernelSpec:
@@ -17,7 +19,7 @@ class KernelSpec:
     output: str
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
-    mapping: object  # the einkern.gpu.mapping.Mapping the kernel was lowered under
+    mapping: Mapping  # the mapping the kernel was lowered under
     shared_bytes: int = 0  # dynamic shared memory of the launch
 
 

@@ -10,6 +10,7 @@ from collections.abc import Mapping as MappingType
 from pathlib import Path
 
 from ...errors import UsageError
+from ...gpu.kir import ELEMENT_BYTES
 from ...ir.nodes import Problem
 from .codegen import CudaSource, KernelSpec
 
@@ -66,7 +67,7 @@ def generate(problem: Problem, mappings: MappingSpec = None) -> CudaSource:
         name = f"ek_{program}_s{position}"
         plan = plan_statement(problem, position, chosen[position], name,
                               max_shared_bytes=limits.shared_per_block_optin)
-        temporaries.extend((buffer, elements * (4 if ctype == "float" else 8))
+        temporaries.extend((buffer, elements * ELEMENT_BYTES[ctype])
                            for buffer, ctype, elements in plan.temporaries)
         for launch in plan.launches:
             shape = launch_shape(launch.kernel)

@@ -149,7 +149,9 @@ def test_mixed_gemm_through_the_cli(tmp_path, capsys):
 
 
 def test_every_c_printer_takes_its_helpers_and_literals_from_ctext():
+    from einkern.backends.cpu.printer import CpuText
     from einkern.gpu.ctext import (
+        CText,
         check_identifier,
         float_literal,
         function_name,
@@ -159,6 +161,7 @@ def test_every_c_printer_takes_its_helpers_and_literals_from_ctext():
     from einkern.gpu.cuda_printer import CUDA_PRELUDE
     from einkern.gpu.emulator_c import C_PRELUDE
 
+    assert issubclass(CpuText, CText)  # the CPU backend prints on the shared base
     problem = problem_of(NAN_MAX.format(dtype="float32").replace("2.0", "1e400"))
     cpu = CpuBackend().emit(problem)
     assert helper_functions("static inline", integers=False) in cpu

@@ -33,10 +33,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ... import semantics
+from ...gpu import exprs as E
+from ...gpu import kir
 from ...gpu.ctext import (
     C_LITERAL_MACROS,
     ENTRY_POINT,
-    float_literal,
     function_name,
     helper_functions,
     mangle,
@@ -56,6 +57,7 @@ from ...ir.nodes import (
     walk,
 )
 from ...semantics import C_TYPE
+from .printer import CpuText, index, load
 from .schedule import (
     CpuSchedule,
     LoopSchedule,
@@ -68,9 +70,6 @@ from .schedule import (
 )
 
 _INDENT = "    "
-
-# Precedence of generated C expressions, loosest first.
-_ADD, _MUL, _UNARY, _ATOM = 1, 2, 3, 4
 
 
 def compute_dtype(program: Program, statement: Statement) -> str:
@@ -168,11 +167,13 @@ class _Context:
     problem: Problem
     statement: Statement
     ctype: str
+    printer: CpuText
     counter: itertools.count = field(default_factory=itertools.count)
-    buffers: Mapping[Sum, str] = field(default_factory=dict)  # sums already computed
+    buffers: Mapping[Sum, kir.Expr] = field(default_factory=dict)  # sums already computed
 
     def fresh(self) -> str:
-        return f"acc{next(self.counter)}"
+        """A new accumulator (the printer knows it from now on)."""
+        return self.printer.declare(f"acc{next(self.counter)}")
 
     def size(self, index: str) -> int:
         return self.problem.index_size(self.statement, index)
@@ -180,11 +181,10 @@ class _Context:
 
 @dataclass(frozen=True)
 class _Code:
-    """A C expression and the statements that must run before it."""
+    """A kernel-IR value and the C statements that must run before it."""
 
     setup: tuple[str, ...]
-    text: str
-    precedence: int
+    value: kir.Expr
 
 
 def _statement_function(
@@ -192,7 +192,10 @@ def _statement_function(
 ) -> list[str]:
     program = problem.program
     ctype = C_TYPE[compute_dtype(program, statement)]
-    context = _Context(problem, statement, ctype)
+    scalars = _statement_scalars(program, statement)
+    buffers = [(f"sumbuf{n}", 1) for n in range(len(top_level_sums(statement.rhs)))]
+    printer = CpuText(problem, statement, ctype, scalars, buffers)
+    context = _Context(problem, statement, ctype, printer)
     output = statement.output
 
     parameters = []
@@ -200,7 +203,6 @@ def _statement_function(
         const = "" if name == output.tensor else "const "
         tensor_ctype = C_TYPE[program.tensor(name).dtype]
         parameters.append(f"{const}{tensor_ctype} *restrict {mangle('t', name)}")
-    scalars = _statement_scalars(program, statement)
     if scalars:
         parameters.append("const double *restrict scalars")
 
@@ -229,8 +231,8 @@ def _store(context: _Context) -> list[str]:
     output = statement.output
     store_ctype = C_TYPE[problem.program.tensor(output.tensor).dtype]
     value = _expr(statement.rhs, context)
-    target = f"{mangle('t', output.tensor)}[{_offset(problem, output)}]"
-    rhs = value.text
+    target = context.printer.target(mangle("t", output.tensor), index(problem, output))
+    rhs = context.printer.text(value.value)
     if statement.op == "=" and store_ctype != context.ctype:
         rhs = f"({store_ctype})({rhs})"
     return [*value.setup, f"{target} {statement.op} {rhs};"]
@@ -292,37 +294,40 @@ def _buffered_tile(context: _Context, loops: LoopSchedule, tiles: Mapping[str, i
             _point_header(index, context.size(index), tiles.get(index)) for index in node.indices
         ]
         body = _expr(node.body, context)
-        element = f"{name}[{position}]"
+        text = context.printer.text(body.value)
+        element = context.printer.target(name, position)
         if loops.inner == 0:
             acc = context.fresh()
             core = [
                 f"{context.ctype} {acc} = {element};",
-                *_nest(reduction_points, [*body.setup, f"{acc} += {body.text};"]),
+                *_nest(reduction_points, [*body.setup, f"{acc} += {text};"]),
                 f"{element} = {acc};",
             ]
             lines += _nest(reduction_tiles + outer, core)
         else:
-            core = [*body.setup, f"{element} += {body.text};"]
+            core = [*body.setup, f"{element} += {text};"]
             lines += _nest(reduction_tiles + outer + reduction_points + inner, core)
     final = dataclasses.replace(
-        context, buffers={node: f"{name}[{position}]" for node, name in names.items()}
+        context, buffers={node: kir.Load(name, position) for node, name in names.items()}
     )
     points = [_point_header(i, context.size(i), tiles.get(i)) for i in loops.order]
     return lines + _nest(points, _store(final))
 
 
-def _buffer_offset(order: Sequence[str], shape: Sequence[int], tiles: Mapping[str, int]) -> str:
+def _buffer_offset(
+    order: Sequence[str], shape: Sequence[int], tiles: Mapping[str, int]
+) -> kir.Expr:
     """Element of the sum buffer (row-major over ``order``) for the current point."""
-    terms = []
+    terms: list[tuple[kir.Expr, int]] = []
     stride = 1
-    for index, size in zip(reversed(order), reversed(shape), strict=True):
-        var = mangle("i", index)
-        if index in tiles:
-            var = f"({var} - {mangle('b', index)})"
+    for name, size in zip(reversed(order), reversed(shape), strict=True):
+        var: kir.Expr = kir.Var(mangle("i", name))
+        if name in tiles:
+            var = E.sub(var, kir.Var(mangle("b", name)))
         if size != 1:
-            terms.append(var if stride == 1 else f"{var}*{stride}")
+            terms.append((var, stride))
         stride *= size
-    return " + ".join(reversed(terms)) or "0"
+    return E.linear(terms[::-1])
 
 
 def _tile_header(index: str, size: int, tile: int) -> str:
@@ -347,64 +352,34 @@ def _loop_header(index: str, size: int) -> str:
     return f"for (int64_t {var} = 0; {var} < {size}; ++{var}) {{"
 
 
-def _offset(problem: Problem, access: Access) -> str:
-    """Linear element offset of an access, e.g. ``i_i*64 + i_k``."""
-    terms = []
-    shape = problem.shape(access.tensor)
-    strides = problem.strides(access.tensor)
-    for index, size, stride in zip(access.indices, shape, strides, strict=True):
-        if size == 1:
-            continue  # the index is always 0 there
-        var = mangle("i", index)
-        terms.append(var if stride == 1 else f"{var}*{stride}")
-    return " + ".join(terms) or "0"
-
-
 # ---- expressions -------------------------------------------------------------
 
 
-def _literal(value: float, ctype: str) -> _Code:
-    """A C constant of the statement's type (:func:`~einkern.gpu.ctext.float_literal`:
-    a float32 statement gets the float nearest the value)."""
-    return _Code((), float_literal(value, ctype), _ATOM)
-
-
-def _wrap(code: _Code, loosest: int) -> str:
-    """The code's text, parenthesised unless it binds at least as tight as ``loosest``."""
-    return code.text if code.precedence >= loosest else f"({code.text})"
-
-
 def _expr(expr: Expr, context: _Context) -> _Code:
+    """The kernel-IR value of ``expr`` (printed by :class:`.printer.CpuText`) and the
+    loops of the sums it needs first."""
     if isinstance(expr, Const):
-        return _literal(expr.value, context.ctype)
+        return _Code((), kir.Float(expr.value))
     if isinstance(expr, ScalarRef):
-        return _Code((), mangle("s", expr.name), _ATOM)
+        return _Code((), kir.Var(mangle("s", expr.name)))
     if isinstance(expr, Access):
-        program = context.problem.program
-        text = f"{mangle('t', expr.tensor)}[{_offset(context.problem, expr)}]"
-        if C_TYPE[program.tensor(expr.tensor).dtype] != context.ctype:
-            return _Code((), f"({context.ctype}){text}", _UNARY)
-        return _Code((), text, _ATOM)
+        return _Code((), load(context.problem, expr))
     if isinstance(expr, Neg):
         operand = _expr(expr.operand, context)
-        # Parenthesise anything but an atom, so "-" never meets another "-".
-        return _Code(operand.setup, f"-{_wrap(operand, _ATOM)}", _UNARY)
+        return _Code(operand.setup, kir.Neg(operand.value))
     if isinstance(expr, Binary):
-        left = _expr(expr.left, context)
-        right = _expr(expr.right, context)
-        precedence = _ADD if expr.op in "+-" else _MUL
-        # Left-associative C operators: the right operand needs parentheses at equal
-        # precedence, which also keeps the IR's evaluation order for + and *.
-        text = f"{_wrap(left, precedence)} {expr.op} {_wrap(right, precedence + 1)}"
-        return _Code(left.setup + right.setup, text, precedence)
+        left, right = _expr(expr.left, context), _expr(expr.right, context)
+        return _Code(left.setup + right.setup, kir.Op(expr.op, left.value, right.value))
     if isinstance(expr, Call):
         args = [_expr(arg, context) for arg in expr.args]
-        name = function_name(expr.func, context.ctype)
         setup = tuple(line for arg in args for line in arg.setup)
-        return _Code(setup, f"{name}({', '.join(arg.text for arg in args)})", _ATOM)
+        values = tuple(arg.value for arg in args)
+        if expr.func in ("max", "min"):  # the printers' NaN-propagating max/min
+            return _Code(setup, kir.Op(expr.func, *values))
+        return _Code(setup, kir.Call(function_name(expr.func, context.ctype), values))
     if isinstance(expr, Sum):
         if expr in context.buffers:
-            return _Code((), context.buffers[expr], _ATOM)
+            return _Code((), context.buffers[expr])
         return _sum(expr, context)
     raise TypeError(f"unknown expression node {expr!r}")
 
@@ -414,11 +389,11 @@ def _sum(expr: Sum, context: _Context) -> _Code:
     acc = context.fresh()
     body = _expr(expr.body, context)
     lines = [f"{context.ctype} {acc} = 0; /* {_comment_text(str(expr))} */"]
-    for depth, index in enumerate(expr.indices):
-        lines.append(_INDENT * depth + _loop_header(index, context.size(index)))
+    for depth, name in enumerate(expr.indices):
+        lines.append(_INDENT * depth + _loop_header(name, context.size(name)))
     inner = _INDENT * len(expr.indices)
     lines += [inner + line for line in body.setup]
-    lines.append(f"{inner}{acc} += {body.text};")
+    lines.append(f"{inner}{acc} += {context.printer.text(body.value)};")
     for depth in range(len(expr.indices) - 1, -1, -1):
         lines.append(_INDENT * depth + "}")
-    return _Code(tuple(lines), acc, _ATOM)
+    return _Code(tuple(lines), kir.Var(acc))

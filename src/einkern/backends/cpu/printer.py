@@ -79,7 +79,7 @@ class CpuText(CText):
 def index(problem: Problem, access: Access) -> kir.Expr:
     """Linear element offset of an access: ``Σ i_INDEX · stride`` over the dimensions
     of more than one element."""
-    terms = [
+    terms: list[tuple[kir.Expr, int]] = [
         (kir.Var(mangle("i", name)), stride)
         for name, size, stride in zip(access.indices, problem.shape(access.tensor),
                                       problem.strides(access.tensor), strict=True)

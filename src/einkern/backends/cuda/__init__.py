@@ -113,7 +113,7 @@ class CudaBackend:
         compiled under (the given ones, the decision algorithm's for the others),
         in statement order: the mappings :meth:`source` lowers."""
         chosen = resolve_mappings(problem, mappings)
-        return [chosen[p] for p in range(len(problem.program.statements))]  # type: ignore[misc]
+        return [chosen[p] for p in range(len(problem.program.statements))]
 
 
 def _probe() -> tuple[bool, str | None]:

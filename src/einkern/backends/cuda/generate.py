@@ -11,22 +11,22 @@ from pathlib import Path
 
 from ...errors import UsageError
 from ...gpu.kir import ELEMENT_BYTES
+from ...gpu.mapping import Mapping
 from ...ir.nodes import Problem
 from .codegen import CudaSource, KernelSpec
 
 MappingSpec = MappingType[int, object] | None
 
 
-def resolve_mappings(problem: Problem, mappings: MappingSpec = None) -> dict[int, object]:
+def resolve_mappings(problem: Problem, mappings: MappingSpec = None) -> dict[int, Mapping]:
     """A Mapping per statement: the given ones (Mapping, config dict, or JSON path),
     the decision algorithm's default for the others."""
     from ...gpu.decision import decide
     from ...gpu.device import current_limits
-    from ...gpu.mapping import Mapping
     from ...gpu.space import config_to_mapping
 
     limits = current_limits()
-    chosen: dict[int, object] = {}
+    chosen: dict[int, Mapping] = {}
     given = dict(mappings or {})
     for position in range(len(problem.program.statements)):
         spec = given.get(position)
@@ -62,7 +62,7 @@ def generate(problem: Problem, mappings: MappingSpec = None) -> CudaSource:
     program = re.sub(r"[^A-Za-z0-9_]", "_", problem.program.name)[:40]
     kernels = []
     specs = []
-    temporaries = []
+    temporaries: list[tuple[str, int]] = []
     for position, statement in enumerate(problem.program.statements):
         name = f"ek_{program}_s{position}"
         plan = plan_statement(problem, position, chosen[position], name,

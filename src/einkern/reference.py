@@ -4,8 +4,13 @@ Each sub-expression is evaluated to a *labelled array*: an ndarray whose axes
 carry index names.  Products under a :class:`~einkern.ir.nodes.Sum` are
 contracted with ``opt_einsum`` (which picks a good pairwise order), so the
 reference never materialises the full iteration space of a contraction.
-Everything is computed in float64; a value stored into a float32 tensor is
-rounded to float32, so later statements read what a kernel would have stored.
+Everything is computed in float64, which is at least as wide as any
+statement's compute dtype (:func:`einkern.semantics.compute_dtype`): inputs
+are widened exactly, and a value stored into a float32 tensor is rounded to
+float32 once, so later statements read what a kernel would have stored.  A
+backend's result is within :func:`einkern.semantics.tolerance` of the output's
+dtype of this oracle (:func:`relative_error`).  Functions are
+:data:`einkern.semantics.FUNCTIONS`' NumPy meanings.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from .ir.nodes import (
     Sum,
     product_factors,
 )
-from .semantics import FUNCTIONS
+from .semantics import FUNCTIONS, NUMPY_DTYPE
 
 _LETTERS = string.ascii_letters
 
@@ -64,8 +69,8 @@ def evaluate(
     for statement in program.statements:
         _run_statement(problem, statement, values, scalar_values)
         name = statement.output.tensor
-        if program.tensor(name).dtype == "float32":  # stored values are rounded
-            values[name] = values[name].astype(np.float32).astype(np.float64)
+        stored = NUMPY_DTYPE[program.tensor(name).dtype]  # one rounding, at the store
+        values[name] = values[name].astype(stored, copy=False).astype(np.float64, copy=False)
     return {
         name: value.astype(program.tensor(name).dtype, copy=False)
         for name, value in values.items()

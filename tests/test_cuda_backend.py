@@ -282,3 +282,9 @@ def test_random_arrays_keep_every_declared_shape_and_layout(layout):
         info = ArrayInfo(array.shape, "float64", tuple(s // itemsize for s in array.strides),
                          "cpu", 0, "numpy")
         assert strides_match(info, layout), name
+
+
+def test_statement_tensors_output_first_then_reads_in_order():
+    problem = samples.gemm(4, 4, 4)
+    (statement,) = problem.program.statements
+    assert statement.tensors() == ("C", "A", "B")

@@ -1,8 +1,9 @@
-"""Cross-backend differential test: the NumPy reference, the CPU backend and the
-CUDA kernels (run in the CPU emulator under random valid mappings from the
-tuning space) must agree on every example and on hypothesis-generated programs
-(elementwise and contractions, functions, scalars, ``= += -=``), in float32,
-float64 and mixed dtypes, with NaN and infinities among the inputs.
+"""Cross-backend differential test: the NumPy reference, the CPU backend (under
+random valid loop schedules) and the CUDA kernels (run in the CPU emulator under
+random valid mappings from the tuning space) must agree on every example and on
+hypothesis-generated programs (elementwise and contractions, functions, scalars,
+``= += -=``), in float32, float64 and mixed dtypes, with NaN and infinities among
+the inputs.
 
 Agreement is :func:`einkern.reference.relative_error` within the tolerance of
 each output's dtype (:func:`einkern.semantics.tolerance`; float32's once a
@@ -23,7 +24,14 @@ from hypothesis import strategies as st
 
 import einkern
 from einkern import semantics
-from einkern.backends.cpu import CpuBackend
+from einkern.backends.cpu import CpuBackend, CpuSchedule, LoopSchedule
+from einkern.backends.cpu.schedule import (
+    collapsible_depth,
+    default_loop_schedule,
+    parallel_indices,
+    schedule_violation,
+    tileable_reduction_indices,
+)
 from einkern.backends.verify import emulate_problem
 from einkern.gpu.decision import decide
 from einkern.gpu.space import config_to_mapping, parameters, violation
@@ -93,6 +101,29 @@ def random_mappings(problem: Problem, rng: random.Random, attempts: int = 400) -
     return mappings
 
 
+def random_schedule(problem: Problem, rng: random.Random, attempts: int = 50) -> CpuSchedule:
+    """A random valid CPU loop schedule per statement: loop order, tiles (parallel
+    and outermost-sum indices), buffered inner loops, OpenMP collapse (the default
+    schedule when no draw is valid)."""
+    chosen = []
+    for statement in problem.program.statements:
+        loops = default_loop_schedule(problem, statement)
+        order = list(parallel_indices(statement))
+        tileable = order + list(tileable_reduction_indices(statement))
+        for _ in range(attempts):
+            rng.shuffle(order)
+            tiled = [i for i in tileable if rng.random() < 0.5]
+            draw = LoopSchedule(tuple(order), 0, tuple((i, rng.choice((1, 2, 3))) for i in tiled),
+                                rng.randrange(len(order) + 1))
+            depth = collapsible_depth(problem, statement, draw)
+            draw = dataclasses.replace(draw, collapse=rng.randrange(depth + 1))
+            if schedule_violation(problem, statement, draw) is None:
+                loops = draw
+                break
+        chosen.append(loops)
+    return CpuSchedule(tuple(chosen))
+
+
 def tolerances(problem: Problem) -> dict[str, float]:
     """Tolerance of each output: its dtype's, float32's once a float32 tensor
     written earlier (rounded by each backend in its own way) feeds it."""
@@ -117,10 +148,11 @@ def check_backends(problem: Problem, seed: int, specials: int) -> None:
     scalars = {s.name: rng.uniform(-1.5, 1.5) for s in problem.program.scalars}
     expected = evaluate(problem, arrays, scalars)
     cpu = {name: array.copy(order="K") for name, array in arrays.items()}
-    CpuBackend().build(problem).run(cpu, scalars)
+    schedule = random_schedule(problem, rng)
+    CpuBackend().build(problem, schedule).run(cpu, scalars)
     mappings = random_mappings(problem, rng)
     cuda, errors, bad = emulate_problem(problem, mappings, arrays, scalars)
-    described = {p: m.to_json(indent=None) for p, m in mappings.items()}
+    described = {p: m.to_json(indent=None) for p, m in mappings.items()}, schedule
     assert bad == 0, (errors[:3], described)
     for name, tolerance in tolerances(problem).items():
         for backend, result in (("cpu", cpu), ("cuda", cuda)):

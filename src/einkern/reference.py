@@ -93,12 +93,13 @@ def _run_statement(
     view_spec = "".join(_letter(unique_out, i) for i in out_indices)
     out_spec = "".join(_letter(unique_out, i) for i in unique_out)
     old = np.einsum(f"{view_spec}->{out_spec}", target) if out_indices else target
-    if statement.op == "=":
-        new = result
-    elif statement.op == "+=":
-        new = old + result
-    else:
-        new = old - result
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf: IEEE results
+        if statement.op == "=":
+            new = result
+        elif statement.op == "+=":
+            new = old + result
+        else:
+            new = old - result
     if not out_indices:
         target[...] = new
         return

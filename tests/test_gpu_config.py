@@ -221,7 +221,7 @@ def test_tune_explain_prints_the_rules_of_the_default(tmp_path, capsys):
 
 
 def test_a_malformed_configuration_given_to_compile_is_a_typed_error():
-    from einkern.backends.cuda.mapped import resolve_mappings
+    from einkern.backends.cuda.generate import resolve_mappings
     from einkern.gpu.mapping import MappingError
 
     problem = einkern.make_problem(einkern.load("examples/gemm.ein"), {})

@@ -332,7 +332,7 @@ def command_emit(args) -> int:
         raise UsageError(f"{cuda_only[0]} needs --backend cuda")
     mappings = _mappings(args, problem)
     if backend.name == "cuda":
-        from .backends.cuda.mapped import resolve_mappings
+        from .backends.cuda.generate import resolve_mappings
 
         chosen = resolve_mappings(problem, mappings)
         if args.explain:

@@ -145,7 +145,7 @@ def _measure(problem: Problem, compiled: CompiledVariant, repeats: int, seed: in
     problem in this worker), then time ``repeats`` launches with CUDA events, the L2
     flushed before each."""
     from ..backends.cuda import driver
-    from ..gpu.verify import random_inputs
+    from ..backends.verify import random_inputs
     from ..reference import evaluate, relative_error
 
     driver.activate(0)

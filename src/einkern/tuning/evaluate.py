@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from .. import semantics
 from ..ir.task import Task
 from .canonical import ProblemIdentity
 from .db import TuningDB, TuningRecord
@@ -30,8 +31,6 @@ from .search import SearchSpace, canonical
 from .target import Config, ParameterConfig, Timing, TuningTarget, VariantError
 from .worker import InProcessMeasurer, Job, Measured, Measurer, ProcessMeasurer
 
-#: Largest relative error accepted, by the narrowest dtype a statement touches.
-TOLERANCE = {"float64": 1e-12, "float32": 1e-5}
 DEFAULT_REPEATS = 10
 DEFAULT_TIMEOUT_S = 60.0
 
@@ -42,10 +41,10 @@ def default_workers() -> int:
 
 
 def tolerance(task: Task) -> float:
-    """Accepted relative error of ``task``: float32's if it touches a float32
-    tensor, else float64's."""
-    dtypes = {tensor.dtype for tensor in task.tensors}
-    return TOLERANCE["float32" if "float32" in dtypes else "float64"]
+    """Accepted relative error of ``task``: the loosest tolerance of its outputs'
+    dtypes (:func:`einkern.semantics.tolerance`)."""
+    program = task.program
+    return max(semantics.tolerance(program.tensor(name).dtype) for name in task.outputs())
 
 
 @dataclass(frozen=True)

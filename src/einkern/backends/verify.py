@@ -9,12 +9,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..arrays import random_arrays
+from ..gpu.mapping import Mapping
+from ..gpu.plan import Launch, plan_task
 from ..ir.nodes import Problem
 from ..ir.task import tasks_of
 from ..reference import evaluate, relative_error
 from .emulator import DTYPES, AccessError, emulate
-from .mapping import Mapping
-from .plan import Launch, plan_task
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from einkern.backends.cpu import CpuBackend
-from einkern.tuning.cli import main
+from einkern.cli import main
 from einkern.tuning.db import TuningDB
 
 pytestmark = pytest.mark.skipif(not CpuBackend().available(), reason="no C compiler")
@@ -41,7 +41,7 @@ def tuned(kernels, tmp_path_factory) -> tuple[Path, str]:
     os.environ["EINKERN_CACHE_DIR"] = str(kernels)
     path = tmp_path_factory.mktemp("tuned") / "gemm.sqlite"
     completed = subprocess.run(
-        [sys.executable, "-m", "einkern.tuning.cli", "tune", GEMM, *SMALL, "--backend", "cpu",
+        [sys.executable, "-m", "einkern", "tune", GEMM, *SMALL, "--backend", "cpu",
          "--db", str(path), "--strategy", "exhaustive", "--budget", "10", "--explain"],
         capture_output=True, text=True, timeout=300, env=_env(kernels))
     assert completed.returncode == 0, completed.stderr
@@ -145,7 +145,7 @@ def test_usage_errors(tmp_path, capsys):
 
 
 def _tune_command(path: Path, budget: int, seed: int = 0) -> list[str]:
-    return [sys.executable, "-m", "einkern.tuning.cli", "tune", GEMM, *SMALL, "--backend",
+    return [sys.executable, "-m", "einkern", "tune", GEMM, *SMALL, "--backend",
             "cpu", "--db", str(path), "--strategy", "exhaustive", "--budget", str(budget),
             "--workers", "2", "--seed", str(seed)]
 

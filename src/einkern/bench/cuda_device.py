@@ -166,7 +166,7 @@ class CudaDevice:
         result = to_torch(result) if not isinstance(result, np.ndarray) else result
         if isinstance(reference, np.ndarray):
             result = result.cpu().numpy() if isinstance(result, torch.Tensor) else result
-            from ..cli import relative_error
+            from ..testing import relative_error
 
             return relative_error(np.asarray(result), reference)
         result = result.to(torch.float64)

@@ -17,9 +17,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..cli import random_arrays, relative_error
 from ..errors import UsageError
 from ..ir.nodes import Problem
+from ..testing import random_array, random_arrays, relative_error
 
 
 @dataclass(frozen=True)
@@ -102,8 +102,8 @@ def host_bandwidth(nbytes: int, runs: int = 5) -> float:
 def host_peak(n: int, dtype: str, runs: int = 3) -> float:
     """numpy.matmul rate at n×n×n in flop/s, counting (2n − 1)·n² like einkern."""
     rng = np.random.default_rng(0)
-    a = rng.uniform(0.5, 1.5, (n, n)).astype(dtype)
-    b = rng.uniform(0.5, 1.5, (n, n)).astype(dtype)
+    a = random_array(rng, (n, n), dtype)
+    b = random_array(rng, (n, n), dtype)
     out = np.empty((n, n), dtype)
     seconds = _median_time(lambda: np.matmul(a, b, out=out), runs, PerfCounterTimer())
     return (2 * n - 1) * n * n / seconds

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
-from ..cli import TOLERANCE, random_scalars
 from ..ir.analysis import fused_floor_bytes, kernel_floor_bytes, program_flops
 from ..ir.nodes import Problem
+from ..testing import random_scalars, tolerance
 from .case import Case, Suite
 from .device import Calibration, Device, get_device
 from .environment import collect
@@ -121,7 +121,7 @@ class Runner:
         common = dict(dtype=dtype, flops=flops, min_bytes=nbytes,
                       fused_min_bytes=fused_floor_bytes(problem),
                       floor_s=self.calibration.floor(flops, nbytes, dtype),
-                      tolerance=TOLERANCE[dtype])
+                      tolerance=tolerance(dtype))
         seed = zlib.crc32(f"{self.options.seed}/{case.key}".encode())
         scalars = random_scalars(problem, seed)
         inputs = self.device.random_inputs(problem, seed)

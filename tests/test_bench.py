@@ -12,16 +12,16 @@ import pytest
 
 import einkern
 from einkern.bench import BenchOptions, Case, resolve_suites, run_suites
-from einkern.bench.case import get_suite, suite_names
-from einkern.cli.bench import add_bench_parser, command_bench
-from einkern.bench.device import CpuDevice, get_device
+from einkern.bench.device import CpuDevice
 from einkern.bench.lowering import lower, module_ops
 from einkern.bench.peers import NotApplicable, _matmul_operands
+from einkern.bench.registry import get_device, get_suite, suite_names
 from einkern.bench.results import EINKERN
 from einkern.bench.runner import Runner
 from einkern.bench.suites.ccsdt import family_program, kernel_program, load_kernels
-from einkern.testing import TOLERANCE, random_arrays, random_scalars, relative_error
+from einkern.cli.bench import add_bench_parser, command_bench
 from einkern.errors import UsageError
+from einkern.testing import TOLERANCE, random_arrays, random_scalars, relative_error
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -14,8 +14,8 @@ import einkern
 from einkern.backends.cpu import CpuBackend, CpuSchedule, LoopSchedule, default_schedule
 from einkern.backends.cpu.codegen import emit_c
 from einkern.backends.cpu.schedule import check_schedule, schedule_violation
-from einkern.testing import TOLERANCE, random_arrays, random_scalars, relative_error
 from einkern.reference import evaluate
+from einkern.testing import TOLERANCE, random_arrays, random_scalars, relative_error
 from einkern.tuning.cpu_target import CpuTarget, loop_schedule, schedule_from_configs
 from einkern.tuning.space import space_for
 

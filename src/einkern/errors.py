@@ -92,6 +92,11 @@ class AllocationError(EinkernError):
     """Memory that could not be had (the message says how many bytes were asked for)."""
 
 
+class RegistrationError(EinkernError):
+    """A name registered twice in one registry (backends, front ends, search
+    strategies, benchmark suites and peers)."""
+
+
 class CompilationError(EinkernError):
     """Generated code failed to compile (a bug in einkern: please report it)."""
 

@@ -14,8 +14,16 @@
   Markdown and PNG output; the command itself is :mod:`einkern.cli.bench`.
 """
 
-from .case import Case, Suite, get_suite, register_suite, resolve_suites, suite_names
-from .peers import Peer, peers_for, register_peer
+from .case import Case, Suite
+from .peers import Peer
+from .registry import (
+    get_suite,
+    peers_for,
+    register_peer,
+    register_suite,
+    resolve_suites,
+    suite_names,
+)
 from .results import BenchResult, Measurement
 from .runner import BenchOptions, run_suites
 

@@ -17,7 +17,6 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..errors import UsageError
 from ..ir.nodes import Problem
 from ..testing import random_array, random_arrays, relative_error
 
@@ -150,14 +149,3 @@ class CpuDevice:
 
     def device_reference(self, problem, inputs, scalars) -> None:
         return None
-
-
-def get_device(backend: str) -> Device:
-    """The benchmark device of a backend name (``cpu`` or ``cuda``)."""
-    if backend == "cpu":
-        return CpuDevice()
-    if backend == "cuda":
-        from .cuda_device import CudaDevice
-
-        return CudaDevice()
-    raise UsageError(f"no benchmark device for backend {backend!r}", hint="use cpu or cuda")

@@ -23,9 +23,10 @@ from ..ir.analysis import fused_floor_bytes, kernel_floor_bytes, program_flops
 from ..ir.nodes import Problem
 from ..testing import random_scalars, tolerance
 from .case import Case, Suite
-from .device import Calibration, Device, get_device
+from .device import Calibration, Device
 from .environment import collect
-from .peers import NotApplicable, Peer, Run, peers_for
+from .peers import NotApplicable, Peer, Run
+from .registry import get_device, peers_for
 from .results import EINKERN, BenchResult, Measurement
 
 Log = Callable[[str], None]

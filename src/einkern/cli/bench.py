@@ -18,7 +18,7 @@ from ..errors import UsageError
 
 def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``bench`` to an ``add_subparsers()`` object; returns its parser."""
-    from ..bench.case import suite_names
+    from ..bench.registry import suite_names
 
     parser = subparsers.add_parser(
         "bench", help="benchmark einkern against library peers on standard suites",
@@ -73,8 +73,7 @@ def _timeouts(text: str) -> tuple[tuple[str, float], ...]:
 
 
 def _list() -> int:
-    from ..bench.case import get_suite, suite_names
-    from ..bench.peers import peers_for
+    from ..bench.registry import get_suite, peers_for, suite_names
 
     for name in suite_names():
         print(f"suite {name:8} {get_suite(name).description}")
@@ -86,7 +85,7 @@ def _list() -> int:
 
 def _options(args):
     from ..backends import get_backend
-    from ..bench.peers import peer_names
+    from ..bench.registry import peer_names
     from ..bench.runner import BenchOptions
 
     if args.runs < 1 or args.warmup < 0:
@@ -116,9 +115,9 @@ def command_bench(args) -> int:
     """Run the ``bench`` sub-command; returns the exit code."""
     if args.list:
         return _list()
-    from ..bench.case import resolve_suites
     from ..bench.plots import write_plots
     from ..bench.progress import Progress
+    from ..bench.registry import resolve_suites
     from ..bench.report import write_csv, write_json, write_markdown
     from ..bench.results import EINKERN
     from ..bench.runner import run_suites

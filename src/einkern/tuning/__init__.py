@@ -28,7 +28,7 @@ _EXPORTS = {
     "TuningRecord": "record",
     "choose_config": "policy",
     "choose_configs": "policy",
-    "get_target": "target",
+    "get_target": "targets",
     "schedule_from_configs": "cpu_target",
     "tune_problem": "tuner",
 }

@@ -141,18 +141,6 @@ def all_parallel(problem: Problem) -> CpuSchedule:
     return CpuSchedule(tuple(LoopSchedule(s.order, len(s.order)) for s in loops))
 
 
-@pytest.fixture(scope="session")
-def session_cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("einkern-cache")
-
-
-@pytest.fixture(autouse=True)
-def cache_dir(session_cache, monkeypatch):
-    """Keep compiled kernels out of the user's cache (one directory per test session)."""
-    monkeypatch.setenv("EINKERN_CACHE_DIR", str(session_cache))
-    return session_cache
-
-
 def gemm(layout: str, dtype: str, m: int = 5, n: int = 7, k: int = 3) -> Problem:
     t = [Tensor(x, s, dtype, layout) for x, s in (("A", ("m", "k")), ("B", ("k", "n")))]
     t.append(Tensor("C", ("m", "n"), dtype, layout))

@@ -24,21 +24,20 @@ GEMM = str(Path(__file__).parent.parent / "examples" / "gemm.ein")
 SMALL = ["-e", "m=12", "-e", "n=12", "-e", "k=12"]
 
 
-@pytest.fixture(scope="module")
-def kernels(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("kernels")
-
-
 @pytest.fixture(autouse=True)
-def environment(kernels, monkeypatch):
-    monkeypatch.setenv("EINKERN_CACHE_DIR", str(kernels))
+def environment(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
+
+
+@pytest.fixture(scope="module")
+def kernels(einkern_cache) -> Path:
+    """The session's kernel cache (conftest), which subprocesses are given too."""
+    return einkern_cache
 
 
 @pytest.fixture(scope="module")
 def tuned(kernels, tmp_path_factory) -> tuple[Path, str]:
     """A database from one exhaustive run of 10 variants, and what the run printed."""
-    os.environ["EINKERN_CACHE_DIR"] = str(kernels)
     path = tmp_path_factory.mktemp("tuned") / "gemm.sqlite"
     completed = subprocess.run(
         [sys.executable, "-m", "einkern", "tune", GEMM, *SMALL, "--backend", "cpu",

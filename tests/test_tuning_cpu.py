@@ -41,12 +41,6 @@ R[i,j,q] = A[i,m,j] * B[m,q] - A[j,m,i] * B[q,m] + sqrt(B[q,q] * B[q,q])
 """
 
 
-@pytest.fixture(autouse=True)
-def cache_dir(tmp_path_factory, monkeypatch):
-    """Compiled kernels go to one directory per test session."""
-    monkeypatch.setenv("EINKERN_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "kernels"))
-
-
 def problem_of(text: str, **sizes: int):
     return einkern.make_problem(einkern.load(text), sizes)
 

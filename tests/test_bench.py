@@ -266,6 +266,16 @@ def test_suites_registry_and_usage_errors(tmp_path):
         get_device("tpu")
 
 
+def test_missing_matplotlib_says_which_extra_installs_it(monkeypatch):
+    import sys
+
+    from einkern.bench import plots
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib fails
+    with pytest.raises(ImportError, match=r"pip install 'einkern\[bench\]'"):
+        plots._pyplot()
+
+
 def test_list_names_suites_and_peers(capsys):
     assert _bench(["--list"]) == 0
     out = capsys.readouterr().out

@@ -18,8 +18,7 @@ from einkern.gpu.lower import _Lowering, lower
 from einkern.gpu.mapping import Mapping, MappingError, ParallelTile, Staging
 from einkern.gpu.space import config_to_mapping, parameters, violation
 from einkern.gpu.verify import verify
-
-TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
+from einkern.testing import TOLERANCE
 
 
 def seed_of(*parts) -> int:

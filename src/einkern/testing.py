@@ -103,11 +103,8 @@ def random_scalars(problem: Problem, seed: int = 0,
     given = given or {}
     values = {}
     for scalar in problem.program.scalars:
-        drawn = float(rng.uniform(LOW, HIGH)) if scalar.default is None else None
-        if scalar.name in given:
-            values[scalar.name] = float(given[scalar.name])
-        else:
-            values[scalar.name] = float(scalar.default) if drawn is None else drawn
+        value = float(rng.uniform(LOW, HIGH)) if scalar.default is None else scalar.default
+        values[scalar.name] = float(given.get(scalar.name, value))
     return values
 
 

@@ -49,7 +49,10 @@ class Device(Protocol):
     """Arrays, timing and ceilings of one backend."""
 
     backend: str
-    timer: Timer
+    @property
+    def timer(self) -> Timer:
+        """How this device times a callable."""
+        ...
 
     def describe(self) -> str: ...
 

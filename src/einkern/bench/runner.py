@@ -134,8 +134,8 @@ class Runner:
         step(EINKERN)
         started = time.perf_counter()
         try:
-            kernel = api.compile(program, backend=self.device.backend, **case.extent_map,
-                                 **self.compile_options)
+            options: dict[str, Any] = {**case.extent_map, **self.compile_options}
+            kernel = api.compile(program, backend=self.device.backend, **options)
         except Exception as error:  # noqa: BLE001
             rows.append(Measurement.for_case(case, EINKERN, "failed",
                                              reason=f"compile: {_reason(error)}", **common))
@@ -202,10 +202,10 @@ class Runner:
                 runs = max(3, int(options.row_budget_s / max(one, 1e-9)))
                 note = f"{runs} timed runs (row budget {options.row_budget_s:g} s)"
             times = device.timer.time(run, runs)
-        except NotApplicable as error:
-            return Measurement.for_case(case, name, "n/a", reason=str(error), **common)
-        except Exception as error:  # noqa: BLE001 - a failing implementation is a result
-            return Measurement.for_case(case, name, "failed", reason=_reason(error), **common)
+        except NotApplicable as refusal:
+            return Measurement.for_case(case, name, "n/a", reason=str(refusal), **common)
+        except Exception as failure:  # noqa: BLE001 - a failing implementation is a result
+            return Measurement.for_case(case, name, "failed", reason=_reason(failure), **common)
         seconds = median(times)
         tolerance = common["tolerance"]
         return Measurement.for_case(

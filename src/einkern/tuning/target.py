@@ -68,7 +68,10 @@ class Timing:
 class TuningTarget(Protocol):
     """A backend seen by the tuner."""
 
-    backend: str
+    @property
+    def backend(self) -> str:
+        """The backend's name (``cpu``, ``cuda``)."""
+        ...
 
     def device_key(self) -> dict[str, str]:
         """Identity of the hardware and toolchain: device name, compute capability,

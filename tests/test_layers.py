@@ -44,6 +44,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("einkern.gpu.tuning", "einkern.backends.cuda.driver"): "planning",
     ("einkern.gpu.tuning", "einkern.backends.cuda.nvrtc"): "planning",
     ("einkern.gpu.tuning", "einkern.tuning.target"): "planning",
+    ("einkern.gpu.tuning", "einkern.testing"): "planning",
     # the lower <-> staging <-> padding cycle: `planning` (a public kernel builder).
     ("einkern.gpu.staging", "einkern.gpu.lower"): "planning",
     ("einkern.gpu.padding", "einkern.gpu.lower"): "planning",
@@ -51,6 +52,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("einkern.gpu.emulator", "einkern.backends.cpu.backend"): "meaning",
     ("einkern.gpu.emulator", "einkern.backends.cpu.compiler"): "meaning",
     ("einkern.gpu.verify", "einkern.arrays"): "meaning",
+    ("einkern.gpu.verify", "einkern.testing"): "meaning",
     # the emulation printer borrows the CPU printer: `meaning` (one printer base).
     ("einkern.gpu.emulator_c", "einkern.backends.cpu.codegen"): "meaning",
     # lang reads dtype tables from the IR: `meaning` (lang imports einkern.semantics).

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import problem_of
 
 import einkern
 from einkern.backends.cpu import CpuBackend, CpuSchedule, LoopSchedule, default_schedule
@@ -39,10 +40,6 @@ tensor B[p, p] float32
 tensor R[n, n, p]
 R[i,j,q] = A[i,m,j] * B[m,q] - A[j,m,i] * B[q,m] + sqrt(B[q,q] * B[q,q])
 """
-
-
-def problem_of(text: str, **sizes: int):
-    return einkern.make_problem(einkern.load(text), sizes)
 
 
 def check(problem, schedule: CpuSchedule) -> None:

@@ -292,3 +292,25 @@ def test_quick_cuda_run(tmp_path):
     einkern_rows = [r for r in data["measurements"] if r["implementation"] == EINKERN]
     assert all(r["status"] == "ok" and r["error_ok"] for r in einkern_rows)
     assert code == 0
+
+
+def test_gpu_allocation_failure_says_how_many_bytes(monkeypatch):
+    """CudaDevice.empty turns torch's out-of-memory error into an AllocationError
+    (checked here with a stand-in for torch: no GPU needed)."""
+    from types import SimpleNamespace
+
+    from einkern.bench.cuda_device import CudaDevice
+    from einkern.errors import AllocationError
+
+    class OutOfMemoryError(RuntimeError):
+        pass
+
+    def empty(*args, **kwargs):
+        raise OutOfMemoryError("CUDA out of memory")
+
+    device = object.__new__(CudaDevice)
+    device.torch = SimpleNamespace(empty=empty, cuda=SimpleNamespace(
+        OutOfMemoryError=OutOfMemoryError))
+    device.dtypes = {"float32": "f4", "float64": "f8"}
+    with pytest.raises(AllocationError, match=r"\(1024, 2048\) on the GPU: 8388608 bytes"):
+        device.empty((1024, 2048), "float32", "column")

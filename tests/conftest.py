@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["pytester"]
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 
@@ -55,9 +57,12 @@ def _no_leaked_environment() -> Iterator[None]:
     """Restore ``os.environ`` after each test; fail on a leaked ``EINKERN_*``."""
     before = dict(os.environ)
     yield
-    after = dict(os.environ)
-    os.environ.clear()
-    os.environ.update(before)
-    leaked = sorted(name for name in set(before) | set(after)
-                    if name.startswith("EINKERN_") and before.get(name) != after.get(name))
+    changed = sorted(name for name in set(before) | set(os.environ)
+                     if before.get(name) != os.environ.get(name))
+    for name in changed:  # only what changed: C libraries may hold the others
+        if name in before:
+            os.environ[name] = before[name]
+        else:
+            del os.environ[name]
+    leaked = [name for name in changed if name.startswith("EINKERN_")]
     assert not leaked, f"the test changed {', '.join(leaked)} in os.environ"

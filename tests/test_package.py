@@ -33,3 +33,23 @@ def test_the_package_is_marked_typed_and_licensed():
     assert (ROOT / "src" / "einkern" / "py.typed").is_file()
     assert (ROOT / "LICENSE").read_text().startswith("MIT License")
     assert 'license = { text = "MIT" }' in (ROOT / "pyproject.toml").read_text()
+
+
+def test_conftest_isolates_the_cache_and_catches_a_leaked_variable(pytester, monkeypatch):
+    """A test session gets a private EINKERN_CACHE_DIR; a test that sets an EINKERN_*
+    variable without monkeypatch fails, and the variable is gone afterwards."""
+    monkeypatch.delenv("EINKERN_TEST_CACHE_DIR", raising=False)
+    pytester.makeconftest((ROOT / "tests" / "conftest.py").read_text())
+    pytester.makepyfile(test_probe="""
+import os
+def test_private_cache():
+    assert "einkern-cache" in os.environ["EINKERN_CACHE_DIR"]
+    assert os.environ["EINKERN_TUNING_DB"].endswith("tuning.sqlite")
+def test_leaks():
+    os.environ["EINKERN_PROBE"] = "1"
+def test_after():
+    assert "EINKERN_PROBE" not in os.environ
+""")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=3, errors=1)
+    result.stdout.fnmatch_lines(["*the test changed EINKERN_PROBE in os.environ*"])

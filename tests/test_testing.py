@@ -6,7 +6,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from conftest import problem_of
+from conftest import EXAMPLES, problem_of
 
 from einkern.errors import AllocationError, EinkernError
 from einkern.testing import (
@@ -118,3 +118,11 @@ def test_assert_matches_reference_with_a_compiled_cpu_kernel():
     errors = assert_matches_reference(kernel, seed=9)
     assert 0 < errors["C"] <= 1e-5
 
+
+
+def test_assert_matches_reference_with_an_in_place_update():
+    import einkern
+
+    kernel = einkern.compile(EXAMPLES / "sd_t_d1_1.ein", T=4, backend="cpu")
+    assert "t3" in kernel.problem.program.inputs  # -=: read and written
+    assert assert_matches_reference(kernel, seed=1)["t3"] <= 1e-12

@@ -4,9 +4,9 @@ The tests, the benchmarks, the tuner's CPU target and the ``einkern run --check`
 command all draw their inputs and judge their results here, so every one of
 them means the same thing by "random inputs" and "close enough":
 
-* :func:`random_arrays` — values uniform in [0.5, 1.5) (never zero: safe for
-  ``sqrt``, ``log`` and division), drawn directly in each tensor's dtype and
-  layout;
+* :func:`random_arrays` — values uniform in [0.5, 1.5] (1.5 only by float32
+  rounding; never zero: safe for ``sqrt``, ``log`` and division), drawn
+  directly in each tensor's dtype and layout;
 * :func:`random_scalars` — each scalar's declared default, else a value uniform
   in [0.5, 1.5) (the one formula for random scalars);
 * :data:`TOLERANCE`, :func:`tolerance` and :func:`output_tolerance` — the
@@ -58,7 +58,7 @@ LOW, HIGH = 0.5, 1.5
 
 def random_array(rng: np.random.Generator, shape: tuple[int, ...], dtype: str,
                  layout: str = "row") -> np.ndarray:
-    """An array of ``shape`` uniform in [0.5, 1.5), drawn in ``dtype`` itself (no
+    """An array of ``shape`` uniform in [0.5, 1.5], drawn in ``dtype`` itself (no
     float64 intermediate) and dense in ``layout`` (column: first index stride 1).
 
     Raises :class:`~einkern.errors.AllocationError`, naming the bytes asked
@@ -82,7 +82,7 @@ def random_array(rng: np.random.Generator, shape: tuple[int, ...], dtype: str,
 
 def random_arrays(problem: Problem, seed: int = 0,
                   names: Iterable[str] | None = None) -> dict[str, np.ndarray]:
-    """Fresh random values (uniform in [0.5, 1.5)) for the tensors ``names`` of
+    """Fresh random values (uniform in [0.5, 1.5]) for the tensors ``names`` of
     ``problem`` (all of them when None), each in its declared dtype and layout."""
     rng = np.random.default_rng(seed)
     program = problem.program

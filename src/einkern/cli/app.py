@@ -11,6 +11,7 @@ import argparse
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -71,9 +72,35 @@ def _mappings(args, problem):
     """The --mapping file as {statement: Mapping}, or None."""
     if getattr(args, "mapping", None) is None:
         return None
-    from ..gpu.mapping_file import read_mapping_file
+    import json
 
-    return read_mapping_file(args.mapping, problem)
+    from ..gpu.mapping import Mapping, MappingError
+    from ..gpu.space import config_to_mapping
+
+    path = Path(args.mapping)
+    if not path.is_file():
+        raise UsageError(f"no such mapping file: {args.mapping}")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise MappingError(f"{args.mapping}: not JSON ({error})") from None
+    if not isinstance(data, dict):
+        raise MappingError(f"{args.mapping}: expected a JSON object")
+    per_statement = data if all(k.isdigit() for k in data) else {"0": data}
+    result = {}
+    for key, value in per_statement.items():
+        position = int(key)
+        if position >= len(problem.program.statements):
+            raise MappingError(f"{args.mapping}: the program has no statement {position}")
+        if "parallel" in value:
+            result[position] = Mapping.from_json(json.dumps(value))
+        else:
+            try:
+                result[position] = config_to_mapping(problem, position, value)
+            except (KeyError, TypeError, ValueError) as error:
+                raise MappingError(f"{args.mapping}: not a mapping configuration ({error})",
+                                   hint="see `einkern emit PROGRAM --explain`") from None
+    return result
 
 
 def _human(value: float, unit: str) -> str:

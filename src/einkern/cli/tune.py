@@ -8,10 +8,15 @@ them (``function(args) -> exit code``; user errors raise EinkernError).
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
 
 from ..errors import BackendError, UsageError
-from ..tuning.db import TuningDB, default_path
+from ..tuning.db import TuningDB, TuningRecord, default_path
 from ..tuning.evaluate import DEFAULT_REPEATS, DEFAULT_TIMEOUT_S, Budget, Evaluator, MemoryStore
 from ..tuning.report import ProgressDisplay, print_database, print_results
 from ..tuning.strategies import strategy_names
@@ -22,8 +27,10 @@ from ..tuning.tuner import (
     tune_problem,
     tune_statement,
 )
-from ..tuning.wisdom import read_wisdom, write_wisdom
 from .common import extent_arg, load_problem
+
+WISDOM_FORMAT = "einkern-wisdom"
+WISDOM_VERSION = 1
 
 
 def _positive(kind: type):
@@ -174,12 +181,12 @@ def command_db(args: argparse.Namespace) -> int:
     if args.db_command == "export":
         with TuningDB(path, create=False) as db:
             records = db.records()
-        write_wisdom(args.path, records)
+        _write_wisdom(args.path, records)
         where = "standard output" if args.path == "-" else args.path
         print(f"exported {len(records)} records to {where}", file=sys.stderr)
         return 0
     if args.db_command == "import":
-        records = read_wisdom(args.path)
+        records = _read_wisdom(args.path)
         with TuningDB(path, create=True) as db:
             stored = db.add_many(records)
             print(f"imported {stored} of {len(records)} records into {db.path}")
@@ -194,6 +201,45 @@ def command_db(args: argparse.Namespace) -> int:
                            keep_best_only=args.keep_best)
         print(f"deleted {deleted} records from {db.path}")
     return 0
+
+
+def _write_wisdom(path: str, records: Sequence[TuningRecord]) -> None:
+    text = json.dumps({"format": WISDOM_FORMAT, "version": WISDOM_VERSION,
+                       "records": [record.to_json() for record in records]}, indent=1)
+    if path == "-":
+        sys.stdout.write(text + "\n")
+        return
+    target = Path(path)
+    try:
+        descriptor, temporary = tempfile.mkstemp(dir=target.parent or ".",
+                                                 prefix=f".{target.name}.", suffix=".tmp")
+        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+            file.write(text + "\n")
+        os.replace(temporary, target)
+    except OSError as error:
+        raise UsageError(f"cannot write {path}: {error}") from error
+
+
+def _read_wisdom(path: str) -> list[TuningRecord]:
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+        data = json.loads(text)
+    except OSError as error:
+        raise UsageError(f"cannot read {path}: {error}") from error
+    except ValueError as error:
+        raise UsageError(f"{path} is not JSON: {error}") from error
+    if not isinstance(data, dict) or data.get("format") != WISDOM_FORMAT:
+        raise UsageError(f"{path} is not an einkern wisdom file")
+    if not isinstance(data.get("version"), int) or data["version"] > WISDOM_VERSION:
+        raise UsageError(f"{path} has wisdom format version {data.get('version')!r}; "
+                         f"this einkern reads up to {WISDOM_VERSION}")
+    records = []
+    for number, item in enumerate(data.get("records", [])):
+        try:
+            records.append(TuningRecord.from_json(item))
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise UsageError(f"{path}: record {number} is malformed ({error!r})") from error
+    return records
 
 
 TUNE_COMMANDS = {"tune": command_tune, "db": command_db}

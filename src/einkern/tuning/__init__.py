@@ -8,10 +8,8 @@ lazily), :mod:`.strategies` (search strategies by name), :mod:`.evaluate` and
 (what a record is about), :mod:`.db` (the SQLite database), :mod:`.tuner`
 (tuning a problem), :mod:`.policy` (the ``tune=`` choice at compile time),
 :mod:`.simulate` (replaying a database), :mod:`.cpu_target` and
-:mod:`.cpu_model` (the CPU backend's target), :mod:`.targets` (the targets by
-backend name), :mod:`.wisdom` (wisdom files) and :mod:`.report` (what
-``einkern tune`` and ``einkern db``, in :mod:`einkern.cli.tune`, print).  See
-``docs/tuning.md``.
+:mod:`.cpu_model` (the CPU backend's target), :mod:`.cli` and :mod:`.report`
+(``einkern tune`` and ``einkern db``).  See ``docs/tuning.md``.
 
 The names below are imported on first use, so importing this package (for
 example for :mod:`.target`) stays cheap.

@@ -32,7 +32,7 @@ from einkern.tuning.evaluate import Budget, Evaluator, MemoryStore
 from einkern.tuning.ranking import pick_best
 from einkern.tuning.simulate import simulated_targets
 from einkern.tuning.strategies import strategy_names
-from einkern.tuning.targets import get_target
+from einkern.tuning.target import get_target
 from einkern.tuning.tuner import TuneOptions, identify, tune_problem, tune_statement
 
 

@@ -217,7 +217,7 @@ def test_a_family_of_products_gets_a_larger_register_tile():
     assert mapping.register_tile == 32 and mapping.parallel[0].index == "h3"
     assert not check_mapping(family, 0, mapping, max_shared_bytes=227 * 1024)
     from einkern.tuning.space import space_for
-    from einkern.tuning.targets import get_target
+    from einkern.tuning.target import get_target
 
     target = get_target("cuda")
     assert space_for(target, family, 0).violation(target.default_config(family, 0)) is None
@@ -234,7 +234,7 @@ def test_local_grad3_default_takes_each_element_whole_and_is_in_the_tuning_space
     from pathlib import Path
 
     from einkern.tuning.space import space_for
-    from einkern.tuning.targets import get_target
+    from einkern.tuning.target import get_target
 
     example = Path(__file__).resolve().parent.parent / "examples" / "local_grad3.ein"
     problem = einkern.make_problem(einkern.load(example), {})

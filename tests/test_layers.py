@@ -45,6 +45,10 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("einkern.gpu.tuning", "einkern.backends.cuda.nvrtc"): "planning",
     ("einkern.gpu.tuning", "einkern.tuning.target"): "planning",
     ("einkern.gpu.tuning", "einkern.testing"): "planning",
+    # the target <-> cpu_target / gpu.tuning cycle (the registry of targets imports
+    # the targets, which import its protocol): `planning` (built-in targets by name).
+    ("einkern.tuning.target", "einkern.tuning.cpu_target"): "planning",
+    ("einkern.tuning.target", "einkern.gpu.tuning"): "planning",
     # the lower <-> staging <-> padding cycle: `planning` (a public kernel builder).
     ("einkern.gpu.staging", "einkern.gpu.lower"): "planning",
     ("einkern.gpu.padding", "einkern.gpu.lower"): "planning",

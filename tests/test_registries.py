@@ -8,7 +8,6 @@ import einkern.backends as backends
 import einkern.bench.registry as bench_registry
 import einkern.lang.loader as loader
 import einkern.tuning.strategies as strategies
-import einkern.tuning.targets as targets
 from einkern.errors import EinkernError, RegistrationError
 
 
@@ -35,13 +34,6 @@ def test_search_strategies_refuse_a_taken_name(monkeypatch):
         strategies.register_strategy("random", strategies.RandomSearch)
     strategies.register_strategy("random2", strategies.RandomSearch)
     assert strategies.get_strategy("random2").name == "random"
-
-
-def test_tuning_targets_refuse_a_taken_name(monkeypatch):
-    assert targets.target_names() == ("cpu", "cuda")
-    monkeypatch.setattr(targets, "_TARGETS", dict(targets._TARGETS))
-    with pytest.raises(RegistrationError, match="'cpu' is already registered"):
-        targets.register_target("cpu", targets._cpu)
 
 
 def test_bench_suites_and_peers_refuse_a_taken_name(monkeypatch):

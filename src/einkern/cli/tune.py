@@ -114,7 +114,7 @@ def _backend_name(name: str) -> str:
 
 def command_tune(args: argparse.Namespace) -> int:
     """``einkern tune``: tune every statement, record, print a summary table."""
-    from ..tuning.targets import get_target
+    from ..tuning.target import get_target
 
     problem = load_problem(args)
     positions = _positions(args, problem)
@@ -146,7 +146,7 @@ def command_tune(args: argparse.Namespace) -> int:
 def _simulate(db: TuningDB, backend: str, problem, positions, options, display):
     from ..tuning.ranking import pick_best
     from ..tuning.simulate import simulated_targets
-    from ..tuning.targets import get_target
+    from ..tuning.target import get_target
 
     base = None
     try:

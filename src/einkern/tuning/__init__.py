@@ -28,7 +28,7 @@ _EXPORTS = {
     "TuningRecord": "record",
     "choose_config": "policy",
     "choose_configs": "policy",
-    "get_target": "targets",
+    "get_target": "target",
     "schedule_from_configs": "cpu_target",
     "tune_problem": "tuner",
 }

@@ -161,7 +161,7 @@ def tuned_build_argument(backend: str, problem: Problem, policy: Policy,
     the defaults) when ``policy`` is off."""
     if normalize_policy(policy) is None:
         return None, ()
-    from .targets import get_target
+    from .target import get_target
 
     chosen = choose_configs(get_target(backend), problem, policy, db)
     sources = tuple(source for _, source in chosen)

@@ -1,5 +1,4 @@
-"""What the autotuner needs from a backend: one protocol (the registry of targets
-by backend name is :mod:`einkern.tuning.targets`).
+"""What the autotuner needs from a backend: one protocol, one registry.
 
 A *configuration* is a plain ``dict`` of parameter name → value (JSON types
 only).  A backend exposes, per statement of a problem, the constrained space of
@@ -9,6 +8,7 @@ a way to check and time one, and an analytic cost model.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -105,3 +105,37 @@ class TuningTarget(Protocol):
     def model_cost(self, problem: Problem, position: int, config: Config) -> float:
         """Predicted time in seconds from an analytic model (for model-guided search)."""
         ...
+
+
+_TARGETS: dict[str, Callable[[], TuningTarget]] = {}
+
+
+def register_target(name: str, factory: Callable[[], TuningTarget]) -> None:
+    _TARGETS[name] = factory
+
+
+def get_target(name: str) -> TuningTarget:
+    """The tuning target of backend ``name`` (``cpu`` or ``cuda``)."""
+    if not _TARGETS:
+        _register_builtin()
+    if name not in _TARGETS:
+        from ..errors import BackendError
+
+        raise BackendError(f"backend {name!r} cannot be tuned",
+                           hint=f"tunable backends: {', '.join(_TARGETS)}")
+    return _TARGETS[name]()
+
+
+def _register_builtin() -> None:
+    def cpu() -> TuningTarget:
+        from .cpu_target import CpuTarget
+
+        return CpuTarget()
+
+    def cuda() -> TuningTarget:
+        from ..gpu.tuning import CudaTarget
+
+        return CudaTarget()
+
+    _TARGETS.setdefault("cpu", cpu)
+    _TARGETS.setdefault("cuda", cuda)

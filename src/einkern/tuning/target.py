@@ -68,10 +68,7 @@ class Timing:
 class TuningTarget(Protocol):
     """A backend seen by the tuner."""
 
-    @property
-    def backend(self) -> str:
-        """The backend's name (``cpu``, ``cuda``)."""
-        ...
+    backend: str
 
     def device_key(self) -> dict[str, str]:
         """Identity of the hardware and toolchain: device name, compute capability,

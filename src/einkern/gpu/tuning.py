@@ -137,12 +137,13 @@ def _measure(problem: Problem, compiled: CompiledVariant, repeats: int, seed: in
     flushed before each."""
     from ..backends.cuda import driver
     from ..reference import evaluate, relative_error
-    from ..testing import random_scalars
     from .verify import random_inputs
 
     driver.activate(0)
     key = (problem, seed)
     if key not in _REFERENCE:
+        from ..testing import random_scalars  # (module level after the move to tuning/)
+
         arrays = random_inputs(problem, seed)
         scalars = random_scalars(problem, seed)
         _REFERENCE.clear()

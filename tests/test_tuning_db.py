@@ -20,6 +20,7 @@ from einkern.tuning.db import TuningDatabaseError, TuningDB, TuningRecord, defau
 from einkern.tuning.evaluate import Budget, DbStore, Evaluator
 from einkern.tuning.policy import choose_config, choose_configs, normalize_policy
 from einkern.tuning.tuner import TuneOptions, tune_problem
+from einkern.tuning.verdict import ROUNDS, Verdict, canonical_text
 
 
 def record(identity, config: dict, median: float | None, status: str = "ok",
@@ -30,11 +31,19 @@ def record(identity, config: dict, median: float | None, status: str = "ok",
                         0.0 if median is not None else None, (), stamp)
 
 
-def fill(db: TuningDB, n: int, best: dict, best_time: float = 1e-3) -> None:
+def fill(db: TuningDB, n: int, best: dict, best_time: float = 1e-3,
+         confirmed: bool = True) -> None:
+    """Records of problem size ``n`` and, when ``confirmed``, the verdict of a run in
+    which ``best`` beat the default side by side."""
     identity = identify(Synthetic(), fake_problem(n), 0)
-    db.add(record(identity, {"a": 0, "b": 0, "c": 0}, 5e-3, default=True))
+    default = {"a": 0, "b": 0, "c": 0}
+    db.add(record(identity, default, 5e-3, default=True))
     db.add(record(identity, best, best_time))
     db.add(record(identity, {"a": 5, "b": 5, "c": 0}, None, status="crash"))
+    if confirmed:
+        db.add_verdict(Verdict(identity.key, identity.family, canonical_text(best),
+                               canonical_text(default), True, 5e-3 / best_time, "faster",
+                               (5e-3,) * 3, (best_time,) * 3, ((5e-3, best_time),), 2.0))
 
 
 def snapshot(path: Path) -> tuple[bytes, int]:
@@ -249,7 +258,11 @@ def test_resume_from_database_measures_nothing_twice(tmp_path):
         first = tune_problem(target, problem, options, db)[0]
         measured = list(calls)
         again = tune_problem(target, problem, options, db)[0]
-        assert again.resumed == 25 and calls == measured
+        # nothing measured again but the final side-by-side of default and winner
+        side_by_side = calls[len(measured):]
+        assert again.resumed == 25 and calls[:len(measured)] == measured
+        assert set(side_by_side) == {(0, 0, 0), point(again.best.config)}
+        assert len(side_by_side) == 2 * ROUNDS and len(db.verdicts()) == 2
         assert again.best.config_key == first.best.config_key
         assert len(db.records()) == 25
         with Evaluator(target, isolate=False) as evaluator:

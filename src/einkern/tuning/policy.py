@@ -1,11 +1,14 @@
 """Which configuration to compile with: the ``tune=`` policy of ``einkern.compile``.
 
 ``False``/``None``  the target's default (its decision algorithm)
-``"cached"``/``True``  the best record of this exact problem on this device;
-                    else the best record of the nearest problem size (same
+``"cached"``/``True``  the confirmed winner of this exact problem on this
+                    device; else that of the nearest problem size (same
                     statement, dtypes, layouts, device and einkern version;
                     nearest by the distance of log extents, as Kernel
-                    Launcher's wisdom files do); else the default
+                    Launcher's wisdom files do); else the default.  A winner
+                    is *confirmed* when it beat the default side by side at
+                    the end of its tuning run (:mod:`.verdict`); a record
+                    that never did is never used
 ``"model"``         the configuration the target's cost model ranks first
 ``"full"``          tune now (default strategy and budget), recording into the
                     database, and use the best
@@ -20,14 +23,12 @@ from __future__ import annotations
 
 import os
 import random
-from collections import defaultdict
 from typing import Any
 
 from ..errors import UsageError
 from ..ir.nodes import Problem
 from .canonical import identify, size_distance
-from .db import TuningDB, TuningRecord, default_path
-from .ranking import pick_best
+from .db import TuningDB, champion, default_path
 from .space import space_for
 from .strategies import MODEL_CANDIDATES
 from .target import Config, TuningTarget
@@ -69,26 +70,24 @@ def _open(db: DatabaseArg, create: bool) -> tuple[TuningDB | None, bool]:
 
 def lookup(target: TuningTarget, problem: Problem, position: int,
            db: TuningDB) -> tuple[Config, str] | None:
-    """The best usable record for this problem, exact or of the nearest size."""
+    """The confirmed winner usable for this problem, exact or of the nearest size
+    (see :meth:`~.db.TuningDB.champion`)."""
     identity = identify(target, problem, position)
     default = target.default_config(problem, position)
-    best = db.best(identity.key)
-    if best is not None and _usable(target, problem, position, best.config, default):
-        return best.config, "exact record"
-    by_problem: dict[str, list[TuningRecord]] = defaultdict(list)
-    for record in db.family(identity.family):
-        if record.identity.key != identity.key and record.ok:
-            by_problem[record.identity.key].append(record)
-    ranked = sorted(
-        by_problem.values(),
-        key=lambda records: (size_distance(records[0].identity.extents, identity.extents),
-                             records[0].identity.key),
-    )
-    for records in ranked:
-        candidate = pick_best(records)
-        if candidate is not None and _usable(target, problem, position, candidate.config,
-                                             default):
-            return candidate.config, f"nearest record {records[0].identity.describe_sizes()}"
+    exact = db.champion(identity.key)
+    if exact is not None and _usable(target, problem, position, exact.config, default):
+        return exact.config, "exact record"
+    others = sorted({v.key for v in db.family_verdicts(identity.family)} - {identity.key})
+    nearest = []
+    for key in others:
+        found = champion(db.verdicts(key))
+        records = db.records(key)
+        if found is not None and records:
+            nearest.append((size_distance(records[0].identity.extents, identity.extents), key,
+                            found, records[0].identity))
+    for _, _, found, other in sorted(nearest, key=lambda item: item[:2]):
+        if _usable(target, problem, position, found.config, default):
+            return found.config, f"nearest record {other.describe_sizes()}"
     return None
 
 
@@ -136,6 +135,9 @@ def choose_configs(target: TuningTarget, problem: Problem, policy: Policy,
                 if result.best is None:
                     chosen.append((defaults[position], f"{DEFAULT_SOURCE} (tuning found no "
                                    "working variant)"))
+                elif not result.beats_default:
+                    chosen.append((defaults[position], f"{DEFAULT_SOURCE} (no variant beat it "
+                                   f"side by side, {result.evaluations} variants)"))
                 else:
                     chosen.append((result.best.config,
                                    f"tuned now ({result.evaluations} variants)"))

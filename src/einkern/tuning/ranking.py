@@ -1,10 +1,17 @@
 """Choosing the best of several timed variants, reproducibly.
 
-Variants whose medians lie within the measured noise of the fastest one
-(``max(relative spread, 1 %)``, the spread being the interquartile range over
-the median) are *ties*.  Ties are broken deterministically: fewer registers when
-the timing reports them, then the canonical JSON text of the configuration, so
-two quiet runs of the tuner pick the same winner.
+Variants whose medians lie within the measured noise *of the fastest one*
+(``max(its relative spread, 1 %)``, the spread being the interquartile range
+over the median) are *ties*.  Only the fastest variant's spread counts: a
+variant measured under load has a wide spread of its own, and letting that
+spread widen the tie made a variant three times slower than the fastest a
+"tie" that then won on its JSON text.  Ties are broken deterministically: fewer
+registers when the timing reports them, then the canonical JSON text of the
+configuration, so two quiet runs of the tuner pick the same winner.
+
+Ranking compares times measured at different moments, possibly by different
+tuners; whether the winner really beats the default is decided by the
+side-by-side measurement of :mod:`.verdict` at the end of each run.
 """
 
 from __future__ import annotations
@@ -59,13 +66,8 @@ def ties(items: Iterable[Timed]) -> list[Timed]:
     if not timed:
         return []
     fastest = min(timed, key=lambda item: (item.median, item.config_key))
-    noise = relative_spread(fastest.times)
-    found = []
-    for item in timed:
-        tolerance = max(noise, relative_spread(item.times), NOISE_FLOOR)
-        if item.median <= fastest.median * (1 + tolerance):
-            found.append(item)
-    return found
+    tolerance = max(relative_spread(fastest.times), NOISE_FLOOR)
+    return [item for item in timed if item.median <= fastest.median * (1 + tolerance)]
 
 
 def pick_best(items: Iterable[Timed]) -> Timed | None:

@@ -112,3 +112,22 @@ def test_judge_needs_every_round_and_more_than_the_noise():
     beats, _, reason = judge(quiet, (0.9,) * 10, ((1.0, 0.9), (0.8, 0.9), (1.0, 0.9)))
     assert not beats and reason == "faster in only 2 of 3 rounds"
     assert judge((), (1.0,), ())[:2] == (False, None)
+
+
+def test_database_written_before_verdicts_loads_and_is_confirmed_by_a_rerun(tmp_path):
+    """Records of an older einkern (no verdicts table) load and are resumed, but are
+    used by ``tune="cached"`` only once a run has confirmed a winner."""
+    import sqlite3
+
+    problem, target = fake_problem(), Noisy(costs=COSTS, model=MODEL)
+    path = tmp_path / "old.sqlite"
+    with TuningDB(path) as db:
+        tune_problem(target, problem, options(2), db)
+    with sqlite3.connect(path) as connection:  # what an older einkern wrote
+        connection.execute("DROP TABLE verdicts")
+    assert choose_config(target, problem, 0, "cached", path) == ({"v": 0}, "default mapping")
+    with TuningDB(path) as db:
+        assert len(db.records()) == 2 and db.verdicts() == []
+        [again] = tune_problem(target, problem, options(2), db)
+        assert again.resumed == 2 and again.beats_default
+    assert choose_config(target, problem, 0, "cached", path) == ({"v": 2}, "exact record")

@@ -195,14 +195,10 @@ def print_database(db: TuningDB, every: bool = False) -> None:
         default_time = default.median if default else None
         best_time = best.median if best else None
         runs = verdicts.get(identity.key, [])
-        chosen = champion(runs)
-        if chosen is not None:  # the side-by-side times of the confirmed winner
-            default_time, best_time = _median(chosen.default_times), _median(chosen.winner_times)
-            speedup = speedup_text(chosen)
-        elif runs:
-            speedup = speedup_text(runs[-1])
-        else:
-            speedup = "unconfirmed" if best is not None else "-"
+        shown = champion(runs) or (runs[-1] if runs else None)  # cached's, else the latest
+        speedup = speedup_text(shown) if shown else "unconfirmed" if best is not None else "-"
+        if shown is not None and shown.winner_times:  # its side-by-side medians
+            default_time, best_time = _median(shown.default_times), _median(shown.winner_times)
         table.add_row(*map(Text, (
             identity.statement, identity.describe_sizes(), f"{identity.backend} {name}",
             identity.version, str(len(group)), str(sum(not r.ok for r in group)),

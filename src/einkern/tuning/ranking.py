@@ -26,9 +26,14 @@ NOISE_FLOOR = 0.01
 class Timed(Protocol):
     """A successfully measured variant (an outcome or a database record)."""
 
-    config_key: str  # canonical JSON of the configuration
-    times: tuple[float, ...]
-    resources: tuple[tuple[str, Any], ...]
+    @property
+    def config_key(self) -> str: ...  # canonical JSON of the configuration
+
+    @property
+    def times(self) -> tuple[float, ...]: ...
+
+    @property
+    def resources(self) -> tuple[tuple[str, Any], ...]: ...
 
     @property
     def median(self) -> float | None: ...
@@ -62,12 +67,12 @@ def _registers(item: Timed) -> float:
 
 def ties(items: Iterable[Timed]) -> list[Timed]:
     """The variants indistinguishable from the fastest one."""
-    timed = [item for item in items if item.median is not None]
+    timed = [(median, item) for item in items if (median := item.median) is not None]
     if not timed:
         return []
-    fastest = min(timed, key=lambda item: (item.median, item.config_key))
-    tolerance = max(relative_spread(fastest.times), NOISE_FLOOR)
-    return [item for item in timed if item.median <= fastest.median * (1 + tolerance)]
+    fastest, first = min(timed, key=lambda pair: (pair[0], pair[1].config_key))
+    limit = fastest * (1 + max(relative_spread(first.times), NOISE_FLOOR))
+    return [item for median, item in timed if median <= limit]
 
 
 def pick_best(items: Iterable[Timed]) -> Timed | None:

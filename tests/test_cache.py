@@ -64,7 +64,12 @@ def test_world_writable_directory_is_refused(root):
     with pytest.raises(CacheSecurityError) as raised:
         run()
     assert "can be written by other users (mode 777)" in str(raised.value)
-    assert "chmod 700" in str(raised.value)  # the fix
+    assert f"chmod go-w {root}" in str(raised.value)  # the fix
+    os.chmod(root, 0o1777)  # a shared directory such as /tmp: go elsewhere
+    with pytest.raises(CacheSecurityError) as raised:
+        run()
+    assert "set EINKERN_CACHE_DIR to a directory only you can write" in str(raised.value)
+    assert "chmod" not in str(raised.value)
     assert not (root / "cpu").exists()  # nothing created inside it
     os.chmod(root, 0o700)
     (root / "cpu").mkdir(mode=0o700)

@@ -56,9 +56,15 @@ def directory(kind: str) -> Path:
     return cache_root() / kind
 
 
-def _hint(path: Path) -> str:
-    return (f"make it yours and private (`chmod 700 {path}`, or remove it and let einkern "
-            "recreate it), or set EINKERN_CACHE_DIR to a directory only you can write")
+def _hint(path: Path, status: os.stat_result, uid: int) -> str:
+    """The fix: narrow the mode of one's own private directory or entry; else (a
+    shared directory such as /tmp, another user's) use another directory."""
+    elsewhere = ("set EINKERN_CACHE_DIR to a directory only you can write (einkern creates "
+                 "a missing one with mode 0700)")
+    if status.st_uid == uid and not status.st_mode & stat.S_ISVTX \
+            and not stat.S_ISLNK(status.st_mode):
+        return f"if it is yours alone, `chmod go-w {path}`; or {elsewhere}"
+    return elsewhere
 
 
 def check_private(path: Path, what: str = "cache directory") -> None:
@@ -69,18 +75,19 @@ def check_private(path: Path, what: str = "cache directory") -> None:
     getuid = getattr(os, "getuid", None)
     if getuid is None:  # no POSIX owners (Windows): nothing to check
         return
+    uid = getuid()
     if stat.S_ISLNK(status.st_mode):
         raise CacheSecurityError(f"the einkern {what} {path} is a symbolic link",
-                                 hint=_hint(path))
-    if status.st_uid != getuid():
+                                 hint=_hint(path, status, uid))
+    if status.st_uid != uid:
         raise CacheSecurityError(
             f"the einkern {what} {path} belongs to another user (uid {status.st_uid}); "
-            "einkern will not load code from it", hint=_hint(path))
+            "einkern will not load code from it", hint=_hint(path, status, uid))
     if status.st_mode & _UNSAFE_BITS:
         raise CacheSecurityError(
             f"the einkern {what} {path} can be written by other users (mode "
             f"{stat.S_IMODE(status.st_mode):03o}); einkern will not load code from it",
-            hint=_hint(path))
+            hint=_hint(path, status, uid))
 
 
 def private_directory(path: Path) -> Path:

@@ -16,6 +16,7 @@ from einkern.backends import cache
 from einkern.backends.cache import CacheSecurityError
 from einkern.backends.cpu import CpuBackend
 from einkern.backends.cpu.compiler import cache_key, library_path, toolchain
+from einkern.backends.cuda.nvrtc import compile_cubin
 
 PROGRAM = """
 program scale
@@ -178,9 +179,6 @@ def test_concurrent_writers_never_expose_mixed_entries(tmp_path):
 
 
 def test_cuda_cache_entries_are_sealed_and_verified(root):
-    pytest.importorskip("cuda.bindings")
-    from einkern.backends.cuda.nvrtc import compile_cubin
-
     text = 'extern "C" __global__ void k(double *x) { x[threadIdx.x] *= 2; }'
     first = compile_cubin(text, "sm_90")
     assert compile_cubin(text, "sm_90").cached

@@ -104,7 +104,7 @@ class ProgressDisplay:
         if event.best is not None:
             best = f"best {seconds_text(event.best.median)}"
             if event.default is not None and event.default.ok and event.best.cost > 0:
-                best += f" ({event.default.cost / event.best.cost:.2f}x default)"
+                best += f" ({event.default.cost / event.best.cost:.2f}x default so far)"
         self._progress.update(task, completed=event.done, total=event.total, best=best)
 
 

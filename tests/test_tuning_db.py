@@ -204,8 +204,12 @@ def test_cached_policy_exact_then_nearest_then_default(tmp_path):
     with TuningDB(path) as db:
         fill(db, 64, {"a": 1, "b": 1, "c": 1})
         fill(db, 4000, {"a": 4, "b": 4, "c": 2})
+        fill(db, 80, {"a": 2, "b": 2, "c": 2}, confirmed=False)  # never beat the default
     assert choose_config(target, fake_problem(64), 0, "cached", path) == (
         {"a": 1, "b": 1, "c": 1}, "exact record")
+    # its own records unconfirmed, size 80 takes the nearest confirmed winner (64)
+    assert choose_config(target, fake_problem(80), 0, "cached", path) == (
+        {"a": 1, "b": 1, "c": 1}, "nearest record i=64, j=64, k=64")
     config, source = choose_config(target, fake_problem(3000), 0, True, path)
     assert config == {"a": 4, "b": 4, "c": 2}
     assert source == "nearest record i=4000, j=4000, k=4000"

@@ -47,10 +47,11 @@ def test_few_outer_iterations_collapse_every_loop(tmp_path, capsys):
                        "B[i,j] = 2 * A[i,j]\n")
     code, out, _ = emit(capsys, str(program))
     assert code == 0
-    assert "only 4 iterations (under 64): OpenMP collapses all 2 loops" in out
+    assert "the outer loop has only 4 iterations (under 64): OpenMP collapses all 2 loops" in out
     assert "//   loops: order i, j; OpenMP collapse 2" in out
     program.write_text(program.read_text().replace("m = 4,", "m = 400,"))
     _, out, _ = emit(capsys, str(program))
+    assert "the outer loop has 400 iterations" in out
     assert "leaves the innermost loop j whole in each thread" in out
 
 

@@ -146,8 +146,11 @@ def decide_loop_schedule(problem: Problem, statement: Statement) -> LoopDecision
     if not order:
         return LoopDecision(LoopSchedule(order, 0), (
             f"{output} has no index: one iteration, on one thread",))
-    reasons = [f"loops {', '.join(order)} follow {output}'s memory order (the innermost, "
-               f"{order[-1]}, walks its smallest stride)"]
+    if len(order) == 1:
+        reasons = [f"one loop, {order[0]}, over {output}"]
+    else:
+        reasons = [f"loops {', '.join(order)} follow {output}'s memory order (the innermost, "
+                   f"{order[-1]}, walks its smallest stride)"]
     work = statement_work(problem, statement)
     if work < PARALLEL_MIN_WORK:
         reasons.append(f"about {work:,} operations, under {PARALLEL_MIN_WORK:,}: one thread "
@@ -172,12 +175,13 @@ def decide_loop_schedule(problem: Problem, statement: Statement) -> LoopDecision
             return LoopDecision(tiled, tuple(reasons))
         reasons.append(f"sums of {terms:,} terms, but no cache tiles: {refused}")
     outer = math.prod(problem.index_size(statement, index) for index in order[:-1])
+    loops = "the outer loop has" if len(order) == 2 else "the outer loops have"
     if outer >= OUTER_PARALLELISM:
-        reasons.append(f"the outer loops have {outer:,} iterations (at least "
+        reasons.append(f"{loops} {outer:,} iterations (at least "
                        f"{OUTER_PARALLELISM}): OpenMP collapses them and leaves the innermost "
                        f"loop {order[-1]} whole in each thread, to vectorise")
         return LoopDecision(LoopSchedule(order, len(order) - 1), tuple(reasons))
-    reasons.append(f"the outer loops have only {outer:,} iterations (under "
+    reasons.append(f"{loops} only {outer:,} iterations (under "
                    f"{OUTER_PARALLELISM}): OpenMP collapses all {len(order)} loops")
     return LoopDecision(LoopSchedule(order, len(order)), tuple(reasons))
 

@@ -129,3 +129,102 @@ def test_einsum_matches_numpy_and_caches_kernels():
 def test_einsum_errors(spec, shapes, error):
     with pytest.raises(error):
         einkern.einsum(spec, *(np.ones(s) for s in shapes), backend="cpu")
+
+
+@pytest.mark.parametrize(
+    "value, text",
+    [
+        (10**400, "does not fit its dtype float64"),
+        (-(10**400), "does not fit its dtype float64"),
+        ("2", "must be a real number (int, float or a NumPy number), got a str"),
+        (b"2", "got a bytes"),
+        (1 + 2j, "got a complex"),
+        (None, "got a NoneType"),
+        ([1.0], "got a list"),
+        (True, "got a bool"),
+    ],
+)
+def test_bad_scalars_are_typed_errors(value, text):
+    kernel = einkern.compile(GEMM, backend="cpu", m=2, n=2, k=2)
+    arrays = {"A": np.ones((2, 2)), "B": np.ones((2, 2)), "C": np.ones((2, 2))}
+    with pytest.raises(ArgumentError) as info:
+        kernel(**arrays, beta=value)
+    assert text in str(info.value) and info.value.span is not None
+    assert "10000000000" not in str(info.value)  # a huge integer is not printed in full
+
+
+def test_float32_scalar_must_fit_float32():
+    kernel = einkern.compile(
+        "dims n = 3\ntensor x[n], y[n] float32\nscalar s float32\ny[i] = s * x[i]", backend="cpu"
+    )
+    x = np.ones(3, dtype=np.float32)
+    with pytest.raises(ArgumentError, match="does not fit its dtype float32"):
+        kernel(x, s=1e39)
+    np.testing.assert_array_equal(kernel(x, s=np.float64(2.5)), 2.5 * x)
+    np.testing.assert_array_equal(kernel(x, s=np.int64(3)), 3 * x)
+    np.testing.assert_array_equal(kernel(x, s=np.array(0.5)), 0.5 * x)
+    assert np.all(np.isinf(kernel(x, s=float("inf"))))  # infinity is representable
+
+
+def test_messages_use_articles_and_say_strides_are_elements():
+    kernel = einkern.compile(GEMM, backend="cpu", m=4, n=4, k=4)
+    arrays = {"A": np.ones((4, 4)), "B": np.ones((4, 4)), "C": np.ones((4, 4))}
+    with pytest.raises(ArgumentError) as info:
+        kernel(**{**arrays, "A": 3}, beta=1.0)
+    assert "cannot use an int" in str(info.value) and "accepts NumPy arrays" in str(info.value)
+    with pytest.raises(LayoutError) as info:
+        kernel(**{**arrays, "A": np.asfortranarray(arrays["A"])}, beta=1.0)
+    assert "(1, 4) in elements" in str(info.value) and "(4, 1)" in str(info.value)
+    with pytest.raises(ArgumentError, match="cannot use an int"):
+        einkern.einsum("i->i", 3, backend="cpu")
+
+
+def test_call_time_dtype_and_layout_errors_are_argument_errors_too():
+    kernel = einkern.compile(GEMM, backend="cpu", m=4, n=4, k=4)
+    arrays = {"A": np.ones((4, 4)), "B": np.ones((4, 4)), "C": np.ones((4, 4))}
+    with pytest.raises(ArgumentError):
+        kernel(**{**arrays, "B": arrays["B"].astype(np.float32)}, beta=1.0)
+    with pytest.raises(ArgumentError):
+        kernel(**{**arrays, "B": arrays["B"].T}, beta=1.0)
+
+
+def test_overlapping_views_of_a_written_array_are_refused():
+    kernel = einkern.compile("dims n = 4\ntensor x[n], y[n]\ny[i] = 2 * x[i]", backend="cpu")
+    buffer = np.ones(6)
+    with pytest.raises(ArgumentError, match="overlap in memory"):
+        kernel(buffer[:4], y=buffer[2:])
+    y = np.zeros(4)
+    np.testing.assert_array_equal(kernel(buffer[:4], y=y), 2 * buffer[:4])
+
+
+def test_stream_is_refused_on_the_cpu_backend():
+    kernel = einkern.compile("dims n = 2\ntensor x[n], y[n]\ny[i] = x[i]", backend="cpu")
+    with pytest.raises(ArgumentError, match="stream= applies to GPU backends"):
+        kernel(np.ones(2), stream=0)
+
+
+def test_bind_checks_once_and_run_checked_runs():
+    kernel = einkern.compile(GEMM, backend="cpu", m=3, n=3, k=3)
+    A, B = np.full((3, 3), 2.0), np.eye(3)
+    call = kernel.bind(A, B, np.zeros((3, 3)), beta=0.0)
+    assert set(call.arrays) == {"A", "B", "C"} and call.scalars == {"alpha": 1.0, "beta": 0.0}
+    assert call.infos["A"].shape == (3, 3) and call.stream is None
+    kernel.executable.run_checked(call)
+    np.testing.assert_array_equal(call.arrays["C"], A @ B)
+
+
+def test_torch_cpu_tensors_are_host_arrays_on_the_cpu_backend():
+    torch = pytest.importorskip("torch")
+    kernel = einkern.compile(GEMM, backend="cpu", m=3, n=4, k=5)
+    A, B = torch.rand(3, 5, dtype=torch.float64), torch.rand(5, 4, dtype=torch.float64)
+    C = torch.zeros(3, 4, dtype=torch.float64)
+    assert kernel(A, B, C, beta=0.0) is C
+    torch.testing.assert_close(C, A @ B, rtol=1e-12, atol=0)
+    with pytest.raises(ArgumentError, match="detach"):
+        kernel(A.requires_grad_(), B, C, beta=0.0)
+
+
+def test_a_tensor_named_stream_is_an_argument_not_a_stream():
+    kernel = einkern.compile("dims n = 2\ntensor stream[n], y[n]\ny[i] = 2 * stream[i]",
+                             backend="cpu")
+    np.testing.assert_array_equal(kernel(stream=np.ones(2)), [2.0, 2.0])

@@ -297,38 +297,8 @@ def test_kernel_resources_one_per_statement():
 # ---- arrays --------------------------------------------------------------------
 
 
-class FakeDeviceArray:
-    def __init__(self, interface):
-        self.__cuda_array_interface__ = interface
-
-
-def test_describe_cuda_array_interface():
-    contiguous = FakeDeviceArray(
-        {"shape": (3, 4), "typestr": "<f4", "data": (0xDEAD00, False), "strides": None,
-         "version": 3}
-    )
-    info = describe(contiguous)
-    assert info.shape == (3, 4) and info.dtype == "float32" and info.strides == (4, 1)
-    assert info.pointer == 0xDEAD00 and info.device.startswith("cuda:") and not info.readonly
-    column = FakeDeviceArray(
-        {"shape": (3, 4), "typestr": "<f8", "data": (4096, True), "strides": (8, 24),
-         "version": 2}
-    )
-    info = describe(column)
-    assert info.dtype == "float64" and info.strides == (1, 3) and info.readonly
-    odd = FakeDeviceArray({"shape": (2,), "typestr": "<i4", "data": (64, False), "version": 3})
-    assert describe(odd).dtype == "<i4"
-    assert info.stream is None and describe(contiguous).stream is None
-
-
-@pytest.mark.parametrize("stream, waited", [(None, None), (0, None), (1, None), (2, None),
-                                            (0x7F00AB, 0x7F00AB)])
-def test_producer_stream_from_the_interface(stream, waited):
-    """Version 3 of the interface names the stream a consumer must wait for; the
-    default streams (0, 1 legacy, 2 per-thread) are ordered with einkern's launches."""
-    array = FakeDeviceArray({"shape": (2,), "typestr": "<f8", "data": (64, False),
-                             "version": 3, "stream": stream})
-    assert describe(array).stream == waited
+# Arrays with ``__cuda_array_interface__`` are read through cuda.core's
+# StridedMemoryView, which needs the driver: see test_gpu_runtime.py.
 
 
 def test_describe_numpy_and_unknown_objects():

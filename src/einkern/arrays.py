@@ -44,16 +44,19 @@ def dtype_name(dtype: Any) -> str:
 
 
 def describe_numpy(array: np.ndarray) -> ArrayInfo:
-    itemsize = array.dtype.itemsize
-    strides = tuple(s // itemsize if s % itemsize == 0 else -1 for s in array.strides)
+    """ArrayInfo of a NumPy array (host memory); called on every kernel call, so kept
+    cheap."""
+    dtype = array.dtype
+    itemsize = dtype.itemsize
+    name = _DTYPE_NAMES.get(dtype)
     return ArrayInfo(
-        shape=tuple(array.shape),
-        dtype=dtype_name(array.dtype),
-        strides=strides,
-        device="cpu",
-        pointer=array.ctypes.data,
-        library="numpy",
-        readonly=not array.flags.writeable,
+        array.shape,
+        name if name is not None else str(dtype),
+        tuple(s // itemsize if s % itemsize == 0 else -1 for s in array.strides),
+        "cpu",
+        array.ctypes.data,
+        "numpy",
+        not array.flags.writeable,
     )
 
 

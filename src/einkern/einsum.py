@@ -7,6 +7,7 @@ from typing import Any
 
 from .arrays import ArrayInfo, strides_match
 from .backends import get_backend
+from .backends.binding import article, type_name
 from .errors import ArgumentError, DtypeError, LayoutError, ParseError
 from .ir.nodes import Access, Binary, Expr, Extent, Program, Statement, Sum, Tensor
 from .source import Source, Span
@@ -90,7 +91,8 @@ def _layout(info: ArrayInfo) -> str:
     if strides_match(info, "column"):
         return "column"
     raise LayoutError(
-        f"operand with strides {info.strides} is neither row- nor column-major dense",
+        f"operand with strides {info.strides} (in elements) is neither a dense row-major "
+        "nor a dense column-major array",
         hint="pass a contiguous copy (np.ascontiguousarray)",
     )
 
@@ -106,7 +108,10 @@ def einsum(spec: str, *operands: Any, backend: str = "auto") -> Any:
         info = chosen.describe(operand)
         if info is None:
             raise ArgumentError(
-                f"cannot use a {type(operand).__name__} with the {chosen.name} backend"
+                f"the {chosen.name} backend cannot use {article(type_name(operand))} as an "
+                "einsum operand",
+                hint="pass NumPy arrays"
+                + (" or GPU arrays (torch, CuPy, JAX)" if chosen.name == "cuda" else ""),
             )
         infos.append(info)
     dtypes = {info.dtype for info in infos}

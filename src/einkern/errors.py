@@ -84,6 +84,14 @@ class ArgumentError(EinkernError):
     """Arrays or scalars passed at call time that do not match the program."""
 
 
+class ArgumentDtypeError(DtypeError, ArgumentError):
+    """A call-time array whose element type is not the declared one."""
+
+
+class ArgumentLayoutError(LayoutError, ArgumentError):
+    """A call-time array whose strides do not match the declared layout."""
+
+
 class BackendError(EinkernError):
     """A backend cannot be used here (no compiler, no GPU, no NVRTC)."""
 

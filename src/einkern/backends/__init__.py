@@ -12,16 +12,22 @@ from typing import Any, Protocol, runtime_checkable
 from ..arrays import ArrayInfo
 from ..errors import BackendError
 from ..ir.nodes import Problem
+from .binding import Call
 
 
 @runtime_checkable
 class Executable(Protocol):
-    """A compiled problem.  ``run`` executes every statement in order, reading and
-    writing the given arrays in place.  ``arrays`` holds one array per tensor of
-    the program (already validated by the caller: shape, dtype, layout), of the
-    kind the backend accepts (see :meth:`Backend.prepare`)."""
+    """A compiled problem.  ``run_checked`` executes every statement in order,
+    reading and writing the call's arrays in place.  The :class:`~.binding.Call`
+    holds one array and its :class:`ArrayInfo` per tensor and one value per
+    scalar, already checked against the program by :class:`~.binding.Binder` (the
+    one argument check): executables do not check them again.  ``run(arrays,
+    scalars)`` is the same after binding arrays and scalars by name through that
+    one check."""
 
-    def run(self, arrays: Mapping[str, Any], scalars: Mapping[str, float]) -> None: ...
+    def run_checked(self, call: Call) -> None: ...
+
+    def run(self, arrays: Mapping[str, Any], scalars: Mapping[str, Any]) -> None: ...
 
 
 @runtime_checkable
@@ -42,7 +48,10 @@ class Backend(Protocol):
 
     def describe(self, array: Any) -> ArrayInfo | None:
         """Shape/dtype/strides/device of an array this backend accepts, or None when
-        it does not accept that kind of object at all."""
+        it does not accept that kind of object at all.  (A backend that launches on
+        streams also defines ``resolve_stream(stream, arrays)``, the stream a call
+        launches on, and takes it as a second argument: ``describe(array, stream)``,
+        so that the array's producer is ordered before that stream.)"""
         ...
 
     def allocate(self, problem: Problem, tensor: str, like: Sequence[Any]) -> Any:

@@ -8,13 +8,14 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from ...arrays import ArrayInfo, describe_numpy
 from ...errors import ArgumentError, CompilationError
 from ...ir.nodes import Problem
+from ..binding import Call, article, bind_arguments, type_name
 from .codegen import ENTRY_POINT, emit_c
 from .compiler import (
     Toolchain,
@@ -26,6 +27,7 @@ from .compiler import (
 )
 from .schedule import CpuSchedule, default_schedule
 
+_DLPACK_CPU = 1  # kDLCPU
 _LOADED: dict[str, ctypes.CDLL] = {}
 _LOADED_LOCK = threading.Lock()
 
@@ -40,76 +42,23 @@ class CpuExecutable:
     library: Path
     function: Any = dataclasses.field(repr=False)
 
-    #: ``run`` takes the ArrayInfo of arrays einkern.Kernel has already checked.
-    accepts_infos = True
+    def run(self, arrays: Mapping[str, Any], scalars: Mapping[str, Any]) -> None:
+        """Check ``arrays`` and ``scalars`` by name (the one check,
+        :class:`~einkern.backends.binding.Binder`; names the program does not have
+        are ignored) and run: see :meth:`run_checked`."""
+        self.run_checked(bind_arguments(self.problem, CpuBackend(), arrays, scalars,
+                                        ignore_unknown=True))
 
-    def run(self, arrays: Mapping[str, Any], scalars: Mapping[str, float],
-            infos: Mapping[str, ArrayInfo] | None = None) -> None:
-        """Execute every statement in order, in place.  ``arrays`` maps each tensor name
-        to a NumPy array (or an object exposing ``__array_interface__``) in the
-        declared shape, dtype and layout; ``scalars`` maps scalar names to values
-        (declared defaults fill in missing ones).  ``infos``: the arrays that the
-        caller has already checked against the program (their checks are skipped)."""
+    def run_checked(self, call: Call) -> None:
+        """Execute every statement in order, in place, on the call's arrays (host
+        memory, checked by :class:`~einkern.backends.binding.Binder`)."""
         program = self.problem.program
-        names = [tensor.name for tensor in program.tensors]
-        outputs = program.outputs
-        checked = infos or {}
-        views = [
-            _as_ndarray(arrays[name]) if name in checked and name in arrays
-            else self._array(name, arrays, name in outputs)
-            for name in names
-        ]
-        _check_overlap(outputs, names, views)
-        pointers = (ctypes.c_void_p * max(1, len(views)))(*(v.ctypes.data for v in views))
+        infos = call.infos
+        pointers = (ctypes.c_void_p * max(1, len(program.tensors)))(
+            *(infos[tensor.name].pointer for tensor in program.tensors))
         values = (ctypes.c_double * max(1, len(program.scalars)))(
-            *(_scalar_value(scalar, scalars) for scalar in program.scalars)
-        )
+            *(call.scalars[scalar.name] for scalar in program.scalars))
         self.function(pointers, values)
-
-    def _array(self, name: str, arrays: Mapping[str, Any], written: bool) -> np.ndarray:
-        if name not in arrays:
-            raise ArgumentError(f"no array given for tensor {name!r}")
-        array = arrays[name]
-        if not isinstance(array, np.ndarray):
-            array = np.asarray(array)  # shares memory for __array_interface__ objects
-        tensor = self.problem.program.tensor(name)
-        shape = self.problem.shape(name)
-        if array.dtype != np.dtype(tensor.dtype) or array.shape != shape:
-            raise ArgumentError(
-                f"tensor {name!r} needs a {tensor.dtype} array of shape {shape}, "
-                f"got {array.dtype} {array.shape}"
-            )
-        itemsize = array.dtype.itemsize
-        expected = self.problem.strides(name)
-        pairs = zip(shape, array.strides, expected, strict=True)
-        if any(n != 1 and got != want * itemsize for n, got, want in pairs):
-            raise ArgumentError(f"array for tensor {name!r} is not dense in {tensor.layout} layout")
-        if written and not array.flags.writeable:
-            raise ArgumentError(f"array for output tensor {name!r} is read-only")
-        return array
-
-
-def _as_ndarray(array: Any) -> np.ndarray:
-    return array if isinstance(array, np.ndarray) else np.asarray(array)
-
-
-def _scalar_value(scalar, given: Mapping[str, float]) -> float:
-    value = given.get(scalar.name, scalar.default)
-    if value is None:
-        raise ArgumentError(f"no value given for scalar {scalar.name!r}")
-    return float(value)
-
-
-def _check_overlap(outputs: Sequence[str], names: Sequence[str], views: Sequence[np.ndarray]):
-    """Kernels assume a written tensor shares memory with no other tensor (``restrict``)."""
-    for written in outputs:
-        mine = views[names.index(written)]
-        for name, other in zip(names, views, strict=True):
-            if name != written and np.may_share_memory(mine, other):
-                raise ArgumentError(
-                    f"arrays for tensors {written!r} and {name!r} overlap in memory, "
-                    f"but {written!r} is written"
-                )
 
 
 def load_library(path: Path) -> Any:
@@ -183,23 +132,40 @@ class CpuBackend:
             return self._executables.setdefault(key, executable)
 
     def describe(self, array: Any) -> ArrayInfo | None:
-        """Host arrays: NumPy arrays and objects exposing ``__array_interface__``;
-        None for anything else (GPU arrays with ``__cuda_array_interface__`` included)."""
+        """Host arrays: NumPy arrays, objects exposing ``__array_interface__``, and
+        DLPack producers in host memory (torch CPU tensors, JAX CPU arrays); None for
+        anything else (GPU arrays included).  The ArrayInfo's pointer stays valid
+        while ``array`` lives."""
         if isinstance(array, np.ndarray):
             return describe_numpy(array)
         if hasattr(array, "__cuda_array_interface__"):
             return None
-        if not isinstance(getattr(array, "__array_interface__", None), dict):
-            return None
-        try:
-            view = np.asarray(array)
-        except (TypeError, ValueError):
-            return None
         library = type(array).__module__.partition(".")[0] or "unknown"
+        if isinstance(getattr(array, "__array_interface__", None), dict):
+            try:
+                view = np.asarray(array)
+            except (TypeError, ValueError):
+                return None
+        elif hasattr(array, "__dlpack__") and hasattr(array, "__dlpack_device__"):
+            try:
+                kind, _ = array.__dlpack_device__()
+            except Exception:  # noqa: BLE001 - not a usable DLPack producer
+                return None
+            if int(kind) != _DLPACK_CPU:
+                return None
+            try:
+                view = np.from_dlpack(array)
+            except (BufferError, TypeError, ValueError, RuntimeError) as error:
+                raise ArgumentError(
+                    f"cannot read {article(type_name(array))} through DLPack: {error}",
+                    hint="pass a plain array (for torch: tensor.detach())",
+                ) from None
+        else:
+            return None
         return dataclasses.replace(describe_numpy(view), library=library)
 
     def allocate(self, problem: Problem, tensor: str, like: Sequence[Any]) -> np.ndarray:
         """Uninitialised NumPy array for ``tensor`` in its declared layout."""
         declared = problem.program.tensor(tensor)
-        order = "C" if declared.layout == "row" else "F"
+        order: Literal["C", "F"] = "C" if declared.layout == "row" else "F"
         return np.empty(problem.shape(tensor), dtype=declared.dtype, order=order)

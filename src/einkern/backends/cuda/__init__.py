@@ -1,4 +1,5 @@
-"""The CUDA backend: NVRTC-compiled kernels launched through the driver API.
+"""The CUDA backend: NVRTC-compiled kernels launched through ``cuda.core`` on the
+caller's stream.
 
 Importing this package needs neither ``cuda-bindings`` nor a GPU; only
 :meth:`CudaBackend.build` (and running) does.  ``emit`` and ``resources`` work
@@ -47,7 +48,8 @@ class CudaBackend:
     # -- availability ---------------------------------------------------------
 
     def available(self) -> bool:
-        """True when cuda-bindings, NVRTC, a driver and at least one GPU are usable."""
+        """True when cuda-bindings, cuda-core, NVRTC, a driver and at least one GPU
+        are usable."""
         if self._available is None:
             self._available, self._why_unavailable = _probe()
         return self._available
@@ -88,12 +90,18 @@ class CudaBackend:
 
             arch = arch_for(*driver.device_properties(0).compute_capability)
             executable = CudaExecutable(problem, source, compile_cubin(source.text, arch))
-            executable.module(0)  # load now: problems surface at build time
+            executable.module(0)  # load now: problems surface at build time (not in a capture)
             self._executables[key] = executable
         return executable
 
-    def describe(self, array: Any) -> ArrayInfo | None:
-        return _arrays.describe(array)
+    def describe(self, array: Any, stream: int | None = None) -> ArrayInfo | None:
+        """See :func:`.arrays.describe`: ``stream`` is the call's stream, which the
+        array's producer is ordered before."""
+        return _arrays.describe(array, stream)
+
+    def resolve_stream(self, stream: Any, arrays: Sequence[Any]) -> int:
+        """The stream handle a call launches on (see :func:`.arrays.resolve_stream`)."""
+        return _arrays.resolve_stream(stream, arrays)
 
     def allocate(self, problem: Problem, tensor: str, like: Sequence[Any]) -> Any:
         return _arrays.allocate(problem, tensor, like)
@@ -136,6 +144,10 @@ def _probe() -> tuple[bool, str | None]:
         import cuda.bindings.nvrtc  # noqa: F401
     except ImportError:
         return False, "cuda-bindings is not installed"
+    try:
+        import cuda.core  # noqa: F401 - compiles and launches
+    except ImportError:
+        return False, "cuda-core is not installed"
     try:
         from . import driver
         from .nvrtc import nvrtc_version

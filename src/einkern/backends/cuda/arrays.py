@@ -1,228 +1,207 @@
-"""Arrays the CUDA backend accepts: NumPy (host), ``__cuda_array_interface__``
-(PyTorch, CuPy, Numba) and DLPack (JAX and others), all without copies; and new
-arrays of the same library for outputs.
+"""Arrays the CUDA backend accepts, and the stream a call launches on.
+
+NumPy arrays are host memory (staged by the executable).  CUDA torch tensors
+are read from their attributes (the cheapest way); every other array — CuPy,
+Numba, JAX, anything with ``__cuda_array_interface__`` or DLPack — through
+``cuda.core``'s :class:`~cuda.core.utils.StridedMemoryView`, which also orders
+the consumer's stream after the producer's (an event wait on the GPU, never a
+host wait).  Outputs a caller does not pass are new arrays of the same library.
 """
 
 from __future__ import annotations
 
-import ctypes
+import functools
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
-from ...arrays import ArrayInfo, contiguous_strides, describe_numpy
-from ...errors import ArgumentError, BackendError
+from ...arrays import ArrayInfo, contiguous_strides, describe_numpy, dtype_name
+from ...errors import ArgumentError
 from ...ir.nodes import Problem
+from ..binding import article, type_name
 
-_TYPESTRS = {"<f4": "float32", "<f8": "float64", "=f4": "float32", "=f8": "float64"}
-
-# DLPack (dlpack.h, ABI of DLManagedTensor, version 0.x)
-KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED = 1, 2, 3, 13
-KDL_FLOAT = 2
-
-
-class _DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class _DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class _DLTensor(ctypes.Structure):
-    _fields_ = [
-        ("data", ctypes.c_void_p),
-        ("device", _DLDevice),
-        ("ndim", ctypes.c_int32),
-        ("dtype", _DLDataType),
-        ("shape", ctypes.POINTER(ctypes.c_int64)),
-        ("strides", ctypes.POINTER(ctypes.c_int64)),
-        ("byte_offset", ctypes.c_uint64),
-    ]
-
-
-class _DLManagedTensor(ctypes.Structure):
-    _fields_ = [
-        ("dl_tensor", _DLTensor),
-        ("manager_ctx", ctypes.c_void_p),
-        ("deleter", ctypes.c_void_p),
-    ]
-
-
-_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
-_capsule_pointer.restype = ctypes.c_void_p
-_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+#: The legacy default stream's handle; DLPack and ``__cuda_array_interface__``
+#: spell it 1 (0 is ambiguous there).
+LEGACY_STREAM = 0
+_PROTOCOL_LEGACY = 1
 
 
 def _library(obj: Any) -> str:
     return type(obj).__module__.split(".", 1)[0] or "unknown"
 
 
-def _device_of(pointer: int) -> int:
-    """GPU ordinal of a device pointer; 0 when it cannot be asked (no GPU here)."""
-    if not pointer:
-        return 0
-    try:
-        from . import driver
-
-        return driver.pointer_device(pointer)
-    except BackendError:
-        return 0
-
-
-def describe_cuda_array_interface(obj: Any, interface: dict) -> ArrayInfo:
-    """ArrayInfo from a ``__cuda_array_interface__`` dict (versions 2 and 3)."""
-    if interface.get("mask") is not None:
-        raise ArgumentError(f"masked {_library(obj)} arrays are not supported")
-    shape = tuple(int(n) for n in interface["shape"])
-    typestr = interface["typestr"]
-    dtype = _TYPESTRS.get(typestr, typestr)
-    itemsize = int(typestr[2:]) if typestr[2:].isdigit() else 1
-    pointer, readonly = interface["data"]
-    stream = interface.get("stream")
-    raw = interface.get("strides")
-    if raw is None:
-        strides = contiguous_strides(shape, "row")
-    else:
-        strides = tuple(int(s) // itemsize if int(s) % itemsize == 0 else -1 for s in raw)
-    return ArrayInfo(
-        shape=shape,
-        dtype=dtype,
-        strides=strides,
-        device=f"cuda:{_device_of(int(pointer or 0))}",
-        pointer=int(pointer or 0),
-        library=_library(obj),
-        readonly=bool(readonly),
-        stream=_producer_stream(stream),
-    )
-
-
-def _producer_stream(stream: Any) -> int | None:
-    """A stream handle to wait for: neither absent nor one of the default streams
-    (0, 1 = legacy, 2 = per-thread), which einkern's launches are ordered with."""
-    return int(stream) if isinstance(stream, int) and stream > 2 else None
-
-
 _TORCH_DTYPES: dict[Any, str] = {}
 
 
 def describe_torch_cuda(tensor: Any) -> ArrayInfo | None:
-    """ArrayInfo of a CUDA torch tensor from its attributes, which is much cheaper
-    than building its ``__cuda_array_interface__``; None for other tensors (CPU,
-    requiring grad), which take the general path."""
+    """ArrayInfo of a CUDA torch tensor from its attributes, much cheaper than any
+    interchange protocol; None for other tensors (CPU, requiring grad), which take
+    the general path.  ``stream`` is torch's current stream on the tensor's GPU,
+    where torch orders the work that produced it."""
     if not tensor.is_cuda or tensor.requires_grad:
         return None
-    import torch
-
     if not _TORCH_DTYPES:
+        import torch
+
         _TORCH_DTYPES.update({torch.float32: "float32", torch.float64: "float64"})
     index = tensor.get_device()
+    dtype = _TORCH_DTYPES.get(tensor.dtype)
     return ArrayInfo(
         shape=tuple(tensor.shape),
-        dtype=_TORCH_DTYPES.get(tensor.dtype, str(tensor.dtype).removeprefix("torch.")),
+        dtype=dtype if dtype is not None else str(tensor.dtype).removeprefix("torch."),
         strides=tuple(tensor.stride()),
         device=f"cuda:{index}",
         pointer=tensor.data_ptr(),
         library="torch",
         readonly=False,
-        stream=_producer_stream(_torch_current_stream(torch, index)),
+        stream=torch_current_stream(index),
     )
 
 
-def _torch_current_stream(torch: Any, index: int) -> int:
-    """Handle of torch's current stream on GPU ``index`` (what torch's
-    ``__cuda_array_interface__`` reports), through the raw accessor when it exists."""
+@functools.cache
+def _torch_stream_reader() -> Any:
+    import torch
+
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     if raw is not None:
-        return int(raw(index))
-    return int(torch.cuda.current_stream(index).cuda_stream)
+        return raw
+    return lambda index: torch.cuda.current_stream(index).cuda_stream
 
 
-def describe_dlpack(obj: Any) -> ArrayInfo:
-    """ArrayInfo from ``__dlpack_device__``/``__dlpack__``.
+def torch_current_stream(index: int) -> int:
+    """Handle of torch's current stream on GPU ``index``."""
+    return int(_torch_stream_reader()(index))
 
-    The capsule is only read, never consumed: when it is dropped, the producer's
-    destructor releases its DLManagedTensor, and the memory stays owned by
-    ``obj`` (which the caller keeps alive)."""
-    device_type, device_id = (int(v) for v in obj.__dlpack_device__())
-    capsule = None
-    if device_type in (KDL_CUDA, KDL_CUDA_MANAGED):
-        try:
-            capsule = obj.__dlpack__(stream=1)  # einkern works on the legacy default stream
-        except Exception:  # noqa: BLE001 - a producer without stream support
-            capsule = None
-    if capsule is None:
-        capsule = obj.__dlpack__()
-    address = _capsule_pointer(capsule, b"dltensor")
-    if not address:
-        raise ArgumentError(f"{_library(obj)} array: unreadable DLPack capsule")
-    tensor = _DLManagedTensor.from_address(address).dl_tensor
-    ndim = tensor.ndim
-    shape = tuple(int(tensor.shape[d]) for d in range(ndim))
-    if tensor.strides:
-        strides = tuple(int(tensor.strides[d]) for d in range(ndim))
-    else:
-        strides = contiguous_strides(shape, "row")
-    code, bits, lanes = tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes
-    if code == KDL_FLOAT and lanes == 1 and bits in (32, 64):
-        dtype = f"float{bits}"
-    else:
-        dtype = f"dlpack(code={code}, bits={bits}, lanes={lanes})"
-    pointer = int(tensor.data or 0) + int(tensor.byte_offset)
-    kind = tensor.device.device_type
-    if kind in (KDL_CUDA, KDL_CUDA_MANAGED):
-        where = f"cuda:{tensor.device.device_id}"
-    elif kind in (KDL_CPU, KDL_CUDA_HOST):
-        where = "cpu"
-    else:
-        where = f"dlpack-device-{kind}:{tensor.device.device_id}"
-    del tensor, capsule  # the producer's capsule destructor frees the managed tensor
-    library = _library(obj)
+
+def describe_view(obj: Any, stream: int | None) -> ArrayInfo:
+    """ArrayInfo through ``cuda.core``'s StridedMemoryView (DLPack first, then the CUDA
+    array interface).  With ``stream`` (the consumer's), the producer's pending work
+    is ordered before it; the view is not kept (``obj`` owns the memory)."""
+    from cuda.core.utils import StridedMemoryView
+
+    consumer = -1 if stream is None else (_PROTOCOL_LEGACY if stream == LEGACY_STREAM else stream)
+    obj = _as_version_3(obj)
+    try:
+        view = StridedMemoryView.from_any_interface(obj, stream_ptr=consumer)
+    except Exception as error:  # noqa: BLE001 - producers raise what they like
+        if consumer == _PROTOCOL_LEGACY:
+            raise _unreadable(obj, error) from None
+        try:  # producers that know no "-1" (JAX): order on the legacy default stream
+            view = StridedMemoryView.from_any_interface(obj, stream_ptr=_PROTOCOL_LEGACY)
+        except Exception:  # noqa: BLE001
+            raise _unreadable(obj, error) from None
+    shape = tuple(int(n) for n in view.shape)
+    strides = view.strides
+    try:
+        dtype = dtype_name(view.dtype)
+    except NotImplementedError:
+        dtype = "an unsupported element type"
     return ArrayInfo(
         shape=shape,
         dtype=dtype,
-        strides=strides,
-        device=where,
-        pointer=pointer,
-        library=library,
-        readonly=library in ("jax", "jaxlib"),  # JAX arrays are immutable
+        strides=tuple(int(s) for s in strides) if strides is not None
+        else contiguous_strides(shape, "row"),
+        device=f"cuda:{view.device_id}" if view.device_id >= 0 and view.is_device_accessible
+        else "cpu",
+        pointer=int(view.ptr),
+        library=_library(getattr(obj, "obj", obj) if isinstance(obj, _Version3) else obj),
+        readonly=bool(view.readonly) or _library(obj) in ("jax", "jaxlib"),  # JAX: immutable
     )
 
 
-def describe(obj: Any) -> ArrayInfo | None:
+class _Version3:
+    """A ``__cuda_array_interface__`` of version 2 (torch's, older Numba's) restated
+    as version 3 without a stream, which means the same: nothing to wait for.
+    ``cuda.core`` reads version 3 only.  (The caller keeps the array alive.)"""
+
+    def __init__(self, obj: Any, interface: dict):
+        self.obj = obj
+        self.__cuda_array_interface__ = {**interface, "version": 3}
+
+
+def _as_version_3(obj: Any) -> Any:
+    if hasattr(obj, "__dlpack__"):
+        return obj  # DLPack is read first
+    interface = getattr(obj, "__cuda_array_interface__", None)
+    if isinstance(interface, dict) and interface.get("version", 3) < 3:
+        return _Version3(obj, interface)
+    return obj
+
+
+def _unreadable(obj: Any, error: Exception) -> ArgumentError:
+    return ArgumentError(f"cannot read {article(type_name(obj))}: {error}",
+                         hint="pass a plain dense array (for torch: tensor.detach())")
+
+
+def describe(obj: Any, stream: int | None = None) -> ArrayInfo | None:
     """Shape, dtype, strides (elements), device and pointer of an array the CUDA
-    backend accepts, or None for any other object."""
+    backend accepts, or None for any other object.  ``stream``: the stream the call
+    launches on (see :func:`describe_view`)."""
     if isinstance(obj, np.ndarray):
         return describe_numpy(obj)
     if type(obj).__module__ == "torch" and type(obj).__name__ == "Tensor":
         info = describe_torch_cuda(obj)
         if info is not None:
             return info
-    try:
-        interface = obj.__cuda_array_interface__
-    except AttributeError:
-        interface = None
-    except Exception as error:  # e.g. a torch tensor that requires grad
-        if not hasattr(obj, "__dlpack__"):
-            raise ArgumentError(f"cannot read {_library(obj)} array: {error}") from error
-        interface = None
-    if isinstance(interface, dict):
-        return describe_cuda_array_interface(obj, interface)
-    if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
-        return describe_dlpack(obj)
+    if hasattr(obj, "__dlpack__") or hasattr(obj, "__cuda_array_interface__"):
+        return describe_view(obj, stream)
     return None
+
+
+def stream_handle(stream: Any) -> int:
+    """The handle of a stream given as ``stream=``: an object with ``__cuda_stream__``
+    (cuda.core, recent torch and CuPy), a torch stream (``cuda_stream``), a CuPy
+    stream (``ptr``) or an int."""
+    if isinstance(stream, int) and not isinstance(stream, bool):
+        if stream < 0:
+            raise ArgumentError(f"stream handle {stream} is negative")
+        return stream
+    protocol = getattr(stream, "__cuda_stream__", None)
+    if protocol is not None:
+        try:
+            _, handle = protocol()
+            return int(handle)
+        except Exception as error:  # noqa: BLE001 - a broken producer
+            raise ArgumentError(f"stream {stream!r}: __cuda_stream__ failed: {error}") from None
+    for attribute in ("cuda_stream", "ptr"):
+        handle = getattr(stream, attribute, None)
+        if isinstance(handle, int):
+            return handle
+    raise ArgumentError(
+        f"stream= must be a CUDA stream, got {article(type_name(stream))}",
+        hint="pass an object with __cuda_stream__ (cuda.core), a torch or CuPy stream, "
+        "or a stream handle (int)",
+    )
+
+
+def resolve_stream(stream: Any, arrays: Sequence[Any]) -> int:
+    """The stream a call launches on: ``stream`` when given; else the current stream
+    of the first GPU array's library (torch's or CuPy's); else the legacy default
+    stream (NumPy arrays, or libraries with no notion of a current stream)."""
+    if stream is not None:
+        return stream_handle(stream)
+    for array in arrays:
+        library = _library(array)
+        if library == "torch" and getattr(array, "is_cuda", False):
+            return torch_current_stream(array.get_device())
+        if library == "cupy":
+            import cupy
+
+            with cupy.cuda.Device(array.device.id):
+                return int(cupy.cuda.get_current_stream().ptr)
+    return LEGACY_STREAM
 
 
 def allocate(problem: Problem, tensor: str, like: Sequence[Any]) -> Any:
     """A new array for ``tensor`` in its declared dtype and layout: torch on the
-    device of the first torch tensor in ``like``, else CuPy like the first CuPy
+    device of the first CUDA torch tensor in ``like``, else CuPy like the first CuPy
     array, else NumPy."""
     declared = problem.program.tensor(tensor)
     shape = problem.shape(tensor)
-    order = "F" if declared.layout == "column" else "C"
+    order: Literal["C", "F"] = "F" if declared.layout == "column" else "C"
     for array in like:
-        if _library(array) == "torch":
+        if _library(array) == "torch" and getattr(array, "is_cuda", False):
             import torch
 
             strides = contiguous_strides(shape, declared.layout)
@@ -236,3 +215,16 @@ def allocate(problem: Problem, tensor: str, like: Sequence[Any]) -> Any:
             with cupy.cuda.Device(array.device.id):
                 return cupy.empty(shape, dtype=declared.dtype, order=order)
     return np.empty(shape, dtype=declared.dtype, order=order)
+
+
+class Reader:
+    """What the argument check needs of the CUDA backend (its name, how it reads,
+    allocates and picks a stream), for callers that hold no backend object."""
+
+    name = "cuda"
+    describe = staticmethod(describe)
+    allocate = staticmethod(allocate)
+    resolve_stream = staticmethod(resolve_stream)
+
+
+READER = Reader()

@@ -1,5 +1,10 @@
 """The CUDA driver API through ``cuda.bindings.driver``, checked call by call.
 
+What ``cuda.core`` does not cover for einkern: device properties for planning,
+stream-capture status, the dynamic shared memory opt-in, asynchronous host
+copies, and the raw module/launch/event calls of the CUDA tuning target (which
+times one kernel on buffers it owns, flushing L2 between runs).
+
 Kernels run in each device's *primary* context (the one the CUDA runtime, and
 so PyTorch and CuPy, use), so device pointers from those libraries are valid
 here.  ``cuda-bindings`` is imported lazily: importing this module needs
@@ -222,9 +227,31 @@ def synchronize(what: str = "the kernels") -> None:
         raise BackendError(f"{error.message} while running {what}") from error
 
 
-def wait_for_stream(stream: int) -> None:
-    """``cuStreamSynchronize`` on a producer's stream before reading its arrays."""
-    check(_cuda().cuStreamSynchronize(stream), "cuStreamSynchronize")
+def is_capturing(stream: Any) -> bool:
+    """True while ``stream`` (a handle) is being captured into a CUDA graph."""
+    cuda = _cuda()
+    status = check(cuda.cuStreamIsCapturing(stream), "cuStreamIsCapturing")
+    return status != cuda.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
+
+
+def keep_pool_memory(pool: Any) -> None:
+    """Let the memory pool ``pool`` keep its freed memory (no release threshold)."""
+    cuda = _cuda()
+    attribute = cuda.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
+    check(cuda.cuMemPoolSetAttribute(pool, attribute, cuda.cuuint64_t(2**64 - 1)),
+          "cuMemPoolSetAttribute(RELEASE_THRESHOLD)")
+
+
+def allow_dynamic_shared(kernel: Any, nbytes: int, ordinal: int, name: str = "kernel") -> None:
+    """Opt a kernel (a ``CUkernel`` of a library, or a ``CUfunction``) in to
+    ``nbytes`` of dynamic shared memory on device ``ordinal`` (needed above 48 KiB)."""
+    cuda = _cuda()
+    attribute = cuda.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    if isinstance(kernel, cuda.CUkernel):
+        check(cuda.cuKernelSetAttribute(attribute, nbytes, kernel, device(ordinal)),
+              f"cuKernelSetAttribute({name})")
+    else:
+        check(cuda.cuFuncSetAttribute(kernel, attribute, nbytes), f"cuFuncSetAttribute({name})")
 
 
 # ---- memory --------------------------------------------------------------------
@@ -247,17 +274,16 @@ def copy_to_host(destination: int, source: int, nbytes: int) -> None:
     check(_cuda().cuMemcpyDtoH(destination, source, nbytes), "cuMemcpyDtoH")
 
 
-def pointer_device(pointer: int) -> int:
-    """The ordinal of the device that holds ``pointer`` (``cuPointerGetAttribute``)."""
-    cuda = _cuda()
-    initialize()
-    value = check(
-        cuda.cuPointerGetAttribute(
-            cuda.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, pointer
-        ),
-        "cuPointerGetAttribute(DEVICE_ORDINAL)",
-    )
-    return int(value)
+def copy_to_device_async(destination: int, source: int, nbytes: int, stream: Any) -> None:
+    """``cuMemcpyHtoDAsync`` ordered on ``stream`` (from pageable memory it returns
+    once the source has been read)."""
+    check(_cuda().cuMemcpyHtoDAsync(destination, source, nbytes, stream), "cuMemcpyHtoDAsync")
+
+
+def copy_to_host_async(destination: int, source: int, nbytes: int, stream: Any) -> None:
+    """``cuMemcpyDtoHAsync`` ordered on ``stream``; synchronise the stream before
+    reading ``destination``."""
+    check(_cuda().cuMemcpyDtoHAsync(destination, source, nbytes, stream), "cuMemcpyDtoHAsync")
 
 
 # ---- timing ----------------------------------------------------------------------

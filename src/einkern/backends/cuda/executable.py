@@ -1,11 +1,16 @@
-"""A compiled problem on the GPU: stage host arrays, launch the kernels in order.
+"""A compiled problem on the GPU: its kernels launched on the caller's stream.
 
-Device arrays (torch, CuPy, JAX, anything with ``__cuda_array_interface__`` or
-DLPack) are used in place through their pointers.  Host arrays are copied to
-the device, and the ones the program writes are copied back into the same
-host memory, so in-place semantics hold for both.  Kernels run on the legacy
-default stream of the device's primary context, then the context is
-synchronised and checked.
+The executable takes a :class:`~einkern.backends.binding.Call` (arrays and
+scalars checked once by the binder) and launches through ``cuda.core``
+(``ObjectCode``, ``launch``, ``Stream``) on the call's stream — the current
+stream of the arrays' library, or the one the caller gave — with no host wait:
+work queued on that stream afterwards is ordered after the kernels, and the
+launches can be captured into a CUDA graph.  Device arrays are used in place;
+host (NumPy) arrays are copied to the device on the stream, and the ones the
+program writes are copied back before the call returns.  Temporaries (the padded
+copies of the ``pad`` boundary policy) are allocated stream-ordered for each
+call from einkern's memory pool (from the graph's memory during a capture), so
+concurrent calls on different streams never share them.
 """
 
 from __future__ import annotations
@@ -13,217 +18,252 @@ from __future__ import annotations
 import functools
 import os
 import statistics
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
-from ...arrays import ArrayInfo, strides_match
-from ...errors import ArgumentError, DtypeError, LayoutError
+from ...errors import BackendError
 from ...ir.nodes import Problem
+from ..binding import Call, bind_arguments
 from . import driver
-from .arrays import describe
-from .codegen import CudaSource
-from .decision import statement_tensors
+from .arrays import READER
 from .nvrtc import CompiledModule, KernelResources, arch_for, compile_cubin
 
-STREAM = 0  # the legacy default stream: ordered with torch's and CuPy's default streams
+if TYPE_CHECKING:
+    from .codegen import CudaSource
+
 #: EINKERN_SYNC=1 waits for the kernels after every call (errors at the call that caused them).
 SYNCHRONIZE = os.environ.get("EINKERN_SYNC", "") not in ("", "0")
+_STATIC_SHARED_LIMIT = 48 * 1024
+
+
+@functools.cache
+def _core() -> Any:
+    try:
+        import cuda.core as core
+    except ImportError as error:  # pragma: no cover - depends on the installation
+        raise BackendError("the CUDA backend needs cuda-core, which is not installed",
+                           hint="pip install 'einkern[cuda]'") from error
+    return core
+
+
+def as_stream(handle: int) -> Any:
+    """The ``cuda.core`` Stream of a handle (0: the legacy default stream)."""
+    core = _core()
+    return core.LEGACY_DEFAULT_STREAM if handle == 0 else core.Stream.from_handle(handle)
 
 
 class CudaExecutable:
-    """The kernels of one problem; the CUBIN is loaded into each device on first use."""
+    """The kernels of one problem; the CUBIN is loaded for each device on first use."""
 
     def __init__(self, problem: Problem, source: CudaSource, compiled: CompiledModule):
         self.problem = problem
         self.source = source
         self._compiled = {compiled.arch: compiled}
-        self._modules: dict[int, driver.LoadedModule] = {}
-        self._buffers: dict[int, dict[str, int]] = {}
+        self._kernels: dict[int, dict[str, Any]] = {}
+        self._plans: dict[int, tuple] = {}
+        self._written = frozenset(problem.program.outputs)
+        declared = {t.name for t in problem.program.tensors}  # (kernels also name temporaries)
+        self._used = tuple(dict.fromkeys(t for k in source.kernels for t in k.tensors
+                                         if t in declared))
 
     @property
     def resources(self) -> tuple[KernelResources, ...]:
         """ptxas' report for each kernel, for the architecture first built."""
         return next(iter(self._compiled.values())).resources
 
-    def module(self, ordinal: int) -> driver.LoadedModule:
-        """The kernels loaded on device ``ordinal`` (compiled for its architecture)."""
-        if ordinal not in self._modules:
-            arch = arch_for(*driver.device_properties(ordinal).compute_capability)
+    def module(self, ordinal: int) -> dict[str, Any]:
+        """The ``cuda.core`` kernels by name for device ``ordinal`` (compiled for its
+        architecture and loaded on first use)."""
+        kernels = self._kernels.get(ordinal)
+        if kernels is None:
+            core = _core()
+            device = core.Device(ordinal)
+            device.set_current()
+            arch = arch_for(*device.compute_capability)
             if arch not in self._compiled:
                 self._compiled[arch] = compile_cubin(self.source.text, arch)
-            names = [k.name for k in self.source.kernels]
-            self._modules[ordinal] = driver.load_module(self._compiled[arch].cubin, names, ordinal)
-        return self._modules[ordinal]
+            code = core.ObjectCode.from_cubin(self._compiled[arch].cubin,
+                                              name=self.problem.program.name)
+            kernels = {}
+            for spec in self.source.kernels:
+                kernel = code.get_kernel(spec.name)
+                if spec.shared_bytes > _STATIC_SHARED_LIMIT:
+                    driver.allow_dynamic_shared(kernel.handle, spec.shared_bytes, ordinal,
+                                                spec.name)
+                kernels[spec.name] = kernel
+            self._kernels[ordinal] = kernels
+        return kernels
 
-    #: ``run`` takes the ArrayInfo of each array when the caller (einkern.Kernel)
-    #: has already described and checked them, so that a call reads each array's
-    #: interface once.
-    accepts_infos = True
+    def run(self, arrays: Mapping[str, Any], scalars: Mapping[str, Any], *,
+            stream: Any = None) -> None:
+        """Check the arrays and scalars by name (the one check,
+        :class:`~einkern.backends.binding.Binder`; names the program does not have
+        are ignored) and run: see :meth:`run_checked`."""
+        self.run_checked(self._bind(arrays, scalars, stream))
 
-    def run(self, arrays: Mapping[str, Any], scalars: Mapping[str, float],
-            infos: Mapping[str, ArrayInfo] | None = None) -> None:
-        """Run every statement in order, updating the arrays in place.  ``infos``:
-        the arrays already described and checked against the program."""
-        self._execute(arrays, scalars, repeat=0, infos=infos)
+    def run_checked(self, call: Call) -> None:
+        """Run every statement in order on the call's stream, in place."""
+        self._execute(call, repeat=0)
 
-    def profile(
-        self, arrays: Mapping[str, Any], scalars: Mapping[str, float], repeat: int = 10
-    ) -> list[float]:
+    def profile(self, arrays: Mapping[str, Any], scalars: Mapping[str, Any],
+                repeat: int = 10, *, stream: Any = None) -> list[float]:
+        """Check the arguments (as :meth:`run`) and :meth:`profile_checked` them."""
+        return self.profile_checked(self._bind(arrays, scalars, stream), repeat)
+
+    def profile_checked(self, call: Call, repeat: int = 10) -> list[float]:
         """Median milliseconds of each kernel over ``repeat`` launches (after one
-        warm-up).  Kernels of ``+=`` statements accumulate into their outputs."""
-        return self._execute(arrays, scalars, repeat=max(1, repeat))
+        warm-up) on the call's stream.  Kernels of ``+=`` statements accumulate
+        into their outputs."""
+        return self._execute(call, repeat=max(1, repeat))
+
+    def _bind(self, arrays: Mapping[str, Any], scalars: Mapping[str, Any], stream: Any) -> Call:
+        return bind_arguments(self.problem, READER, arrays, scalars, stream,
+                              ignore_unknown=True)
 
     # -- implementation ------------------------------------------------------
 
-    def _temporaries(self, ordinal: int) -> dict[str, int]:
-        """Device buffers of the padded copies (``pad`` boundary policy), allocated on
-        first use and kept with the executable."""
-        if not self.source.temporaries:
-            return {}
-        if ordinal not in self._buffers:
-            self._buffers[ordinal] = {name: driver.alloc(nbytes)
-                                      for name, nbytes in self.source.temporaries}
-        return self._buffers[ordinal]
+    def _plan(self, ordinal: int) -> tuple[tuple[Any, Any, tuple[str, ...], tuple[str, ...]], ...]:
+        """Each kernel with its launch configuration, tensors and scalars, in order."""
+        plan = self._plans.get(ordinal)
+        if plan is None:
+            core = _core()
+            kernels = self.module(ordinal)
+            plan = tuple(
+                (kernels[spec.name],
+                 core.LaunchConfig(grid=spec.grid, block=spec.block,
+                                   shmem_size=spec.shared_bytes),
+                 tuple(spec.tensors), tuple(spec.scalars))
+                for spec in self.source.kernels)
+            self._plans[ordinal] = plan
+        return plan
 
-    def __del__(self) -> None:
-        for buffers in getattr(self, "_buffers", {}).values():
-            for pointer in buffers.values():
-                try:
-                    driver.free(pointer)
-                except Exception:  # noqa: BLE001 - interpreter shutdown, context gone
-                    pass
-
-    def _execute(self, arrays, scalars, repeat: int,
-                 infos: Mapping[str, ArrayInfo] | None = None) -> list[float]:
-        if infos is None:
-            infos = self._describe_all(arrays)
-        else:
-            infos = {name: infos[name] for name in self._used if name in infos}
-            if len(infos) != len(self._used):
-                infos = self._describe_all(arrays)
-            for name, info in infos.items():
-                _check_device(name, info)
-        ordinal = _device_ordinal(infos)
-        driver.activate(ordinal)
-        module = self.module(ordinal)
-        values = self._scalar_values(scalars)
-        streams = {info.stream for info in infos.values()}
-        for stream in streams - {None}:
-            driver.wait_for_stream(stream)  # work pending on the producers' streams
-        staged: dict[str, int] = {}
-        times: list[float] = []
-        try:
-            pointers = {}
-            for name, info in infos.items():
-                if info.device == "cpu":
-                    nbytes = self.problem.nbytes(name)
-                    staged[name] = driver.alloc(nbytes)
-                    driver.copy_to_device(staged[name], info.pointer, nbytes)
-                    pointers[name] = staged[name]
-                else:
-                    pointers[name] = info.pointer
-            pointers.update(self._temporaries(ordinal))
-            for kernel in self.source.kernels:
-                function = module.functions[kernel.name]
-                args = (
-                    function,
-                    kernel.grid,
-                    kernel.block,
-                    [pointers[t] for t in kernel.tensors],
-                    [values[s] for s in kernel.scalars],
-                    STREAM,
-                    kernel.name,
-                    kernel.shared_bytes,
-                )
-                if repeat:
-                    times.append(_time(args, repeat))
-                else:
-                    driver.launch(*args)
-            if staged or repeat or SYNCHRONIZE:
-                # Host arrays are copied back below; device arrays follow stream
-                # semantics (like torch and CuPy): errors surface at the next sync.
-                driver.synchronize(f"program {self.problem.program.name}")
-            for name in self.problem.program.outputs:
-                if name in staged:
-                    driver.copy_to_host(infos[name].pointer, staged[name],
-                                        self.problem.nbytes(name))
-        finally:
-            for pointer in staged.values():
-                driver.free(pointer)
+    def _execute(self, call: Call, repeat: int) -> list[float]:
+        core = _core()
+        infos = call.infos
+        used = [infos[name] for name in self._used]
+        ordinal = _device_ordinal(used)
+        device = core.Device(ordinal)
+        device.set_current()  # the legacy default stream is the current context's
+        plan = self._plan(ordinal)
+        stream = as_stream(int(call.stream) if call.stream is not None else 0)
+        for producer in {info.stream for info in used if info.stream is not None}:
+            if producer != call.stream:
+                stream.wait(as_stream(producer))  # on the GPU: the host never waits
+        pointers = {name: infos[name].pointer for name in self._used}
+        host = [name for name in self._used if infos[name].device == "cpu"]
+        if not host and not self.source.temporaries:
+            times = _launch(core, stream, plan, pointers, call.scalars, repeat)
+            if SYNCHRONIZE:
+                _synchronize(stream, self.problem.program.name)
+            return times
+        with _buffers(device, stream) as allocate:
+            for name in host:
+                nbytes = self.problem.nbytes(name)
+                pointers[name] = allocate(nbytes)
+                driver.copy_to_device_async(pointers[name], infos[name].pointer, nbytes,
+                                            stream.handle)
+            for name, nbytes in self.source.temporaries:
+                pointers[name] = allocate(nbytes)
+            times = _launch(core, stream, plan, pointers, call.scalars, repeat)
+            for name in host:
+                if name in self._written:
+                    driver.copy_to_host_async(infos[name].pointer, pointers[name],
+                                              self.problem.nbytes(name), stream.handle)
+            if host or SYNCHRONIZE:
+                # Host arrays must be complete when the call returns; device arrays
+                # follow stream semantics (like torch and CuPy).
+                _synchronize(stream, self.problem.program.name)
         return times
 
-    @functools.cached_property
-    def _used(self) -> tuple[str, ...]:
-        """The tensors the kernels touch, in declaration order."""
-        program = self.problem.program
-        used = {t for s in program.statements for t in statement_tensors(s)}
-        return tuple(t.name for t in program.tensors if t.name in used)
 
-    def _describe_all(self, arrays: Mapping[str, Any]) -> dict[str, ArrayInfo]:
-        written = set(self.problem.program.outputs)
-        infos = {}
-        for name in self._used:
-            if name not in arrays:
-                raise ArgumentError(f"no array given for tensor {name!r}")
-            info = describe(arrays[name])
-            if info is None:
-                raise ArgumentError(
-                    f"{name!r}: the CUDA backend cannot use a {type(arrays[name]).__name__}",
-                    hint="pass a NumPy array or a GPU array (torch, CuPy, JAX)",
-                )
-            _check_array(self.problem, name, info, name in written)
-            infos[name] = info
-        return infos
-
-    def _scalar_values(self, scalars: Mapping[str, float]) -> dict[str, float]:
-        values = {}
-        for scalar in self.problem.program.scalars:
-            value = scalars.get(scalar.name, scalar.default)
-            if value is None:
-                raise ArgumentError(f"missing value for scalar {scalar.name!r}")
-            values[scalar.name] = float(value)
-        return values
+def _launch(core: Any, stream: Any, plan: tuple, pointers: dict[str, int],
+            scalars: Any, repeat: int) -> list[float]:
+    """Launch (or with ``repeat``, time) every kernel of ``plan`` in order on ``stream``."""
+    times = []
+    for kernel, config, tensors, names in plan:
+        arguments = (*(pointers[t] for t in tensors), *(float(scalars[s]) for s in names))
+        try:
+            if repeat:
+                times.append(_time(core, stream, config, kernel, arguments, repeat))
+            else:
+                core.launch(stream, config, kernel, *arguments)
+        except Exception as error:  # noqa: BLE001 - cuda.core's CUDAError, reported typed
+            raise BackendError(
+                f"launching a kernel on stream {int(stream.handle):#x} failed: {error}",
+                hint="is the stream on the arrays' GPU, and is its context alive?",
+            ) from error
+    return times
 
 
-def _check_array(problem: Problem, name: str, info: ArrayInfo, written: bool) -> None:
-    tensor = problem.program.tensor(name)
-    if info.shape != problem.shape(name):
-        raise ArgumentError(f"{name!r} has shape {info.shape}, expected {problem.shape(name)}")
-    if info.dtype != tensor.dtype:
-        raise DtypeError(f"{name!r} has dtype {info.dtype}, expected {tensor.dtype}")
-    if not strides_match(info, tensor.layout):
-        raise LayoutError(
-            f"{name!r} is not a dense {tensor.layout}-major array (strides {info.strides})"
-        )
-    if written and info.readonly:
-        raise ArgumentError(f"{name!r} is written by the program but is read-only")
-    _check_device(name, info)
+@contextmanager
+def _buffers(device: Any, stream: Any) -> Iterator[Any]:
+    """``allocate(nbytes) -> pointer``: device memory ordered on ``stream`` (from the
+    graph's memory while the stream is being captured), freed on the stream after
+    the block, so the host never waits and a captured graph owns its memory."""
+    core = _core()
+    resource = None
+    taken: list[Any] = []
 
+    def allocate(nbytes: int) -> int:
+        nonlocal resource
+        if resource is None:
+            capturing = driver.is_capturing(stream.handle)
+            resource = core.GraphMemoryResource(device) if capturing else _pool(device)
+        buffer = resource.allocate(max(1, nbytes), stream=stream)
+        taken.append(buffer)
+        return int(buffer.handle)
 
-def _check_device(name: str, info: ArrayInfo) -> None:
-    if info.device != "cpu" and not info.device.startswith("cuda:"):
-        raise ArgumentError(f"{name!r} is on device {info.device}, not a CUDA GPU or the host")
-
-
-def _device_ordinal(infos: Mapping[str, ArrayInfo]) -> int:
-    devices = {info.device for info in infos.values() if info.device.startswith("cuda:")}
-    if len(devices) > 1:
-        raise ArgumentError(
-            f"arrays on several GPUs ({', '.join(sorted(devices))})",
-            hint="move them to one device",
-        )
-    return int(devices.pop().split(":")[1]) if devices else 0
-
-
-def _time(args: tuple, repeat: int) -> float:
-    timer = driver.EventTimer()
     try:
-        driver.launch(*args)  # warm-up
-        samples = []
-        for _ in range(repeat):
-            timer.start(STREAM)
-            driver.launch(*args)
-            samples.append(timer.stop(STREAM))
-        return statistics.median(samples)
+        yield allocate
     finally:
-        timer.close()
+        for buffer in taken:
+            buffer.close(stream)
+
+
+_POOLS: dict[int, Any] = {}
+
+
+def _pool(device: Any) -> Any:
+    """einkern's stream-ordered memory pool on ``device``, created once.  It keeps
+    freed memory for the next call instead of returning it to the driver at every
+    synchronisation (a pool's default), which would make each call map fresh memory:
+    it holds at most the most temporaries and staging memory one call has used."""
+    pool = _POOLS.get(device.device_id)
+    if pool is None:
+        core = _core()
+        pool = core.DeviceMemoryResource(device, core.DeviceMemoryResourceOptions())
+        driver.keep_pool_memory(pool.handle)
+        _POOLS[device.device_id] = pool
+    return pool
+
+
+def _synchronize(stream: Any, program: str) -> None:
+    try:
+        stream.sync()
+    except Exception as error:  # noqa: BLE001 - cuda.core's CUDAError, reported typed
+        raise BackendError(f"{error} while running program {program}") from error
+
+
+def _device_ordinal(infos: Any) -> int:
+    """The GPU of the device arrays (the binder has checked there is one); 0 when
+    every array is in host memory."""
+    for info in infos:
+        if info.device.startswith("cuda:"):
+            return int(info.device.split(":")[1])
+    return 0
+
+
+def _time(core: Any, stream: Any, config: Any, kernel: Any, arguments: tuple,
+          repeat: int) -> float:
+    options = core.EventOptions(timing_enabled=True)
+    core.launch(stream, config, kernel, *arguments)  # warm-up
+    samples = []
+    for _ in range(repeat):
+        start = stream.record(options=options)
+        core.launch(stream, config, kernel, *arguments)
+        end = stream.record(options=options)
+        end.sync()
+        samples.append(float(end - start))
+    return statistics.median(samples)
+

@@ -1,16 +1,20 @@
-"""CUDA C → CUBIN with NVRTC, with an on-disk cache and per-kernel resources.
+"""CUDA C → CUBIN with NVRTC (through ``cuda.core``'s ``Program``), with an on-disk
+cache and per-kernel resources.
 
 Always a CUBIN for a real architecture (``sm_XY``), never PTX: the driver may
 be older than NVRTC and could not JIT its PTX.  Compiled modules are cached
 under ``$EINKERN_CACHE_DIR/cuda`` (default: the user cache directory), keyed by
 the SHA-256 of source, NVRTC version, architecture and options; each entry is a
 ``.cubin`` and a ``.json`` beside it (resources and log), both written
-atomically.  ``cuda-bindings`` is imported only when a compile is needed.
+atomically.  ``cuda.core`` is imported only when a compile is needed; the
+version and architecture queries use ``cuda.bindings.nvrtc`` (cuda.core has
+none).  Needs NVRTC, never a GPU.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import re
 from dataclasses import asdict, dataclass
@@ -137,7 +141,8 @@ def parse_resources(log: str) -> tuple[KernelResources, ...]:
         elif match := _PROPERTIES.search(line):
             target = match.group(1)
         elif (match := _STACK.search(line)) and target is not None:
-            stacks[target] = tuple(int(g) for g in match.groups())
+            frame, stores, loads = (int(g) for g in match.groups())
+            stacks[target] = (frame, stores, loads)
         elif (match := _USED.search(line)) and entry is not None:
             found = entries[entry]
             found["registers"] = int(match.group(1))
@@ -206,8 +211,11 @@ def compile_cubin(
 ) -> CompiledModule:
     """Compile CUDA C to a CUBIN for ``arch`` (``sm_XY``), or read it from the cache.
 
-    Raises :class:`CompilationError` with NVRTC's log when the source does not
+    ``options`` must be empty (kept for the cache key's form).  Raises
+    :class:`CompilationError` with NVRTC's log when the source does not
     compile, :class:`BackendError` when NVRTC itself is unusable."""
+    if options:
+        raise BackendError(f"extra NVRTC options are not supported: {options}")
     if not re.fullmatch(r"sm_\d+[a-z]?", arch):
         raise BackendError(f"not a real GPU architecture: {arch!r}", hint="use e.g. sm_90")
     all_options = (f"--gpu-architecture={arch}", *OPTIONS, *options)
@@ -217,10 +225,9 @@ def compile_cubin(
     if use_cache and (hit := _load_cached(directory, key, arch)) is not None:
         return hit
     try:
-        cubin, log = _compile(source, name, all_options, arch)
+        cubin, log = _compile(source, name, arch, no_cache=True)
     except _InvalidOption:  # an NVRTC older than 12.9 knows no --no-cache
-        cubin, log = _compile(source, name, tuple(o for o in all_options if o != "--no-cache"),
-                              arch)
+        cubin, log = _compile(source, name, arch, no_cache=False)
     module = CompiledModule(cubin, arch, parse_resources(log), log, key, cached=False)
     if use_cache:
         _store(directory, module)
@@ -231,37 +238,42 @@ class _InvalidOption(Exception):
     pass
 
 
-def _compile(source: str, name: str, options: tuple[str, ...], arch: str) -> tuple[bytes, str]:
-    nvrtc = _nvrtc()
-    program = _check(
-        nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []), "nvrtcCreateProgram"
-    )
+def _compile(source: str, name: str, arch: str, *, no_cache: bool) -> tuple[bytes, str]:
+    """NVRTC through ``cuda.core``'s :class:`~cuda.core.Program` with the options that
+    :data:`OPTIONS` spells (and the cache key names).  Returns the CUBIN and the
+    compiler's log."""
     try:
-        encoded = [option.encode() for option in options]
-        (status,) = nvrtc.nvrtcCompileProgram(program, len(encoded), encoded)
-        log = _program_log(program)
-        if status == nvrtc.nvrtcResult.NVRTC_ERROR_COMPILATION:
+        from cuda.core import Program, ProgramOptions
+    except ImportError as error:  # pragma: no cover - depends on the installation
+        raise BackendError(
+            "NVRTC is not available: cuda-core is not installed",
+            hint="pip install 'einkern[cuda]' (cuda-core, cuda-bindings, nvidia-cuda-nvrtc)",
+        ) from error
+    try:  # the error type cuda.core raises (not public API; any error reads the same)
+        from cuda.core._utils.cuda_utils import NVRTCError
+    except ImportError:  # pragma: no cover
+        NVRTCError = RuntimeError  # type: ignore[misc, assignment]
+    options = ProgramOptions(
+        name=name, arch=arch, std="c++17", ptxas_options="-v", lineinfo=True,
+        device_as_default_execution_space=True, no_cache=True if no_cache else None,
+    )
+    program = Program(source, "c++", options)
+    log = io.StringIO()
+    try:
+        compiled = program.compile("cubin", logs=log)
+    except NVRTCError as error:
+        text = str(error)
+        if "NVRTC_ERROR_INVALID_OPTION" in text and no_cache:
+            raise _InvalidOption from None
+        if "NVRTC_ERROR_COMPILATION" in text:
             raise CompilationError(
-                f"NVRTC could not compile the generated CUDA code for {arch}:\n{log}",
+                f"NVRTC could not compile the generated CUDA code for {arch}:\n{text}",
                 hint="this is a bug in einkern: please report it with the program",
-            )
-        if status == nvrtc.nvrtcResult.NVRTC_ERROR_INVALID_OPTION and "--no-cache" in options:
-            raise _InvalidOption
-        _check((status,), "nvrtcCompileProgram")
-        size = _check(nvrtc.nvrtcGetCUBINSize(program), "nvrtcGetCUBINSize")
-        buffer = bytearray(size)  # mutable: NVRTC writes into it
-        _check(nvrtc.nvrtcGetCUBIN(program, buffer), "nvrtcGetCUBIN")
-        return bytes(buffer), log
+            ) from None
+        raise BackendError(f"NVRTC failed: {text}") from None
     finally:
-        nvrtc.nvrtcDestroyProgram(program)
-
-
-def _program_log(program) -> str:
-    nvrtc = _nvrtc()
-    size = _check(nvrtc.nvrtcGetProgramLogSize(program), "nvrtcGetProgramLogSize")
-    buffer = bytearray(size)  # mutable: NVRTC writes into it
-    _check(nvrtc.nvrtcGetProgramLog(program, buffer), "nvrtcGetProgramLog")
-    return bytes(buffer).rstrip(b"\0").decode(errors="replace").strip()
+        program.close()
+    return bytes(compiled.code), log.getvalue().replace("\0", "").strip()
 
 
 def kernel_resources(problem: Problem, arch: str = DEFAULT_ARCH,

@@ -4,8 +4,9 @@ variant the "best", nor claim speedups the variant does not have (issue 15)."""
 from __future__ import annotations
 
 import pytest
-from test_tuning_fakes import Noisy, fake_problem
+from test_tuning_fakes import C, Noisy, fake_problem
 
+from einkern.ir.task import statement_task
 from einkern.tuning.canonical import identify
 from einkern.tuning.db import TuningDB
 from einkern.tuning.evaluate import Budget, Evaluator, MemoryStore, Outcome
@@ -13,7 +14,7 @@ from einkern.tuning.policy import choose_config, choose_configs
 from einkern.tuning.ranking import pick_best, ties
 from einkern.tuning.report import print_database
 from einkern.tuning.target import Timing
-from einkern.tuning.tuner import TuneOptions, tune_problem, tune_statement
+from einkern.tuning.tuner import TuneOptions, tune_problem, tune_task
 from einkern.tuning.verdict import ROUNDS, judge
 
 #: The default (v=0) and v=1 take 1 ms, v=2 really is faster (0.95 ms).
@@ -41,17 +42,18 @@ def test_two_tuners_sharing_a_database_keep_the_really_faster_variant(tmp_path, 
     with TuningDB(path) as db:
         [first] = tune_problem(quiet, problem, options(2), db)
         [second] = tune_problem(loaded, problem, options(3), db)
-        key = identify(quiet, problem, 0).key
+        key = identify(quiet, statement_task(problem, 0)).key
         slow = db.get(key, '{"v":1}')
         assert slow is not None and slow.median == pytest.approx(2.8e-3)  # recorded under load
         assert db.best(key).config == {"v": 2}
         assert first.beats_default and first.speedup == pytest.approx(1 / 0.95)
         # the loaded tuner re-measured v=2 beside the default: both slowed alike,
         # the spread drowns the 5 % gain, so its run confirms nothing
-        assert second.best.config == {"v": 2} and not second.beats_default
+        assert second.best.config == C(v=2) and not second.beats_default
         assert "noise" in second.verdict.reason
         assert db.champion(key).config == {"v": 2}
-    assert choose_config(quiet, problem, 0, "cached", path) == ({"v": 2}, "exact record")
+    assert choose_config(quiet, statement_task(problem, 0), "cached", path) == (
+        C(v=2), "exact record")
     with TuningDB(path, create=False) as db:
         print_database(db)
     shown = capsys.readouterr().out
@@ -67,23 +69,25 @@ def test_default_measured_under_load_claims_no_speedup(tmp_path):
     with TuningDB(path) as db:
         [result] = tune_problem(target, problem, options(6), db)
     assert result.default.median == pytest.approx(40e-3)  # what the search saw
-    assert result.best.config != {"v": 0}
+    assert result.best.config != C(v=0)
     assert result.speedup == pytest.approx(1.0)  # the same-run ratio
     assert not result.beats_default
-    assert choose_config(Noisy(), problem, 0, "cached", path) == ({"v": 0}, "default mapping")
+    assert choose_config(Noisy(), statement_task(problem, 0), "cached", path) == (
+        C(v=0), "default mapping")
 
 
 def test_full_policy_keeps_the_default_when_no_variant_beats_it(tmp_path):
     chosen = choose_configs(Noisy(first_load=40.0), fake_problem(), "full",
                             tmp_path / "t.sqlite", options=options(6))
-    assert chosen == [({"v": 0}, "default mapping (no variant beat it side by side, "
+    assert chosen == [(C(v=0), "default mapping (no variant beat it side by side, "
                         "6 variants)")]
 
 
 def test_default_and_winner_are_measured_interleaved():
     target = Noisy(costs=COSTS, model=MODEL)
     with Evaluator(target, isolate=False) as evaluator:
-        result = tune_statement(target, fake_problem(), 0, evaluator, options(2), MemoryStore())
+        result = tune_task(target, statement_task(fake_problem(), 0), evaluator, options(2),
+                           MemoryStore())
     assert target.measured[:2] == [0, 2]  # the search
     assert target.measured[2:] == [0, 2, 2, 0, 0, 2][: 2 * ROUNDS]  # ABBA…
     verdict = result.verdict
@@ -125,9 +129,11 @@ def test_database_written_before_verdicts_loads_and_is_confirmed_by_a_rerun(tmp_
         tune_problem(target, problem, options(2), db)
     with sqlite3.connect(path) as connection:  # what an older einkern wrote
         connection.execute("DROP TABLE verdicts")
-    assert choose_config(target, problem, 0, "cached", path) == ({"v": 0}, "default mapping")
+    assert choose_config(target, statement_task(problem, 0), "cached", path) == (
+        C(v=0), "default mapping")
     with TuningDB(path) as db:
         assert len(db.records()) == 2 and db.verdicts() == []
         [again] = tune_problem(target, problem, options(2), db)
         assert again.resumed == 2 and again.beats_default
-    assert choose_config(target, problem, 0, "cached", path) == ({"v": 2}, "exact record")
+    assert choose_config(target, statement_task(problem, 0), "cached", path) == (
+        C(v=2), "exact record")

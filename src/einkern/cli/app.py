@@ -63,7 +63,8 @@ def _parser() -> argparse.ArgumentParser:
             help="(cuda) mapping of statement 0, or {\"N\": mapping, ...} per statement",
         )
     emit.add_argument("--explain", action="store_true",
-                      help="(cuda) print each statement's mapping and why it was chosen")
+                      help="print each statement's mapping (cuda) or loop schedule (cpu) "
+                           "and why it was chosen")
     from .bench import add_bench_parser
     from .tune import add_tune_parsers
 
@@ -283,7 +284,6 @@ def command_emit(args) -> int:
     problem = load_problem(args)
     backend = get_backend(args.backend)
     cuda_only = [flag for flag, on in (("--resources", args.resources),
-                                       ("--explain", args.explain),
                                        ("--mapping", args.mapping)) if on]
     if cuda_only and backend.name != "cuda":
         raise UsageError(f"{cuda_only[0]} needs --backend cuda")
@@ -300,6 +300,8 @@ def command_emit(args) -> int:
                 print("//   mapping file: " + mapping.to_json(None))  # type: ignore[attr-defined]
         print(backend.emit(problem, chosen))  # type: ignore[call-arg]
     else:
+        if args.explain:
+            _explain_cpu(problem)
         print(backend.emit(problem))
     if args.resources:
         from ..backends.cuda.nvrtc import kernel_resources
@@ -311,6 +313,22 @@ def command_emit(args) -> int:
         for resources in kernel_resources(problem, arch, chosen):
             print(f"// {resources}")
     return 0
+
+
+def _explain_cpu(problem) -> None:
+    """Each statement's default loop schedule, why, and the cost model's estimate."""
+    from ..backends.cpu.schedule import decide_loop_schedule, describe_loops
+    from ..tuning.cpu_model import predicted_seconds, threads
+
+    for position, statement in enumerate(problem.program.statements):
+        decision = decide_loop_schedule(problem, statement)
+        seconds = predicted_seconds(problem, statement, decision.schedule)
+        print(f"// S{position}: {statement}")
+        print(f"//   loops: {describe_loops(decision.schedule)}")
+        for reason in decision.reasons:
+            print(f"//   why: {reason}")
+        print(f"//   cost model: about {seconds * 1e3:.3g} ms on {threads()} threads (it ranks "
+              "schedules for the tuner; it does not predict times closely)")
 
 
 def command_bench(args) -> int:

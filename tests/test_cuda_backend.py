@@ -21,11 +21,6 @@ from einkern.ir.nodes import Const, Tensor
 nvrtc = pytest.importorskip("cuda.bindings.nvrtc")
 
 
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("EINKERN_CACHE_DIR", str(tmp_path / "cache"))
-
-
 # ---- generated code, compiled with NVRTC ------------------------------------------
 
 
@@ -96,14 +91,15 @@ def test_compile_error_carries_the_log():
         compile_cubin('extern "C" __global__ void k() { undefined_thing(); }', "sm_90")
 
 
-def test_second_compile_hits_the_cache(tmp_path):
+def test_second_compile_hits_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("EINKERN_CACHE_DIR", str(tmp_path / "cache"))
     text = generate(samples.gemm(8, 8, 8)).text
     first = compile_cubin(text, "sm_90")
     second = compile_cubin(text, "sm_90")
     assert not first.cached and second.cached
     assert second.cubin == first.cubin and second.resources == first.resources
     files = sorted(p.suffix for p in (tmp_path / "cache" / "cuda").iterdir())
-    assert files == [".cubin", ".json"]
+    assert files == [".cubin", ".json", ".seal", ".seal"]  # each sealed: key and digest
     (tmp_path / "cache" / "cuda" / f"{first.key}.json").write_text("{broken")
     assert not compile_cubin(text, "sm_90").cached  # a damaged entry is rebuilt
     assert not compile_cubin(text, "sm_89").cached  # another arch is another entry

@@ -43,21 +43,26 @@ def dtype_name(dtype: Any) -> str:
         return str(dtype)
 
 
+_NUMPY_LAYOUTS: dict[tuple[tuple[int, ...], np.dtype], tuple[str, tuple[int, ...]]] = {}
+
+
 def describe_numpy(array: np.ndarray) -> ArrayInfo:
     """ArrayInfo of a NumPy array (host memory); called on every kernel call, so kept
-    cheap."""
+    cheap (the dtype's name and the strides in elements are remembered per byte
+    strides and dtype)."""
     dtype = array.dtype
-    itemsize = dtype.itemsize
-    name = _DTYPE_NAMES.get(dtype)
-    return ArrayInfo(
-        array.shape,
-        name if name is not None else str(dtype),
-        tuple(s // itemsize if s % itemsize == 0 else -1 for s in array.strides),
-        "cpu",
-        array.ctypes.data,
-        "numpy",
-        not array.flags.writeable,
-    )
+    key = (array.strides, dtype)
+    known = _NUMPY_LAYOUTS.get(key)
+    if known is None:
+        itemsize = dtype.itemsize
+        name = _DTYPE_NAMES.get(dtype)
+        known = (name if name is not None else str(dtype),
+                 tuple(s // itemsize if s % itemsize == 0 else -1 for s in array.strides))
+        if len(_NUMPY_LAYOUTS) >= 4096:
+            _NUMPY_LAYOUTS.clear()
+        _NUMPY_LAYOUTS[key] = known
+    return ArrayInfo(array.shape, known[0], known[1], "cpu", array.ctypes.data, "numpy",
+                     not array.flags.writeable)
 
 
 def contiguous_strides(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:

@@ -130,10 +130,15 @@ class Binder:
         return self.check(arrays, given_scalars, stream)
 
     def check(self, arrays: Mapping[str, Any], scalars: Mapping[str, Any],
-              stream: Any = None, *, ignore_unknown: bool = False) -> Call:
+              stream: Any = None, *, ignore_unknown: bool = False,
+              described: Mapping[str, ArrayInfo | None] | None = None) -> Call:
         """A :class:`Call` from arrays and scalars by name; outputs and untouched
         tensors that are missing are allocated like the given arrays.  Names the
-        program does not have are refused, or dropped with ``ignore_unknown``."""
+        program does not have are refused, or dropped with ``ignore_unknown``.
+        ``described``: what ``backend.describe`` said of some of the arrays (None:
+        not asked), when the caller has already asked (einsum does, for its cache
+        key); used instead of describing them again when the call launches on no
+        stream."""
         if ignore_unknown:
             arrays = {n: a for n, a in arrays.items() if n in self._tensor_names}
             scalars = {n: v for n, v in scalars.items() if n in self._scalar_names}
@@ -150,7 +155,9 @@ class Binder:
         values = self._scalars(scalars)
         arrays = dict(arrays)
         launch = self._stream(arrays, stream)
-        infos = {name: self._check_array(name, array, launch) for name, array in arrays.items()}
+        known = described if described is not None and launch is None else {}
+        infos = {name: self._check_array(name, array, launch, known.get(name))
+                 for name, array in arrays.items()}
         self._check_devices(infos)
         if len(infos) > 1:
             self._check_overlap(infos)
@@ -224,9 +231,11 @@ class Binder:
         tensor = self.program.tensor(name)
         return f"shape {self.problem.shape(name)}, {tensor.dtype}, {tensor.layout}-major"
 
-    def _check_array(self, name: str, array: Any, stream: Any) -> ArrayInfo:
-        info = self.backend.describe(array, stream) if stream is not None \
-            else self.backend.describe(array)
+    def _check_array(self, name: str, array: Any, stream: Any,
+                     info: ArrayInfo | None = None) -> ArrayInfo:
+        if info is None:
+            info = self.backend.describe(array, stream) if stream is not None \
+                else self.backend.describe(array)
         if info is not None and (info.shape, info.dtype, info.strides) == self._accepted[name] \
                 and not (info.readonly and name in self._written):
             return info  # the common case: exactly as declared

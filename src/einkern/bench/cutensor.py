@@ -10,7 +10,8 @@ two-operand product and CuPy doing the elementwise rest.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import string
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..ir.nodes import Access, Binary, Expr, Problem, Statement, Sum, signed_terms
@@ -24,6 +25,18 @@ def _modules():
     from cupyx import cutensor
 
     return cupy, cutensor
+
+
+def mode_characters(names: Iterable[str]) -> dict[str, str]:
+    """A distinct single character for each index name: ``cupyx.cutensor`` modes are
+    characters, and einkern's index names (``h1``, ``p4``) are not.  A one-character
+    name keeps its own character; the others take, in order of first appearance,
+    the first ASCII letters no name uses, then characters from U+0100 on."""
+    names = list(dict.fromkeys(names))
+    taken = {name for name in names if len(name) == 1}
+    spare = (c for c in [*string.ascii_letters, *map(chr, range(0x100, 0x10000))]
+             if c not in taken)
+    return {name: name if len(name) == 1 else next(spare) for name in names}
 
 
 def _product(expr: Expr) -> tuple[Access, Access] | None:
@@ -101,12 +114,16 @@ class CutensorPeer:
                 order="F" if tensor.layout == "column" else "C")
         sign = -1.0 if statement.op == "-=" else 1.0
         beta = 0.0 if statement.op == "=" else 1.0
-        mode_c = cutensor.create_mode(*output.indices)
+        characters = mode_characters(statement.indices)
+
+        def mode(access: Access) -> Any:
+            return cutensor.create_mode(*(characters[i] for i in access.indices))
+
+        mode_c = mode(output)
         calls = []
         for term_sign, (a, b) in products:
-            calls.append((float(sign * term_sign), a.tensor, cutensor.create_mode(*a.indices),
-                          b.tensor, cutensor.create_mode(*b.indices), beta, output.tensor,
-                          mode_c))
+            calls.append((float(sign * term_sign), a.tensor, mode(a), b.tensor, mode(b), beta,
+                          output.tensor, mode_c))
         return calls
 
     def _ops(self) -> ArrayOps:

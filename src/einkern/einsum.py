@@ -321,11 +321,15 @@ def _path(terms: Sequence[str], output: str, shapes: Sequence[tuple[int, ...]],
         return everything, "one kernel over every index (optimize=False)"
     if len(terms) == 1:
         return everything, "one kernel (one operand)"
+    if isinstance(optimize, tuple):
+        return list(optimize), f"explicit path: {len(optimize)} kernel(s)"
     import opt_einsum
+    from opt_einsum.paths import get_path_fn
 
     strategy = "auto" if optimize is True else optimize
     equation = ",".join(terms) + "->" + output
     try:
+        get_path_fn(strategy)  # an unknown name is refused even where no search is needed
         path, info = opt_einsum.contract_path(equation, *shapes, shapes=True, optimize=strategy,
                                               memory_limit=memory_limit)
     except (ValueError, KeyError, TypeError, IndexError) as error:
@@ -335,7 +339,7 @@ def _path(terms: Sequence[str], output: str, shapes: Sequence[tuple[int, ...]],
             hint="optimize= takes True, False, an opt_einsum strategy ('greedy', 'optimal', "
             "'dp', ...) or a path [(0, 1), ...]; memory_limit= a number of elements") from None
     path = [tuple(int(p) for p in step) for step in path]
-    kind = "explicit path" if isinstance(strategy, tuple) else f"opt_einsum's {strategy!r} path"
+    kind = f"opt_einsum's {strategy!r} path"
     if len(path) == 1:
         return path, f"one kernel ({kind} has one step)"
     return path, (f"{kind}: {len(path)} kernels, about {float(info.opt_cost):.3g} operations "

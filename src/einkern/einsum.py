@@ -164,8 +164,10 @@ def _expand_ellipses(spec: str, terms: list[str], out: str | None,
     return terms, out.replace("...", ellipsis)
 
 
-def _sizes(terms: Sequence[str], shapes: Sequence[tuple[int, ...]]) -> dict[str, int]:
-    """Each index's size; a dimension of size 1 broadcasts against any size."""
+def _sizes(terms: Sequence[str], shapes: Sequence[tuple[int, ...]],
+           written: str | None = None) -> dict[str, int]:
+    """Each index's size; a dimension of size 1 broadcasts against any size.  Letters
+    not in ``written`` (the subscripts as given) stand for an ellipsis' dimensions."""
     sizes: dict[str, int] = {}
     for position, (term, shape) in enumerate(zip(terms, shapes, strict=True)):
         own: dict[str, int] = {}
@@ -176,8 +178,10 @@ def _sizes(terms: Sequence[str], shapes: Sequence[tuple[int, ...]]) -> dict[str,
                     f"{own[char]} and {size}", hint="a repeated index takes a diagonal")
             known = sizes.setdefault(char, size)
             if known != size and 1 not in (known, size):
+                what = f"index {char!r}" if written is None or char in written else \
+                    "a dimension that '...' covers"
                 raise ArgumentError(
-                    f"index {char!r} has size {known} in one operand and {size} in another",
+                    f"{what} has size {known} in one operand and {size} in another",
                     hint="sizes must agree, or be 1 to broadcast")
             sizes[char] = max(known, size)
     return sizes
@@ -414,7 +418,11 @@ def _prepare(subscripts: str, backend: Backend, infos: Sequence[ArrayInfo],
     dtypes = [_dtype(n, info) for n, info in enumerate(infos)]
     terms, output = _parse_spec(subscripts, len(infos), [len(i.shape) for i in infos])
     shapes = [info.shape for info in infos]
-    sizes = _sizes(terms, shapes)
+    for n, shape in enumerate(shapes):
+        if 0 in shape:
+            raise ArgumentError(f"operand {n} has shape {shape}: einkern kernels need every "
+                                "dimension of size 1 or more", hint="leave out empty operands")
+    sizes = _sizes(terms, shapes, subscripts)
     operands = [Operand(term, info.shape, dtype, _layout(f"operand {n}", info))
                 for n, (term, info, dtype) in enumerate(zip(terms, infos, dtypes, strict=True))]
     shape = tuple(sizes[c] for c in output)

@@ -112,6 +112,12 @@ def test_a_chain_is_contracted_pairwise():
     assert len(single.steps) == 1 and single.flops >= n * plan.flops // 4
     assert "opt_einsum" in plan.how and "optimize=False" in single.how
     assert_matches(einkern.einsum("ij,jk,kl->il", A, B, C, backend="cpu"), A @ B @ C)
+    assert_matches(plan(A, B, C), A @ B @ C)  # a plan runs by itself too
+    with pytest.raises(ArgumentError, match="takes 3 operand"):
+        plan(A, B)
+    with pytest.raises(ArgumentError, match="shape"):
+        plan(A, B, C[:, :5].copy())
+    assert einkern.einsum_plan is einsum_plan
 
 
 def test_strategies_paths_and_memory_limit():

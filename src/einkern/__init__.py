@@ -12,7 +12,7 @@ True
 """
 
 from .api import Kernel, compile, load
-from .einsum import einsum
+from .einsum import einsum, einsum_plan
 from .errors import EinkernError
 from .ir.bind import make_problem
 from .ir.nodes import Problem, Program
@@ -27,6 +27,7 @@ __all__ = [
     "Program",
     "compile",
     "einsum",
+    "einsum_plan",
     "evaluate",
     "load",
     "make_problem",

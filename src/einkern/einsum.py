@@ -281,6 +281,14 @@ class EinsumPlan:
     steps: tuple[Step, ...]
     how: str
 
+    def __call__(self, *operands: Any, out: Any = None) -> Any:
+        """Run the plan on operands like those it was made for (each step's argument
+        check refuses others with a typed error); returns the result, or ``out``."""
+        expected = sum(len(step.positions) - 1 for step in self.steps) + 1
+        if len(operands) != expected:
+            raise ArgumentError(f"this plan takes {expected} operand(s), got {len(operands)}")
+        return self.run(operands, [None] * len(operands), out)
+
     @property
     def flops(self) -> int:
         """Floating-point operations of all the steps' kernels."""

@@ -78,21 +78,31 @@ def test_matches_numpy_einsum(spec, shapes, optimize):
 
 def random_case(rng: np.random.Generator):
     """Random subscripts over up to 6 indices (extents 1-4) and 1-4 operands, with
-    repeated indices, broadcast size-1 dimensions, and an explicit or implicit output."""
+    repeated indices, broadcast size-1 dimensions, ellipses over up to 2 leading
+    dimensions, and an explicit or implicit output."""
     letters = string.ascii_letters[rng.integers(0, 40):][:6]
     sizes = {c: int(rng.integers(1, 5)) for c in letters}
-    terms = []
+    batch = [int(rng.integers(1, 4)) for _ in range(int(rng.integers(0, 3)))]
+    terms, shapes = [], []
     for _ in range(int(rng.integers(1, 5))):
-        terms.append("".join(rng.choice(list(letters), size=int(rng.integers(0, 4)))))
-    used = sorted(set("".join(terms)))
+        term = "".join(rng.choice(list(letters), size=int(rng.integers(0, 4))))
+        shape = [sizes[c] if rng.random() < 0.9 or len(set(term)) < len(term) else 1
+                 for c in term]
+        if batch and rng.random() < 0.6:
+            covered = batch[len(batch) - int(rng.integers(0, len(batch) + 1)):]
+            shape = [n if rng.random() < 0.8 else 1 for n in covered] + shape
+            term = "..." + term
+        terms.append(term)
+        shapes.append(tuple(shape))
+    used = sorted(set("".join(terms).replace(".", "")))
     out = "".join(rng.permutation(used)[: int(rng.integers(0, len(used) + 1))])
+    if any("..." in t for t in terms) and rng.random() < 0.7:
+        out = "..." + out
     spec = ",".join(terms) + ("" if rng.random() < 0.3 else "->" + out)
-    shapes = [tuple(sizes[c] if rng.random() < 0.9 or len(set(t)) < len(t) else 1 for c in t)
-              for t in terms]
     return spec, shapes
 
 
-@pytest.mark.parametrize("seed", range(16))
+@pytest.mark.parametrize("seed", range(24))
 def test_random_subscripts_match_numpy(seed):
     rng = np.random.default_rng(seed)
     spec, shapes = random_case(rng)

@@ -301,3 +301,22 @@ def test_parse_spec_expands_ellipses_and_the_implicit_output():
     assert _parse_spec("ba,ac", 2) == (["ba", "ac"], "bc")
     with pytest.raises(ArgumentError, match="letters"):
         _parse_spec("".join(string.ascii_letters[:50]) + "...", 1, [53])
+
+
+@pytest.mark.parametrize("spec, shapes", [
+    ("ij,jk,kl->il", [(9, 7), (7, 5), (5, 6)]),
+    ("ij,ij->ij", [(5, 1), (5, 6)]),
+    ("...ij,...jk->...ik", [(2, 1, 3, 4), (5, 4, 2)]),
+    ("iij->j", [(4, 4, 5)]),
+    ("i,i", [(9,), (1,)]),
+])
+def test_plans_kernels_match_the_reference_under_cuda_mappings(spec, shapes):
+    """Each step's program under its default CUDA mapping, emulated on the CPU."""
+    from einkern.gpu.decision import decide
+    from einkern.gpu.verify import verify
+
+    plan = einsum_plan(spec, *arrays(12, *shapes), backend="cpu")
+    for step in plan.steps:
+        problem = step.kernel.problem
+        result = verify(problem, {0: decide(problem, 0)}, seed=4)
+        assert result.ok(1e-12), (step.subscripts, result)

@@ -279,7 +279,12 @@ def test_bad_subscripts_are_typed_errors(spec, shapes, error, text):
         ([np.ones((2, 2))] * 2, {"optimize": [(0, 5)]}, ArgumentError, "distinct operands"),
         ([np.ones((2, 2))] * 2, {"optimize": [(0, 0)]}, ArgumentError, "distinct operands"),
         ([np.ones((2, 2))] * 2, {"optimize": 3.5}, ArgumentError, "optimize"),
+        ([np.ones((2, 2))] * 2, {"optimize": []}, ArgumentError, "empty"),
+        ([np.ones((2, 2))] * 2, {"optimize": ["einsum_path"]}, ArgumentError, "empty"),
         ([np.ones((2, 2))], {"tune": "sometimes"}, EinkernError, "tuning policy"),
+        ([np.ones((2, 2))], {"tune": ["cached"]}, ArgumentError, "options must be"),
+        ([np.ones((2, 2))] * 3, {"memory_limit": [1]}, ArgumentError, "options must be"),
+        ([np.ones((2, 2))] * 3, {"memory_limit": "foo"}, ArgumentError, "memory_limit"),
     ],
 )
 def test_bad_operands_and_options_are_typed_errors(operands, options, error, text):

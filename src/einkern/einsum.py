@@ -362,6 +362,9 @@ def _plan_steps(operands: list[Operand], output: Operand, path: Sequence[tuple[i
                 backend: Backend, tune: Any, tuning_db: Any) -> tuple[Step, ...]:
     """One step per element of ``path``: intermediates row-major, of the widest dtype
     of their operands, indexed in the order the letters first appear."""
+    if not path:
+        raise ArgumentError("the contraction path is empty",
+                            hint="give at least one step, e.g. [(0, 1)]")
     steps = []
     for number, positions in enumerate(path):
         if len(set(positions)) != len(positions) or not positions or any(
@@ -488,7 +491,12 @@ def _plan(subscripts: str, backend: Backend, infos: Sequence[ArrayInfo],
     key = (subscripts, backend.name, optimize, memory_limit, tune, tuning_db,
            None if out is None else (out.shape, out.dtype, out.strides, out.readonly),
            *[(i.shape, i.dtype, i.strides) for i in infos])
-    plan = _PLANS.get(key)
+    try:
+        plan = _PLANS.get(key)
+    except TypeError:  # an unhashable option
+        raise ArgumentError(
+            f"einsum options must be numbers, strings, booleans or paths: memory_limit="
+            f"{memory_limit!r}, tune={tune!r}, tuning_db={tuning_db!r}") from None
     return plan if plan is not None else _new_plan(key, subscripts, backend, infos, out)
 
 

@@ -325,3 +325,19 @@ def test_plans_kernels_match_the_reference_under_cuda_mappings(spec, shapes):
         problem = step.kernel.problem
         result = verify(problem, {0: decide(problem, 0)}, seed=4)
         assert result.ok(1e-12), (step.subscripts, result)
+
+
+def test_threads_share_the_plan_cache(monkeypatch):
+    from concurrent.futures import ThreadPoolExecutor
+
+    module = importlib.import_module("einkern.einsum")
+    monkeypatch.setattr(module, "CACHE_SIZE", 3)  # evictions while other threads add
+
+    def work(n: int) -> bool:
+        A, B = arrays(n, (n, 3), (3, n))
+        return all(np.allclose(einkern.einsum("ij,jk", A, B, backend="cpu"), A @ B,
+                               rtol=1e-12) for _ in range(20))
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(work, range(2, 10)))
+    assert len(module._PLANS) <= 3

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import re
 import string
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -446,6 +447,7 @@ def _prepare(subscripts: str, backend: Backend, infos: Sequence[ArrayInfo],
 # ---- entry points ---------------------------------------------------------------
 
 _PLANS: dict[tuple[Any, ...], EinsumPlan] = {}
+_PLANS_LOCK = threading.Lock()
 
 
 def _describe(backend: Backend, operand: Any, what: str) -> ArrayInfo:
@@ -503,10 +505,10 @@ def _plan(subscripts: str, backend: Backend, infos: Sequence[ArrayInfo],
 def _new_plan(key: tuple[Any, ...], subscripts: str, backend: Backend,
               infos: Sequence[ArrayInfo], out: ArrayInfo | None) -> EinsumPlan:
     plan = _prepare(subscripts, backend, infos, out, *key[2:6])
-    if len(_PLANS) >= CACHE_SIZE:
-        del _PLANS[next(iter(_PLANS))]
-    _PLANS[key] = plan
-    return plan
+    with _PLANS_LOCK:  # look-ups need no lock; evicting while another thread adds does
+        while _PLANS and len(_PLANS) >= CACHE_SIZE:
+            del _PLANS[next(iter(_PLANS))]
+        return _PLANS.setdefault(key, plan)
 
 
 def einsum(subscripts: str, *operands: Any, out: Any = None, optimize: Any = True,

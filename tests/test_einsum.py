@@ -31,6 +31,15 @@ def arrays(seed: int, *shapes, dtype=np.float64):
     return [rng.uniform(-1, 1, shape).astype(dtype) for shape in shapes]
 
 
+def test_a_0_d_result_is_a_numpy_scalar_as_numpy_gives():
+    A = arrays(13, (3, 3))[0]
+    result = einkern.einsum("ii", A, backend="cpu")
+    assert type(result) is type(np.einsum("ii", A)) is np.float64
+    assert abs(result - np.trace(A)) <= 1e-12 * abs(np.trace(A))
+    out = np.zeros(())
+    assert einkern.einsum("ij,ij->", A, A, out=out, backend="cpu") is out
+
+
 def assert_matches(result, expected, tolerance=None):
     """Same shape and dtype as NumPy's result; relative error (max abs difference over
     max abs value) within the dtype's tolerance (or ``tolerance``), against float64."""

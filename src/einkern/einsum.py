@@ -41,6 +41,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from .api import Kernel
 from .api import compile as compile_program
 from .arrays import ArrayInfo, strides_match
@@ -517,7 +519,7 @@ def einsum(subscripts: str, *operands: Any, out: Any = None, optimize: Any = Tru
     """Evaluate the einsum ``subscripts`` (``"ik,kj->ij"``; NumPy's conventions) on
     the operands with einkern kernels and return the result: ``out`` when given,
     else a new row-major array of the operands' kind (NumPy, or the GPU library's
-    for GPU operands).
+    for GPU operands; a NumPy scalar for a 0-d NumPy result, as NumPy's).
 
     ``optimize``: ``True`` (default; opt_einsum's ``"auto"``), an opt_einsum
     strategy (``"greedy"``, ``"optimal"``, ...) or a path: contract pairwise
@@ -540,4 +542,7 @@ def einsum(subscripts: str, *operands: Any, out: Any = None, optimize: Any = Tru
         _describe(chosen, out, "out=")
     plan = _plan(subscripts, chosen, infos, out_info, optimize,  # type: ignore[arg-type]
                  memory_limit, tune, tuning_db)
-    return plan.run(operands, infos, out, out_info)
+    result = plan.run(operands, infos, out, out_info)
+    if out is None and type(result) is np.ndarray and result.ndim == 0:
+        return result[()]  # a NumPy scalar, as numpy.einsum returns
+    return result

@@ -111,6 +111,16 @@ def random_case(rng: np.random.Generator):
     return spec, shapes
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_random_float32_subscripts_match_numpy(seed):
+    rng = np.random.default_rng(100 + seed)
+    spec, shapes = random_case(rng)
+    operands = arrays(seed, *shapes, dtype=np.float32)
+    exact = np.einsum(spec, *(o.astype(np.float64) for o in operands), optimize=True)
+    assert_matches(einkern.einsum(spec, *operands, backend="cpu"),
+                   np.asarray(exact).astype(np.float32))
+
+
 @pytest.mark.parametrize("seed", range(24))
 def test_random_subscripts_match_numpy(seed):
     rng = np.random.default_rng(seed)

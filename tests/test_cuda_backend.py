@@ -392,9 +392,10 @@ def test_default_mappings_of_every_sample_emulate_correctly(name):
     from einkern.backends.cuda.mapped import generate_mapped
     from einkern.gpu.decision import decide
     from einkern.gpu.verify import verify
+    from einkern.ir.task import tasks_of
 
     problem = SMALL_SAMPLES[name]()
-    mappings = {p: decide(problem, p) for p in range(len(problem.program.statements))}
+    mappings = {t.position: decide(t) for t in tasks_of(problem)}
     assert generate_mapped(problem, mappings).text  # the CUDA text prints
     result = verify(problem, mappings, seed=5)
     assert not result.errors and result.bad_accesses == 0

@@ -90,8 +90,10 @@ def _mappings(args, problem):
         return None
     import json
 
+    from .gpu.config import parse_config
     from .gpu.mapping import Mapping, MappingError
     from .gpu.space import config_to_mapping
+    from .ir.task import statement_task
 
     path = Path(args.mapping)
     if not path.is_file():
@@ -111,11 +113,8 @@ def _mappings(args, problem):
         if "parallel" in value:
             result[position] = Mapping.from_json(json.dumps(value))
         else:
-            try:
-                result[position] = config_to_mapping(problem, position, value)
-            except (KeyError, TypeError, ValueError) as error:
-                raise MappingError(f"{args.mapping}: not a mapping configuration ({error})",
-                                   hint="see `einkern emit PROGRAM --explain`") from None
+            config = parse_config(value, args.mapping)
+            result[position] = config_to_mapping(statement_task(problem, position), config)
     return result
 
 

@@ -338,11 +338,12 @@ def test_plans_kernels_match_the_reference_under_cuda_mappings(spec, shapes):
     """Each step's program under its default CUDA mapping, emulated on the CPU."""
     from einkern.gpu.decision import decide
     from einkern.gpu.verify import verify
+    from einkern.ir.task import statement_task
 
     plan = einsum_plan(spec, *arrays(12, *shapes), backend="cpu")
     for step in plan.steps:
         problem = step.kernel.problem
-        result = verify(problem, {0: decide(problem, 0)}, seed=4)
+        result = verify(problem, {0: decide(statement_task(problem, 0))}, seed=4)
         assert result.ok(1e-12), (step.subscripts, result)
 
 

@@ -8,8 +8,8 @@ import sys
 import numpy as np
 
 import einkern
+from einkern.backends.verify import random_inputs
 from einkern.gpu.decision import default_config
-from einkern.gpu.verify import random_inputs
 from einkern.ir.task import statement_task
 
 GEMM = "examples/gemm.ein"

@@ -37,10 +37,10 @@ from einkern.ir.nodes import (
     accesses,
 )
 from einkern.reference import evaluate
+from einkern.testing import TOLERANCE
 
 pytestmark = pytest.mark.skipif(not CpuBackend().available(), reason="no C compiler")
 
-TOLERANCE = {"float64": 1e-12, "float32": 1e-5}
 
 
 # ---- building IR by hand -------------------------------------------------------
@@ -139,18 +139,6 @@ def all_parallel(problem: Problem) -> CpuSchedule:
     """The default loop orders with every parallel loop collapsed into the OpenMP loop."""
     loops = default_schedule(problem).statements
     return CpuSchedule(tuple(LoopSchedule(s.order, len(s.order)) for s in loops))
-
-
-@pytest.fixture(scope="session")
-def session_cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("einkern-cache")
-
-
-@pytest.fixture(autouse=True)
-def cache_dir(session_cache, monkeypatch):
-    """Keep compiled kernels out of the user's cache (one directory per test session)."""
-    monkeypatch.setenv("EINKERN_CACHE_DIR", str(session_cache))
-    return session_cache
 
 
 def gemm(layout: str, dtype: str, m: int = 5, n: int = 7, k: int = 3) -> Problem:
@@ -274,7 +262,7 @@ def test_mixed_dtypes_compute_in_widest():
         {"m": 4, "n": 3, "k": 5},
     )
     source = CpuBackend().emit(problem)
-    assert "(double)t_A[" in source and "t_C[i_i*3 + i_j] = (float)(acc0);" in source
+    assert "(double)t_A[" in source and "t_C[(i_i * 3) + i_j] = (float)(acc0);" in source
     arrays = random_arrays(problem)
     d_before = arrays["D"].copy()
     CpuBackend().build(problem).run(arrays, {})
@@ -369,7 +357,7 @@ def test_emit_is_readable_c():
     # C is read and written in the statement: one restrict pointer for it, not two.
     assert source.count("double *restrict t_C") == 1
     assert "const double *restrict t_A" in source
-    assert "acc0 += t_A[i_i*64 + i_k] * t_B[i_k*64 + i_j];" in source
+    assert "acc0 += t_A[(i_i * 64) + i_k] * t_B[(i_k * 64) + i_j];" in source
     assert "int64_t" in source and "#pragma omp parallel for" in source
 
 

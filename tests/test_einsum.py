@@ -251,9 +251,12 @@ def test_tune_chooses_each_kernels_configuration(tmp_path):
     cached = einsum_plan("ij,jk->ik", A, B, backend="cpu", tune="cached", tuning_db=db)
     assert cached.tuning_sources == ("default mapping",) and not db.exists()
     tuned = einsum_plan("ij,jk->ik", A, B, backend="cpu", tune="full", tuning_db=db)
-    assert tuned.tuning_sources[0].startswith("tuned now")
+    (source,) = tuned.tuning_sources
+    assert db.exists() and "variants" in source  # tuned now, recorded in the database
     again = einsum_plan("ij,jk->ik", B, C, backend="cpu", tune=True, tuning_db=db)
-    assert again.tuning_sources == ("exact record",)
+    # the record is used when a variant beat the default in that run (the honest tuner)
+    expected = "exact record" if source.startswith("tuned now") else "default mapping"
+    assert again.tuning_sources[0].startswith(expected)
     assert_matches(einkern.einsum("ij,jk->ik", B, C, tune=True, tuning_db=db, backend="cpu"),
                    B @ C)
 
@@ -336,8 +339,8 @@ def test_parse_spec_expands_ellipses_and_the_implicit_output():
 ])
 def test_plans_kernels_match_the_reference_under_cuda_mappings(spec, shapes):
     """Each step's program under its default CUDA mapping, emulated on the CPU."""
+    from einkern.backends.verify import verify
     from einkern.gpu.decision import decide
-    from einkern.gpu.verify import verify
     from einkern.ir.task import statement_task
 
     plan = einsum_plan(spec, *arrays(12, *shapes), backend="cpu")

@@ -69,7 +69,10 @@ def _imports(path: Path) -> set[str]:
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                found.add(".".join(base + ([node.module] if node.module else [])))
+                if node.module:
+                    found.add(".".join([*base, node.module]))
+                else:  # `from .. import semantics`: the names are modules
+                    found.update(".".join([*base, alias.name]) for alias in node.names)
             elif node.module:
                 found.add(node.module)
         elif isinstance(node, ast.Import):

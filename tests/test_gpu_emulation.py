@@ -12,13 +12,13 @@ import zlib
 import pytest
 
 import einkern
+from einkern.backends.emulator import count_barriers, drop_barrier
+from einkern.backends.verify import verify
 from einkern.gpu.config import CudaConfig, StagingConfig
 from einkern.gpu.decision import decide
-from einkern.gpu.emulator import count_barriers, drop_barrier
 from einkern.gpu.lower import build_kernel, lower, new_builder
 from einkern.gpu.mapping import Mapping, MappingError, ParallelTile, Staging
 from einkern.gpu.space import config_to_mapping, parameters, violation
-from einkern.gpu.verify import verify
 from einkern.ir.task import statement_task, tasks_of
 
 TOLERANCE = {"float32": 1e-5, "float64": 1e-12}

@@ -137,28 +137,28 @@ def test_cuda_tuning_target_without_a_gpu():
 def test_a_mapping_in_json_form_is_taken_as_a_mapping_not_a_configuration():
     import json
 
-    from einkern.backends.cuda.mapped import generate_mapped
+    from einkern.backends.cuda.generate import generate
     from einkern.backends.cuda.samples import gemm
     from einkern.gpu.decision import decide
 
     problem = gemm(64, 48, 32)
     mapping = decide(statement_task(problem, 0))
     as_dict = json.loads(mapping.to_json())
-    assert generate_mapped(problem, {0: as_dict}).text == \
-        generate_mapped(problem, {0: mapping}).text
+    assert generate(problem, {0: as_dict}).text == \
+        generate(problem, {0: mapping}).text
 
 
 def test_min_blocks_reaches_the_launch_bounds_and_is_checked():
     from dataclasses import replace
 
-    from einkern.backends.cuda.mapped import generate_mapped
+    from einkern.backends.cuda.generate import generate
     from einkern.backends.cuda.samples import gemm
 
     problem = gemm(64, 48, 32)
     mapping = decide(statement_task(problem, 0))
     bounded = replace(mapping, min_blocks=2)
     assert Mapping.from_json(bounded.to_json()) == bounded
-    text = generate_mapped(problem, {0: bounded}).text
+    text = generate(problem, {0: bounded}).text
     assert f"__launch_bounds__({bounded.threads}, 2)" in text
     assert "blocks/SM" in bounded.describe()
     assert check_mapping(statement_task(problem, 0), replace(mapping, min_blocks=-1))
@@ -261,8 +261,8 @@ def test_local_grad3_default_takes_each_element_whole_and_is_in_the_tuning_space
 def test_family_default_spreads_its_register_tile_and_emulates_correctly():
     """Nine products per output: two outputs per thread along every index but x,
     inputs staged; the kernel (T = 8) matches the reference in the emulation."""
+    from einkern.backends.verify import verify
     from einkern.bench.suites.ccsdt import family_program
-    from einkern.gpu.verify import verify
 
     problem = einkern.make_problem(einkern.load(family_program("d2", 8)), {})
     mapping = decide(statement_task(problem, 0))

@@ -11,11 +11,11 @@ from dataclasses import replace
 import pytest
 
 import einkern
+from einkern.backends.verify import verify
 from einkern.gpu import kir
 from einkern.gpu.decision import decide, default_config
 from einkern.gpu.lower import build_kernel, check_mapping, lower, new_builder, preload_sign
 from einkern.gpu.space import config_to_mapping, parameters, violation
-from einkern.gpu.verify import verify
 from einkern.ir.task import statement_task
 
 UPDATES = {

@@ -50,13 +50,14 @@ from .backends import Backend, get_backend
 from .backends.binding import Binder, article, type_name
 from .errors import ArgumentError, DtypeError, LayoutError, ParseError
 from .ir.nodes import Access, Binary, Expr, Extent, Program, Statement, Sum, Tensor
+from .lang.limits import MAX_EXPRESSION_DEPTH
 from .semantics import DTYPES, widest
 from .source import Source, Span
 
 _LETTERS = frozenset(string.ascii_letters)
 #: Most operands in one einsum (each is a factor of one product when
-#: ``optimize=False``; deeper products exceed what the compiler's passes walk).
-MAX_OPERANDS = 200
+#: ``optimize=False``: the expression-depth limit every front end enforces).
+MAX_OPERANDS = MAX_EXPRESSION_DEPTH
 #: Most prepared plans kept (the oldest is dropped first).
 CACHE_SIZE = 512
 _NO_SCALARS: dict[str, Any] = {}

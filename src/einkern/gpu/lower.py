@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import math
 
+from .. import semantics
 from ..ir.nodes import (
-    ITEMSIZE,
     Access,
     Binary,
     Call,
@@ -39,6 +39,8 @@ from ..ir.nodes import (
     signed_terms,
 )
 from ..ir.task import Task
+from ..semantics import C_TYPE as CTYPE
+from ..semantics import FUNCTIONS, ITEMSIZE
 from . import exprs as E
 from . import kir
 from .builder import Context, KernelBuilder
@@ -48,19 +50,13 @@ from .normalize import Group, Placeholder, reduction_of
 from .padding import padding_problems
 from .staging import check_staging, staged_group_sections
 
-_FUNCS = {
-    "sqrt": "sqrt", "exp": "exp", "log": "log", "abs": "fabs", "sin": "sin", "cos": "cos",
-    "tanh": "tanh", "max": "fmax", "min": "fmin", "pow": "pow",
-}
-CTYPE = {"float32": "float", "float64": "double"}
-
 
 def compute_dtype(task: Task) -> str:
-    problem = task.problem
+    """The dtype the task's statement computes in (:func:`einkern.semantics.compute_dtype`)."""
     statement = task.statement
-    tensors = {statement.output.tensor} | {a.tensor for a in statement.reads()}
-    dtypes = {problem.program.tensor(t).dtype for t in tensors}
-    return "float64" if "float64" in dtypes else "float32"
+    dtype = task.program.tensor
+    return semantics.compute_dtype(dtype(statement.output.tensor).dtype,
+                                   [dtype(a.tensor).dtype for a in statement.reads()])
 
 
 def preload_sign(statement) -> int:
@@ -186,8 +182,10 @@ def value(b: KernelBuilder, expr, ctx: Context, group: int | None = None) -> kir
         return kir.Op(expr.op, value(b, expr.left, ctx, group),
                       value(b, expr.right, ctx, group))
     if isinstance(expr, Call):
-        name = _FUNCS[expr.func] + ("f" if b.ctype == "float" else "")
-        return kir.Call(name, tuple(value(b, a, ctx, group) for a in expr.args))
+        args = tuple(value(b, a, ctx, group) for a in expr.args)
+        if expr.func in ("max", "min"):  # the printers' NaN-propagating max/min
+            return kir.Op(expr.func, *args)
+        return kir.Call(FUNCTIONS[expr.func].c_name(b.dtype), args)
     if isinstance(expr, Sum):
         return inline_sum(b, expr, ctx)
     raise TypeError(f"cannot lower {expr!r}")
@@ -406,4 +404,4 @@ def check_mapping(task: Task, mapping: Mapping, max_shared_bytes: int | None = N
 
 
 def itemsize(ctype: str) -> int:
-    return {"float": 4, "double": 8}.get(ctype, ITEMSIZE.get(ctype, 8))
+    return kir.ELEMENT_BYTES.get(ctype, ITEMSIZE.get(ctype, 8))

@@ -16,7 +16,7 @@ import math
 from dataclasses import replace
 
 from ..ir.bind import make_problem
-from ..ir.nodes import Access, product_factors, signed_terms
+from ..ir.nodes import Access, Problem, product_factors, signed_terms
 from ..ir.task import Task
 from .mapping import Mapping
 from .normalize import reduction_of
@@ -59,6 +59,25 @@ def pad_multiples(task: Task, mapping: Mapping) -> dict[str, int]:
         by_tile, by_line = -(-size // multiple) * multiple, -(-size // aligned) * aligned
         if by_line - by_tile <= by_tile // 32:
             multiples[extent] = aligned
+    return _tie_extents(problem, statement, multiples)
+
+
+def _tie_extents(problem: Problem, statement, multiples: dict[str, int]) -> dict[str, int]:
+    """Extents that one index ranges over (``D[k,m]`` with ``k`` over ``lz`` and D's
+    first extent ``lx``) must stay equal once padded: each gets the lcm of the
+    multiples of its class."""
+    tied: dict[str, set[str]] = {}
+    for access in (statement.output, *statement.reads()):
+        shape = problem.program.tensor(access.tensor).shape
+        for index, extent in zip(access.indices, shape, strict=True):
+            group = tied.get(extent, {extent}) | tied.get(statement.extent_of(index),
+                                                          {statement.extent_of(index)})
+            for member in group:
+                tied[member] = group
+    for extent in list(multiples):
+        group = tied.get(extent, {extent})
+        common = math.lcm(*(multiples.get(e, 1) for e in group))
+        multiples.update({e: common for e in group})
     return multiples
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from ..ir.nodes import Access, Problem
 from ..ir.task import Task
+from ..semantics import C_TYPE as CTYPE
 from . import exprs as E
 from . import kir
 from .builder import Context, KernelBuilder, StagedArray
@@ -294,7 +295,8 @@ def _global_to(b: KernelBuilder, array: StagedArray, chunks: Chunks,
     values: list[kir.Expr]
     if width > 1:
         vector = b.fresh("vec")
-        load: list[kir.Stmt] = [kir.VectorLoad(vector, b.ctype,
+        element = CTYPE[b.problem.program.tensor(access.tensor).dtype]  # the array's type
+        load: list[kir.Stmt] = [kir.VectorLoad(vector, element,
                                                f"p_{access.tensor}", offset, width)]
         values = [kir.Lane(vector, lane) for lane in range(width)]
     else:

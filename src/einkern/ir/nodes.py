@@ -12,27 +12,11 @@ problems, since generated kernels are specialised to their sizes.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from ..semantics import ITEMSIZE, DType, Layout
 from ..source import Span
-
-DTYPES = ("float32", "float64")
-LAYOUTS = ("row", "column")
-ITEMSIZE = {"float32": 4, "float64": 8}
-ELEMENTWISE_FUNCTIONS = {
-    # name: number of arguments
-    "sqrt": 1,
-    "exp": 1,
-    "log": 1,
-    "abs": 1,
-    "sin": 1,
-    "cos": 1,
-    "tanh": 1,
-    "max": 2,
-    "min": 2,
-    "pow": 2,
-}
-
 
 # ---- expressions -------------------------------------------------------------
 
@@ -71,7 +55,7 @@ class Neg:
     operand: Expr
 
     def __str__(self) -> str:
-        return f"-({self.operand})"
+        return expr_text(self)
 
 
 @dataclass(frozen=True)
@@ -81,18 +65,18 @@ class Binary:
     right: Expr
 
     def __str__(self) -> str:
-        return f"({self.left} {self.op} {self.right})"
+        return expr_text(self)
 
 
 @dataclass(frozen=True)
 class Call:
-    """Elementwise function (see ``ELEMENTWISE_FUNCTIONS``)."""
+    """Elementwise function (see :data:`einkern.semantics.FUNCTIONS`)."""
 
     func: str
     args: tuple[Expr, ...]
 
     def __str__(self) -> str:
-        return f"{self.func}({', '.join(map(str, self.args))})"
+        return expr_text(self)
 
 
 @dataclass(frozen=True)
@@ -103,7 +87,7 @@ class Sum:
     body: Expr
 
     def __str__(self) -> str:
-        return f"sum[{','.join(self.indices)}]({self.body})"
+        return expr_text(self)
 
 
 Expr = Const | ScalarRef | Access | Neg | Binary | Call | Sum
@@ -122,31 +106,72 @@ def children(expr: Expr) -> tuple[Expr, ...]:
     return ()
 
 
-def walk(expr: Expr):
-    """All nodes of an expression, pre-order."""
-    yield expr
-    for child in children(expr):
-        yield from walk(child)
+def walk(expr: Expr) -> Iterator[Expr]:
+    """All nodes of an expression, pre-order (without recursion)."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(children(node)))
 
 
 def signed_terms(expr: Expr, sign: int = 1) -> list[tuple[int, Expr]]:
     """Split an expression at its top-level ``+``/``-`` (and negations) into
-    ``(±1, term)`` pairs."""
-    if isinstance(expr, Binary) and expr.op in "+-":
-        right = sign if expr.op == "+" else -sign
-        return signed_terms(expr.left, sign) + signed_terms(expr.right, right)
-    if isinstance(expr, Neg):
-        return signed_terms(expr.operand, -sign)
-    return [(sign, expr)]
+    ``(±1, term)`` pairs, left to right (without recursion)."""
+    terms: list[tuple[int, Expr]] = []
+    stack = [(sign, expr)]
+    while stack:
+        sign, node = stack.pop()
+        if isinstance(node, Binary) and node.op in "+-":
+            stack.append((sign if node.op == "+" else -sign, node.right))
+            stack.append((sign, node.left))
+        elif isinstance(node, Neg):
+            stack.append((-sign, node.operand))
+        else:
+            terms.append((sign, node))
+    return terms
 
 
 def product_factors(expr: Expr) -> list[Expr]:
-    """Flatten a product tree (``*`` and negations, as a ``-1`` factor) into factors."""
-    if isinstance(expr, Binary) and expr.op == "*":
-        return product_factors(expr.left) + product_factors(expr.right)
-    if isinstance(expr, Neg):
-        return [Const(-1.0), *product_factors(expr.operand)]
-    return [expr]
+    """Flatten a product tree (``*`` and negations, as a ``-1`` factor) into factors,
+    left to right (without recursion)."""
+    factors: list[Expr] = []
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Binary) and node.op == "*":
+            stack.extend((node.right, node.left))
+        elif isinstance(node, Neg):
+            factors.append(Const(-1.0))
+            stack.append(node.operand)
+        else:
+            factors.append(node)
+    return factors
+
+
+def expr_text(expr: Expr) -> str:
+    """The printed form of an expression (what ``str`` gives), built without recursion."""
+    parts: list[str] = []
+    stack: list[Expr | str] = [expr]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            parts.append(item)
+        elif isinstance(item, Neg):
+            stack.extend((")", item.operand, "-("))
+        elif isinstance(item, Binary):
+            stack.extend((")", item.right, f" {item.op} ", item.left, "("))
+        elif isinstance(item, Call):
+            pieces: list[Expr | str] = [f"{item.func}("]
+            for number, arg in enumerate(item.args):
+                pieces.extend((", ", arg) if number else (arg,))
+            pieces.append(")")
+            stack.extend(reversed(pieces))
+        elif isinstance(item, Sum):
+            stack.extend((")", item.body, f"sum[{','.join(item.indices)}]("))
+        else:
+            parts.append(str(item))
+    return "".join(parts)
 
 
 def accesses(expr: Expr) -> tuple[Access, ...]:
@@ -181,8 +206,8 @@ class Extent:
 class Tensor:
     name: str
     shape: tuple[str, ...]  # extent names, outermost first as written
-    dtype: str = "float64"
-    layout: str = "row"  # "row": last index contiguous; "column": first index contiguous
+    dtype: DType = "float64"
+    layout: Layout = "row"  # "row": last index contiguous; "column": first index contiguous
     span: Span | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -203,7 +228,7 @@ class Tensor:
 @dataclass(frozen=True)
 class Scalar:
     name: str
-    dtype: str = "float64"
+    dtype: DType = "float64"
     default: float | None = None
     span: Span | None = field(default=None, compare=False, repr=False)
 
@@ -245,6 +270,12 @@ class Statement:
         """Accesses read by the statement; a compound assignment reads its output."""
         reads = accesses(self.rhs)
         return (self.output, *reads) if self.op in ("+=", "-=") else reads
+
+    def tensors(self) -> tuple[str, ...]:
+        """Names of the tensors the statement touches: the output, then every tensor
+        read, in order of first appearance."""
+        names = [self.output.tensor] + [a.tensor for a in accesses(self.rhs)]
+        return tuple(dict.fromkeys(names))
 
     def __str__(self) -> str:
         return f"{self.output} {self.op} {self.rhs}"

@@ -3,7 +3,6 @@
 :func:`add_tune_parsers` registers both sub-commands on the main parser's
 sub-parsers; :data:`TUNE_COMMANDS` maps their names to the functions running
 them (``function(args) -> exit code``; user errors raise EinkernError).
-``python -m einkern.tuning.cli`` runs them on their own.
 """
 
 from __future__ import annotations
@@ -17,21 +16,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import BackendError, UsageError
-from .db import TuningDB, TuningRecord, default_path
-from .evaluate import DEFAULT_REPEATS, DEFAULT_TIMEOUT_S, Budget, Evaluator, MemoryStore
-from .report import ProgressDisplay, print_database, print_results
-from .strategies import strategy_names
-from .tuner import DEFAULT_BUDGET, DEFAULT_STRATEGY, TuneOptions, tune_problem, tune_task
+from ..tuning.db import TuningDB, TuningRecord, default_path
+from ..tuning.evaluate import DEFAULT_REPEATS, DEFAULT_TIMEOUT_S, Budget, Evaluator, MemoryStore
+from ..tuning.report import ProgressDisplay, print_database, print_results
+from ..tuning.strategies import strategy_names
+from ..tuning.tuner import DEFAULT_BUDGET, DEFAULT_STRATEGY, TuneOptions, tune_problem, tune_task
+from ..tuning.verdict import Verdict
+from .common import extent_arg, load_problem
 
 WISDOM_FORMAT = "einkern-wisdom"
 WISDOM_VERSION = 1
-
-
-def _extent(text: str) -> tuple[str, str]:
-    if "=" not in text:
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
-    name, value = text.split("=", 1)
-    return name.strip(), value.strip()
 
 
 def _positive(kind: type):
@@ -51,7 +45,7 @@ def add_tune_parsers(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``tune`` and ``db`` sub-commands."""
     tune = subparsers.add_parser("tune", help="autotune a program's kernels")
     tune.add_argument("program", help="a .ein, tensor or mapped-function file")
-    tune.add_argument("--extent", "-e", action="append", default=[], type=_extent,
+    tune.add_argument("--extent", "-e", action="append", default=[], type=extent_arg,
                       metavar="NAME=VALUE", help="set an extent (repeatable)")
     tune.add_argument("--backend", "-b", default="auto", choices=["auto", "cpu", "cuda"])
     tune.add_argument("--strategy", "-s", default=DEFAULT_STRATEGY, choices=strategy_names())
@@ -95,18 +89,6 @@ def add_tune_parsers(subparsers: argparse._SubParsersAction) -> None:
                        help="keep only each problem's best and default variants")
 
 
-def _load_problem(args: argparse.Namespace):
-    from ..api import load
-    from ..ir.bind import make_problem
-
-    path = Path(args.program)
-    if not path.exists():
-        raise UsageError(f"no such file: {args.program}", hint="give the path of a program file")
-    if path.is_dir():
-        raise UsageError(f"{args.program} is a directory, not a program file")
-    return make_problem(load(path), dict(args.extent))
-
-
 def _positions(args: argparse.Namespace, problem) -> tuple[int, ...]:
     count = len(problem.program.statements)
     if not args.statement:
@@ -127,9 +109,9 @@ def _backend_name(name: str) -> str:
 
 def command_tune(args: argparse.Namespace) -> int:
     """``einkern tune``: tune every statement, record, print a summary table."""
-    from .target import ExplainsDefault, get_target
+    from ..tuning.target import ExplainsDefault, get_target
 
-    problem = _load_problem(args)
+    problem = load_problem(args)
     positions = _positions(args, problem)
     evaluations = args.budget if args.budget is not None else (
         None if args.time is not None else DEFAULT_BUDGET)
@@ -169,9 +151,9 @@ def _tasks(problem, positions: tuple[int, ...]):
 
 
 def _simulate(db: TuningDB, backend: str, problem, positions, options, display):
-    from .ranking import pick_best
-    from .simulate import simulated_targets
-    from .target import ExplainsDefault, get_target
+    from ..tuning.ranking import pick_best
+    from ..tuning.simulate import simulated_targets
+    from ..tuning.target import ExplainsDefault, get_target
 
     tasks = _tasks(problem, positions)
     base = None
@@ -208,18 +190,20 @@ def command_db(args: argparse.Namespace) -> int:
         return 0
     if args.db_command == "export":
         with TuningDB(path, create=False) as db:
-            records = db.records()
-        _write_wisdom(args.path, records)
+            records, verdicts = db.records(), db.verdicts()
+        _write_wisdom(args.path, records, verdicts)
         where = "standard output" if args.path == "-" else args.path
         print(f"exported {len(records)} records to {where}", file=sys.stderr)
         return 0
     if args.db_command == "import":
-        records = _read_wisdom(args.path)
+        records, verdicts = _read_wisdom(args.path)
         with TuningDB(path, create=True) as db:
             stored = db.add_many(records)
+            for verdict in verdicts:
+                db.add_verdict(verdict)
             print(f"imported {stored} of {len(records)} records into {db.path}")
         return 0
-    from .canonical import einkern_version
+    from ..tuning.canonical import einkern_version
 
     failed, stale = args.failed, args.stale
     if not (failed or stale or args.keep_best):
@@ -231,9 +215,11 @@ def command_db(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_wisdom(path: str, records: Sequence[TuningRecord]) -> None:
+def _write_wisdom(path: str, records: Sequence[TuningRecord],
+                  verdicts: Sequence[Verdict] = ()) -> None:
     text = json.dumps({"format": WISDOM_FORMAT, "version": WISDOM_VERSION,
-                       "records": [record.to_json() for record in records]}, indent=1)
+                       "records": [record.to_json() for record in records],
+                       "verdicts": [verdict.to_json() for verdict in verdicts]}, indent=1)
     if path == "-":
         sys.stdout.write(text + "\n")
         return
@@ -248,7 +234,8 @@ def _write_wisdom(path: str, records: Sequence[TuningRecord]) -> None:
         raise UsageError(f"cannot write {path}: {error}") from error
 
 
-def _read_wisdom(path: str) -> list[TuningRecord]:
+def _read_wisdom(path: str) -> tuple[list[TuningRecord], list[Verdict]]:
+    """The records and verdicts of a wisdom file (files without verdicts: none)."""
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
         data = json.loads(text)
@@ -267,25 +254,13 @@ def _read_wisdom(path: str) -> list[TuningRecord]:
             records.append(TuningRecord.from_json(item))
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise UsageError(f"{path}: record {number} is malformed ({error!r})") from error
-    return records
+    verdicts = []
+    for number, item in enumerate(data.get("verdicts", [])):
+        try:
+            verdicts.append(Verdict.from_json(item))
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise UsageError(f"{path}: verdict {number} is malformed ({error!r})") from error
+    return records, verdicts
 
 
 TUNE_COMMANDS = {"tune": command_tune, "db": command_db}
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse raising :class:`UsageError` instead of exiting."""
-
-    def error(self, message: str):  # type: ignore[override]
-        raise UsageError(message, hint=f"see `{self.prog} --help`")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``tune``/``db`` on their own (``python -m einkern.tuning.cli tune ...``)."""
-    from ..cli import main as einkern_main
-
-    return einkern_main(sys.argv[1:] if argv is None else argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -15,44 +15,32 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__
-from .errors import EinkernError, UsageError
-from .reference import relative_error
-
-TOLERANCE = {"float64": 1e-12, "float32": 1e-5}
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises :class:`UsageError` instead of exiting."""
-
-    def error(self, message: str):  # type: ignore[override]
-        raise UsageError(message, hint=f"see `{self.prog} --help`")
-
-
-def _extent_arg(text: str) -> tuple[str, str]:
-    if "=" not in text:
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
-    name, value = text.split("=", 1)
-    return name.strip(), value.strip()
+from .._version import __version__
+from ..errors import EinkernError, UsageError
+from ..ir.nodes import accesses
+from .common import Parser, extent_arg, load_problem
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="einkern", description="Compile Einstein-notation tensor programs.")
+    parser = Parser(prog="einkern", description="Compile Einstein-notation tensor programs.")
     parser.add_argument("--version", action="version", version=f"einkern {__version__}")
-    sub = parser.add_subparsers(dest="command", parser_class=_Parser, required=True)
+    sub = parser.add_subparsers(dest="command", parser_class=Parser, required=True)
 
     def program_args(p: argparse.ArgumentParser, many: bool = False) -> None:
         p.add_argument("program", nargs="+" if many else None,
                        help="a .ein, tensor (.tensor) or mapped-function (.mapped) file"
                        + (" (several: each is run in turn)" if many else ""))
         p.add_argument(
-            "--extent", "-e", action="append", default=[], type=_extent_arg,
+            "--extent", "-e", action="append", default=[], type=extent_arg,
             metavar="NAME=VALUE", help="set an extent (repeatable)",
         )
 
-    check = sub.add_parser("check", help="parse, validate and describe a program")
+    check = sub.add_parser("check", help="parse, validate and describe a program "
+                           "('-' reads it from standard input)")
     program_args(check)
     check.add_argument("-v", "--verbose", action="store_true", help="also print isl domains")
+    check.add_argument("--dependences", action="store_true",
+                       help="list every dependence between statements (default: a summary)")
 
     run = sub.add_parser("run", help="run programs on random inputs and time them")
     program_args(run, many=True)
@@ -75,9 +63,10 @@ def _parser() -> argparse.ArgumentParser:
             help="(cuda) mapping of statement 0, or {\"N\": mapping, ...} per statement",
         )
     emit.add_argument("--explain", action="store_true",
-                      help="(cuda) print each statement's mapping and why it was chosen")
-    from .bench.cli import add_bench_parser
-    from .tuning.cli import add_tune_parsers
+                      help="print each statement's mapping (cuda) or loop schedule (cpu) "
+                           "and why it was chosen")
+    from .bench import add_bench_parser
+    from .tune import add_tune_parsers
 
     add_bench_parser(sub)
     add_tune_parsers(sub)
@@ -90,10 +79,10 @@ def _mappings(args, problem):
         return None
     import json
 
-    from .gpu.config import parse_config
-    from .gpu.mapping import Mapping, MappingError
-    from .gpu.space import config_to_mapping
-    from .ir.task import statement_task
+    from ..gpu.config import parse_config
+    from ..gpu.mapping import Mapping, MappingError
+    from ..gpu.space import config_to_mapping
+    from ..ir.task import statement_task
 
     path = Path(args.mapping)
     if not path.is_file():
@@ -118,20 +107,15 @@ def _mappings(args, problem):
     return result
 
 
-def _load_problem(args):
-    from .api import load
-    from .ir.bind import make_problem
-
-    path = Path(args.program)
-    if not path.exists():
-        raise UsageError(f"no such file: {args.program}", hint="give the path of a program file")
-    if path.is_dir():
-        raise UsageError(f"{args.program} is a directory, not a program file")
-    program = load(path)
-    return make_problem(program, dict(args.extent))
-
-
 def _human(value: float, unit: str) -> str:
+    """``value`` with a decimal prefix up to P, then in powers of ten (exact for
+    integers of any size)."""
+    if isinstance(value, int) and abs(value) >= 10**18:
+        digits = len(str(abs(value)))
+        if digits > 21:
+            lead = abs(value) // 10 ** (digits - 3)
+            sign = "-" if value < 0 else ""
+            return f"{sign}{lead // 100}.{lead % 100:02d}e+{digits - 1} {unit}"
     for prefix in ("", "K", "M", "G", "T", "P"):
         if abs(value) < 1000 or prefix == "P":
             return f"{value:.3g} {prefix}{unit}" if prefix else f"{value:.0f} {unit}"
@@ -139,20 +123,42 @@ def _human(value: float, unit: str) -> str:
     return f"{value} {unit}"
 
 
-def command_check(args) -> int:
-    from .ir import analysis, poly
+def _ratio(numerator: int, denominator: int) -> str:
+    """``numerator / denominator`` to three digits, for integers of any size."""
+    try:
+        return f"{numerator / max(denominator, 1):.3g}"
+    except OverflowError:
+        return _human(numerator // max(denominator, 1), "").strip()
 
-    problem = _load_problem(args)
+
+def _check_program(args):
+    """The problem to check: from the file, or from standard input for ``-``."""
+    if args.program != "-":
+        return load_problem(args)
+    from ..ir.bind import make_problem
+    from ..ir.build import build_program
+    from ..lang.loader import parse_text
+
+    try:
+        text = sys.stdin.buffer.read().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise UsageError(f"standard input is not UTF-8 text ({error})") from None
+    return make_problem(build_program(parse_text(text, "<stdin>")), dict(args.extent))
+
+
+def command_check(args) -> int:
+    from ..ir import analysis, poly
+
+    problem = _check_program(args)
     program = problem.program
+    polyhedra = poly.Polyhedra(program)
     print(f"program {program.name}")
     sizes = ", ".join(f"{n}={v}" for n, v in problem.sizes if not n.isdigit())
     print(f"extents  {sizes or '(none)'}")
+    inputs, outputs = set(program.inputs), set(program.outputs)
     for tensor in program.tensors:
-        role = []
-        if tensor.name in program.inputs:
-            role.append("input")
-        if tensor.name in program.outputs:
-            role.append("output")
+        role = [word for word, names in (("input", inputs), ("output", outputs))
+                if tensor.name in names]
         print(
             f"tensor   {tensor.name}[{', '.join(tensor.shape)}] = {problem.shape(tensor.name)} "
             f"{tensor.dtype} {tensor.layout}-major  {' '.join(role) or 'unused'}"
@@ -164,9 +170,11 @@ def command_check(args) -> int:
     for position, statement in enumerate(program.statements):
         flops = analysis.statement_flops(problem, statement)
         nbytes = analysis.statement_bytes(problem, statement)
+        carried = polyhedra.carried_indices(position)
+        parallel = [i for i in statement.indices if i not in carried]
         print(f"S{position}  {statement}")
-        print(f"    parallel  {', '.join(poly.parallel_indices(program, position)) or '-'}")
-        print(f"    reduction {', '.join(poly.carried_indices(program, position)) or '-'}")
+        print(f"    parallel  {', '.join(parallel) or '-'}")
+        print(f"    reduction {', '.join(carried) or '-'}")
         contiguous = ", ".join(
             f"{c.access.tensor}:{c.contiguous_index}"
             for c in analysis.contiguity(problem, statement)
@@ -175,13 +183,14 @@ def command_check(args) -> int:
         print(f"    stride-1  {contiguous or '-'}")
         print(
             f"    flops {_human(flops, 'flop')}   min bytes {_human(nbytes, 'B')}   "
-            f"intensity {flops / max(nbytes, 1):.3g} flop/B"
+            f"intensity {_ratio(flops, nbytes)} flop/B"
         )
         if args.verbose:
-            for line in poly.describe_statement(program, statement).splitlines():
-                print(f"    {line}")
-    for dependence in poly.dependences(program):
-        print(f"dependence {dependence}")
+            own = polyhedra.of(position)
+            print(f"    domain  {own.domain}")
+            for access in (statement.output, *accesses(statement.rhs)):
+                print(f"    access  {own.access_map(access)}")
+    _print_dependences(polyhedra.dependences(), args.dependences)
     flops = analysis.program_flops(problem)
     kernel_bytes = _human(analysis.kernel_floor_bytes(problem), "B")
     fused_bytes = _human(analysis.fused_floor_bytes(problem), "B")
@@ -192,19 +201,16 @@ def command_check(args) -> int:
     return 0
 
 
-def random_arrays(problem, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random inputs in [0.5, 1.5) (never zeros; safe for sqrt/log) in each tensor's layout."""
-    from .arrays import random_arrays as random_tensors
-
-    return random_tensors(problem, seed, problem.program.inputs)
-
-
-def random_scalars(problem, seed: int = 0) -> dict[str, float]:
-    rng = np.random.default_rng(seed + 1)
-    return {
-        s.name: float(s.default) if s.default is not None else float(rng.uniform(0.5, 1.5))
-        for s in problem.program.scalars
-    }
+def _print_dependences(found, every: bool) -> None:
+    """Every dependence with ``--dependences``, else one summary line."""
+    if every:
+        for dependence in found:
+            print(f"dependence {dependence}")
+        return
+    counts = {kind: sum(d.kind == kind for d in found) for kind in ("flow", "anti", "output")}
+    detail = ", ".join(f"{count} {kind}" for kind, count in counts.items() if count)
+    print(f"dependences: {len(found)}" + (f" ({detail}; --dependences lists them)"
+                                           if found else ""))
 
 
 def command_run(args) -> int:
@@ -220,11 +226,12 @@ def command_run(args) -> int:
 
 
 def _run_one(args) -> int:
-    from .api import Kernel
-    from .backends import get_backend
-    from .reference import evaluate
+    from ..api import Kernel
+    from ..backends import get_backend
+    from ..reference import evaluate
+    from ..testing import output_tolerance, random_arrays, random_scalars, relative_error
 
-    problem = _load_problem(args)
+    problem = load_problem(args)
     if args.repeat < 1:
         raise UsageError("--repeat must be at least 1")
     backend = get_backend(args.backend)
@@ -232,7 +239,7 @@ def _run_one(args) -> int:
     if mappings is not None and backend.name != "cuda":
         raise UsageError("--mapping needs --backend cuda")
     kernel = Kernel(problem, backend, mappings=mappings)
-    arrays = random_arrays(problem, args.seed)
+    arrays = random_arrays(problem, args.seed, problem.program.inputs)
     scalars = random_scalars(problem, args.seed)
     originals = {name: array.copy(order="K") for name, array in arrays.items()}
     times = []
@@ -263,7 +270,7 @@ def _run_one(args) -> int:
     failed = False
     for name in kernel.outputs:
         error = relative_error(np.asarray(outputs[name]), reference[name])
-        tolerance = TOLERANCE[problem.program.tensor(name).dtype]
+        tolerance = output_tolerance(problem, name)
         status = "ok" if error <= tolerance else "FAILED"
         failed |= error > tolerance
         worst = max(worst, error)
@@ -272,18 +279,17 @@ def _run_one(args) -> int:
 
 
 def command_emit(args) -> int:
-    from .backends import get_backend
+    from ..backends import get_backend
 
-    problem = _load_problem(args)
+    problem = load_problem(args)
     backend = get_backend(args.backend)
     cuda_only = [flag for flag, on in (("--resources", args.resources),
-                                       ("--explain", args.explain),
                                        ("--mapping", args.mapping)) if on]
     if cuda_only and backend.name != "cuda":
         raise UsageError(f"{cuda_only[0]} needs --backend cuda")
     mappings = _mappings(args, problem)
     if backend.name == "cuda":
-        from .backends.cuda.mapped import resolve_mappings
+        from ..backends.cuda.generate import resolve_mappings
 
         chosen = resolve_mappings(problem, mappings)
         if args.explain:
@@ -294,9 +300,11 @@ def command_emit(args) -> int:
                 print("//   mapping file: " + mapping.to_json(None))  # type: ignore[attr-defined]
         print(backend.emit(problem, chosen))  # type: ignore[call-arg]
     else:
+        if args.explain:
+            _explain_cpu(problem)
         print(backend.emit(problem))
     if args.resources:
-        from .backends.cuda.nvrtc import kernel_resources
+        from ..backends.cuda.nvrtc import kernel_resources
 
         arch = args.arch or "sm_90"
         if args.arch is None and backend.available():
@@ -307,20 +315,36 @@ def command_emit(args) -> int:
     return 0
 
 
+def _explain_cpu(problem) -> None:
+    """Each statement's default loop schedule, why, and the cost model's estimate."""
+    from ..backends.cpu.schedule import decide_loop_schedule, describe_loops
+    from ..tuning.cpu_model import predicted_seconds, threads
+
+    for position, statement in enumerate(problem.program.statements):
+        decision = decide_loop_schedule(problem, statement)
+        seconds = predicted_seconds(problem, statement, decision.schedule)
+        print(f"// S{position}: {statement}")
+        print(f"//   loops: {describe_loops(decision.schedule)}")
+        for reason in decision.reasons:
+            print(f"//   why: {reason}")
+        print(f"//   cost model: about {seconds * 1e3:.3g} ms on {threads()} threads (it ranks "
+              "schedules for the tuner; it does not predict times closely)")
+
+
 def command_bench(args) -> int:
-    from .bench.cli import command_bench as run_bench
+    from .bench import command_bench as run_bench
 
     return run_bench(args)
 
 
 def command_tune(args) -> int:
-    from .tuning.cli import command_tune as run_tune
+    from .tune import command_tune as run_tune
 
     return run_tune(args)
 
 
 def command_db(args) -> int:
-    from .tuning.cli import command_db as run_db
+    from .tune import command_db as run_db
 
     return run_db(args)
 

@@ -1,7 +1,6 @@
-"""CUDA source from mappings: every statement lowered through the kernel IR
-(:mod:`einkern.gpu.lower`) with its :class:`~einkern.gpu.mapping.Mapping` and
-printed by :mod:`einkern.gpu.cuda_printer`.  This is the backend's code path;
-``codegen.py`` (the first backend's direct mapping) is kept as a baseline."""
+"""The CUDA generation pipeline: every statement lowered through the kernel IR
+(:mod:`einkern.gpu.lower`) under its :class:`~einkern.gpu.mapping.Mapping` (given,
+or the decision algorithm's) and printed by :mod:`einkern.gpu.cuda_printer`."""
 
 from __future__ import annotations
 
@@ -11,6 +10,8 @@ from collections.abc import Mapping as MappingType
 from pathlib import Path
 
 from ...errors import UsageError
+from ...gpu.kir import ELEMENT_BYTES
+from ...gpu.mapping import Mapping
 from ...ir.nodes import Problem
 from ...ir.task import statement_task
 from .codegen import CudaSource, KernelSpec
@@ -24,7 +25,6 @@ def resolve_mappings(problem: Problem, mappings: MappingSpec = None) -> dict[int
     form, or a JSON file of either), the decision algorithm's default for the others."""
     from ...gpu.config import CudaConfig, parse_config
     from ...gpu.decision import decide
-    from ...gpu.mapping import Mapping
     from ...gpu.space import config_to_mapping
 
     limits = device_limits()
@@ -58,7 +58,7 @@ def resolve_mappings(problem: Problem, mappings: MappingSpec = None) -> dict[int
     return chosen
 
 
-def generate_mapped(problem: Problem, mappings: MappingSpec = None) -> CudaSource:
+def generate(problem: Problem, mappings: MappingSpec = None) -> CudaSource:
     """CUDA C of the whole problem under ``mappings``: per statement one kernel, or
     (boundary ``pad``) a padding copy per input, the kernel, and a crop copy."""
     from ...gpu.cuda_printer import launch_shape, print_cuda_module
@@ -69,12 +69,12 @@ def generate_mapped(problem: Problem, mappings: MappingSpec = None) -> CudaSourc
     program = re.sub(r"[^A-Za-z0-9_]", "_", problem.program.name)[:40]
     kernels = []
     specs = []
-    temporaries = []
+    temporaries: list[tuple[str, int]] = []
     for position, statement in enumerate(problem.program.statements):
         name = f"ek_{program}_s{position}"
         plan = plan_task(statement_task(problem, position), chosen[position], name,
                          max_shared_bytes=limits.shared_per_block_optin)
-        temporaries.extend((buffer, elements * (4 if ctype == "float" else 8))
+        temporaries.extend((buffer, elements * ELEMENT_BYTES[ctype])
                            for buffer, ctype, elements in plan.temporaries)
         for launch in plan.launches:
             shape = launch_shape(launch.kernel)

@@ -37,10 +37,10 @@ from einkern.ir.nodes import (
     accesses,
 )
 from einkern.reference import evaluate
+from einkern.semantics import TOLERANCE
 
 pytestmark = pytest.mark.skipif(not CpuBackend().available(), reason="no C compiler")
 
-TOLERANCE = {"float64": 1e-12, "float32": 1e-5}
 
 
 # ---- building IR by hand -------------------------------------------------------

@@ -27,7 +27,7 @@ suites=("$@")
 [ ${#suites[@]} -eq 0 ] && suites=(all)
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
 # shellcheck disable=SC2086 # BENCH_ARGS is split on purpose
-python3 -m einkern.bench "${suites[@]}" --backend cuda --out "$work" \
+python3 -m einkern bench "${suites[@]}" --backend cuda --out "$work" \
     --suite-timeout "gemm=170,nekbone=50,ccsdt=150,riemann=30,mapped=30" \
     --row-budget 8 ${BENCH_ARGS:-} 2>&1 | tee "$out/log.txt"
 status=${PIPESTATUS[0]}

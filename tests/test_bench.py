@@ -12,16 +12,16 @@ import pytest
 
 import einkern
 from einkern.bench import BenchOptions, Case, resolve_suites, run_suites
-from einkern.bench.case import get_suite, suite_names
-from einkern.bench.cli import add_bench_parser, command_bench
-from einkern.bench.device import CpuDevice, get_device
+from einkern.bench.device import CpuDevice
 from einkern.bench.lowering import lower, module_ops
 from einkern.bench.peers import NotApplicable, _matmul_operands
+from einkern.bench.registry import get_device, get_suite, suite_names
 from einkern.bench.results import EINKERN
 from einkern.bench.runner import Runner
 from einkern.bench.suites.ccsdt import family_program, kernel_program, load_kernels
-from einkern.cli import TOLERANCE, random_arrays, random_scalars, relative_error
+from einkern.cli.bench import add_bench_parser, command_bench
 from einkern.errors import UsageError
+from einkern.testing import TOLERANCE, random_arrays, random_scalars, relative_error
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -266,6 +266,16 @@ def test_suites_registry_and_usage_errors(tmp_path):
         get_device("tpu")
 
 
+def test_missing_matplotlib_says_which_extra_installs_it(monkeypatch):
+    import sys
+
+    from einkern.bench import plots
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib fails
+    with pytest.raises(ImportError, match=r"pip install 'einkern\[bench\]'"):
+        plots._pyplot()
+
+
 def test_list_names_suites_and_peers(capsys):
     assert _bench(["--list"]) == 0
     out = capsys.readouterr().out
@@ -282,3 +292,25 @@ def test_quick_cuda_run(tmp_path):
     einkern_rows = [r for r in data["measurements"] if r["implementation"] == EINKERN]
     assert all(r["status"] == "ok" and r["error_ok"] for r in einkern_rows)
     assert code == 0
+
+
+def test_gpu_allocation_failure_says_how_many_bytes(monkeypatch):
+    """CudaDevice.empty turns torch's out-of-memory error into an AllocationError
+    (checked here with a stand-in for torch: no GPU needed)."""
+    from types import SimpleNamespace
+
+    from einkern.bench.cuda_device import CudaDevice
+    from einkern.errors import AllocationError
+
+    class OutOfMemoryError(RuntimeError):
+        pass
+
+    def empty(*args, **kwargs):
+        raise OutOfMemoryError("CUDA out of memory")
+
+    device = object.__new__(CudaDevice)
+    device.torch = SimpleNamespace(empty=empty, cuda=SimpleNamespace(
+        OutOfMemoryError=OutOfMemoryError))
+    device.dtypes = {"float32": "f4", "float64": "f8"}
+    with pytest.raises(AllocationError, match=r"\(1024, 2048\) on the GPU: 8388608 bytes"):
+        device.empty((1024, 2048), "float32", "column")

@@ -37,7 +37,7 @@ from einkern.ir.nodes import (
     accesses,
 )
 from einkern.reference import evaluate
-from einkern.semantics import TOLERANCE
+from einkern.testing import TOLERANCE
 
 pytestmark = pytest.mark.skipif(not CpuBackend().available(), reason="no C compiler")
 
@@ -139,18 +139,6 @@ def all_parallel(problem: Problem) -> CpuSchedule:
     """The default loop orders with every parallel loop collapsed into the OpenMP loop."""
     loops = default_schedule(problem).statements
     return CpuSchedule(tuple(LoopSchedule(s.order, len(s.order)) for s in loops))
-
-
-@pytest.fixture(scope="session")
-def session_cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("einkern-cache")
-
-
-@pytest.fixture(autouse=True)
-def cache_dir(session_cache, monkeypatch):
-    """Keep compiled kernels out of the user's cache (one directory per test session)."""
-    monkeypatch.setenv("EINKERN_CACHE_DIR", str(session_cache))
-    return session_cache
 
 
 def gemm(layout: str, dtype: str, m: int = 5, n: int = 7, k: int = 3) -> Problem:

@@ -21,11 +21,6 @@ from einkern.ir.nodes import Const, Tensor
 nvrtc = pytest.importorskip("cuda.bindings.nvrtc")
 
 
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("EINKERN_CACHE_DIR", str(tmp_path / "cache"))
-
-
 # ---- generated code, compiled with NVRTC ------------------------------------------
 
 
@@ -96,7 +91,8 @@ def test_compile_error_carries_the_log():
         compile_cubin('extern "C" __global__ void k() { undefined_thing(); }', "sm_90")
 
 
-def test_second_compile_hits_the_cache(tmp_path):
+def test_second_compile_hits_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("EINKERN_CACHE_DIR", str(tmp_path / "cache"))
     text = generate(samples.gemm(8, 8, 8)).text
     first = compile_cubin(text, "sm_90")
     second = compile_cubin(text, "sm_90")

@@ -17,19 +17,16 @@ from einkern.reference import relative_error
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
-def test_random_variants_compile_for_sm90(name, capsys):
+def test_random_variants_compile_for_sm90(name):
     rng = random.Random(seed_of("nvrtc", name))
     for _ in range(2):
         problem = random_problem(name, rng)
         mappings = random_mappings(problem, rng)
         resources = kernel_resources(problem, "sm_90", mappings)
         assert len(resources) >= len(problem.program.statements)  # + padding copies
-        strategies = {f"ek_{problem.program.name}_s{p}": m.strategy for p, m in mappings.items()}
-        with capsys.disabled():
-            for kernel in resources:
-                spills = kernel.spill_stores + kernel.spill_loads
-                print(f"\n{kernel.name} [{strategies.get(kernel.name, 'copy')}] "
-                      f"{kernel.registers} registers, {spills} B spills")
+        for kernel in resources:  # what NVRTC reports is within the hardware's bounds
+            assert 0 < kernel.registers <= 255, kernel
+            assert kernel.spill_stores >= 0 and kernel.spill_loads >= 0, kernel
 
 
 @pytest.mark.gpu

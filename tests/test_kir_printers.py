@@ -45,11 +45,6 @@ def array(name: str, ctype: str, size: int, readonly: bool = True) -> kir.Param:
     return kir.Param(name, ctype, True, size, readonly)
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("EINKERN_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
-
-
 # ---- hand-written kernels ----------------------------------------------------
 
 

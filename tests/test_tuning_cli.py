@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from einkern.backends.cpu import CpuBackend
-from einkern.tuning.cli import main
+from einkern.cli import main
 from einkern.tuning.db import TuningDB
 
 pytestmark = pytest.mark.skipif(not CpuBackend().available(), reason="no C compiler")
@@ -24,24 +24,23 @@ GEMM = str(Path(__file__).parent.parent / "examples" / "gemm.ein")
 SMALL = ["-e", "m=12", "-e", "n=12", "-e", "k=12"]
 
 
-@pytest.fixture(scope="module")
-def kernels(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("kernels")
-
-
 @pytest.fixture(autouse=True)
-def environment(kernels, monkeypatch):
-    monkeypatch.setenv("EINKERN_CACHE_DIR", str(kernels))
+def environment(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
+
+
+@pytest.fixture(scope="module")
+def kernels(einkern_cache) -> Path:
+    """The session's kernel cache (conftest), which subprocesses are given too."""
+    return einkern_cache
 
 
 @pytest.fixture(scope="module")
 def tuned(kernels, tmp_path_factory) -> tuple[Path, str]:
     """A database from one exhaustive run of 10 variants, and what the run printed."""
-    os.environ["EINKERN_CACHE_DIR"] = str(kernels)
     path = tmp_path_factory.mktemp("tuned") / "gemm.sqlite"
     completed = subprocess.run(
-        [sys.executable, "-m", "einkern.tuning.cli", "tune", GEMM, *SMALL, "--backend", "cpu",
+        [sys.executable, "-m", "einkern", "tune", GEMM, *SMALL, "--backend", "cpu",
          "--db", str(path), "--strategy", "exhaustive", "--budget", "10", "--explain"],
         capture_output=True, text=True, timeout=300, env=_env(kernels))
     assert completed.returncode == 0, completed.stderr
@@ -145,7 +144,7 @@ def test_usage_errors(tmp_path, capsys):
 
 
 def _tune_command(path: Path, budget: int, seed: int = 0) -> list[str]:
-    return [sys.executable, "-m", "einkern.tuning.cli", "tune", GEMM, *SMALL, "--backend",
+    return [sys.executable, "-m", "einkern", "tune", GEMM, *SMALL, "--backend",
             "cpu", "--db", str(path), "--strategy", "exhaustive", "--budget", str(budget),
             "--workers", "2", "--seed", str(seed)]
 

@@ -9,14 +9,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import problem_of
 
 import einkern
 from einkern.backends.cpu import CpuBackend, CpuSchedule, LoopSchedule, default_schedule
 from einkern.backends.cpu.codegen import emit_c
 from einkern.backends.cpu.schedule import check_schedule, schedule_violation
-from einkern.cli import TOLERANCE, random_arrays, random_scalars, relative_error
 from einkern.ir.task import statement_task
 from einkern.reference import evaluate
+from einkern.testing import TOLERANCE, random_arrays, random_scalars, relative_error
 from einkern.tuning.cpu_target import CpuTarget, loop_schedule, schedule_from_configs
 from einkern.tuning.search import space_for
 
@@ -40,16 +41,6 @@ tensor B[p, p] float32
 tensor R[n, n, p]
 R[i,j,q] = A[i,m,j] * B[m,q] - A[j,m,i] * B[q,m] + sqrt(B[q,q] * B[q,q])
 """
-
-
-@pytest.fixture(autouse=True)
-def cache_dir(tmp_path_factory, monkeypatch):
-    """Compiled kernels go to one directory per test session."""
-    monkeypatch.setenv("EINKERN_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "kernels"))
-
-
-def problem_of(text: str, **sizes: int):
-    return einkern.make_problem(einkern.load(text), sizes)
 
 
 def check(problem, schedule: CpuSchedule) -> None:

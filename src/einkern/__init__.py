@@ -11,14 +11,13 @@
 True
 """
 
+from ._version import __version__
 from .api import Kernel, compile, load
 from .einsum import einsum
 from .errors import EinkernError
 from .ir.bind import make_problem
 from .ir.nodes import Problem, Program
 from .reference import evaluate
-
-__version__ = "0.1.0"
 
 __all__ = [
     "EinkernError",

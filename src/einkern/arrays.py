@@ -80,15 +80,8 @@ def strides_match(info: ArrayInfo, layout: str) -> bool:
 
 def random_arrays(problem: Problem, seed: int = 0,
                   names: Iterable[str] | None = None) -> dict[str, np.ndarray]:
-    """Fresh random values, uniform in [0.5, 1.5) (never zeros; safe for sqrt and
-    log), for the tensors ``names`` of ``problem`` (all when None), each in its
-    declared dtype and layout."""
-    rng = np.random.default_rng(seed)
-    program = problem.program
-    arrays = {}
-    for name in names if names is not None else (t.name for t in program.tensors):
-        tensor = program.tensor(name)
-        data = rng.uniform(0.5, 1.5, problem.shape(name)).astype(tensor.dtype)
-        column = tensor.layout == "column" and data.ndim > 1  # (asfortranarray makes 0-d 1-d)
-        arrays[name] = np.asfortranarray(data) if column else data
-    return arrays
+    """Random inputs: :func:`einkern.testing.random_arrays` (kept here for callers
+    of this name)."""
+    from .testing import random_arrays as draw
+
+    return draw(problem, seed, names)

@@ -96,6 +96,15 @@ class BackendError(EinkernError):
     """A backend cannot be used here (no compiler, no GPU, no NVRTC)."""
 
 
+class AllocationError(EinkernError):
+    """Memory that could not be had (the message says how many bytes were asked for)."""
+
+
+class RegistrationError(EinkernError):
+    """A name registered twice in one registry (backends, front ends, search
+    strategies, benchmark suites and peers)."""
+
+
 class CompilationError(EinkernError):
     """Generated code failed to compile (a bug in einkern: please report it)."""
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ..arrays import ArrayInfo
-from ..errors import BackendError
+from ..errors import BackendError, RegistrationError
 from ..ir.nodes import Problem
 from .binding import Call
 
@@ -62,9 +62,21 @@ class Backend(Protocol):
 
 _REGISTRY: dict[str, Callable[[], Backend]] = {}
 _INSTANCES: dict[str, Backend] = {}
+_BUILTIN_LOADED = False
 
 
 def register_backend(name: str, factory: Callable[[], Backend]) -> None:
+    """Make ``factory()`` the backend called ``name``; a name already taken (the
+    built-in ``cpu`` and ``cuda`` included, and ``auto``) is refused with
+    :class:`~einkern.errors.RegistrationError`."""
+    _load_builtin()
+    _add(name, factory)
+
+
+def _add(name: str, factory: Callable[[], Backend]) -> None:
+    if name in _REGISTRY or name == "auto":
+        raise RegistrationError(f"a backend named {name!r} is already registered",
+                                hint="choose another name")
     _REGISTRY[name] = factory
 
 
@@ -101,6 +113,10 @@ def _cuda() -> Backend:
 
 
 def _load_builtin() -> None:
-    """Register the built-in backends; their modules are imported on first use."""
-    _REGISTRY.setdefault("cpu", _cpu)
-    _REGISTRY.setdefault("cuda", _cuda)
+    """Register the built-in backends (once, before any other); their modules are
+    imported on first use."""
+    global _BUILTIN_LOADED
+    if not _BUILTIN_LOADED:
+        _BUILTIN_LOADED = True
+        _add("cpu", _cpu)
+        _add("cuda", _cuda)

@@ -14,6 +14,7 @@ from ..gpu.plan import Launch, plan_task
 from ..ir.nodes import Problem
 from ..ir.task import tasks_of
 from ..reference import evaluate, relative_error
+from ..testing import random_scalars
 from .emulator import DTYPES, AccessError, emulate
 
 
@@ -70,11 +71,7 @@ def verify(problem: Problem, mappings: MappingType[int, Mapping], seed: int = 0,
            scalars: MappingType[str, float] | None = None, kernels=None) -> Verification:
     """Emulate the problem under ``mappings`` and compare with the reference."""
     arrays = random_inputs(problem, seed)
-    scalars = dict(scalars or {})
-    rng = np.random.default_rng(seed + 1)
-    for scalar in problem.program.scalars:
-        scalars.setdefault(scalar.name, scalar.default if scalar.default is not None
-                           else float(rng.uniform(0.5, 1.5)))
+    scalars = random_scalars(problem, seed, scalars)
     reference = evaluate(problem, arrays, scalars)
     result, errors, bad = emulate_problem(problem, mappings, arrays, scalars, kernels)
     worst = max((relative_error(result[name], reference[name])

@@ -11,11 +11,19 @@
 * :mod:`~einkern.bench.runner` — checks and times every case × implementation
   into :class:`Measurement` rows;
 * :mod:`~einkern.bench.report`, :mod:`~einkern.bench.plots` — JSON, CSV,
-  Markdown and PNG output; :mod:`~einkern.bench.cli` — the command.
+  Markdown and PNG output; the command itself is :mod:`einkern.cli.bench`.
 """
 
-from .case import Case, Suite, get_suite, register_suite, resolve_suites, suite_names
-from .peers import Peer, peers_for, register_peer
+from .case import Case, Suite
+from .peers import Peer
+from .registry import (
+    get_suite,
+    peers_for,
+    register_peer,
+    register_suite,
+    resolve_suites,
+    suite_names,
+)
 from .results import BenchResult, Measurement
 from .runner import BenchOptions, run_suites
 

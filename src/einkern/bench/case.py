@@ -1,13 +1,12 @@
 """What a benchmark runs: :class:`Case` (one program at one size) and the
-:class:`Suite` protocol, with a registry of suites by name."""
+:class:`Suite` protocol (the registry of suites by name is
+:mod:`einkern.bench.registry`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
-
-from ..errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -62,45 +61,3 @@ class Suite(Protocol):
     description: str
 
     def cases(self, quick: bool) -> list[Case]: ...
-
-
-_REGISTRY: dict[str, Callable[[], Suite]] = {}
-
-
-def register_suite(name: str, factory: Callable[[], Suite]) -> None:
-    """Make a suite available to ``einkern bench NAME``."""
-    _REGISTRY[name] = factory
-
-
-def suite_names() -> tuple[str, ...]:
-    _load_builtin()
-    return tuple(_REGISTRY)
-
-
-def get_suite(name: str) -> Suite:
-    _load_builtin()
-    if name not in _REGISTRY:
-        raise UsageError(
-            f"unknown benchmark suite {name!r}",
-            hint=f"choose from: all, {', '.join(_REGISTRY)}",
-        )
-    return _REGISTRY[name]()
-
-
-def resolve_suites(names: Sequence[str]) -> list[Suite]:
-    """Suites by name, in order, without repeats; ``all`` stands for every suite."""
-    wanted: list[str] = []
-    for name in names:
-        for item in suite_names() if name == "all" else (name,):
-            if item not in wanted:
-                wanted.append(item)
-    return [get_suite(name) for name in wanted]
-
-
-def _load_builtin() -> None:
-    if _REGISTRY:
-        return
-    from .suites import builtin_suites
-
-    for suite_class in builtin_suites():
-        register_suite(suite_class.name, suite_class)

@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import AllocationError, UsageError
 from ..ir.nodes import Problem
+from ..semantics import ITEMSIZE
 from .device import Calibration, host_bandwidth, host_peak
 from .lowering import lower, module_ops
 
@@ -90,13 +91,23 @@ class CudaDevice:
     # -- arrays -----------------------------------------------------------------
 
     def empty(self, shape: tuple[int, ...], dtype: str, layout: str) -> Any:
-        """An uninitialised tensor of ``shape`` in ``layout`` (column: first index stride 1)."""
+        """An uninitialised tensor of ``shape`` in ``layout`` (column: first index stride 1);
+        :class:`~einkern.errors.AllocationError`, naming the bytes, when the GPU's
+        memory cannot hold it."""
         torch = self.torch
-        if layout == "column" and len(shape) > 1:
-            order = tuple(range(len(shape) - 1, -1, -1))
-            storage = torch.empty(tuple(reversed(shape)), dtype=self.dtypes[dtype], device="cuda")
-            return storage.permute(order)
-        return torch.empty(shape, dtype=self.dtypes[dtype], device="cuda")
+        column = layout == "column" and len(shape) > 1
+        try:
+            if column:
+                order = tuple(range(len(shape) - 1, -1, -1))
+                storage = torch.empty(tuple(reversed(shape)), dtype=self.dtypes[dtype],
+                                      device="cuda")
+                return storage.permute(order)
+            return torch.empty(shape, dtype=self.dtypes[dtype], device="cuda")
+        except torch.cuda.OutOfMemoryError:
+            nbytes = int(np.prod(shape, dtype=np.int64)) * ITEMSIZE[dtype]
+            raise AllocationError(
+                f"cannot allocate a {dtype} tensor of shape {tuple(shape)} on the GPU: "
+                f"{nbytes} bytes asked for", hint="choose smaller extents") from None
 
     def random_inputs(self, problem: Problem, seed: int) -> dict[str, Any]:
         generator = self.torch.Generator(device="cuda")
@@ -166,7 +177,7 @@ class CudaDevice:
         result = to_torch(result) if not isinstance(result, np.ndarray) else result
         if isinstance(reference, np.ndarray):
             result = result.cpu().numpy() if isinstance(result, torch.Tensor) else result
-            from ..cli import relative_error
+            from ..testing import relative_error
 
             return relative_error(np.asarray(result), reference)
         result = result.to(torch.float64)

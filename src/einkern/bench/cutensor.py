@@ -91,8 +91,9 @@ class CutensorPeer:
         terms = signed_terms(statement.rhs)
         if statement.op == "=" and len(terms) != 1:
             return None
-        products = [(sign, _product(term)) for sign, term in terms]
-        if any(pair is None for _, pair in products):
+        found = [(sign, _product(term)) for sign, term in terms]
+        products = [(sign, pair) for sign, pair in found if pair is not None]
+        if len(products) != len(found):
             return None
         if statement.op == "=":
             tensor = problem.program.tensor(output.tensor)

@@ -17,9 +17,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..cli import random_arrays, relative_error
-from ..errors import UsageError
 from ..ir.nodes import Problem
+from ..testing import random_array, random_arrays, relative_error
 
 
 @dataclass(frozen=True)
@@ -50,7 +49,10 @@ class Device(Protocol):
     """Arrays, timing and ceilings of one backend."""
 
     backend: str
-    timer: Timer
+    @property
+    def timer(self) -> Timer:
+        """How this device times a callable."""
+        ...
 
     def describe(self) -> str: ...
 
@@ -102,8 +104,8 @@ def host_bandwidth(nbytes: int, runs: int = 5) -> float:
 def host_peak(n: int, dtype: str, runs: int = 3) -> float:
     """numpy.matmul rate at n×n×n in flop/s, counting (2n − 1)·n² like einkern."""
     rng = np.random.default_rng(0)
-    a = rng.uniform(0.5, 1.5, (n, n)).astype(dtype)
-    b = rng.uniform(0.5, 1.5, (n, n)).astype(dtype)
+    a = random_array(rng, (n, n), dtype)
+    b = random_array(rng, (n, n), dtype)
     out = np.empty((n, n), dtype)
     seconds = _median_time(lambda: np.matmul(a, b, out=out), runs, PerfCounterTimer())
     return (2 * n - 1) * n * n / seconds
@@ -150,14 +152,3 @@ class CpuDevice:
 
     def device_reference(self, problem, inputs, scalars) -> None:
         return None
-
-
-def get_device(backend: str) -> Device:
-    """The benchmark device of a backend name (``cpu`` or ``cuda``)."""
-    if backend == "cpu":
-        return CpuDevice()
-    if backend == "cuda":
-        from .cuda_device import CudaDevice
-
-        return CudaDevice()
-    raise UsageError(f"no benchmark device for backend {backend!r}", hint="use cpu or cuda")

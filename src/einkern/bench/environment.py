@@ -13,6 +13,8 @@ from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
+from .._version import __version__
+
 
 def cpu_model() -> str:
     """The processor's model name (from /proc/cpuinfo where there is one)."""
@@ -76,8 +78,6 @@ def _torch_cuda() -> dict[str, Any]:
 
 def collect(backend: str, argv: list[str] | None = None) -> dict[str, Any]:
     """The environment of this run, as a JSON-ready dict (absent items are null)."""
-    from .. import __version__
-
     argv = sys.argv if argv is None else argv
     env: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -1,4 +1,4 @@
-"""Peers: the libraries einkern is compared with, one protocol and a registry.
+"""Peers: the libraries einkern is compared with, and their protocol.
 
 GPU: cuBLAS through ``torch.matmul`` (TF32 off; plain matrix products only),
 ``torch.einsum``, CuPy's ``einsum``, ``opt_einsum`` with the torch backend and
@@ -188,37 +188,15 @@ def _matmul_operands(statement) -> tuple[Access, Access, str, str]:
     return a, b, i, k
 
 
-_REGISTRY: dict[str, Callable[[], Peer]] = {}
-
-
-def register_peer(name: str, factory: Callable[[], Peer]) -> None:
-    """Make a peer part of every benchmark on its backend."""
-    _REGISTRY[name] = factory
-
-
-def peers_for(backend: str, names: list[str] | None = None) -> list[Peer]:
-    """The registered peers of a backend (all, or those named), in registry order."""
-    _load_builtin()
-    peers = [factory() for factory in _REGISTRY.values()]
-    return [peer for peer in peers
-            if peer.backend == backend and (names is None or peer.name in names)]
-
-
-def peer_names() -> tuple[str, ...]:
-    _load_builtin()
-    return tuple(_REGISTRY)
-
-
-def _load_builtin() -> None:
-    if _REGISTRY:
-        return
-    from .cutensor import CutensorPeer
-
-    register_peer("numpy.einsum", lambda: EinsumPeer("numpy.einsum", "cpu", _numpy_ops))
-    register_peer("opt_einsum", lambda: EinsumPeer("opt_einsum", "cpu", _opt_einsum_numpy_ops))
-    register_peer(MatmulPeer.name, MatmulPeer)
-    register_peer("torch.einsum", lambda: EinsumPeer("torch.einsum", "cuda", _torch_ops))
-    register_peer("cupy.einsum", lambda: EinsumPeer("cupy.einsum", "cuda", _cupy_ops, _to_cupy))
-    register_peer("opt_einsum (torch)",
-                  lambda: EinsumPeer("opt_einsum (torch)", "cuda", _opt_einsum_torch_ops))
-    register_peer(CutensorPeer.name, CutensorPeer)
+def builtin_peers() -> list[tuple[str, Callable[[], Peer]]]:
+    """The peers defined here, as ``(name, factory)`` in the order they run (the
+    registry, :mod:`einkern.bench.registry`, adds cuTENSOR's after them)."""
+    return [
+        ("numpy.einsum", lambda: EinsumPeer("numpy.einsum", "cpu", _numpy_ops)),
+        ("opt_einsum", lambda: EinsumPeer("opt_einsum", "cpu", _opt_einsum_numpy_ops)),
+        (MatmulPeer.name, MatmulPeer),
+        ("torch.einsum", lambda: EinsumPeer("torch.einsum", "cuda", _torch_ops)),
+        ("cupy.einsum", lambda: EinsumPeer("cupy.einsum", "cuda", _cupy_ops, _to_cupy)),
+        ("opt_einsum (torch)",
+         lambda: EinsumPeer("opt_einsum (torch)", "cuda", _opt_einsum_torch_ops)),
+    ]

@@ -21,7 +21,13 @@ def _slug(text: str) -> str:
 
 
 def _pyplot():
-    import matplotlib
+    """matplotlib's pyplot on the Agg backend; an ImportError that says which extra
+    installs it when matplotlib is missing (it is not a core dependency)."""
+    try:
+        import matplotlib
+    except ImportError as error:
+        raise ImportError("the PNG figures need matplotlib: pip install 'einkern[bench]'"
+                          ) from error
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -59,10 +65,10 @@ def gflops_figure(result: BenchResult, group: str, rows: Sequence[Measurement], 
             axes.plot(xs, ys, marker=marker, color=colors[name], label=name)
             continue
         for number, workload in enumerate(workloads):
-            points = sorted((row.size, row.gflops) for row in mine if row.workload == workload)
-            if not points:
+            sized = sorted((row.size, row.gflops) for row in mine if row.workload == workload)
+            if not sized:
                 continue
-            xs, ys = zip(*points, strict=True)
+            xs, ys = zip(*sized, strict=True)
             label = name if len(workloads) == 1 else f"{name} · {workload}"
             axes.plot(xs, ys, marker=marker, linestyle=_STYLES[number % len(_STYLES)],
                       color=colors[name], label=label)

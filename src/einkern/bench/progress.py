@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 
 class Progress:
@@ -10,8 +11,8 @@ class Progress:
 
     def __init__(self, enabled: bool | None = None):
         self.enabled = sys.stderr.isatty() if enabled is None else enabled
-        self._bar = None
-        self._task = None
+        self._bar: Any = None  # a rich Progress once started
+        self._task: Any = None
 
     def start(self, total: int) -> None:
         if not self.enabled:

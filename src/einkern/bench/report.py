@@ -83,8 +83,9 @@ def markdown_table(result: BenchResult) -> str:
             error = "" if base.error is None else f"{base.error:.1e}"
             if base.error_ok is False:
                 error += " ✗"
+            fraction = base.floor_fraction
             cells = [_ms(base.median_s), f"{base.gflops:.4g}",
-                     f"{100 * base.floor_fraction:.3g}", error]
+                     "" if fraction is None else f"{100 * fraction:.3g}", error]
         else:
             reason = base.reason if base is not None else "not run"
             status = base.status if base is not None else "missing"

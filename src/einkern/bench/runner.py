@@ -19,13 +19,14 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
-from ..cli import TOLERANCE, random_scalars
 from ..ir.analysis import fused_floor_bytes, kernel_floor_bytes, program_flops
 from ..ir.nodes import Problem
+from ..testing import random_scalars, tolerance
 from .case import Case, Suite
-from .device import Calibration, Device, get_device
+from .device import Calibration, Device
 from .environment import collect
-from .peers import NotApplicable, Peer, Run, peers_for
+from .peers import NotApplicable, Peer, Run
+from .registry import get_device, peers_for
 from .results import EINKERN, BenchResult, Measurement
 
 Log = Callable[[str], None]
@@ -121,7 +122,7 @@ class Runner:
         common = dict(dtype=dtype, flops=flops, min_bytes=nbytes,
                       fused_min_bytes=fused_floor_bytes(problem),
                       floor_s=self.calibration.floor(flops, nbytes, dtype),
-                      tolerance=TOLERANCE[dtype])
+                      tolerance=tolerance(dtype))
         seed = zlib.crc32(f"{self.options.seed}/{case.key}".encode())
         scalars = random_scalars(problem, seed)
         inputs = self.device.random_inputs(problem, seed)
@@ -133,8 +134,8 @@ class Runner:
         step(EINKERN)
         started = time.perf_counter()
         try:
-            kernel = api.compile(program, backend=self.device.backend, **case.extent_map,
-                                 **self.compile_options)
+            options: dict[str, Any] = {**case.extent_map, **self.compile_options}
+            kernel = api.compile(program, backend=self.device.backend, **options)
         except Exception as error:  # noqa: BLE001
             rows.append(Measurement.for_case(case, EINKERN, "failed",
                                              reason=f"compile: {_reason(error)}", **common))
@@ -201,10 +202,10 @@ class Runner:
                 runs = max(3, int(options.row_budget_s / max(one, 1e-9)))
                 note = f"{runs} timed runs (row budget {options.row_budget_s:g} s)"
             times = device.timer.time(run, runs)
-        except NotApplicable as error:
-            return Measurement.for_case(case, name, "n/a", reason=str(error), **common)
-        except Exception as error:  # noqa: BLE001 - a failing implementation is a result
-            return Measurement.for_case(case, name, "failed", reason=_reason(error), **common)
+        except NotApplicable as refusal:
+            return Measurement.for_case(case, name, "n/a", reason=str(refusal), **common)
+        except Exception as failure:  # noqa: BLE001 - a failing implementation is a result
+            return Measurement.for_case(case, name, "failed", reason=_reason(failure), **common)
         seconds = median(times)
         tolerance = common["tolerance"]
         return Measurement.for_case(

@@ -4,23 +4,62 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import UsageError
+from ..errors import RegistrationError, UsageError
 from .ast import ProgramNode
 from .mapped import parse_mapped
 from .parser import parse_program
 from .tensorfile import parse_tensor_file
 
-#: File extensions of each input format.
-EXTENSIONS = {
-    ".ein": "ein",
-    ".tensor": "tensor",
-    ".tf": "tensor",
-    ".mapped": "mapped",
-    ".mf": "mapped",
-}
-_PATHLIKE = re.compile(r"^[^\s\[\]=;]+\.(ein|tensor|tf|mapped|mf)$")
+
+@dataclass(frozen=True)
+class FrontEnd:
+    """An input format: its name, ``parse(text, file name) -> ProgramNode`` and the
+    file extensions (lower case, with the dot) that select it."""
+
+    name: str
+    parse: Callable[[str, str], ProgramNode]
+    extensions: tuple[str, ...] = ()
+
+
+_FRONT_ENDS: dict[str, FrontEnd] = {}
+#: File extensions of each input format (filled by :func:`register_front_end`).
+EXTENSIONS: dict[str, str] = {}
+
+
+def register_front_end(front_end: FrontEnd) -> None:
+    """Add an input format; a name or an extension already taken is refused with
+    :class:`~einkern.errors.RegistrationError`."""
+    if front_end.name in _FRONT_ENDS:
+        raise RegistrationError(f"a front end named {front_end.name!r} is already registered",
+                                hint="choose another name")
+    taken = [ext for ext in front_end.extensions if ext.lower() in EXTENSIONS]
+    if taken:
+        raise RegistrationError(f"extension {taken[0]!r} already belongs to the "
+                                f"{EXTENSIONS[taken[0].lower()]!r} front end")
+    _FRONT_ENDS[front_end.name] = front_end
+    EXTENSIONS.update({ext.lower(): front_end.name for ext in front_end.extensions})
+
+
+def front_end_names() -> tuple[str, ...]:
+    """The registered input formats."""
+    return tuple(_FRONT_ENDS)
+
+
+register_front_end(FrontEnd("ein", parse_program, (".ein",)))
+register_front_end(FrontEnd("tensor", parse_tensor_file, (".tensor", ".tf")))
+register_front_end(FrontEnd("mapped", parse_mapped, (".mapped", ".mf")))
+
+_PATHLIKE = re.compile(r"^[^\s\[\]=;]+(\.[A-Za-z0-9]+)$")
+
+
+def _pathlike(text: str) -> bool:
+    """True when ``text`` reads like a file name with a registered extension."""
+    found = _PATHLIKE.match(text)
+    return found is not None and found.group(1).lower() in EXTENSIONS
 
 
 def detect_format(text: str) -> str:
@@ -41,11 +80,7 @@ def detect_format(text: str) -> str:
 
 
 def _parse(text: str, name: str, fmt: str) -> ProgramNode:
-    if fmt == "tensor":
-        return parse_tensor_file(text, name)
-    if fmt == "mapped":
-        return parse_mapped(text, name)
-    return parse_program(text, name)
+    return _FRONT_ENDS[fmt].parse(text, name)
 
 
 def load_program_node(text_or_path: str | os.PathLike[str]) -> ProgramNode:
@@ -60,7 +95,7 @@ def load_program_node(text_or_path: str | os.PathLike[str]) -> ProgramNode:
     """
     if isinstance(text_or_path, os.PathLike) or (
         isinstance(text_or_path, str) and "\n" not in text_or_path
-        and (_PATHLIKE.match(text_or_path.strip()) or os.path.isfile(text_or_path))
+        and (_pathlike(text_or_path.strip()) or os.path.isfile(text_or_path))
     ):
         path = Path(text_or_path)
         if not path.is_file():

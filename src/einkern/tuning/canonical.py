@@ -79,7 +79,7 @@ class ProblemIdentity:
 
 
 def einkern_version() -> str:
-    from .. import __version__
+    from .._version import __version__
 
     return __version__
 

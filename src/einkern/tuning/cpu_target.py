@@ -135,7 +135,7 @@ _REFERENCE: dict[tuple[Problem, int], tuple[dict, dict, dict]] = {}
 def _reference(problem: Problem, seed: int) -> tuple[dict, dict, dict]:
     """Random inputs, scalars and the reference outputs of a one-statement problem,
     computed once per worker for the statement being tuned."""
-    from ..cli import random_arrays, random_scalars
+    from ..testing import random_arrays, random_scalars
 
     key = (problem, seed)
     if key not in _REFERENCE:
@@ -237,7 +237,7 @@ class CpuTarget:
         """Run once on random inputs drawn from ``seed`` and compare with the reference
         (computed once per worker and seed), warm up, then time ``max(repeats, 10)``
         calls of the kernel itself (more for short kernels, up to :data:`MIN_TIMED_S`)."""
-        from ..cli import relative_error
+        from ..testing import relative_error
 
         single = task.view
         program = single.program

@@ -151,9 +151,10 @@ def _measure(problem: Problem, compiled: CompiledVariant, repeats: int, seed: in
     driver.activate(0)
     key = (problem, seed)
     if key not in _REFERENCE:
+        from ..testing import random_scalars  # (module level after the move to tuning/)
+
         arrays = random_inputs(problem, seed)
-        scalars = {s.name: (s.default if s.default is not None else 1.0 + 0.25 * i)
-                   for i, s in enumerate(problem.program.scalars)}
+        scalars = random_scalars(problem, seed)
         _REFERENCE.clear()
         _REFERENCE[key] = {"arrays": arrays, "scalars": scalars,
                            "expected": evaluate(problem, arrays, scalars)}

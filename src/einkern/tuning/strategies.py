@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from ..errors import UsageError
+from ..errors import RegistrationError, UsageError
 from .evaluate import Outcome, Session
 from .search import SearchSpace, canonical
 from .target import Config
@@ -229,7 +229,11 @@ _STRATEGIES: dict[str, Callable[[], Strategy]] = {}
 
 
 def register_strategy(name: str, factory: Callable[[], Strategy]) -> None:
-    """Make a strategy available under ``name``."""
+    """Make a strategy available under ``name``; a name already taken is refused
+    with :class:`~einkern.errors.RegistrationError`."""
+    if name in _STRATEGIES:
+        raise RegistrationError(f"a search strategy named {name!r} is already registered",
+                                hint="choose another name")
     _STRATEGIES[name] = factory
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from ..case import Suite
 
-def builtin_suites() -> list[type]:
+
+def builtin_suites() -> list[type[Suite]]:
     """Suite classes in the order ``all`` runs them."""
     from .ccsdt import CcsdtSuite
     from .gemm import GemmSuite

@@ -55,7 +55,8 @@ class GemmSuite:
         tall, thin = (256, 16) if quick else (8192, 64)
         lu_sizes = (128, 256) if quick else (2048, 4096, 6144)
         blocks = (16, 32) if quick else (64, 128)
-        cases, largest = [], []
+        cases: list[Case] = []
+        largest: list[Case] = []
         for dtype in ("float32", "float64"):
             workload = f"{PREFIX[dtype]}gemm"
             for n in square:

@@ -15,38 +15,22 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__
-from .errors import EinkernError, UsageError
-from .reference import relative_error
-
-TOLERANCE = {"float64": 1e-12, "float32": 1e-5}
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises :class:`UsageError` instead of exiting."""
-
-    def error(self, message: str):  # type: ignore[override]
-        raise UsageError(message, hint=f"see `{self.prog} --help`")
-
-
-def _extent_arg(text: str) -> tuple[str, str]:
-    if "=" not in text:
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
-    name, value = text.split("=", 1)
-    return name.strip(), value.strip()
+from .._version import __version__
+from ..errors import EinkernError, UsageError
+from .common import Parser, extent_arg, load_problem
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="einkern", description="Compile Einstein-notation tensor programs.")
+    parser = Parser(prog="einkern", description="Compile Einstein-notation tensor programs.")
     parser.add_argument("--version", action="version", version=f"einkern {__version__}")
-    sub = parser.add_subparsers(dest="command", parser_class=_Parser, required=True)
+    sub = parser.add_subparsers(dest="command", parser_class=Parser, required=True)
 
     def program_args(p: argparse.ArgumentParser, many: bool = False) -> None:
         p.add_argument("program", nargs="+" if many else None,
                        help="a .ein, tensor (.tensor) or mapped-function (.mapped) file"
                        + (" (several: each is run in turn)" if many else ""))
         p.add_argument(
-            "--extent", "-e", action="append", default=[], type=_extent_arg,
+            "--extent", "-e", action="append", default=[], type=extent_arg,
             metavar="NAME=VALUE", help="set an extent (repeatable)",
         )
 
@@ -76,8 +60,8 @@ def _parser() -> argparse.ArgumentParser:
         )
     emit.add_argument("--explain", action="store_true",
                       help="(cuda) print each statement's mapping and why it was chosen")
-    from .bench.cli import add_bench_parser
-    from .tuning.cli import add_tune_parsers
+    from .bench import add_bench_parser
+    from .tune import add_tune_parsers
 
     add_bench_parser(sub)
     add_tune_parsers(sub)
@@ -90,10 +74,10 @@ def _mappings(args, problem):
         return None
     import json
 
-    from .gpu.config import parse_config
-    from .gpu.mapping import Mapping, MappingError
-    from .gpu.space import config_to_mapping
-    from .ir.task import statement_task
+    from ..gpu.config import parse_config
+    from ..gpu.mapping import Mapping, MappingError
+    from ..gpu.space import config_to_mapping
+    from ..ir.task import statement_task
 
     path = Path(args.mapping)
     if not path.is_file():
@@ -118,19 +102,6 @@ def _mappings(args, problem):
     return result
 
 
-def _load_problem(args):
-    from .api import load
-    from .ir.bind import make_problem
-
-    path = Path(args.program)
-    if not path.exists():
-        raise UsageError(f"no such file: {args.program}", hint="give the path of a program file")
-    if path.is_dir():
-        raise UsageError(f"{args.program} is a directory, not a program file")
-    program = load(path)
-    return make_problem(program, dict(args.extent))
-
-
 def _human(value: float, unit: str) -> str:
     for prefix in ("", "K", "M", "G", "T", "P"):
         if abs(value) < 1000 or prefix == "P":
@@ -140,9 +111,9 @@ def _human(value: float, unit: str) -> str:
 
 
 def command_check(args) -> int:
-    from .ir import analysis, poly
+    from ..ir import analysis, poly
 
-    problem = _load_problem(args)
+    problem = load_problem(args)
     program = problem.program
     print(f"program {program.name}")
     sizes = ", ".join(f"{n}={v}" for n, v in problem.sizes if not n.isdigit())
@@ -192,21 +163,6 @@ def command_check(args) -> int:
     return 0
 
 
-def random_arrays(problem, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random inputs in [0.5, 1.5) (never zeros; safe for sqrt/log) in each tensor's layout."""
-    from .arrays import random_arrays as random_tensors
-
-    return random_tensors(problem, seed, problem.program.inputs)
-
-
-def random_scalars(problem, seed: int = 0) -> dict[str, float]:
-    rng = np.random.default_rng(seed + 1)
-    return {
-        s.name: float(s.default) if s.default is not None else float(rng.uniform(0.5, 1.5))
-        for s in problem.program.scalars
-    }
-
-
 def command_run(args) -> int:
     """Run each program given; the exit code is the worst of them."""
     import copy
@@ -220,11 +176,12 @@ def command_run(args) -> int:
 
 
 def _run_one(args) -> int:
-    from .api import Kernel
-    from .backends import get_backend
-    from .reference import evaluate
+    from ..api import Kernel
+    from ..backends import get_backend
+    from ..reference import evaluate
+    from ..testing import output_tolerance, random_arrays, random_scalars, relative_error
 
-    problem = _load_problem(args)
+    problem = load_problem(args)
     if args.repeat < 1:
         raise UsageError("--repeat must be at least 1")
     backend = get_backend(args.backend)
@@ -232,7 +189,7 @@ def _run_one(args) -> int:
     if mappings is not None and backend.name != "cuda":
         raise UsageError("--mapping needs --backend cuda")
     kernel = Kernel(problem, backend, mappings=mappings)
-    arrays = random_arrays(problem, args.seed)
+    arrays = random_arrays(problem, args.seed, problem.program.inputs)
     scalars = random_scalars(problem, args.seed)
     originals = {name: array.copy(order="K") for name, array in arrays.items()}
     times = []
@@ -263,7 +220,7 @@ def _run_one(args) -> int:
     failed = False
     for name in kernel.outputs:
         error = relative_error(np.asarray(outputs[name]), reference[name])
-        tolerance = TOLERANCE[problem.program.tensor(name).dtype]
+        tolerance = output_tolerance(problem, name)
         status = "ok" if error <= tolerance else "FAILED"
         failed |= error > tolerance
         worst = max(worst, error)
@@ -272,9 +229,9 @@ def _run_one(args) -> int:
 
 
 def command_emit(args) -> int:
-    from .backends import get_backend
+    from ..backends import get_backend
 
-    problem = _load_problem(args)
+    problem = load_problem(args)
     backend = get_backend(args.backend)
     cuda_only = [flag for flag, on in (("--resources", args.resources),
                                        ("--explain", args.explain),
@@ -283,7 +240,7 @@ def command_emit(args) -> int:
         raise UsageError(f"{cuda_only[0]} needs --backend cuda")
     mappings = _mappings(args, problem)
     if backend.name == "cuda":
-        from .backends.cuda.generate import resolve_mappings
+        from ..backends.cuda.generate import resolve_mappings
 
         chosen = resolve_mappings(problem, mappings)
         if args.explain:
@@ -296,7 +253,7 @@ def command_emit(args) -> int:
     else:
         print(backend.emit(problem))
     if args.resources:
-        from .backends.cuda.nvrtc import kernel_resources
+        from ..backends.cuda.nvrtc import kernel_resources
 
         arch = args.arch or "sm_90"
         if args.arch is None and backend.available():
@@ -308,19 +265,19 @@ def command_emit(args) -> int:
 
 
 def command_bench(args) -> int:
-    from .bench.cli import command_bench as run_bench
+    from .bench import command_bench as run_bench
 
     return run_bench(args)
 
 
 def command_tune(args) -> int:
-    from .tuning.cli import command_tune as run_tune
+    from .tune import command_tune as run_tune
 
     return run_tune(args)
 
 
 def command_db(args) -> int:
-    from .tuning.cli import command_db as run_db
+    from .tune import command_db as run_db
 
     return run_db(args)
 

@@ -18,7 +18,7 @@ from ..errors import UsageError
 
 def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``bench`` to an ``add_subparsers()`` object; returns its parser."""
-    from .case import suite_names
+    from ..bench.registry import suite_names
 
     parser = subparsers.add_parser(
         "bench", help="benchmark einkern against library peers on standard suites",
@@ -73,8 +73,7 @@ def _timeouts(text: str) -> tuple[tuple[str, float], ...]:
 
 
 def _list() -> int:
-    from .case import get_suite, suite_names
-    from .peers import peers_for
+    from ..bench.registry import get_suite, peers_for, suite_names
 
     for name in suite_names():
         print(f"suite {name:8} {get_suite(name).description}")
@@ -86,8 +85,8 @@ def _list() -> int:
 
 def _options(args):
     from ..backends import get_backend
-    from .peers import peer_names
-    from .runner import BenchOptions
+    from ..bench.registry import peer_names
+    from ..bench.runner import BenchOptions
 
     if args.runs < 1 or args.warmup < 0:
         raise UsageError("--runs must be at least 1 and --warmup at least 0")
@@ -116,12 +115,12 @@ def command_bench(args) -> int:
     """Run the ``bench`` sub-command; returns the exit code."""
     if args.list:
         return _list()
-    from .case import resolve_suites
-    from .plots import write_plots
-    from .progress import Progress
-    from .report import write_csv, write_json, write_markdown
-    from .results import EINKERN
-    from .runner import run_suites
+    from ..bench.plots import write_plots
+    from ..bench.progress import Progress
+    from ..bench.registry import resolve_suites
+    from ..bench.report import write_csv, write_json, write_markdown
+    from ..bench.results import EINKERN
+    from ..bench.runner import run_suites
 
     if not args.suites:
         raise UsageError("name at least one suite", hint="e.g. `einkern bench gemm --quick`, "

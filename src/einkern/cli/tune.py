@@ -3,7 +3,6 @@
 :func:`add_tune_parsers` registers both sub-commands on the main parser's
 sub-parsers; :data:`TUNE_COMMANDS` maps their names to the functions running
 them (``function(args) -> exit code``; user errors raise EinkernError).
-``python -m einkern.tuning.cli`` runs them on their own.
 """
 
 from __future__ import annotations
@@ -17,21 +16,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import BackendError, UsageError
-from .db import TuningDB, TuningRecord, default_path
-from .evaluate import DEFAULT_REPEATS, DEFAULT_TIMEOUT_S, Budget, Evaluator, MemoryStore
-from .report import ProgressDisplay, print_database, print_results
-from .strategies import strategy_names
-from .tuner import DEFAULT_BUDGET, DEFAULT_STRATEGY, TuneOptions, tune_problem, tune_task
+from ..tuning.db import TuningDB, TuningRecord, default_path
+from ..tuning.evaluate import DEFAULT_REPEATS, DEFAULT_TIMEOUT_S, Budget, Evaluator, MemoryStore
+from ..tuning.report import ProgressDisplay, print_database, print_results
+from ..tuning.strategies import strategy_names
+from ..tuning.tuner import DEFAULT_BUDGET, DEFAULT_STRATEGY, TuneOptions, tune_problem, tune_task
+from .common import extent_arg, load_problem
 
 WISDOM_FORMAT = "einkern-wisdom"
 WISDOM_VERSION = 1
-
-
-def _extent(text: str) -> tuple[str, str]:
-    if "=" not in text:
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
-    name, value = text.split("=", 1)
-    return name.strip(), value.strip()
 
 
 def _positive(kind: type):
@@ -51,7 +44,7 @@ def add_tune_parsers(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``tune`` and ``db`` sub-commands."""
     tune = subparsers.add_parser("tune", help="autotune a program's kernels")
     tune.add_argument("program", help="a .ein, tensor or mapped-function file")
-    tune.add_argument("--extent", "-e", action="append", default=[], type=_extent,
+    tune.add_argument("--extent", "-e", action="append", default=[], type=extent_arg,
                       metavar="NAME=VALUE", help="set an extent (repeatable)")
     tune.add_argument("--backend", "-b", default="auto", choices=["auto", "cpu", "cuda"])
     tune.add_argument("--strategy", "-s", default=DEFAULT_STRATEGY, choices=strategy_names())
@@ -95,18 +88,6 @@ def add_tune_parsers(subparsers: argparse._SubParsersAction) -> None:
                        help="keep only each problem's best and default variants")
 
 
-def _load_problem(args: argparse.Namespace):
-    from ..api import load
-    from ..ir.bind import make_problem
-
-    path = Path(args.program)
-    if not path.exists():
-        raise UsageError(f"no such file: {args.program}", hint="give the path of a program file")
-    if path.is_dir():
-        raise UsageError(f"{args.program} is a directory, not a program file")
-    return make_problem(load(path), dict(args.extent))
-
-
 def _positions(args: argparse.Namespace, problem) -> tuple[int, ...]:
     count = len(problem.program.statements)
     if not args.statement:
@@ -127,9 +108,9 @@ def _backend_name(name: str) -> str:
 
 def command_tune(args: argparse.Namespace) -> int:
     """``einkern tune``: tune every statement, record, print a summary table."""
-    from .target import ExplainsDefault, get_target
+    from ..tuning.target import ExplainsDefault, get_target
 
-    problem = _load_problem(args)
+    problem = load_problem(args)
     positions = _positions(args, problem)
     evaluations = args.budget if args.budget is not None else (
         None if args.time is not None else DEFAULT_BUDGET)
@@ -169,9 +150,9 @@ def _tasks(problem, positions: tuple[int, ...]):
 
 
 def _simulate(db: TuningDB, backend: str, problem, positions, options, display):
-    from .ranking import pick_best
-    from .simulate import simulated_targets
-    from .target import ExplainsDefault, get_target
+    from ..tuning.ranking import pick_best
+    from ..tuning.simulate import simulated_targets
+    from ..tuning.target import ExplainsDefault, get_target
 
     tasks = _tasks(problem, positions)
     base = None
@@ -219,7 +200,7 @@ def command_db(args: argparse.Namespace) -> int:
             stored = db.add_many(records)
             print(f"imported {stored} of {len(records)} records into {db.path}")
         return 0
-    from .canonical import einkern_version
+    from ..tuning.canonical import einkern_version
 
     failed, stale = args.failed, args.stale
     if not (failed or stale or args.keep_best):
@@ -271,21 +252,3 @@ def _read_wisdom(path: str) -> list[TuningRecord]:
 
 
 TUNE_COMMANDS = {"tune": command_tune, "db": command_db}
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse raising :class:`UsageError` instead of exiting."""
-
-    def error(self, message: str):  # type: ignore[override]
-        raise UsageError(message, hint=f"see `{self.prog} --help`")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``tune``/``db`` on their own (``python -m einkern.tuning.cli tune ...``)."""
-    from ..cli import main as einkern_main
-
-    return einkern_main(sys.argv[1:] if argv is None else argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,37 @@
+"""What every ``einkern`` command shares: the parser class, ``-e NAME=VALUE``, and
+loading the program file a command names."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..errors import UsageError
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that raises :class:`~einkern.errors.UsageError` instead of exiting."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise UsageError(message, hint=f"see `{self.prog} --help`")
+
+
+def extent_arg(text: str) -> tuple[str, str]:
+    """``NAME=VALUE`` (an ``--extent``) as ``(name, value)``."""
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    name, value = text.split("=", 1)
+    return name.strip(), value.strip()
+
+
+def load_problem(args: argparse.Namespace):
+    """The problem of ``args.program`` (a file path) with ``args.extent`` bound."""
+    from ..api import load
+    from ..ir.bind import make_problem
+
+    path = Path(args.program)
+    if not path.exists():
+        raise UsageError(f"no such file: {args.program}", hint="give the path of a program file")
+    if path.is_dir():
+        raise UsageError(f"{args.program} is a directory, not a program file")
+    return make_problem(load(path), dict(args.extent))

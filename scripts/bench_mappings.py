@@ -14,14 +14,17 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 import einkern
+from einkern.gpu.config import StagingConfig
 from einkern.gpu.decision import default_config
 from einkern.gpu.mapping import Mapping
 from einkern.gpu.space import config_to_mapping
+from einkern.ir.task import statement_task
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKLOAD = ROOT / "src" / "einkern" / "bench" / "data" / "ccsdt_kernels.json"
@@ -110,12 +113,12 @@ def gemm_rows(env: Env, sizes, sweep: bool):
         flops = 2.0 * n**3
         k = kernel(GEMM, {"m": n, "n": n, "k": n})
         problem = k.problem
-        base, _ = default_config(problem, 0)
+        base, _ = default_config(statement_task(problem, 0))
         configs = [("default", None)]
         if sweep:
             for name, change in SGEMM_SWEEP:
-                configs.append((name, {**base, **change}))
-            configs.append(("default, timed again (noise)", dict(base)))
+                configs.append((name, {**base.to_json(), **change}))
+            configs.append(("default, timed again (noise)", base.to_json()))
         for name, config in configs:
             try:
                 kk = k if config is None else kernel(GEMM, {"m": n, "n": n, "k": n}, config)
@@ -162,8 +165,8 @@ def variant_rows(env: Env, case: str, text: str, extents: dict, inputs: dict, ou
             if "parallel" in change:  # a whole Mapping (JSON form) for every statement
                 per_statement[position] = Mapping.from_json(json.dumps(change))
                 continue
-            config, _ = default_config(base.problem, position)
-            per_statement[position] = {**config, **change}
+            config, _ = default_config(statement_task(base.problem, position))
+            per_statement[position] = {**config.to_json(), **change}
         configs.append((name, per_statement))
     for name, mappings in configs:
         try:
@@ -394,9 +397,9 @@ def family_staged_mapping(text: str, k_step: int, tiles: int = 0, min_blocks: in
     """A register tile of FAMILY_TILES (number ``tiles``) with every input of the nine
     products staged in shared memory per k-step (padding 1), loop not unrolled."""
     problem = einkern.make_problem(einkern.load(text), {})
-    config, _ = default_config(problem, 0)
-    config = {**config, "staging": ["all", k_step, False, 1, "natural"]}
-    mapping = json.loads(config_to_mapping(problem, 0, config).to_json(None))
+    config, _ = default_config(statement_task(problem, 0))
+    config = replace(config, staging=StagingConfig("all", k_step, False, 1, "natural"))
+    mapping = json.loads(config_to_mapping(statement_task(problem, 0), config).to_json(None))
     threads, regs, _ = FAMILY_TILES[tiles][1:]
     mapping.update(parallel=family_mapping(threads, regs, 1)["parallel"], unroll=1,
                    strategy="gett", min_blocks=min_blocks, preload_output=preload)

@@ -16,8 +16,9 @@ from __future__ import annotations
 import argparse
 import json
 
-import einkern
 from einkern.backends.cuda.decision import statement_tensors
+
+import einkern
 from einkern.bench.cuda_device import CudaDevice
 
 

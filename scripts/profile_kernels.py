@@ -20,6 +20,7 @@ import einkern
 from einkern.bench.cuda_device import CudaDevice
 from einkern.gpu.decision import default_config
 from einkern.gpu.mapping import Mapping
+from einkern.ir.task import statement_task
 
 
 def main() -> int:
@@ -38,7 +39,7 @@ def main() -> int:
         mappings = {0: Mapping.from_json(Path(args.mapping).read_text())}
     elif args.config:
         change = json.loads(args.config)
-        mappings = {p: {**default_config(problem, p)[0], **change}
+        mappings = {p: {**default_config(statement_task(problem, p))[0].to_json(), **change}
                     for p in range(len(program.statements))}
     kernel = einkern.compile(program, backend="cuda", mappings=mappings, **extents)
     device = CudaDevice()

@@ -8,8 +8,9 @@ import sys
 import numpy as np
 
 import einkern
+from einkern.backends.verify import random_inputs
 from einkern.gpu.decision import default_config
-from einkern.gpu.verify import random_inputs
+from einkern.ir.task import statement_task
 
 GEMM = "examples/gemm.ein"
 VARIANTS = [
@@ -43,7 +44,7 @@ def main() -> int:
     for name, path, extents, config in VARIANTS:
         program = einkern.load(path)
         problem = einkern.make_problem(program, extents)
-        full = {**default_config(problem, 0)[0], **config}
+        full = {**default_config(statement_task(problem, 0))[0].to_json(), **config}
         kernel = einkern.compile(program, backend="cuda", mappings={0: full}, **extents)
         arrays = random_inputs(problem, seed=5)
         expected = einkern.evaluate(problem, arrays)

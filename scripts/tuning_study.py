@@ -27,13 +27,14 @@ import sys
 
 from einkern.api import load
 from einkern.ir.bind import make_problem
+from einkern.ir.task import statement_task
 from einkern.tuning.db import TuningDB
 from einkern.tuning.evaluate import Budget, Evaluator, MemoryStore
 from einkern.tuning.ranking import pick_best
 from einkern.tuning.simulate import simulated_targets
 from einkern.tuning.strategies import strategy_names
 from einkern.tuning.target import get_target
-from einkern.tuning.tuner import TuneOptions, identify, tune_problem, tune_statement
+from einkern.tuning.tuner import TuneOptions, identify, tune_problem, tune_task
 
 
 def record(args) -> int:
@@ -41,7 +42,7 @@ def record(args) -> int:
     options = TuneOptions(strategy=args.strategy, budget=Budget(seconds=args.time), seed=0)
     with TuningDB(args.db, create=True) as db:
         results = tune_problem(get_target(args.backend), problem, options, db,
-                               positions=(args.statement,))
+                               tasks=(statement_task(problem, args.statement),))
     for result in results:
         print(f"S{result.position}: {result.evaluations} variants measured in "
               f"{result.seconds:.0f} s, space of {result.space_size or 'uncounted'} "
@@ -49,7 +50,7 @@ def record(args) -> int:
     return 0
 
 
-def traced_run(target, problem, position, evaluator, strategy: str, seed: int, budget: int,
+def traced_run(target, task, evaluator, strategy: str, seed: int, budget: int,
                identity, isolate: bool):
     """One search from an empty store: the best cost after each evaluation, and the
     statement's result."""
@@ -60,8 +61,7 @@ def traced_run(target, problem, position, evaluator, strategy: str, seed: int, b
 
     options = TuneOptions(strategy=strategy, budget=Budget(evaluations=budget), seed=seed,
                           isolate=isolate)
-    result = tune_statement(target, problem, position, evaluator, options, MemoryStore(),
-                            watch, identity)
+    result = tune_task(target, task, evaluator, options, MemoryStore(), watch, identity)
     return trace, result
 
 
@@ -75,11 +75,12 @@ def compare(args) -> int:
     position = args.statement
     try:
         base = get_target(args.backend)
-        base.parameters(problem, position)
+        base.parameters(statement_task(problem, position))
     except Exception:  # noqa: BLE001 - describe the space from the records instead
         base = None
     with TuningDB(args.db, create=False) as db:
-        [(target, recorded)] = simulated_targets(db, args.backend, problem, base, (position,))
+        [(target, recorded)] = simulated_targets(db, args.backend, base,
+                                                 (statement_task(problem, position),))
     best = pick_best(r for r in recorded.records if r.ok)
     if best is None:
         print("no successful record for this problem in the database", file=sys.stderr)
@@ -94,8 +95,8 @@ def compare(args) -> int:
         needed = []
         for seed in range(args.seeds):
             with Evaluator(target, workers=1, isolate=False) as evaluator:
-                trace, _ = traced_run(target, problem, position, evaluator, name, seed,
-                                      args.budget, recorded.identity, isolate=False)
+                trace, _ = traced_run(target, statement_task(problem, position), evaluator,
+                                      name, seed, args.budget, recorded.identity, isolate=False)
             needed.append(evaluations_to(trace, goal))
         found = [n for n in needed if n is not None]
         median = statistics.median(found) if found else None
@@ -112,21 +113,22 @@ def race(args) -> int:
     problem = make_problem(load(args.program), dict(args.extent))
     position = args.statement
     target = get_target(args.backend)
-    identity = identify(target, problem, position)
+    identity = identify(target, statement_task(problem, position))
     best_known = float("inf")
     if args.db:
         with TuningDB(args.db, create=False) as db:
-            [(_, recorded)] = simulated_targets(db, args.backend, problem, None, (position,))
+            [(_, recorded)] = simulated_targets(db, args.backend, None,
+                                                (statement_task(problem, position),))
         best = pick_best(r for r in recorded.records if r.ok)
         best_known = best.median if best is not None else best_known
     traces: dict[str, list[list[float]]] = {}
     with Evaluator(target, workers=None, isolate=True) as evaluator:
         for name in strategy_names():
             for seed in range(args.seeds):
-                trace, result = traced_run(target, problem, position, evaluator, name, seed,
-                                           args.budget, identity, isolate=True)
+                trace, result = traced_run(target, statement_task(problem, position), evaluator,
+                                           name, seed, args.budget, identity, isolate=True)
                 traces.setdefault(name, []).append(trace)
-                best_config = result.best.config if result.best is not None else None
+                best_config = result.best.config.to_json() if result.best is not None else None
                 print(f"{name} seed {seed}: best {min(trace, default=float('inf')) * 1e3:.4f}"
                       f" ms after {len(trace)} evaluations: {best_config}", flush=True)
     best_seen = min([best_known] + [min(t) for ts in traces.values() for t in ts if t])

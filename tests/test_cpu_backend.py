@@ -262,7 +262,7 @@ def test_mixed_dtypes_compute_in_widest():
         {"m": 4, "n": 3, "k": 5},
     )
     source = CpuBackend().emit(problem)
-    assert "(double)t_A[" in source and "t_C[i_i*3 + i_j] = (float)(acc0);" in source
+    assert "(double)t_A[" in source and "t_C[(i_i * 3) + i_j] = (float)(acc0);" in source
     arrays = random_arrays(problem)
     d_before = arrays["D"].copy()
     CpuBackend().build(problem).run(arrays, {})
@@ -357,7 +357,7 @@ def test_emit_is_readable_c():
     # C is read and written in the statement: one restrict pointer for it, not two.
     assert source.count("double *restrict t_C") == 1
     assert "const double *restrict t_A" in source
-    assert "acc0 += t_A[i_i*64 + i_k] * t_B[i_k*64 + i_j];" in source
+    assert "acc0 += t_A[(i_i * 64) + i_k] * t_B[(i_k * 64) + i_j];" in source
     assert "int64_t" in source and "#pragma omp parallel for" in source
 
 

@@ -1,174 +1,24 @@
-"""The CUDA backend without a GPU: decisions, generated code (compiled with NVRTC
+"""The CUDA backend without a GPU: reported mappings, generated code (compiled with NVRTC
 for sm_90), the CUBIN cache, array descriptions and availability."""
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections import Counter
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from einkern.backends import get_backend
 from einkern.backends.cuda import CudaBackend, samples
 from einkern.backends.cuda.arrays import allocate, describe
-from einkern.backends.cuda.codegen import emit, generate
-from einkern.backends.cuda.decision import DeviceLimits, DirectMapping, decide, largest_unroll
+from einkern.backends.cuda.generate import generate
 from einkern.backends.cuda.nvrtc import compile_cubin, kernel_resources, parse_resources
 from einkern.errors import BackendError, CompilationError
-from einkern.ir.nodes import Const, Sum, Tensor
+from einkern.ir.nodes import Const, Tensor
 
 nvrtc = pytest.importorskip("cuda.bindings.nvrtc")
-
-
-def only(problem) -> DirectMapping:
-    (statement,) = problem.program.statements
-    return decide(problem, statement)
-
-
-# ---- decisions -----------------------------------------------------------------
-
-
-def test_ccsd_t_column_major_puts_h3_on_thread_x():
-    mapping = only(samples.ccsd_t(16))
-    assert mapping.parallel == ("h3", "h2", "h1", "p6", "p5", "p4")
-    assert mapping.reduction == ("h7",)
-    assert mapping.thread_x_index == "h3"
-    assert mapping.thread_y_indices == ("h2",)  # h3 fills half a warp: stay contiguous
-    assert mapping.block == (16, 16, 1)
-    assert mapping.grid_dims == (16, 16, 256)  # h1, p6, then p5 and p4 folded into z
-    assert [str(i) for i in mapping.grid[2]] == ["p5", "p4"]
-    assert mapping.reductions[0].order == ("h7",) and mapping.reductions[0].unroll == 8
-    assert mapping.index_bits == 32
-    assert any("h3 -> threadIdx.x" in r and "column-major" in r for r in mapping.reasons)
-
-
-def test_ccsd_t_with_full_warps_reuses_v2_along_thread_y():
-    mapping = only(samples.ccsd_t(40))  # as Rivera's recipe: thread = {h3, h1}
-    assert mapping.thread_x_index == "h3" and mapping.thread_y_indices == ("h1",)
-    assert mapping.block == (32, 8, 1)
-    assert mapping.index_bits == 64  # 40^6 elements
-    assert any("not an index of v2" in r for r in mapping.reasons)
-
-
-def test_ccsd_t_row_major_puts_p4_on_thread_x():
-    mapping = only(samples.ccsd_t(8, layout="row"))
-    assert mapping.thread_x_index == "p4"
-
-
-def test_nekbone():
-    mapping = only(samples.nekbone(100, 12))
-    assert mapping.thread_x_index == "k"  # contiguous in ur (row-major)
-    assert mapping.thread_y_indices[0] == "j"  # the next index of ur in memory
-    assert mapping.block[0] == 12 and (mapping.block[0] * mapping.block[1]) % 32 == 0
-    (loop,) = mapping.reductions
-    assert loop.order == ("m",) and loop.unroll == 6 and 12 % loop.unroll == 0
-    column = only(samples.nekbone(100, 12, layout="column"))
-    assert column.thread_x_index == "e"
-
-
-@pytest.mark.parametrize(
-    ("layout", "x", "y"), [("row", "j", "i"), ("column", "i", "j")]
-)
-def test_gemm(layout, x, y):
-    mapping = only(samples.gemm(300, 200, 100, layout=layout))
-    assert mapping.thread_x_index == x and mapping.thread_y_indices == (y,)
-    assert mapping.block == (32, 8, 1)
-    assert mapping.reductions[0].unroll == 5  # the largest factor <= 8 of 100
-    tiles = {"x": math.ceil((200 if layout == "row" else 300) / 32)}
-    assert mapping.grid_dims[0] == tiles["x"]
-
-
-def test_rank0_output_runs_one_thread():
-    problem = samples.diagonal()
-    trace = decide(problem, problem.program.statements[1])
-    assert trace.thread_x is None and trace.block == (1, 1, 1) and trace.grid_dims == (1, 1, 1)
-
-
-def test_grid_folds_into_x_past_the_device_limits():
-    limits = DeviceLimits(max_grid=(2**31 - 1, 3, 5))
-    problem = samples.ccsd_t(6)
-    mapping = decide(problem, problem.program.statements[0], limits)
-    assert all(n <= m for n, m in zip(mapping.grid_dims, limits.max_grid, strict=True))
-    assert any("moved from blockIdx" in r for r in mapping.reasons)
-    with pytest.raises(BackendError):
-        decide(problem, problem.program.statements[0], DeviceLimits(max_grid=(7, 1, 1)))
-
-
-@given(st.integers(1, 10_000))
-def test_unroll_factor_divides_the_extent(extent):
-    factor = largest_unroll(extent)
-    assert 1 <= factor <= 8 and extent % factor == 0
-    assert all(extent % f for f in range(factor + 1, min(8, extent) + 1))
-
-
-@given(st.sampled_from([1, 2, 3, 5, 7, 11, 13, 97, 101, 12, 16, 64]))
-def test_unroll_factor_in_the_decision(extent):
-    mapping = only(samples.gemm(5, 3, extent))
-    assert extent % mapping.reductions[0].unroll == 0
-
-
-def _cover(mapping: DirectMapping, size: dict[str, int]) -> Counter:
-    """Simulate the launch: which output index tuples the threads compute."""
-    seen: Counter = Counter()
-    bx, by, _ = mapping.block
-    for block in itertools.product(*(range(n) for n in mapping.grid_dims)):
-        values: dict[str, int] = {}
-        for coordinate, dim in zip(block, mapping.grid, strict=True):
-            for item in dim:
-                key = f"tile {item.tiles_of}" if item.tiles_of else item.index
-                values[key], coordinate = coordinate % item.count, coordinate // item.count
-        for tx, ty in itertools.product(range(bx), range(by)):
-            index = dict.fromkeys(mapping.constant, 0)
-            index.update((k, v) for k, v in values.items() if not k.startswith("tile "))
-            inside = True
-            for name, axis, t in (("x", mapping.thread_x, tx), ("y", mapping.thread_y, ty)):
-                if axis is None:
-                    continue
-                linear = values.get(f"tile {name}", 0) * axis.block + t
-                inside &= linear < axis.total
-                for i, extent in zip(axis.indices, axis.extents, strict=True):
-                    index[i], linear = linear % extent, linear // extent
-            if inside:
-                seen[tuple(index[i] for i in mapping.parallel)] += 1
-    return seen
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    extents=st.lists(st.integers(1, 6), min_size=1, max_size=4),
-    layout=st.sampled_from(["row", "column"]),
-    grid_yz=st.sampled_from([2, 3, 65535]),
-    threads=st.sampled_from([16, 64, 256]),
-    warp=st.sampled_from([4, 32]),
-    data=st.data(),
-)
-def test_every_output_element_gets_exactly_one_thread(extents, layout, grid_yz, threads, warp,
-                                                      data):
-    names = [f"e{d}" for d in range(len(extents))]
-    indices = [f"i{d}" for d in range(len(extents))]
-    order = data.draw(st.permutations(indices))
-    tensors = [
-        Tensor("out", tuple(names), "float64", layout),
-        Tensor("inp", tuple(names[indices.index(i)] for i in order) + ("k",), "float64", layout),
-    ]
-    problem = samples.problem(
-        "cover",
-        {**dict(zip(names, extents, strict=True)), "k": 3},
-        tensors,
-        [(samples.acc("out", *indices), "=", Sum(("r",), samples.acc("inp", *order, "r")))],
-    )
-    limits = DeviceLimits(max_grid=(2**31 - 1, grid_yz, grid_yz), warp_size=warp,
-                          threads_per_block=threads)
-    mapping = decide(problem, problem.program.statements[0], limits)
-    assert mapping.block[0] * mapping.block[1] <= limits.max_threads_per_block
-    assert all(n <= m for n, m in zip(mapping.grid_dims, limits.max_grid, strict=True))
-    seen = _cover(mapping, dict(zip(indices, extents, strict=True)))
-    expected = set(itertools.product(*(range(n) for n in extents)))
-    assert set(seen) == expected and set(seen.values()) == {1}
 
 
 # ---- generated code, compiled with NVRTC ------------------------------------------
@@ -202,37 +52,24 @@ def test_generated_code_compiles_without_spills(case, dtype):
         assert resources.spill_stores == 0 and resources.spill_loads == 0, resources
 
 
-def test_gemm_source_reads_well():
-    text = emit(samples.gemm(37, 53, 29))
-    assert 'extern "C" __global__' in text
-    assert "// statement 0: C[i,j] =" in text
-    assert "const double* __restrict__ A" in text and "double* __restrict__ C" in text
-    assert "const double* __restrict__ C" not in text
-    assert "const double alpha" in text and "const double beta" in text
-    assert "if (j >= 53 || i >= 37) return;" in text  # guards for extents off the block
-    assert "#pragma unroll 1" not in text  # 29 is prime: no unroll pragma
-    assert "C[ek_out] = alpha * ek_acc0 + beta * C[ek_out];" in text
-    assert "return;" not in emit(samples.gemm(64, 64, 64))  # no guard when blocks divide
+def test_mappings_report_the_mapping_each_kernel_is_compiled_under():
+    """gemm at n=512: the reported mapping is the one the emitted kernel is built
+    under (its launch's threads, the kernel's launch bounds, its shared staging)."""
+    import einkern
 
-
-def test_ccsd_t_source():
-    text = emit(samples.ccsd_t(16))
-    assert "#pragma unroll 8" in text and "t3[ek_out] -= ek_acc0;" in text
-    assert "long long" not in text
-    assert "long long" in emit(samples.ccsd_t(40))
-
-
-def test_float32_uses_float_arithmetic():
-    text = emit(samples.row_norm(100, 37, "float32"))
-    assert "float ek_acc0 = 0.0f;" in text and "sqrtf(ek_acc0)" in text and "double" not in (
-        text.split("{", 1)[1]
-    )
-
-
-def test_riemann_sibling_sums_reuse_the_index_name():
-    text = emit(samples.riemann(8))
-    assert text.count("for (int m = 0; m < 8; ++m)") == 2
-    assert "ek_acc0" in text and "ek_acc1" in text
+    gemm = Path(__file__).resolve().parent.parent / "examples" / "gemm.ein"
+    problem = einkern.make_problem(einkern.load(gemm), {"m": 512, "n": 512, "k": 512})
+    backend = CudaBackend()
+    reported = backend.mappings(problem)
+    source = backend.source(problem)
+    assert [k.mapping for k in source.kernels] == reported
+    (mapping,) = reported
+    (kernel,) = source.kernels
+    assert math.prod(kernel.block) == mapping.threads
+    assert f"__launch_bounds__({mapping.threads}" in source.text
+    assert bool(mapping.staged) == ("__shared__" in source.text)
+    given = replace(mapping, staged=(), k_step=())
+    assert backend.mappings(problem, {0: given}) == [given]
 
 
 def test_awkward_names_and_constants_compile():
@@ -244,8 +81,8 @@ def test_awkward_names_and_constants_compile():
             samples.acc("int", "for"), Const(float("inf")), Const(float("-inf")),
             Const(float("nan")), Const(-2.5), Const(1e-300)))],
     )
-    text = emit(problem)
-    assert "ek_odd_name_s0" in text and "int_" in text and "for_" in text
+    text = generate(problem).text
+    assert "ek_odd_name_s0" in text
     compile_cubin(text, "sm_90")
 
 
@@ -256,7 +93,7 @@ def test_compile_error_carries_the_log():
 
 def test_second_compile_hits_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("EINKERN_CACHE_DIR", str(tmp_path / "cache"))
-    text = emit(samples.gemm(8, 8, 8))
+    text = generate(samples.gemm(8, 8, 8)).text
     first = compile_cubin(text, "sm_90")
     second = compile_cubin(text, "sm_90")
     assert not first.cached and second.cached
@@ -343,7 +180,8 @@ def test_registry_and_emit_without_gpu():
     backend = get_backend("cuda")
     assert isinstance(backend, CudaBackend) and backend.name == "cuda"
     assert "ek_gemm_s0" in backend.emit(samples.gemm(4, 4, 4))
-    assert [m.thread_x_index for m in backend.mappings(samples.gemm(4, 4, 4))] == ["j"]
+    (mapping,) = backend.mappings(samples.gemm(4, 4, 4))
+    assert mapping.parallel[0].index == "j"  # coalesced stores along C's contiguous index
 
 
 def test_unavailable_backend_refuses_to_build(monkeypatch):
@@ -385,13 +223,13 @@ def test_small_samples_cover_every_sample():
 def test_default_mappings_of_every_sample_emulate_correctly(name):
     """The decision algorithm's mapping of each sample (repeated indices, rank-0
     outputs, functions included) lowers, prints and runs right in the emulation."""
-    from einkern.backends.cuda.mapped import generate_mapped
+    from einkern.backends.verify import verify
     from einkern.gpu.decision import decide
-    from einkern.gpu.verify import verify
+    from einkern.ir.task import tasks_of
 
     problem = SMALL_SAMPLES[name]()
-    mappings = {p: decide(problem, p) for p in range(len(problem.program.statements))}
-    assert generate_mapped(problem, mappings).text  # the CUDA text prints
+    mappings = {t.position: decide(t) for t in tasks_of(problem)}
+    assert generate(problem, mappings).text  # the CUDA text prints
     result = verify(problem, mappings, seed=5)
     assert not result.errors and result.bad_accesses == 0
     assert result.max_relative_error <= 1e-12
@@ -411,3 +249,9 @@ def test_random_arrays_keep_every_declared_shape_and_layout(layout):
         info = ArrayInfo(array.shape, "float64", tuple(s // itemsize for s in array.strides),
                          "cpu", 0, "numpy")
         assert strides_match(info, layout), name
+
+
+def test_statement_tensors_output_first_then_reads_in_order():
+    problem = samples.gemm(4, 4, 4)
+    (statement,) = problem.program.statements
+    assert statement.tensors() == ("C", "A", "B")

@@ -7,10 +7,6 @@ import numpy as np
 import pytest
 
 from einkern.backends.cuda import CudaBackend, samples
-from einkern.backends.cuda.codegen import generate
-from einkern.backends.cuda.decision import DeviceLimits
-from einkern.backends.cuda.executable import CudaExecutable
-from einkern.backends.cuda.nvrtc import compile_cubin
 from einkern.errors import ArgumentError
 from einkern.ir.nodes import Const, Tensor
 from einkern.reference import evaluate
@@ -196,20 +192,6 @@ def test_wrong_shape_is_an_argument_error(backend):
         backend.build(problem).run(arrays, SCALARS)
 
 
-def test_grid_folded_past_small_limits_still_covers_every_element(backend):
-    problem = samples.ccsd_t(5, 3, "float64", "column", h3u=7, p4u=6, h1u=4)
-    limits = DeviceLimits(max_grid=(2**31 - 1, 3, 4), threads_per_block=64)
-    source = generate(problem, limits)
-    (kernel,) = source.kernels
-    assert kernel.grid[1] <= 3 and kernel.grid[2] <= 4
-    executable = CudaExecutable(problem, source, compile_cubin(source.text,
-                                                                backend.device_properties().arch))
-    arrays = samples.random_arrays(problem, seed=9)
-    reference = evaluate(problem, arrays, {})
-    executable.run(arrays, {})
-    check(problem, arrays, reference)
-
-
 def test_64_bit_indexing_past_2_to_the_31_elements(backend):
     torch = pytest.importorskip("torch")
     n = 2**31 + 33
@@ -221,7 +203,7 @@ def test_64_bit_indexing_past_2_to_the_31_elements(backend):
         "big", {"n": n}, tensors,
         [(samples.acc("y", "i"), "=", samples.mul(Const(2.0), samples.acc("x", "i")))],
     )
-    assert backend.mappings(problem)[0].index_bits == 64
+    assert "long long b_i" in backend.emit(problem)
     x = torch.ones(n, dtype=torch.float32, device="cuda")
     x[2**31] = 5.0
     x[-1] = 3.0

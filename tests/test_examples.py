@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import einkern
-from einkern.gpu.verify import random_inputs
+from einkern.backends.verify import random_inputs
 from einkern.reference import relative_error
 
 EXAMPLES = sorted(

@@ -12,12 +12,14 @@ import zlib
 import pytest
 
 import einkern
+from einkern.backends.emulator import count_barriers, drop_barrier
+from einkern.backends.verify import verify
+from einkern.gpu.config import CudaConfig, StagingConfig
 from einkern.gpu.decision import decide
-from einkern.gpu.emulator import count_barriers, drop_barrier
-from einkern.gpu.lower import _Lowering, lower
+from einkern.gpu.lower import build_kernel, lower, new_builder
 from einkern.gpu.mapping import Mapping, MappingError, ParallelTile, Staging
 from einkern.gpu.space import config_to_mapping, parameters, violation
-from einkern.gpu.verify import verify
+from einkern.ir.task import statement_task, tasks_of
 
 TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
 
@@ -57,12 +59,13 @@ def random_problem(name: str, rng: random.Random):
 def random_mappings(problem, rng: random.Random, attempts: int = 3000) -> dict[int, Mapping]:
     mappings = {}
     for position in range(len(problem.program.statements)):
-        params = parameters(problem, position)
-        mappings[position] = decide(problem, position)
+        params = parameters(statement_task(problem, position))
+        mappings[position] = decide(statement_task(problem, position))
         for _ in range(attempts):
-            config = {name: rng.choice(values) for name, values in params.items()}
-            if violation(problem, position, config) is None:
-                mappings[position] = config_to_mapping(problem, position, config)
+            config = CudaConfig.from_values({name: rng.choice(values)
+                                             for name, values in params.items()})
+            if violation(statement_task(problem, position), config) is None:
+                mappings[position] = config_to_mapping(statement_task(problem, position), config)
                 break
     return mappings
 
@@ -86,7 +89,7 @@ def test_default_mappings_match_the_reference(name):
         "gemm": {"m": 70, "n": 66, "k": 40}, "gemm_alpha_beta": {"m": 33, "n": 17, "k": 9},
         "sd_t_d1_1": {"T": 5}, "local_grad3": {"p": 6, "nelt": 4}, "riemann": {"n": 6},
         "treduda_sum": {"n": 21}, "norms": {"nb": 50, "d": 12}}[name])
-    mappings = {i: decide(problem, i) for i in range(len(problem.program.statements))}
+    mappings = {t.position: decide(t) for t in tasks_of(problem)}
     result = verify(problem, mappings, seed=3)
     assert result.ok(tolerance(problem)), result
 
@@ -106,7 +109,7 @@ def staged_gemm(sizes, boundary="guard", prefetch=True):
 @pytest.mark.parametrize("prefetch", [False, True])
 def test_every_barrier_is_needed(prefetch):
     problem, mapping = staged_gemm({"m": 16, "n": 32, "k": 16}, "exact", prefetch)
-    kernel = lower(problem, 0, mapping)
+    kernel = lower(statement_task(problem, 0), mapping)
     assert verify(problem, {0: mapping}, kernels=[kernel]).ok(1e-5)
     assert count_barriers(kernel) == 2
     for n in range(count_barriers(kernel)):
@@ -121,7 +124,7 @@ def test_wrong_boundary_policy_is_caught():
     assert verify(problem, {0: redirect}).ok(1e-5)
     # "exact" on ragged extents: lowered without the checks that forbid it.
     exact = Mapping(**{**mapping.__dict__, "boundary": "exact"})
-    kernel = _Lowering(problem, 0, exact, "unchecked").kernel()
+    kernel = build_kernel(new_builder(statement_task(problem, 0), exact, "unchecked"))
     broken = verify(problem, {0: exact}, kernels=[kernel])
     assert broken.bad_accesses > 0 and not broken.ok(1e-5)
 
@@ -139,10 +142,10 @@ def test_padding_policy_matches_the_reference(name):
 
 
 def test_padded_gemm_runs_an_exact_kernel_between_copies():
-    from einkern.gpu.padding import plan_statement
+    from einkern.gpu.plan import plan_task
 
     problem, mapping = staged_gemm({"m": 13, "n": 29, "k": 11}, "pad")
-    plan = plan_statement(problem, 0, mapping, "g")
+    plan = plan_task(statement_task(problem, 0), mapping, "g")
     names = [launch.kernel.name for launch in plan.launches]
     assert names == ["g_pad_A", "g_pad_B", "g", "g_crop_C"]
     sizes = {buffer: elements for buffer, _, elements in plan.temporaries}
@@ -155,10 +158,10 @@ def test_chunked_assignment_matches_the_reference(boundary):
     """x cyclic in runs of one vector (thread t owns t·4 … t·4+3, then 4·threads + t·4 …)."""
     problem = einkern.make_problem(einkern.load("examples/gemm.ein"),
                                    {"m": 37, "n": 45, "k": 19})
-    config = {"x": "j", "y": "i", "block": [4, 4], "regs": [8, 2, 1], "assign": "chunked",
-              "staging": ["all", 8, True, 0, "compute"], "unroll": -1, "boundary": boundary}
-    assert violation(problem, 0, config) is None
-    mapping = config_to_mapping(problem, 0, config)
+    config = CudaConfig("j", "i", (4, 4), (8, 2, 1), "chunked",
+                        StagingConfig("all", 8, True, 0, "compute"), -1, boundary)
+    assert violation(statement_task(problem, 0), config) is None
+    mapping = config_to_mapping(statement_task(problem, 0), config)
     x = mapping.tile_of("j")
     assert x.cyclic and x.chunk == 4
     assert [x.local(1, e) for e in range(8)] == [4, 5, 6, 7, 20, 21, 22, 23]
@@ -172,23 +175,25 @@ def test_chunk_must_divide_the_register_tile():
     bad = replace(mapping, parallel=(replace(mapping.parallel[0], chunk=3),
                                      *mapping.parallel[1:]))
     with pytest.raises(MappingError, match="runs of 3"):
-        lower(problem, 0, bad)
+        lower(statement_task(problem, 0), bad)
 
 
 def test_padded_rows_start_on_cache_lines_when_cheap():
     from dataclasses import replace
 
-    from einkern.gpu.padding import padded_problem
+    from einkern.gpu.padding import padded_task
 
     problem, mapping = staged_gemm({"m": 13, "n": 29, "k": 1000}, "pad")
     # k: contiguous in A (row-major A[m,k]); k-step 4 alone would keep 1000, but
     # 1024 (whole 128-byte lines) adds under 1/32.  n: 29 -> 32 by the tile.
-    assert dict(padded_problem(problem, 0, mapping).sizes) == {"m": 16, "n": 32, "k": 1024}
+    task = statement_task(problem, 0)
+    assert dict(padded_task(task, mapping).problem.sizes) == {"m": 16, "n": 32, "k": 1024}
     assert verify(problem, {0: mapping}, seed=6).ok(1e-5)
     far = replace(mapping, k_step=(("l", 4),))
     problem = einkern.make_problem(einkern.load("examples/gemm.ein"),
                                    {"m": 13, "n": 29, "k": 36})
-    assert dict(padded_problem(problem, 0, far).sizes)["k"] == 36  # 64 would add 78 %
+    grown = padded_task(statement_task(problem, 0), far).problem
+    assert dict(grown.sizes)["k"] == 36  # 64 would add 78 %
 
 
 def test_padding_that_inflates_a_tensor_is_refused():
@@ -197,7 +202,7 @@ def test_padding_that_inflates_a_tensor_is_refused():
     problem = einkern.make_problem(einkern.load("examples/sd_t_d1_1.ein"), {"T": 15})
     mapping = Mapping("register", (ParallelTile("h3", 16, 16), ParallelTile("h1", 15, 5)),
                       boundary="pad")
-    problems = padding_problems(problem, 0, mapping)
+    problems = padding_problems(statement_task(problem, 0), mapping)
     assert any("padding grows" in p for p in problems), problems
 
 
@@ -205,7 +210,7 @@ def test_broadcast_operand_rule_for_a_short_single_product():
     """sd_t_d1_1: t2 lacks h3 and h2, so the default stages it whole and puts h2 on
     the second thread index; the kernel matches the reference."""
     problem = einkern.make_problem(einkern.load("examples/sd_t_d1_1.ein"), {"T": 8})
-    mapping = decide(problem, 0)
+    mapping = decide(statement_task(problem, 0))
     assert [t.index for t in mapping.parallel if t.threads > 1] == ["h3", "h2"]
     assert [s.access for s in mapping.staged] == ["t2[h7,p4,p5,h1]"]
     assert not mapping.preload_output  # one product: the output is read last

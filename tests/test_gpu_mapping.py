@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
 import einkern
+from einkern.gpu.config import NO_STAGING, CudaConfig
 from einkern.gpu.decision import decide, default_config
 from einkern.gpu.device import H100
 from einkern.gpu.lower import check_mapping, lower
 from einkern.gpu.mapping import Mapping, MappingError, ParallelTile
-from einkern.gpu.padding import plan_statement
+from einkern.gpu.plan import plan_task
 from einkern.gpu.space import config_to_mapping, parameters, violation
+from einkern.ir.task import statement_task
 
 CASES = [
     ("examples/gemm.ein", {"m": 256, "n": 256, "k": 256}),
@@ -36,26 +39,26 @@ def problems():
 
 @pytest.mark.parametrize("problem, position", list(problems()))
 def test_default_mapping_is_valid_and_explained(problem, position):
-    config, reasons = default_config(problem, position)
-    assert violation(problem, position, config) is None
-    mapping = decide(problem, position)
-    assert check_mapping(problem, position, mapping) == []
+    config, reasons = default_config(statement_task(problem, position))
+    assert violation(statement_task(problem, position), config) is None
+    mapping = decide(statement_task(problem, position))
+    assert check_mapping(statement_task(problem, position), mapping) == []
     assert mapping.reasons and "threadIdx.x" in mapping.reasons[0]
-    kernel = lower(problem, position, mapping)
+    kernel = lower(statement_task(problem, position), mapping)
     assert kernel.threads == mapping.threads <= 1024
 
 
 def test_coalescing_first_puts_the_contiguous_output_index_on_threadidx_x():
     problem = einkern.make_problem(einkern.load("examples/sd_t_d1_1.ein"), {"T": 16})
-    assert decide(problem, 0).parallel[0].index == "h3"  # column-major t3
+    assert decide(statement_task(problem, 0)).parallel[0].index == "h3"  # column-major t3
     gemm = einkern.make_problem(einkern.load("examples/gemm.ein"), {"m": 512, "n": 512, "k": 512})
-    mapping = decide(gemm, 0)
+    mapping = decide(statement_task(gemm, 0))
     assert mapping.parallel[0].index == "j" and mapping.staged and mapping.prefetch
 
 
 def test_mapping_json_round_trip():
     problem = einkern.make_problem(einkern.load("examples/gemm.ein"), {"m": 128, "n": 128, "k": 64})
-    mapping = decide(problem, 0)
+    mapping = decide(statement_task(problem, 0))
     again = Mapping.from_json(mapping.to_json())
     assert again == mapping
     with pytest.raises(MappingError):
@@ -65,27 +68,28 @@ def test_mapping_json_round_trip():
 def test_invalid_mappings_are_reported():
     problem = einkern.make_problem(einkern.load("examples/gemm.ein"), {"m": 100, "n": 100, "k": 64})
     bad = Mapping("direct", (ParallelTile("j", 48, 32), ParallelTile("q", 1, 1)), boundary="exact")
-    found = check_mapping(problem, 0, bad)
+    found = check_mapping(statement_task(problem, 0), bad)
     assert any("not a multiple" in p for p in found)
     assert any("'q'" in p for p in found)
     assert any("exact" in p for p in found)
     with pytest.raises(MappingError):
-        lower(problem, 0, bad)
+        lower(statement_task(problem, 0), bad)
 
 
 @pytest.mark.parametrize("path, extents", CASES[:6])
 def test_random_valid_configs_lower(path, extents):
     problem = einkern.make_problem(einkern.load(path), extents)
     rng = random.Random(7)
-    params = parameters(problem, 0)
+    params = parameters(statement_task(problem, 0))
     found = 0
     for _ in range(3000):
-        config = {name: rng.choice(values) for name, values in params.items()}
-        if violation(problem, 0, config) is None:
-            mapping = config_to_mapping(problem, 0, config)
+        config = CudaConfig.from_values({name: rng.choice(values)
+                                         for name, values in params.items()})
+        if violation(statement_task(problem, 0), config) is None:
+            mapping = config_to_mapping(statement_task(problem, 0), config)
             optin = H100.shared_per_block_optin  # the space's limit (dynamic shared memory)
-            assert check_mapping(problem, 0, mapping, max_shared_bytes=optin) == []
-            plan = plan_statement(problem, 0, mapping, "k", max_shared_bytes=optin)
+            assert check_mapping(statement_task(problem, 0), mapping, max_shared_bytes=optin) == []
+            plan = plan_task(statement_task(problem, 0), mapping, "k", max_shared_bytes=optin)
             assert plan.launches[-1 if mapping.boundary != "pad" else -2].kernel.name == "k"
             found += 1
         if found >= 15:
@@ -94,68 +98,73 @@ def test_random_valid_configs_lower(path, extents):
 
 
 def test_cuda_tuning_target_without_a_gpu():
-    from einkern.gpu.tuning import CudaTarget
+    from einkern.tuning.cuda_target import CudaTarget
     from einkern.tuning.target import TuningTarget
 
     target = CudaTarget()
     assert isinstance(target, TuningTarget)
     problem = einkern.make_problem(einkern.load("examples/gemm.ein"), {"m": 256, "n": 192, "k": 64})
-    names = [p.name for p in target.parameters(problem, 0)]
+    problem_task = statement_task(problem, 0)
+    names = [p.name for p in target.parameters(problem_task)]
     assert {"x", "y", "block", "regs", "staging", "boundary"} <= set(names)
-    config = target.default_config(problem, 0)
-    assert target.violation(problem, 0, config) is None
-    assert target.violation(problem, 0, {**config, "block": [64, 64]}) is not None
-    assert target.violation(problem, 0, {"x": 3}) is not None
-    compiled = target.compile(problem, 0, config)
+    config = target.default_config(problem_task)
+    assert target.violation(problem_task, config) is None
+    assert target.violation(problem_task, replace(config, block=(64, 64))) is not None
+    assert target.violation(problem_task, replace(config, x="q")) is not None
+    assert target.violation(problem_task, {"x": "j"}) is not None  # not a CudaConfig
+    with pytest.raises(ValueError, match="index names"):
+        CudaConfig.from_json({"x": 3})
+    compiled = target.compile(problem_task, config)
     [launch] = compiled.launches
-    assert compiled.cubin and launch.block[0] == decide(problem, 0).threads
+    assert compiled.cubin and launch.block[0] == decide(statement_task(problem, 0)).threads
     assert launch.buffers == ("A", "B", "C") and not compiled.temporaries
     assert dict(compiled.resources)["spill_stores"] == 0
     ragged = einkern.make_problem(problem.program, {"m": 250, "n": 190, "k": 63})
-    padded = {**target.default_config(ragged, 0), "boundary": "pad"}
-    assert target.violation(ragged, 0, padded) is None
-    assert target.violation(problem, 0, padded) is not None  # tiles divide: exact only
-    plan = target.compile(ragged, 0, padded)
+    ragged_task = statement_task(ragged, 0)
+    padded = replace(target.default_config(ragged_task), boundary="pad")
+    assert target.violation(ragged_task, padded) is None
+    assert target.violation(problem_task, padded) is not None  # tiles divide: exact only
+    plan = target.compile(ragged_task, padded)
     assert [launch.name for launch in plan.launches] == [
         "ek_tune_s0_pad_A", "ek_tune_s0_pad_B", "ek_tune_s0", "ek_tune_s0_crop_C"]
     assert len(plan.temporaries) == 3
-    cost = target.model_cost(problem, 0, config)
-    direct = {**config, "regs": [1, 1, 1], "assign": "cyclic",
-              "staging": ["none", 1, False, 0, "natural"], "unroll": 1}
+    cost = target.model_cost(problem_task, config)
+    direct = replace(config, regs=(1, 1, 1), assign="cyclic", staging=NO_STAGING, unroll=1)
     assert 0 < cost < float("inf")
-    assert target.violation(problem, 0, direct) is None
+    assert target.violation(problem_task, direct) is None
 
 
 def test_a_mapping_in_json_form_is_taken_as_a_mapping_not_a_configuration():
     import json
 
-    from einkern.backends.cuda.mapped import generate_mapped
+    from einkern.backends.cuda.generate import generate
     from einkern.backends.cuda.samples import gemm
     from einkern.gpu.decision import decide
 
     problem = gemm(64, 48, 32)
-    mapping = decide(problem, 0)
+    mapping = decide(statement_task(problem, 0))
     as_dict = json.loads(mapping.to_json())
-    assert generate_mapped(problem, {0: as_dict}).text == \
-        generate_mapped(problem, {0: mapping}).text
+    assert generate(problem, {0: as_dict}).text == \
+        generate(problem, {0: mapping}).text
 
 
 def test_min_blocks_reaches_the_launch_bounds_and_is_checked():
     from dataclasses import replace
 
-    from einkern.backends.cuda.mapped import generate_mapped
+    from einkern.backends.cuda.generate import generate
     from einkern.backends.cuda.samples import gemm
 
     problem = gemm(64, 48, 32)
-    mapping = decide(problem, 0)
+    mapping = decide(statement_task(problem, 0))
     bounded = replace(mapping, min_blocks=2)
     assert Mapping.from_json(bounded.to_json()) == bounded
-    text = generate_mapped(problem, {0: bounded}).text
+    text = generate(problem, {0: bounded}).text
     assert f"__launch_bounds__({bounded.threads}, 2)" in text
     assert "blocks/SM" in bounded.describe()
-    assert check_mapping(problem, 0, replace(mapping, min_blocks=-1))
-    assert check_mapping(problem, 0, replace(mapping, min_blocks=2048 // mapping.threads + 1))
-    assert not check_mapping(problem, 0, bounded)
+    assert check_mapping(statement_task(problem, 0), replace(mapping, min_blocks=-1))
+    too_many = replace(mapping, min_blocks=2048 // mapping.threads + 1)
+    assert check_mapping(statement_task(problem, 0), too_many)
+    assert not check_mapping(statement_task(problem, 0), bounded)
 
 
 def _evaluate(expr, thread: int) -> int:
@@ -181,7 +190,7 @@ def test_pad_and_crop_copies_are_coalesced_in_either_layout(layout, into_padded)
     copy walked in row-major order ran 50x slower than the DRAM floor)."""
     from einkern.arrays import contiguous_strides
     from einkern.gpu import kir
-    from einkern.gpu.padding import copy_kernel
+    from einkern.gpu.plan import copy_kernel
 
     shape, padded = (3, 4, 5), (4, 4, 8)
     kernel = copy_kernel("copy", "double", shape, contiguous_strides(shape, layout), padded,
@@ -201,9 +210,9 @@ def test_default_pads_only_when_the_copies_are_cheap_next_to_the_kernel(n, bound
     from einkern.backends.cuda.samples import gemm
 
     problem = gemm(n, n, n, dtype="float32")
-    mapping = decide(problem, 0)
+    mapping = decide(statement_task(problem, 0))
     assert mapping.boundary == boundary
-    assert not check_mapping(problem, 0, mapping, max_shared_bytes=227 * 1024)
+    assert not check_mapping(statement_task(problem, 0), mapping, max_shared_bytes=227 * 1024)
 
 
 def test_a_family_of_products_gets_a_larger_register_tile():
@@ -213,19 +222,20 @@ def test_a_family_of_products_gets_a_larger_register_tile():
     from einkern.bench.suites.ccsdt import family_program
 
     family = einkern.make_problem(einkern.load(family_program("d1", 16)), {})
-    mapping = decide(family, 0)
+    family_task = statement_task(family, 0)
+    mapping = decide(family_task)
     assert mapping.register_tile == 32 and mapping.parallel[0].index == "h3"
-    assert not check_mapping(family, 0, mapping, max_shared_bytes=227 * 1024)
-    from einkern.tuning.space import space_for
+    assert not check_mapping(statement_task(family, 0), mapping, max_shared_bytes=227 * 1024)
+    from einkern.tuning.search import space_for
     from einkern.tuning.target import get_target
 
     target = get_target("cuda")
-    assert space_for(target, family, 0).violation(target.default_config(family, 0)) is None
+    assert space_for(target, family_task).violation(target.default_config(family_task)) is None
     from pathlib import Path
 
     example = Path(__file__).resolve().parent.parent / "examples" / "sd_t_d1_1.ein"
     single = einkern.make_problem(einkern.load(example), {})
-    assert decide(single, 0).register_tile == 8
+    assert decide(statement_task(single, 0)).register_tile == 8
 
 
 def test_local_grad3_default_takes_each_element_whole_and_is_in_the_tuning_space():
@@ -233,28 +243,29 @@ def test_local_grad3_default_takes_each_element_whole_and_is_in_the_tuning_space
     one block per element; the tuner's space contains this default."""
     from pathlib import Path
 
-    from einkern.tuning.space import space_for
+    from einkern.tuning.search import space_for
     from einkern.tuning.target import get_target
 
     example = Path(__file__).resolve().parent.parent / "examples" / "local_grad3.ein"
     problem = einkern.make_problem(einkern.load(example), {})
     target = get_target("cuda")
     for position in range(3):
-        mapping = decide(problem, position)
+        problem_task = statement_task(problem, position)
+        mapping = decide(problem_task)
         assert mapping.register_tile == 12 and len(mapping.staged) == 2
-        assert not check_mapping(problem, position, mapping)
-        space = space_for(target, problem, position)
-        assert space.violation(target.default_config(problem, position)) is None
+        assert not check_mapping(problem_task, mapping)
+        space = space_for(target, problem_task)
+        assert space.violation(target.default_config(problem_task)) is None
 
 
 def test_family_default_spreads_its_register_tile_and_emulates_correctly():
     """Nine products per output: two outputs per thread along every index but x,
     inputs staged; the kernel (T = 8) matches the reference in the emulation."""
+    from einkern.backends.verify import verify
     from einkern.bench.suites.ccsdt import family_program
-    from einkern.gpu.verify import verify
 
     problem = einkern.make_problem(einkern.load(family_program("d2", 8)), {})
-    mapping = decide(problem, 0)
+    mapping = decide(statement_task(problem, 0))
     assert len(mapping.parallel) == 6 and mapping.register_tile >= 16 and mapping.staged
     result = verify(problem, {0: mapping}, seed=3)
     assert not result.errors and result.bad_accesses == 0

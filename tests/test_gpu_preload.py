@@ -11,11 +11,12 @@ from dataclasses import replace
 import pytest
 
 import einkern
+from einkern.backends.verify import verify
 from einkern.gpu import kir
 from einkern.gpu.decision import decide, default_config
-from einkern.gpu.lower import _Lowering, check_mapping, lower, preload_sign
+from einkern.gpu.lower import build_kernel, check_mapping, lower, new_builder, preload_sign
 from einkern.gpu.space import config_to_mapping, parameters, violation
-from einkern.gpu.verify import verify
+from einkern.ir.task import statement_task
 
 UPDATES = {
     # statement, expected sign of the accumulation onto the output
@@ -44,9 +45,9 @@ def test_sign_of_the_accumulation(statement):
 @pytest.mark.parametrize("boundary", ["guard", "redirect", "pad"])
 def test_preloaded_update_matches_the_reference(statement, boundary):
     problem = gemm_problem(statement, m=13, n=5, k=5)
-    mapping = replace(decide(problem, 0), boundary=boundary, preload_output=True)
+    mapping = replace(decide(statement_task(problem, 0)), boundary=boundary, preload_output=True)
     if boundary != "pad":
-        kernel = lower(problem, 0, mapping)
+        kernel = lower(statement_task(problem, 0), mapping)
         first = kernel.body[0]
         assert isinstance(first, kir.PerThread)
         loads = [s for s in first.body if isinstance(s, kir.Store)
@@ -58,10 +59,10 @@ def test_preloaded_update_matches_the_reference(statement, boundary):
 
 def test_wrong_sign_is_caught():
     problem = gemm_problem("C[i,j] -= A[i,l] * B[l,j]", m=8, n=4, k=3)
-    mapping = replace(decide(problem, 0), boundary="guard", preload_output=True)
-    lowering = _Lowering(problem, 0, mapping, "flipped")
-    lowering.preload = -lowering.preload
-    broken = verify(problem, {0: mapping}, kernels=[lowering.kernel()], seed=1)
+    mapping = replace(decide(statement_task(problem, 0)), boundary="guard", preload_output=True)
+    builder = new_builder(statement_task(problem, 0), mapping, "flipped")
+    builder.preload = -builder.preload
+    broken = verify(problem, {0: mapping}, kernels=[build_kernel(builder)], seed=1)
     assert broken.bad_accesses == 0 and not broken.ok(1e-6)
 
 
@@ -70,19 +71,19 @@ def test_wrong_sign_is_caught():
                                        "C[i,j] -= 0 - A[i,l] * B[l,j] + A[i,l] * B[l,j] * 2"])
 def test_preload_refused_where_it_does_not_apply(statement):
     problem = gemm_problem(statement, m=4, n=4, k=4)
-    mapping = replace(decide(problem, 0), preload_output=True)
-    problems = check_mapping(problem, 0, mapping)
+    mapping = replace(decide(statement_task(problem, 0)), preload_output=True)
+    problems = check_mapping(statement_task(problem, 0), mapping)
     assert any("preload_output" in p for p in problems)
-    assert "preload" not in parameters(problem, 0)
+    assert "preload" not in parameters(statement_task(problem, 0))
 
 
 def test_ccsdt_update_in_the_space_and_correct():
     problem = einkern.make_problem(einkern.load("examples/sd_t_d1_1.ein"), {"T": 3})
-    params = parameters(problem, 0)
+    params = parameters(statement_task(problem, 0))
     assert params["preload"] == (False, True)
-    config, _ = default_config(problem, 0)
-    config = {**config, "preload": True}
-    assert violation(problem, 0, config) is None
-    mapping = config_to_mapping(problem, 0, config)
+    config, _ = default_config(statement_task(problem, 0))
+    config = replace(config, preload=True)
+    assert violation(statement_task(problem, 0), config) is None
+    mapping = config_to_mapping(statement_task(problem, 0), config)
     assert mapping.preload_output
     assert verify(problem, {0: mapping}, seed=2).ok(1e-12)

@@ -12,7 +12,7 @@ from test_gpu_emulation import PROGRAMS, random_mappings, random_problem, seed_o
 
 import einkern
 from einkern.backends.cuda.nvrtc import kernel_resources
-from einkern.gpu.verify import random_inputs
+from einkern.backends.verify import random_inputs
 from einkern.reference import relative_error
 
 
@@ -53,13 +53,13 @@ def test_random_variants_on_the_gpu(name, seed):
 def test_padding_plans_compile_for_sm90(name):
     from dataclasses import replace
 
-    from einkern.backends.cuda.mapped import generate_mapped
+    from einkern.backends.cuda.generate import generate
     from einkern.backends.cuda.nvrtc import compile_cubin
 
     rng = random.Random(seed_of("pad-nvrtc", name))
     problem = random_problem(name, rng)
     mappings = {p: replace(m, boundary="pad") for p, m in random_mappings(problem, rng).items()}
-    source = generate_mapped(problem, mappings)
+    source = generate(problem, mappings)
     module = compile_cubin(source.text, "sm_90")
     assert {k.name for k in source.kernels} <= {r.name for r in module.resources}
     assert all(r.spill_stores == 0 for r in module.resources)

@@ -10,17 +10,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from einkern.backends.emulator import count_barriers, drop_barrier, emulate, print_emulation_c
 from einkern.errors import ArgumentError
 from einkern.gpu import kir
+from einkern.gpu.ctext import float_literal, int_literal
 from einkern.gpu.cuda_printer import (
     dynamic_shared_bytes,
     kernel_signature,
     launch_shape,
     print_cuda,
 )
-from einkern.gpu.emulator import count_barriers, drop_barrier, emulate, print_emulation_c
 from einkern.gpu.emulator_c import POISON_INT
-from einkern.gpu.emulator_cexpr import float_literal, int_literal
 
 V, N, F = kir.Var, kir.Int, kir.Float
 TX, BX = kir.ThreadIdx(), kir.BlockIdx()

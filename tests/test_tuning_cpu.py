@@ -15,10 +15,11 @@ import einkern
 from einkern.backends.cpu import CpuBackend, CpuSchedule, LoopSchedule, default_schedule
 from einkern.backends.cpu.codegen import emit_c
 from einkern.backends.cpu.schedule import check_schedule, schedule_violation
+from einkern.ir.task import statement_task
 from einkern.reference import evaluate
 from einkern.testing import TOLERANCE, random_arrays, random_scalars, relative_error
 from einkern.tuning.cpu_target import CpuTarget, loop_schedule, schedule_from_configs
-from einkern.tuning.space import space_for
+from einkern.tuning.search import space_for
 
 pytestmark = pytest.mark.skipif(not CpuBackend().available(), reason="no C compiler")
 
@@ -64,17 +65,18 @@ def test_default_config_is_the_default_schedule_and_in_the_space():
     target = CpuTarget()
     for path in sorted(EXAMPLES.glob("*.ein")):
         problem = einkern.make_problem(einkern.load(path), {})
-        configs = [target.default_config(problem, p)
+        configs = [target.default_config(statement_task(problem, p))
                    for p in range(len(problem.program.statements))]
         assert schedule_from_configs(problem, configs) == default_schedule(problem), path.name
         for position, config in enumerate(configs):
-            assert config in space_for(target, problem, position), (path.name, config)
+            task = statement_task(problem, position)
+            assert config in space_for(target, task), (path.name, config)
 
 
 def test_every_variant_of_the_space_is_a_valid_schedule():
     target = CpuTarget()
     problem = problem_of(GEMM, m=40, n=24, k=20)
-    space = space_for(target, problem, 0)
+    space = space_for(target, statement_task(problem, 0))
     assert 50 < space.size() < space.raw_size()
     for config in space:
         loops = loop_schedule(config)
@@ -91,7 +93,7 @@ def test_violation_rejects_bad_combinations():
     problem = problem_of(GEMM, m=40, n=24, k=20)
     good = {"order": ["i", "j"], "collapse": 2, "tile_i": 0, "tile_j": 0, "tile_l": 0,
             "inner": 0}
-    assert target.violation(problem, 0, good) is None
+    assert target.violation(statement_task(problem, 0), good) is None
     bad = [
         {**good, "order": ["i"]},  # not a permutation
         {**good, "order": "ij"},  # malformed
@@ -101,12 +103,12 @@ def test_violation_rejects_bad_combinations():
         {key: value for key, value in good.items() if key != "collapse"},
     ]
     for config in bad:
-        assert target.violation(problem, 0, config) is not None, config
+        assert target.violation(statement_task(problem, 0), config) is not None, config
     large = problem_of(GEMM, m=100, n=100, k=100)
     whole = {**good, "collapse": 0, "tile_l": 8}  # a 100 x 100 sum buffer per thread
-    assert "exceed" in target.violation(large, 0, whole)
+    assert "exceed" in target.violation(statement_task(large, 0), whole)
     tiled = {**good, "collapse": 2, "tile_i": 8, "tile_j": 8, "tile_l": 4, "inner": 1}
-    assert target.violation(problem, 0, tiled) is None
+    assert target.violation(statement_task(problem, 0), tiled) is None
     no_sum = problem_of("dims n = 64\ntensor x[n], y[n]\ny[i] = 2 * x[i]")
     assert "needs a sum" in schedule_violation(
         no_sum, no_sum.program.statements[0], LoopSchedule(("i",), 0, (), 1))
@@ -119,7 +121,7 @@ def test_tiled_variants_match_the_reference(seed):
     rng = random.Random(seed)
     for text, sizes in ((GEMM, {}), (TWO_SUMS, {})):
         problem = problem_of(text, **sizes)
-        configs = [space_for(target, problem, p).sample(rng)
+        configs = [space_for(target, statement_task(problem, p)).sample(rng)
                    for p in range(len(problem.program.statements))]
         check(problem, schedule_from_configs(problem, configs))
 
@@ -143,9 +145,9 @@ def test_measure_checks_and_times_a_variant():
     problem = problem_of(GEMM, m=24, n=24, k=24)
     config = {"order": ["i", "j"], "collapse": 1, "tile_i": 8, "tile_j": 16, "tile_l": 4,
               "inner": 1}
-    handle = target.compile(problem, 0, config)
-    assert Path(handle).exists() and target.compile(problem, 0, config) == handle
-    timing = target.measure(problem, 0, config, handle, 3, 1)
+    handle = target.compile(statement_task(problem, 0), config)
+    assert Path(handle).exists() and target.compile(statement_task(problem, 0), config) == handle
+    timing = target.measure(statement_task(problem, 0), config, handle, 3, 1)
     assert len(timing.times) >= 10 and timing.median > 0
     assert timing.max_relative_error <= 1e-12
     keys = target.device_key()
@@ -155,14 +157,15 @@ def test_measure_checks_and_times_a_variant():
 def test_model_prefers_reuse_and_stays_finite():
     target = CpuTarget()
     problem = problem_of(GEMM, m=512, n=512, k=512)
-    space = space_for(target, problem, 0)
-    costs = {str(c): target.model_cost(problem, 0, c) for c in space}
+    task = statement_task(problem, 0)
+    space = space_for(target, task)
+    costs = {str(c): target.model_cost(task, c) for c in space}
     assert all(math.isfinite(c) and c > 0 for c in costs.values())
-    default = target.model_cost(problem, 0, target.default_config(problem, 0))
+    default = target.model_cost(task, target.default_config(task))
     assert min(costs.values()) < default / 2
     blocked = {"order": ["i", "j"], "collapse": 2, "tile_i": 32, "tile_j": 64, "tile_l": 64,
                "inner": 1}
-    assert target.model_cost(problem, 0, blocked) < default
+    assert target.model_cost(task, blocked) < default
 
 
 def test_schedule_from_configs_rejects_bad_input():

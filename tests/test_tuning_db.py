@@ -12,13 +12,16 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from test_tuning_fakes import Synthetic, fake_problem, point
+from test_tuning_fakes import C, Synthetic, fake_problem, point
 
+import einkern
 from einkern.errors import EinkernError, UsageError
-from einkern.tuning.canonical import identify, size_distance, statement_problem
+from einkern.ir.task import statement_task, tasks_of
+from einkern.tuning.canonical import identify, size_distance
 from einkern.tuning.db import TuningDatabaseError, TuningDB, TuningRecord, default_path
 from einkern.tuning.evaluate import Budget, DbStore, Evaluator
 from einkern.tuning.policy import choose_config, choose_configs, normalize_policy
+from einkern.tuning.target import ParameterConfig
 from einkern.tuning.tuner import TuneOptions, tune_problem
 
 
@@ -31,7 +34,7 @@ def record(identity, config: dict, median: float | None, status: str = "ok",
 
 
 def fill(db: TuningDB, n: int, best: dict, best_time: float = 1e-3) -> None:
-    identity = identify(Synthetic(), fake_problem(n), 0)
+    identity = identify(Synthetic(), statement_task(fake_problem(n), 0))
     db.add(record(identity, {"a": 0, "b": 0, "c": 0}, 5e-3, default=True))
     db.add(record(identity, best, best_time))
     db.add(record(identity, {"a": 5, "b": 5, "c": 0}, None, status="crash"))
@@ -45,7 +48,7 @@ def snapshot(path: Path) -> tuple[bytes, int]:
 
 
 def test_records_round_trip_and_first_record_wins(tmp_path):
-    identity = identify(Synthetic(), fake_problem(), 0)
+    identity = identify(Synthetic(), statement_task(fake_problem(), 0))
     with TuningDB(tmp_path / "t.sqlite") as db:
         assert db.add(record(identity, {"a": 1, "b": 0, "c": 0}, 2e-3))
         assert not db.add(record(identity, {"a": 1, "b": 0, "c": 0}, 1e-3))  # kept
@@ -62,7 +65,7 @@ def test_records_round_trip_and_first_record_wins(tmp_path):
 
 
 def test_failed_and_wrong_records_are_never_best(tmp_path):
-    identity = identify(Synthetic(), fake_problem(), 0)
+    identity = identify(Synthetic(), statement_task(fake_problem(), 0))
     with TuningDB(tmp_path / "t.sqlite") as db:
         db.add(record(identity, {"a": 1, "b": 1, "c": 1}, 1e-6, status="wrong"))
         assert db.best(identity.key) is None
@@ -132,9 +135,10 @@ WRITER = textwrap.dedent("""
     import json, sys
     sys.path.insert(0, sys.argv[3])
     from test_tuning_fakes import Synthetic, fake_problem
+    from einkern.ir.task import statement_task
     from einkern.tuning.canonical import identify
     from einkern.tuning.db import TuningDB, TuningRecord
-    identity = identify(Synthetic(), fake_problem(int(sys.argv[2])), 0)
+    identity = identify(Synthetic(), statement_task(fake_problem(int(sys.argv[2])), 0))
     with TuningDB(sys.argv[1]) as db:
         for a in range(150):
             key = json.dumps({"a": a}, separators=(",", ":"))
@@ -160,7 +164,7 @@ def test_two_processes_write_one_database(tmp_path):
 def test_prune(tmp_path):
     with TuningDB(tmp_path / "t.sqlite") as db:
         fill(db, 64, {"a": 1, "b": 1, "c": 1})
-        identity = identify(Synthetic(), fake_problem(64), 0)
+        identity = identify(Synthetic(), statement_task(fake_problem(64), 0))
         db.add(record(identity, {"a": 2, "b": 2, "c": 2}, 3e-3))
         old = TuningRecord(**{**record(identity, {"a": 3, "b": 0, "c": 0}, 1e-4).__dict__,
                               "identity": identity.__class__(**{**identity.__dict__,
@@ -178,14 +182,15 @@ def test_prune(tmp_path):
 
 def test_identity_keys_and_families():
     target = Synthetic()
-    small, large = identify(target, fake_problem(64), 0), identify(target, fake_problem(4000), 0)
+    small = identify(target, statement_task(fake_problem(64), 0))
+    large = identify(target, statement_task(fake_problem(4000), 0))
     assert small.family == large.family and small.key != large.key
     assert dict(small.extents) == {"i": 64, "j": 64, "k": 64}
     assert small.tensors == ("A[n, n] float64 row", "B[n, n] float64 row",
                              "C[n, n] float64 row")
     assert size_distance(small.extents, large.extents) > size_distance(
-        small.extents, identify(target, fake_problem(128), 0).extents)
-    single = statement_problem(fake_problem(), 0)
+        small.extents, identify(target, statement_task(fake_problem(128), 0)).extents)
+    single = statement_task(fake_problem(), 0).view
     assert single.program.inputs == ("A", "B") and len(single.program.statements) == 1
 
 
@@ -195,41 +200,42 @@ def test_cached_policy_exact_then_nearest_then_default(tmp_path):
     with TuningDB(path) as db:
         fill(db, 64, {"a": 1, "b": 1, "c": 1})
         fill(db, 4000, {"a": 4, "b": 4, "c": 2})
-    assert choose_config(target, fake_problem(64), 0, "cached", path) == (
-        {"a": 1, "b": 1, "c": 1}, "exact record")
-    config, source = choose_config(target, fake_problem(3000), 0, True, path)
-    assert config == {"a": 4, "b": 4, "c": 2}
+    assert choose_config(target, statement_task(fake_problem(64), 0), "cached", path) == (
+        C(a=1, b=1, c=1), "exact record")
+    config, source = choose_config(target, statement_task(fake_problem(3000), 0), True, path)
+    assert config == C(a=4, b=4, c=2)
     assert source == "nearest record i=4000, j=4000, k=4000"
-    assert choose_config(target, fake_problem(100), 0, "cached", path)[0] == {
-        "a": 1, "b": 1, "c": 1}
+    assert choose_config(target, statement_task(fake_problem(100), 0), "cached",
+                         path)[0] == C(a=1, b=1, c=1)
     # a recorded configuration invalid for the problem at hand is skipped: (4, 4, 2)
     # breaks a + b + c <= 9, so the next nearest size is used, then the default
     strict = Synthetic(limit=9)
-    assert choose_config(strict, fake_problem(3000), 0, "cached", path) == (
-        {"a": 1, "b": 1, "c": 1}, "nearest record i=64, j=64, k=64")
+    assert choose_config(strict, statement_task(fake_problem(3000), 0), "cached", path) == (
+        C(a=1, b=1, c=1), "nearest record i=64, j=64, k=64")
     stricter = Synthetic(limit=2)
-    assert choose_config(stricter, fake_problem(3000), 0, "cached", path) == (
-        {"a": 0, "b": 0, "c": 0}, "default mapping")
-    assert choose_config(target, fake_problem(64), 0, False, path) == (
-        {"a": 0, "b": 0, "c": 0}, "default mapping")
+    assert choose_config(stricter, statement_task(fake_problem(3000), 0), "cached", path) == (
+        C(a=0, b=0, c=0), "default mapping")
+    assert choose_config(target, statement_task(fake_problem(64), 0), False, path) == (
+        C(a=0, b=0, c=0), "default mapping")
 
 
 def test_cached_policy_without_database_uses_the_default(tmp_path):
     missing = tmp_path / "none.sqlite"
-    assert choose_config(Synthetic(), fake_problem(), 0, "cached", missing) == (
-        {"a": 0, "b": 0, "c": 0}, "default mapping")
+    assert choose_config(Synthetic(), statement_task(fake_problem(), 0), "cached", missing) == (
+        C(a=0, b=0, c=0), "default mapping")
     assert not missing.exists()
 
 
 def test_model_and_full_policies(tmp_path):
     target = Synthetic()
     problem = fake_problem()
-    assert choose_config(target, problem, 0, "model") == ({"a": 4, "b": 1, "c": 3}, "model")
+    task = statement_task(problem, 0)
+    assert choose_config(target, task, "model") == (C(a=4, b=1, c=3), "model")
     options = TuneOptions(strategy="exhaustive", budget=Budget(evaluations=400), isolate=False)
     path = tmp_path / "t.sqlite"
     [(config, source)] = choose_configs(target, problem, "full", path, options=options)
     assert point(config) == (4, 1, 3) and source == "tuned now (181 variants)"
-    assert choose_config(target, problem, 0, "cached", path) == (config, "exact record")
+    assert choose_config(target, task, "cached", path) == (config, "exact record")
     with pytest.raises(UsageError, match="unknown tuning policy"):
         normalize_policy("fast")
 
@@ -238,9 +244,9 @@ def test_resume_from_database_measures_nothing_twice(tmp_path):
     calls = []
 
     class Counting(Synthetic):
-        def measure(self, problem, position, config, *rest):
+        def measure(self, task, config, *rest):
             calls.append(point(config))
-            return super().measure(problem, position, config, *rest)
+            return super().measure(task, config, *rest)
 
     target, problem = Counting(), fake_problem()
     options = TuneOptions(strategy="genetic", budget=Budget(evaluations=25), seed=7,
@@ -253,35 +259,107 @@ def test_resume_from_database_measures_nothing_twice(tmp_path):
         assert again.best.config_key == first.best.config_key
         assert len(db.records()) == 25
         with Evaluator(target, isolate=False) as evaluator:
-            store = DbStore(db, identify(target, problem, 0))
+            store = DbStore(db, identify(target, statement_task(problem, 0)))
             assert store.get(first.best.config_key).resumed
             assert evaluator.workers >= 2
 
 
 def test_simulated_target_replays_a_recorded_search(tmp_path):
     from einkern.tuning.evaluate import MemoryStore
-    from einkern.tuning.simulate import SimulatedTarget, recorded_problem
+    from einkern.tuning.simulate import SimulatedTarget, recorded_task
     from einkern.tuning.target import VariantError
-    from einkern.tuning.tuner import tune_statement
+    from einkern.tuning.tuner import tune_task
 
     target, problem = Synthetic(wrong=((5, 5, 0),)), fake_problem()
     exhaustive = TuneOptions(strategy="exhaustive", budget=Budget(), isolate=False)
     with TuningDB(tmp_path / "t.sqlite") as db:
         tune_problem(target, problem, exhaustive, db)
-        recorded = recorded_problem(db, "synthetic", problem, 0)
+        recorded = recorded_task(db, "synthetic", statement_task(problem, 0))
         count = len(db.records())
     assert len(recorded.records) == count == 181
     simulated = SimulatedTarget(recorded.records)  # no base target: space from the records
-    assert [(p.name, p.values) for p in simulated.parameters(problem, 0)] == [
+    assert [(p.name, p.values) for p in simulated.parameters(statement_task(problem, 0))] == [
         (name, tuple(range(6))) for name in "abc"]
-    assert simulated.default_config(problem, 0) == {"a": 0, "b": 0, "c": 0}
+    assert simulated.default_config(statement_task(problem, 0)) == C(a=0, b=0, c=0)
     with pytest.raises(VariantError) as raised:
-        simulated.measure(problem, 0, {"a": 5, "b": 5, "c": 5}, None, 10, 0)
+        simulated.measure(statement_task(problem, 0), C(a=5, b=5, c=5), None, 10, 0)
     assert raised.value.failure == "invalid"  # never recorded
     options = TuneOptions(strategy="annealing", budget=Budget(evaluations=90), isolate=False)
     with Evaluator(simulated, isolate=False) as evaluator:
-        result = tune_statement(simulated, problem, 0, evaluator, options, MemoryStore(),
+        result = tune_task(simulated, statement_task(problem, 0), evaluator, options, MemoryStore(),
                                 identity=recorded.identity)
     assert point(result.best.config) == (4, 1, 3)
     with TuningDB(tmp_path / "t.sqlite") as db:
         assert len(db.records()) == count  # a replay writes nothing
+
+
+def test_records_written_before_tasks_are_found_by_task(tmp_path, monkeypatch):
+    """Records that einkern wrote when the key came from (problem, statement number)
+    (tests/data/tuning_records_d1db560.json, written by the code at d1db560) have
+    the key and family the same statement's one-statement task gives now, and a
+    database holding them answers a lookup by task."""
+    from einkern.tuning import canonical
+    from einkern.tuning.canonical import make_identity
+    from einkern.tuning.policy import lookup
+
+    root = Path(__file__).resolve().parent
+    written = json.loads((root / "data" / "tuning_records_d1db560.json").read_text())
+    monkeypatch.setattr(canonical, "einkern_version", lambda: "0.9.0")
+    problem = einkern.make_problem(einkern.load(root.parent / written["program"]),
+                                   written["sizes"])
+    tasks = tasks_of(problem)
+    assert len(tasks) == len(written["records"]) == 2
+    for task, old in zip(tasks, written["records"], strict=True):
+        identity = make_identity("fake", {"device": "test"}, 16, task)
+        assert (identity.key, identity.family) == (old["key"], old["family"])
+        record = TuningRecord.from_json(old["record"])
+        assert record.identity == identity
+
+    class Recorded:  # the target of the records: two parameters, all valid
+        backend = "fake"
+        config_type = ParameterConfig
+
+        def device_key(self) -> dict[str, str]:
+            return {"device": "test"}
+
+        def alignment(self) -> int:
+            return 16
+
+        def default_config(self, task):
+            return ParameterConfig.from_values({"a": 0, "b": 0})
+
+        def violation(self, task, config):
+            return None
+
+    with TuningDB(tmp_path / "old.sqlite") as db:
+        db.add(TuningRecord.from_json(written["records"][1]["record"]))
+        assert lookup(Recorded(), tasks[1], db) == (
+            ParameterConfig.from_values({"a": 1, "b": 2}), "exact record")
+        assert lookup(Recorded(), tasks[0], db) is None
+
+
+def test_a_task_of_two_statements_has_its_own_key():
+    """The key of a task of several statements names all of them (and differs from
+    each statement's own), so a fused kernel's records never stand for one of its
+    statements."""
+    from einkern.ir.task import Task
+    from einkern.tuning.canonical import make_identity
+
+    problem = einkern.make_problem(einkern.load(Path(__file__).resolve().parent.parent
+                                                / "examples" / "norms.ein"), {"nb": 8, "d": 4})
+    both = make_identity("fake", {}, 0, Task(problem, (0, 1)))
+    first, second = (make_identity("fake", {}, 0, t) for t in tasks_of(problem))
+    assert both.statement == f"{first.statement}; {second.statement}"
+    assert dict(both.extents) == {"b": 8, "i": 4}
+    assert both.tensors == ("v[nb, d] float64 row", "s[nb] float64 row", "w[nb, d] float64 row")
+    assert len({both.key, first.key, second.key}) == 3
+
+
+def test_tuning_target_registry_refuses_a_duplicate_name():
+    from einkern.tuning.target import get_target, register_target
+
+    with pytest.raises(ValueError, match="already registered"):
+        register_target("cpu", Synthetic)
+    assert get_target("cpu").backend == "cpu"
+    with pytest.raises(EinkernError, match="cannot be tuned"):
+        get_target("nonesuch")

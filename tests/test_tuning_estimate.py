@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from einkern.tuning.space import SearchSpace
+from einkern.tuning.search import SearchSpace
 from einkern.tuning.target import Parameter
 
 

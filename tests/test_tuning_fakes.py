@@ -14,12 +14,13 @@ import ctypes
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import einkern
 from einkern.ir.nodes import Problem
-from einkern.tuning.space import canonical
-from einkern.tuning.target import Config, Parameter, Timing
+from einkern.ir.task import Task, statement_task
+from einkern.tuning.search import canonical
+from einkern.tuning.target import Config, ConfigType, Parameter, ParameterConfig, Timing
 
 Point = tuple[int, int, int]
 
@@ -33,6 +34,11 @@ C[i,j] = A[i,k] * B[k,j]
 
 def fake_problem(n: int = 64) -> Problem:
     return einkern.make_problem(einkern.load(PROGRAM), {"n": n})
+
+
+def C(**values: Any) -> ParameterConfig:  # noqa: N802 - reads like a constructor
+    """A configuration of named values."""
+    return ParameterConfig.from_values(values)
 
 
 def point(config: Config) -> Point:
@@ -53,24 +59,25 @@ class Synthetic:
     raises: tuple[Point, ...] = ()
     spread: float = 0.0  # relative jitter added to the timed runs (deterministic)
     backend: str = "synthetic"
+    config_type: ClassVar[ConfigType] = ParameterConfig
 
     def device_key(self) -> dict[str, str]:
         return {"name": "synthetic device", "version": "1"}
 
-    def parameters(self, problem: Problem, position: int) -> tuple[Parameter, ...]:
+    def parameters(self, task: Task) -> tuple[Parameter, ...]:
         values = tuple(range(self.size))
         return (Parameter("a", values), Parameter("b", values), Parameter("c", values))
 
-    def violation(self, problem: Problem, position: int, config: Config) -> str | None:
+    def violation(self, task: Task, config: Config) -> str | None:
         if sum(point(config)) > self.limit:
             return f"a + b + c > {self.limit}"
         return None
 
-    def default_config(self, problem: Problem, position: int) -> Config:
-        return {"a": 0, "b": 0, "c": 0}
+    def default_config(self, task: Task) -> Config:
+        return ParameterConfig.from_values({"a": 0, "b": 0, "c": 0})
 
-    def compile(self, problem: Problem, position: int, config: Config) -> Any:
-        if self.violation(problem, position, config) is not None:
+    def compile(self, task: Task, config: Config) -> Any:
+        if self.violation(task, config) is not None:
             raise AssertionError(f"invalid variant compiled: {config}")
         return canonical(config)
 
@@ -79,7 +86,7 @@ class Synthetic:
         oa, ob, oc = self.optimum
         return 1e-3 * (1 + (a - oa) ** 2 + 2 * (b - ob) ** 2 + 0.5 * (c - oc) ** 2)
 
-    def measure(self, problem: Problem, position: int, config: Config, compiled: Any,
+    def measure(self, task: Task, config: Config, compiled: Any,
                 repeats: int, seed: int) -> Timing:
         here = point(config)
         if here in self.exits:
@@ -96,7 +103,7 @@ class Synthetic:
         jitter = [1 + self.spread * ((k * 7) % 5 - 2) / 2 for k in range(repeats)]
         return Timing(tuple(cost * j for j in jitter), 0.0)
 
-    def model_cost(self, problem: Problem, position: int, config: Config) -> float:
+    def model_cost(self, task: Task, config: Config) -> float:
         return self.cost(config)
 
 
@@ -104,7 +111,7 @@ def test_synthetic_optimum_is_valid_and_unique():
     target = Synthetic()
     problem = fake_problem()
     best = {"a": 4, "b": 1, "c": 3}
-    assert target.violation(problem, 0, best) is None
+    assert target.violation(statement_task(problem, 0), best) is None
     others = [
         {"a": a, "b": b, "c": c}
         for a in range(6) for b in range(6) for c in range(6)

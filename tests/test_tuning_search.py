@@ -7,15 +7,16 @@ import random
 from dataclasses import dataclass
 
 import pytest
-from test_tuning_fakes import Synthetic, fake_problem, point
+from test_tuning_fakes import C, Synthetic, fake_problem, point
 
 from einkern.errors import UsageError
+from einkern.ir.task import statement_task
 from einkern.tuning.evaluate import Budget, Evaluator, MemoryStore, Outcome, Session
 from einkern.tuning.ranking import pick_best, relative_spread, ties
-from einkern.tuning.space import SearchSpace, canonical, space_for
+from einkern.tuning.search import SearchSpace, canonical, space_for
 from einkern.tuning.strategies import get_strategy, strategy_names
 from einkern.tuning.target import Parameter, Timing
-from einkern.tuning.tuner import TuneOptions, tune_statement
+from einkern.tuning.tuner import TuneOptions, tune_task
 
 OPTIMUM = (4, 1, 3)
 
@@ -24,7 +25,8 @@ def run(target, strategy: str, budget: Budget, seed: int = 0, store=None):
     problem = fake_problem()
     options = TuneOptions(strategy=strategy, budget=budget, seed=seed, isolate=False)
     with Evaluator(target, workers=2, isolate=False) as evaluator:
-        return tune_statement(target, problem, 0, evaluator, options, store or MemoryStore())
+        return tune_task(target, statement_task(problem, 0), evaluator, options,
+                         store or MemoryStore())
 
 
 # ---- the space ------------------------------------------------------------------
@@ -32,7 +34,7 @@ def run(target, strategy: str, budget: Budget, seed: int = 0, store=None):
 
 def test_space_is_lazy_filtered_and_deterministic():
     target = Synthetic()
-    space = space_for(target, fake_problem(), 0)
+    space = space_for(target, statement_task(fake_problem(), 0))
     configs = list(space)
     assert configs == list(space)  # same order every time
     assert len({canonical(c) for c in configs}) == len(configs) == space.size()
@@ -43,19 +45,19 @@ def test_space_is_lazy_filtered_and_deterministic():
 
 
 def test_sample_and_neighbours_stay_valid():
-    space = space_for(Synthetic(limit=6), fake_problem(), 0)
+    space = space_for(Synthetic(limit=6), statement_task(fake_problem(), 0))
     rng = random.Random(5)
     for _ in range(300):
         config = space.sample(rng)
         assert config in space
         for neighbour in space.neighbours(config):
             assert neighbour in space
-            moved = [k for k in config if config[k] != neighbour[k]]
+            moved = [k for k in config.values() if config[k] != neighbour[k]]
             assert len(moved) == 1
     # at the constraint's edge the neighbour upwards is skipped, not invalid
     edge = {"a": 2, "b": 2, "c": 2}
-    assert {canonical(n) for n in space.neighbours(edge)} == {
-        canonical({**edge, name: 1}) for name in "abc"
+    assert {canonical(n) for n in space.neighbours(C(**edge))} == {
+        canonical(C(**{**edge, name: 1})) for name in "abc"
     }
 
 
@@ -64,12 +66,13 @@ def test_neighbours_skip_holes_to_the_nearest_valid_value():
         (Parameter("x", (0, 1, 2, 3)), Parameter("y", ("p", "q"))),
         lambda config: "hole" if config["x"] == 1 else None,
     )
-    assert space.neighbours({"x": 0, "y": "p"}) == [{"x": 2, "y": "p"}, {"x": 0, "y": "q"}]
-    assert space.violation({"x": 9, "y": "p"}) is not None
-    assert space.runnable({"x": 9, "y": "p"}) is None  # not a candidate, but runnable
-    assert space.runnable({"x": 1, "y": "p"}) == "hole"
-    assert space.violation({"x": 0}) is not None and space.runnable({"x": 0}) is not None
-    assert {"x": 3, "y": "q"} in space and {"x": 1, "y": "q"} not in space
+    assert space.neighbours(C(x=0, y="p")) == [C(x=2, y="p"), C(x=0, y="q")]
+    assert space.violation(C(x=9, y="p")) is not None
+    assert space.runnable(C(x=9, y="p")) is None  # not a candidate, but runnable
+    assert space.runnable(C(x=1, y="p")) == "hole"
+    assert space.violation(C(x=0)) is not None and space.runnable(C(x=0)) is not None
+    assert C(x=3, y="q") in space and C(x=1, y="q") not in space
+    assert {"x": 3, "y": "q"} not in space  # a plain dict is no configuration
 
 
 def test_empty_space_sampling_fails_clearly():
@@ -144,9 +147,9 @@ def test_resumed_outcomes_are_not_measured_again():
 
     @dataclass(frozen=True)
     class Counting(Synthetic):
-        def measure(self, problem, position, config, *rest):
+        def measure(self, task, config, *rest):
             calls.append(canonical(config))
-            return super().measure(problem, position, config, *rest)
+            return super().measure(task, config, *rest)
 
     store = MemoryStore()
     run(Counting(), "annealing", Budget(evaluations=12), seed=4, store=store)
@@ -205,26 +208,26 @@ def test_noisy_timings_widen_the_tie():
 def test_session_refuses_invalid_configs_without_compiling():
     target = Synthetic(limit=3)
     problem = fake_problem()
-    space = space_for(target, problem, 0)
+    space = space_for(target, statement_task(problem, 0))
     with Evaluator(target, isolate=False) as evaluator:
-        session = Session(evaluator, problem, 0, space, MemoryStore(), Budget())
-        outcomes = session.evaluate([{"a": 3, "b": 3, "c": 3}, {"a": 1, "b": 1, "c": 1}])
+        session = Session(evaluator, statement_task(problem, 0), space, MemoryStore(), Budget())
+        outcomes = session.evaluate([C(a=3, b=3, c=3), C(a=1, b=1, c=1)])
     assert [o.status for o in outcomes] == ["invalid", "ok"]
 
 
 def test_default_outside_the_candidate_values_is_still_evaluated():
     @dataclass(frozen=True)
     class OddDefault(Synthetic):
-        def default_config(self, problem, position):
-            return {"a": 7, "b": 0, "c": 0}  # a = 7 is no candidate value, but runnable
+        def default_config(self, task):
+            return C(a=7, b=0, c=0)  # a = 7 is no candidate value, but runnable
 
     result = run(OddDefault(limit=20), "annealing", Budget(evaluations=30))
-    assert result.default.ok and result.default.config == {"a": 7, "b": 0, "c": 0}
+    assert result.default.ok and result.default.config == C(a=7, b=0, c=0)
     assert not result.failures
 
 
 def test_large_spaces_are_never_counted():
-    from einkern.tuning.space import ENUMERATION_LIMIT
+    from einkern.tuning.search import ENUMERATION_LIMIT
 
     values = tuple(range(40))
     space = SearchSpace(tuple(Parameter(n, values) for n in "pqrs"),
@@ -236,21 +239,21 @@ def test_large_spaces_are_never_counted():
 
     @dataclass(frozen=True)
     class Huge(Synthetic):
-        def parameters(self, problem, position):
+        def parameters(self, task):
             return space.parameters
 
-        def violation(self, problem, position, config):
+        def violation(self, task, config):
             return space.check(config)
 
-        def default_config(self, problem, position):
-            return {"p": 0, "q": 0, "r": 0, "s": 0}
+        def default_config(self, task):
+            return C(p=0, q=0, r=0, s=0)
 
         def cost(self, config):
             return 1e-3 * (1 + abs(config["r"] - 20) + abs(config["s"] - 5))
 
     for strategy in strategy_names():
         with Evaluator(Huge(), isolate=False) as evaluator:
-            result = tune_statement(Huge(), target_problem, 0, evaluator,
+            result = tune_task(Huge(), statement_task(target_problem, 0), evaluator,
                                     TuneOptions(strategy=strategy,
                                                 budget=Budget(evaluations=25)))
         assert result.evaluations == 25 and result.space_size is None, strategy

@@ -3,11 +3,12 @@ run goes on with a fresh worker."""
 
 from __future__ import annotations
 
-from test_tuning_fakes import Synthetic, fake_problem, point
+from test_tuning_fakes import C, Synthetic, fake_problem, point
 
+from einkern.ir.task import statement_task
 from einkern.tuning.evaluate import Budget, Evaluator, MemoryStore
-from einkern.tuning.space import canonical
-from einkern.tuning.tuner import TuneOptions, tune_statement
+from einkern.tuning.search import canonical
+from einkern.tuning.tuner import TuneOptions, tune_task
 from einkern.tuning.worker import Job, ProcessMeasurer
 
 
@@ -18,7 +19,7 @@ def test_crashing_variants_are_recorded_and_the_run_continues():
     store = MemoryStore()
     options = TuneOptions(strategy="exhaustive", budget=Budget(evaluations=8))
     with Evaluator(target, workers=2, isolate=True, timeout=1.0) as evaluator:
-        result = tune_statement(target, problem, 0, evaluator, options, store)
+        result = tune_task(target, statement_task(problem, 0), evaluator, options, store)
     status = {point(o.config): o for o in store.outcomes.values()}
     assert result.evaluations == 8
     assert status[(0, 0, 1)].status == "crash"
@@ -39,15 +40,16 @@ def test_worker_is_reused_between_variants():
     measurer = ProcessMeasurer()
     try:
         for c in range(3):
-            config = {"a": 1, "b": 1, "c": c}
-            job = Job(target, problem, 0, config, canonical(config), 10, 0)
+            config = C(a=1, b=1, c=c)
+            job = Job(target, statement_task(problem, 0), config, canonical(config), 10, 0)
             assert measurer.measure(job, 30.0).timing is not None
         assert measurer.restarts == 0
-        dead = {"a": 0, "b": 0, "c": 1}
-        killer = Job(Synthetic(exits=((0, 0, 1),)), problem, 0, dead, canonical(dead), 10, 0)
+        dead = C(a=0, b=0, c=1)
+        killer = Job(Synthetic(exits=((0, 0, 1),)), statement_task(problem, 0), dead,
+                     canonical(dead), 10, 0)
         assert measurer.measure(killer, 30.0).failure == "crash"
-        config = {"a": 2, "b": 2, "c": 2}
-        job = Job(target, problem, 0, config, canonical(config), 10, 0)
+        config = C(a=2, b=2, c=2)
+        job = Job(target, statement_task(problem, 0), config, canonical(config), 10, 0)
         assert measurer.measure(job, 30.0).timing is not None  # a fresh worker
     finally:
         measurer.close()
@@ -57,8 +59,8 @@ def test_unpicklable_handle_is_a_failure_not_an_exception():
     problem = fake_problem()
     measurer = ProcessMeasurer()
     try:
-        config = {"a": 1, "b": 1, "c": 1}
-        job = Job(Synthetic(), problem, 0, config, lambda: None, 10, 0)
+        config = C(a=1, b=1, c=1)
+        job = Job(Synthetic(), statement_task(problem, 0), config, lambda: None, 10, 0)
         measured = measurer.measure(job, 30.0)
         assert measured.failure == "crash" and "cannot send" in measured.reason
     finally:

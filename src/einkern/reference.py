@@ -4,8 +4,13 @@ Each sub-expression is evaluated to a *labelled array*: an ndarray whose axes
 carry index names.  Products under a :class:`~einkern.ir.nodes.Sum` are
 contracted with ``opt_einsum`` (which picks a good pairwise order), so the
 reference never materialises the full iteration space of a contraction.
-Everything is computed in float64; a value stored into a float32 tensor is
-rounded to float32, so later statements read what a kernel would have stored.
+Everything is computed in float64, which is at least as wide as any
+statement's compute dtype (:func:`einkern.semantics.compute_dtype`): inputs
+are widened exactly, and a value stored into a float32 tensor is rounded to
+float32 once, so later statements read what a kernel would have stored.  A
+backend's result is within :func:`einkern.semantics.tolerance` of the output's
+dtype of this oracle (:func:`relative_error`).  Functions are
+:data:`einkern.semantics.FUNCTIONS`' NumPy meanings.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from .ir.nodes import (
     Sum,
     product_factors,
 )
+from .semantics import FUNCTIONS, NUMPY_DTYPE
 
 _LETTERS = string.ascii_letters
 
@@ -63,8 +69,8 @@ def evaluate(
     for statement in program.statements:
         _run_statement(problem, statement, values, scalar_values)
         name = statement.output.tensor
-        if program.tensor(name).dtype == "float32":  # stored values are rounded
-            values[name] = values[name].astype(np.float32).astype(np.float64)
+        stored = NUMPY_DTYPE[program.tensor(name).dtype]  # one rounding, at the store
+        values[name] = values[name].astype(stored, copy=False).astype(np.float64, copy=False)
     return {
         name: value.astype(program.tensor(name).dtype, copy=False)
         for name, value in values.items()
@@ -87,12 +93,13 @@ def _run_statement(
     view_spec = "".join(_letter(unique_out, i) for i in out_indices)
     out_spec = "".join(_letter(unique_out, i) for i in unique_out)
     old = np.einsum(f"{view_spec}->{out_spec}", target) if out_indices else target
-    if statement.op == "=":
-        new = result
-    elif statement.op == "+=":
-        new = old + result
-    else:
-        new = old - result
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf: IEEE results
+        if statement.op == "=":
+            new = result
+        elif statement.op == "+=":
+            new = old + result
+        else:
+            new = old - result
     if not out_indices:
         target[...] = new
         return
@@ -154,22 +161,8 @@ def _eval(expr: Expr, values, scalars, sizes) -> Labelled:
         labels = tuple(dict.fromkeys(label for arg in args for label in arg.labels))
         data = [_broadcast_to(arg, labels, sizes) for arg in args]
         with np.errstate(divide="ignore", invalid="ignore"):
-            return Labelled(labels, _FUNCTIONS[expr.func](*data))
+            return Labelled(labels, FUNCTIONS[expr.func].numpy(*data))
     raise TypeError(f"unknown expression node {expr!r}")
-
-
-_FUNCTIONS = {
-    "sqrt": np.sqrt,
-    "exp": np.exp,
-    "log": np.log,
-    "abs": np.abs,
-    "sin": np.sin,
-    "cos": np.cos,
-    "tanh": np.tanh,
-    "max": np.maximum,
-    "min": np.minimum,
-    "pow": np.power,
-}
 
 
 def _access(expr: Access, values) -> Labelled:
@@ -192,7 +185,8 @@ def _sum(expr: Sum, values, scalars, sizes) -> Labelled:
         specs = ["".join(_letter(labels, label) for label in f.labels) for f in factors]
         spec_out = "".join(_letter(labels, label) for label in keep)
         equation = ",".join(specs) + "->" + spec_out
-        data = opt_einsum.contract(equation, *(f.data for f in factors), optimize="auto")
+        with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf inputs: IEEE results
+            data = opt_einsum.contract(equation, *(f.data for f in factors), optimize="auto")
     # An index summed but used by no factor multiplies the result by its extent.
     for index in summed_absent:
         data = data * sizes[index]
@@ -200,12 +194,21 @@ def _sum(expr: Sum, values, scalars, sizes) -> Labelled:
 
 
 def relative_error(result, reference) -> float:
-    """max |result - reference| / max |reference| (a NaN or infinity in the result
-    where the reference is finite gives inf)."""
+    """max |result - reference| / max |reference| over the elements where the
+    reference is finite; elsewhere the result must equal the reference exactly
+    (NaN where it is NaN, the same infinity where it is infinite).  A non-finite
+    result where the reference is finite, or a mismatch where it is not, gives
+    inf."""
     result = np.asarray(result, dtype=np.float64)
     reference = np.asarray(reference, dtype=np.float64)
-    if not np.all(np.isfinite(result)) and np.all(np.isfinite(reference)):
+    finite = np.isfinite(reference)
+    if not np.all(np.isfinite(result[finite])):
         return float("inf")
+    special = ~finite
+    same_nan = np.isnan(result[special]) & np.isnan(reference[special])
+    if not np.all(same_nan | (result[special] == reference[special])):
+        return float("inf")
+    result, reference = result[finite], reference[finite]
     scale = float(np.max(np.abs(reference))) if reference.size else 0.0
     diff = float(np.max(np.abs(result - reference))) if reference.size else 0.0
     return diff / scale if scale > 0 else diff

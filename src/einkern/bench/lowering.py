@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 
 from ..ir.nodes import (
-    ELEMENTWISE_FUNCTIONS,
     Access,
     Binary,
     Call,
@@ -38,6 +37,7 @@ from ..ir.nodes import (
     product_factors,
     signed_terms,
 )
+from ..semantics import ARITY
 
 _LETTERS = string.ascii_letters
 
@@ -64,7 +64,7 @@ def module_ops(name: str, module: Any, einsum: Callable[..., Any] | None = None)
     """:class:`ArrayOps` of a NumPy-like module (numpy, cupy, torch)."""
     names = {"max": ("maximum",), "min": ("minimum",), "pow": ("pow", "power")}
     functions = {}
-    for ours in ELEMENTWISE_FUNCTIONS:
+    for ours in ARITY:
         for theirs in names.get(ours, (ours,)):
             if hasattr(module, theirs):
                 functions[ours] = getattr(module, theirs)

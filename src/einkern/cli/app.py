@@ -74,8 +74,10 @@ def _mappings(args, problem):
         return None
     import json
 
+    from ..gpu.config import parse_config
     from ..gpu.mapping import Mapping, MappingError
     from ..gpu.space import config_to_mapping
+    from ..ir.task import statement_task
 
     path = Path(args.mapping)
     if not path.is_file():
@@ -95,11 +97,8 @@ def _mappings(args, problem):
         if "parallel" in value:
             result[position] = Mapping.from_json(json.dumps(value))
         else:
-            try:
-                result[position] = config_to_mapping(problem, position, value)
-            except (KeyError, TypeError, ValueError) as error:
-                raise MappingError(f"{args.mapping}: not a mapping configuration ({error})",
-                                   hint="see `einkern emit PROGRAM --explain`") from None
+            config = parse_config(value, args.mapping)
+            result[position] = config_to_mapping(statement_task(problem, position), config)
     return result
 
 
@@ -241,7 +240,7 @@ def command_emit(args) -> int:
         raise UsageError(f"{cuda_only[0]} needs --backend cuda")
     mappings = _mappings(args, problem)
     if backend.name == "cuda":
-        from ..backends.cuda.mapped import resolve_mappings
+        from ..backends.cuda.generate import resolve_mappings
 
         chosen = resolve_mappings(problem, mappings)
         if args.explain:

@@ -20,13 +20,7 @@ from ..tuning.db import TuningDB, TuningRecord, default_path
 from ..tuning.evaluate import DEFAULT_REPEATS, DEFAULT_TIMEOUT_S, Budget, Evaluator, MemoryStore
 from ..tuning.report import ProgressDisplay, print_database, print_results
 from ..tuning.strategies import strategy_names
-from ..tuning.tuner import (
-    DEFAULT_BUDGET,
-    DEFAULT_STRATEGY,
-    TuneOptions,
-    tune_problem,
-    tune_statement,
-)
+from ..tuning.tuner import DEFAULT_BUDGET, DEFAULT_STRATEGY, TuneOptions, tune_problem, tune_task
 from .common import extent_arg, load_problem
 
 WISDOM_FORMAT = "einkern-wisdom"
@@ -114,7 +108,7 @@ def _backend_name(name: str) -> str:
 
 def command_tune(args: argparse.Namespace) -> int:
     """``einkern tune``: tune every statement, record, print a summary table."""
-    from ..tuning.target import get_target
+    from ..tuning.target import ExplainsDefault, get_target
 
     problem = load_problem(args)
     positions = _positions(args, problem)
@@ -127,9 +121,10 @@ def command_tune(args: argparse.Namespace) -> int:
     display = ProgressDisplay(problem, positions)
     if args.simulate:
         with TuningDB(args.simulate, create=False) as db, display:
-            results, best_recorded = _simulate(db, backend, problem, positions, options,
-                                               display)
-        print_results(problem, results, simulated=best_recorded, explain=args.explain)
+            results, best_recorded, rules = _simulate(db, backend, problem, positions,
+                                                      options, display)
+        print_results(problem, results, simulated=best_recorded, explain=args.explain,
+                      rules=rules)
         return 0
     try:
         target = get_target(backend)
@@ -138,33 +133,47 @@ def command_tune(args: argparse.Namespace) -> int:
                            hint="try --backend cpu") from error
     with TuningDB(args.db, create=True) as db:
         with display:
-            results = tune_problem(target, problem, options, db, display.update, positions)
-        print_results(problem, results, explain=args.explain, database=db.path)
+            results = tune_problem(target, problem, options, db, display.update,
+                                   _tasks(problem, positions))
+        rules = None
+        if args.explain and isinstance(target, ExplainsDefault):
+            rules = [target.explain_default(task) for task in _tasks(problem, positions)]
+        print_results(problem, results, explain=args.explain, database=db.path, rules=rules)
     return 0
+
+
+def _tasks(problem, positions: tuple[int, ...]):
+    """The task of each statement number."""
+    from ..ir.task import statement_task
+
+    return tuple(statement_task(problem, position) for position in positions)
 
 
 def _simulate(db: TuningDB, backend: str, problem, positions, options, display):
     from ..tuning.ranking import pick_best
     from ..tuning.simulate import simulated_targets
-    from ..tuning.target import get_target
+    from ..tuning.target import ExplainsDefault, get_target
 
+    tasks = _tasks(problem, positions)
     base = None
     try:
         candidate = get_target(backend)
-        for position in positions:
-            candidate.parameters(problem, position)
-            candidate.violation(problem, position, candidate.default_config(problem, position))
+        for task in tasks:
+            candidate.parameters(task)
+            candidate.violation(task, candidate.default_config(task))
         base = candidate
     except Exception:  # noqa: BLE001 - no usable real target here: derive the space
         pass
     results, best = [], []
-    for position, (target, recorded) in zip(
-            positions, simulated_targets(db, backend, problem, base, positions), strict=True):
+    for task, (target, recorded) in zip(
+            tasks, simulated_targets(db, backend, base, tasks), strict=True):
         with Evaluator(target, workers=1, isolate=False) as evaluator:
-            results.append(tune_statement(target, problem, position, evaluator, options,
-                                          MemoryStore(), display.update, recorded.identity))
+            results.append(tune_task(target, task, evaluator, options,
+                                     MemoryStore(), display.update, recorded.identity))
         best.append(pick_best(r for r in recorded.records if r.ok))
-    return tuple(results), tuple(best)
+    rules = [base.explain_default(task) for task in tasks] \
+        if isinstance(base, ExplainsDefault) else None
+    return tuple(results), tuple(best), rules
 
 
 def command_db(args: argparse.Namespace) -> int:

@@ -23,7 +23,7 @@ plain ``for`` loop.  ``blockIdx.x``/``threadIdx.x`` print cast to the kernel's
 ``index_type``, so all index arithmetic runs in that type.  A
 :class:`~kir.VectorLoad` is one ``float2/float4/double2/int2/int4/longlong2``
 load through ``reinterpret_cast``; ``Lane(v, i)`` is ``v.x``/``.y``/``.z``/``.w``.
-Literal typing is described in :mod:`.emulator_cexpr` (shared with the CPU
+Literal typing is described in :mod:`.ctext` (shared with the CPU
 emulation).
 """
 
@@ -33,14 +33,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from . import kir
-from .emulator_cexpr import (
+from .ctext import (
     ELEMENT_BYTES,
     PREFIX,
-    PRELUDE_FUNCTIONS,
     SHARED_ALIGNMENT,
     ArrayInfo,
     CText,
     check_identifier,
+    helper_functions,
     indent,
     vector_type,
 )
@@ -56,7 +56,7 @@ CUDA_PRELUDE = (
 #define EKX_NAN_D __longlong_as_double(0x7ff8000000000000LL)
 #define EKX_INF_D __longlong_as_double(0x7ff0000000000000LL)
 """
-    + PRELUDE_FUNCTIONS.format(q="__device__ __forceinline__")
+    + helper_functions("__device__ __forceinline__")
     + "#endif\n"
 )
 

@@ -1,325 +1,153 @@
-"""The decision algorithm: a good mapping without any timing.
+"""The decision algorithm: a good mapping without any timing, as an ordered table
+of small named rules (:data:`RULES`, the rules themselves in
+:mod:`einkern.gpu.rules`).
 
-Rules, in order (Rivera §3.1, R-Stream §4.3–4.6, MAGMA §4.3, Treduda §3):
-
-1. *Coalescing first*: the output's contiguous index goes to threadIdx.x
-   (fastest), cyclically assigned, so a warp stores consecutive addresses.
-2. *Register reuse*: the second thread index is taken from the other operand's
-   free indices (x in M ⇒ y in N, and vice versa), so that a register tile of
-   rx × ry outputs reuses each loaded A value ry times and each B value rx times.
-3. *Staging*: inputs of a long reduction (≥ 32 terms) are staged in shared
-   memory chunk by chunk, with prefetching and one element of padding.
-4. *Fill the machine*: shrink register and block tiles until there are at least
-   two waves of blocks over the SMs.
-5. *Fit*: the result must pass every hardware check; otherwise fall back to
-   simpler mappings, ending with the direct mapping (one output per thread).
-   When the tiles do not divide the extents, the edges are guarded, unless the
-   statement does so much arithmetic per byte that padded copies of its
-   tensors (MAGMA §4.3.2) cost under 10 % of the kernel: then it runs padded.
+:func:`explain` applies the rules in order from :func:`start_config` and records
+each applied rule's name and reason; rules of one ``group`` exclude each other
+(the first that applies wins), and a rule's change may end the decision
+(``final``).  Why each rule is what it is, and the measurements behind it, are in
+``docs/rules.md`` under the rule's name.
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
-from ..ir.analysis import coalescing_weights
-from ..ir.nodes import Problem
+from ..ir.task import Task
+from .config import SCALAR_CONFIG, CudaConfig
 from .device import H100, DeviceLimits
-from .lower import compute_dtype, preload_applies
+from .lower import preload_applies
 from .mapping import Mapping
-from .space import (
-    K_STEPS,
-    SCALAR_CONFIG,
-    Config,
-    _pow2,
-    chunk_fits,
-    config_to_mapping,
-    products_per_output,
-    roles,
-    spreads,
-    violation,
-    z_index,
+from .rules import (
+    Change,
+    Facts,
+    block_shape,
+    boundary,
+    broadcast_operand,
+    clip_register_tile,
+    coalesced_x,
+    coalescing_weights_note,
+    direct_fallback,
+    fill_machine,
+    gemm_register_tile,
+    no_reuse,
+    preload_output,
+    product_family,
+    rank0_output,
+    second_index,
+    short_reduction_cache,
+    short_reduction_registers,
+    simplify,
+    staged_faces,
+    unrolled_reduction,
+    vector_runs_fit,
+    whole_small_extents,
+)
+from .space import config_to_mapping, spreads
+
+RuleFunction = Callable[[Facts, CudaConfig], Change | None]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A named step of the decision; of the rules sharing a ``group``, only the
+    first that applies does."""
+
+    name: str
+    apply: RuleFunction = field(repr=False)
+    group: str = ""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The default configuration of a task and the rules that made it."""
+
+    config: CudaConfig
+    steps: tuple[tuple[str, str], ...]  # (rule name, reason), in order
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        return tuple(f"{name}: {reason}" for name, reason in self.steps)
+
+
+# ---- the table ---------------------------------------------------------------
+
+#: The decision, in order (docs/rules.md has a section per name).
+RULES: tuple[Rule, ...] = (
+    Rule("rank0-output", rank0_output),
+    Rule("coalesced-x", coalesced_x),
+    Rule("coalescing-weights", coalescing_weights_note),
+    Rule("second-index", second_index),
+    Rule("block-shape", block_shape),
+    Rule("whole-small-extents", whole_small_extents),
+    Rule("unrolled-reduction", unrolled_reduction),
+    Rule("gemm-register-tile", gemm_register_tile, "reuse"),
+    Rule("product-family", product_family, "reuse"),
+    Rule("broadcast-operand", broadcast_operand, "reuse"),
+    Rule("short-reduction-registers", short_reduction_registers, "reuse"),
+    Rule("staged-faces", staged_faces, "reuse"),
+    Rule("short-reduction-cache", short_reduction_cache, "reuse"),
+    Rule("no-reuse", no_reuse, "reuse"),
+    Rule("clip-register-tile", clip_register_tile),
+    Rule("preload-output", preload_output),
+    Rule("fill-machine", fill_machine),
+    Rule("vector-runs", vector_runs_fit),
+    Rule("boundary", boundary),
+    Rule("simplify", simplify),
+    Rule("direct-fallback", direct_fallback),
 )
 
 
-def _largest(problem: Problem, position: int, indices, exclude=()) -> str:
-    statement = problem.program.statements[position]
-    pool = [i for i in indices if i not in exclude and problem.index_size(statement, i) > 1]
-    if not pool:
-        return ""
-    return max(pool, key=lambda i: (problem.index_size(statement, i), -indices.index(i)))
+def _check_table(rules: tuple[Rule, ...]) -> None:
+    names = [rule.name for rule in rules]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise ValueError(f"decision rules named twice: {duplicates}")
 
 
-def decide(problem: Problem, position: int, limits: DeviceLimits = H100) -> Mapping:
-    """The default mapping of statement ``position``, with the reasons for it."""
-    config, reasons = default_config(problem, position, limits)
-    return config_to_mapping(problem, position, config, tuple(reasons))
+_check_table(RULES)
 
 
-def default_config(problem: Problem, position: int,
-                   limits: DeviceLimits = H100) -> tuple[Config, list[str]]:
-    statement = problem.program.statements[position]
-    size = {i: problem.index_size(statement, i) for i in statement.indices}
-    r = roles(problem, position)
-    reasons: list[str] = []
-    parallel = list(statement.parallel_indices)
-    if not parallel:  # a rank-0 output: one thread computes it
-        reasons.append("rank-0 output: a single thread")
-        return dict(SCALAR_CONFIG), reasons
-    x = r.output_contiguous if r.output_contiguous and size[r.output_contiguous] > 1 else (
-        _largest(problem, position, parallel) or parallel[0])
-    reasons.append(f"{x} → threadIdx.x: contiguous index of the output "
-                   f"{statement.output.tensor} (coalesced stores)")
-    weights = coalescing_weights(problem, statement)
-    if weights:
-        ranked = sorted(weights.items(), key=lambda item: -item[1])
-        reasons.append("coalescing weights (R-Stream tuples, accesses whose stride-1 "
-                       "dimension the index walks × their executions): "
-                       + ", ".join(f"{i} {w:.3g}" for i, w in ranked))
-    out = statement.output
-    memory = list(out.indices if problem.program.tensor(out.tensor).layout == "column"
-                  else reversed(out.indices))
-    following = memory[memory.index(x) + 1] if x in memory[:-1] else ""
-    itemsize = 8 if compute_dtype(problem, position) == "float64" else 4
-    if size[x] * itemsize < 128 and following and 1 < size[following] <= 64:
-        y = following
-        why = "next index in the output's memory order: a warp covers contiguous rows"
-    elif x in r.m:
-        y = _largest(problem, position, list(r.n)) or _largest(problem, position, parallel, (x,))
-        why = "free index of the other operand (register reuse of A and B)"
-    elif x in r.n:
-        y = _largest(problem, position, list(r.m)) or _largest(problem, position, parallel, (x,))
-        why = "free index of the other operand (register reuse of A and B)"
-    else:
-        y = _largest(problem, position, parallel, (x,))
-        why = "largest remaining output index"
-    y_reason_at = len(reasons)  # the reason for y goes here, once the rules settled y
-    reduction = math.prod(size[k] for k in r.k) if r.k else 0
-    double = compute_dtype(problem, position) == "float64"
-    tx = min(32, _pow2(size[x])) if y else min(256, _pow2(size[x]))
-    ty = max(1, min(256 // tx, _pow2(size[y]))) if y else 1
-    if size[x] < 32 and size[x] != tx and y and size[y] <= 64:
-        tx, ty = 0, 0  # whole extents: a warp covers contiguous rows without idle lanes
-        reasons.append(f"{x} = {size[x]} and {y} = {size[y]} are small: the block covers them "
-                       "whole")
-    assign = "cyclic"
-    spread = 0
-    unroll = -1 if reduction else 1  # the k loop fully unrolled
-    if reduction >= 32 and r.m and r.n:
-        regs = [4, 4, 1] if double else [8, 8, 1]
-        if not y:
-            regs = [4, 1, 1]
-        # k-step 8, x cyclic in runs of one vector (B's register loads are LDS.128):
-        # SGEMM n = 4096 on an H100, 82 % -> 93 % of cuBLAS against k-step 16 with
-        # x cyclic element by element.
-        staging = ["all", 8, True, 0, "compute"]
-        assign = "chunked" if y else "cyclic"
-        tx, ty = (16, 16) if y else (tx, ty)
-        reasons.append(f"reduction of {reduction} terms with operands on both sides: register "
-                       f"tile {regs[0]}×{regs[1]} (x cyclic in runs of one vector: coalesced "
-                       "stores and vector loads from shared memory; y adjacent), inputs "
-                       "staged in shared memory per k-step of 8 with the threaded index "
-                       "innermost, prefetching")
-    elif reduction >= 2 and y and ty >= 8 and spreads(statement):
-        # Several products update each output (a CCSD(T) family as one statement),
-        # each pairing a different split of the output indices between its two
-        # operands: only a register tile over every output index gives every
-        # product reuse.  Two outputs per thread along each index but x (32 in
-        # all), y the next index in the output's memory order, and every input's
-        # block slice staged per k-step of 4 (the d1 family on an H200: 0.66 ->
-        # 0.54 ms against the 4 × 4 tile).
-        products = products_per_output(statement)
-        if following and size[following] >= 16:
-            y, why = following, "next index in the output's memory order"
-        ty = max(1, min(ty, _pow2(size[y])) // 2)
-        regs = [1, 2, 2]
-        spread = 2
-        unroll = 1
-        staging = ["all", 4, False, 1, "natural"]
-        reasons.append(f"short reduction ({reduction} terms) in {products} products: two "
-                       "outputs per thread along every output index but x, every input's "
-                       "block slice staged in shared memory per k-step")
-    elif reduction >= 2 and y and ty >= 8 and (shape := _broadcast_shape(r, x, following)):
-        # One product, a short reduction, and an operand that neither x nor the next
-        # output index reads (sd_t_d1_1: t2 lacks h3 and h2): y takes that next
-        # index (a warp covers whole lines of the output), every thread reads the
-        # broadcast operand, so its block slice is staged whole in shared memory,
-        # and four outputs per thread along one of its indices reuse each value of
-        # the other (H100: sd_t_d1_1 0.112 -> 0.098 ms, 80 -> 91 % of the floor;
-        # H200 89.9 -> 78.8 µs).
-        (y, broadcast), why = shape, ""  # the rule's own reason names y
-        ty = max(1, min(ty, _pow2(size[y])) // 2)
-        unroll = 1
-        regs = [1, 2, 4]
-        assign = "adjacent"
-        whole = min([k for k in K_STEPS if k >= reduction] or [K_STEPS[-1]])
-        staging = [broadcast, whole, True, 0, "compute"]
-        reasons.append(f"short reduction ({reduction} terms), one product: {y} → second "
-                       f"thread index (next in the output's memory order), the operand "
-                       f"read by neither {x} nor {y} staged whole in shared memory "
-                       "(broadcast), 2 × 4 outputs per thread")
-    elif reduction >= 2 and y and ty >= 8:
-        # A short reduction: registers, not shared memory, give the reuse.  Four
-        # outputs per thread along y and two (four when three or more products
-        # update each output) along a register-only index: each loaded value
-        # serves more outputs.
-        products = products_per_output(statement)
-        regs = [1, 4, 4 if products >= 3 else 2]
-        ty //= 4
-        staging = ["none", 1, False, 0, "natural"]
-        reasons.append(f"short reduction ({reduction} terms"
-                       + (f", {products} products" if products > 1 else "")
-                       + f"): 4 × {regs[2]} outputs per thread along y and a register-only "
-                       "index that gives the other operand reuse; reads through the cache")
-    elif reduction >= 2 and y and tx == 0 and ty == 0 and products_per_output(statement) == 1:
-        # The block covers two small extents whole (a p × p face of a spectral
-        # element): every input row is read by a whole row of threads, so staging
-        # the block's slices once beats re-reading them through L1/L2.
-        # The register-only index is taken whole when it is small: one block per
-        # element, each input slice staged once (local_grad3 on an H200: 62 % -> 96 %
-        # of the DRAM floor for ut, whose input slice is the whole element).
-        z = z_index(problem, position, x, y)
-        whole = bool(z) and size[z] <= 16
-        regs = [1, 1, size[z] if whole else 4]
-        staging = ["all", 16, False, 1, "natural"]
-        reasons.append(f"short reduction ({reduction} terms) over whole small faces: "
-                       + (f"all {size[z]} outputs along {z} per thread" if whole
-                          else "4 outputs per thread along a register-only index")
-                       + ", every input's slice staged in shared memory once (each is read "
-                       "by a whole row of threads)")
-    elif reduction >= 2 and y:
-        regs = [1, 1, 4]
-        staging = ["none", 1, False, 0, "natural"]
-        reasons.append(f"short reduction ({reduction} terms): 4 outputs per thread along a "
-                       "register-only index that gives the other operand reuse; reads through "
-                       "the cache (no staging)")
-    else:
-        regs = [1, 1, 1]
-        staging = ["none", 1, False, 0, "natural"]
-        reasons.append("no reuse to exploit: one output element per thread")
-    if y and why:
-        reasons.insert(y_reason_at, f"{y} → second thread index: {why}")
-    if not y:
-        regs[1] = 1
-    while regs[0] > 1 and (tx or size[x]) * regs[0] > _pow2(size[x]):
-        regs[0] //= 2
-    while y and regs[1] > 1 and (ty or size[y]) * regs[1] > _pow2(size[y]):
-        regs[1] //= 2
-    config: Config = {
-        "x": x, "y": y, "block": [tx, ty], "regs": regs, "assign": assign,
-        "staging": staging, "unroll": unroll,
-        "boundary": "exact",
-    }
-    if spreads(statement):  # the space has this knob
-        config["spread"] = spread
-    if preload_applies(statement):  # so has this one
-        # Several products per output (arithmetic-heavy): read the output first, so
-        # its DRAM latency overlaps the arithmetic (the d1 family on an H100:
-        # 0.503 -> 0.374 ms).  A single product is memory-bound already and loses
-        # a little (sd_t_d1_1: 0.108 -> 0.112 ms), so it reads the output last.
-        config["preload"] = spreads(statement)
-        if config["preload"]:
-            reasons.append("an update of one sum of several products: the output is read "
-                           "into the accumulators before the reduction (its latency "
-                           "overlaps the arithmetic)")
-    config = _fill_machine(problem, position, config, limits, reasons)
-    rx, ry, _ = config["regs"]
-    if config["assign"] == "chunked" and not chunk_fits(problem, position, rx):
-        # the register tile shrank to fill the SMs
-        config = {**config, "assign": "mixed" if ry > 1 else "cyclic"}
-    return _make_valid(problem, position, config, limits, reasons), reasons
+def start_config(task: Task) -> CudaConfig:
+    """The configuration the rules start from: nothing chosen, and the knobs this
+    task's space has (``spread``, ``preload``) off."""
+    statement = task.statement
+    if not statement.parallel_indices:
+        return SCALAR_CONFIG
+    return replace(SCALAR_CONFIG, spread=0 if spreads(statement) else None,
+                   preload=False if preload_applies(statement) else None)
 
 
-def _broadcast_shape(r, x: str, following: str) -> tuple[str, str] | None:
-    """(y, "A" or "B") when the main product's operand holding x also holds the
-    output's next index in memory order and the other operand holds neither."""
-    if not (r.a and r.b and following) or len(r.k) != 1:
-        return None
-    for name, same, other in (("B", r.a, r.b), ("A", r.b, r.a)):
-        if x in same.indices and following in same.indices and \
-                x not in other.indices and following not in other.indices:
-            return following, name
-    return None
-
-
-def _blocks(problem: Problem, position: int, config: Config) -> int:
-    mapping = config_to_mapping(problem, position, config)
-    statement = problem.program.statements[position]
-    return math.prod(math.ceil(problem.index_size(statement, d) / mapping.tile_of(d).tile)
-                     for d in statement.parallel_indices)
-
-
-def _fill_machine(problem, position, config, limits, reasons) -> Config:
-    target = 2 * limits.sm_count
-    while _blocks(problem, position, config) < target:
-        rx, ry, rz = config["regs"]
-        if rx * ry == 1:
-            break
-        smaller = [max(1, rx // 2), ry, rz] if rx >= ry else [rx, max(1, ry // 2), rz]
-        config = {**config, "regs": smaller}
-    if _blocks(problem, position, config) < target:
-        reasons.append(f"only {_blocks(problem, position, config)} blocks for "
-                       f"{limits.sm_count} SMs: the problem is small")
-    return config
-
-
-#: Padded copies are chosen when they cost less than this share of the kernel.
-PAD_SHARE = 0.10
-
-
-def _pad_share(problem: Problem, position: int, limits: DeviceLimits) -> float:
-    """Estimated time of the pad and crop copies over that of the kernel: every
-    tensor read and written once more (plus a few µs of launches) against the
-    statement's flops at 60 % of the dtype's peak."""
-    from ..ir.analysis import statement_flops
-
-    statement = problem.program.statements[position]
-    tensors = {statement.output.tensor} | {a.tensor for a in statement.reads()}
-    copies = 2 * sum(problem.nbytes(t) for t in tensors) / limits.dram_bandwidth + 10e-6
-    peak = limits.fp64_flops if compute_dtype(problem, position) == "float64" \
-        else limits.fp32_flops
-    kernel = statement_flops(problem, statement) / (0.6 * peak)
-    return copies / kernel if kernel > 0 else math.inf
-
-
-def _make_valid(problem, position, config, limits, reasons) -> Config:
-    share = _pad_share(problem, position, limits)
-    boundaries = ("exact", "pad", "guard") if share < PAD_SHARE else ("exact", "guard")
-    for boundary in boundaries:
-        candidate = {**config, "boundary": boundary}
-        if violation(problem, position, candidate, limits) is None:
-            if boundary == "guard":
-                reasons.append("tiles do not divide every extent: guarded edges")
-            if boundary == "pad":
-                reasons.append(f"tiles do not divide every extent, and padded copies cost "
-                               f"about {share:.0%} of the kernel: run on padded copies "
-                               "(aligned, unguarded loads)")
-            return candidate
-    simpler = [
-        {**config, "staging": ["none", 1, False, 0, "natural"]},
-        {**config, "staging": ["none", 1, False, 0, "natural"], "regs": [1, 1, 1],
-         "assign": "cyclic"},
-        {**config, "staging": ["none", 1, False, 0, "natural"], "regs": [1, 1, 1],
-         "assign": "cyclic", "unroll": 1},
-    ]
-    for candidate in simpler:
-        for boundary in ("exact", "guard"):
-            candidate = {**candidate, "boundary": boundary}
-            if violation(problem, position, candidate, limits) is None:
-                reasons.append("the preferred mapping does not fit: simplified")
-                return candidate
-    statement = problem.program.statements[position]
-    x = config["x"]
-    y = config["y"]
-    for block, y_index in (([0, 0], y), ([32, 1], ""), ([64, 1], ""), ([128, 1], ""),
-                           ([256, 1], ""), ([0, 1], "")):
-        if block == [0, 0] and not y:
+def explain(task: Task, limits: DeviceLimits = H100,
+            rules: tuple[Rule, ...] = RULES) -> Decision:
+    """Apply ``rules`` in order; the configuration and the (rule, reason) pairs."""
+    facts = Facts(task, limits)
+    config = start_config(task)
+    steps: list[tuple[str, str]] = []
+    taken: set[str] = set()
+    for rule in rules:
+        if rule.group and rule.group in taken:
             continue
-        for boundary in ("exact", "guard"):
-            candidate = {"x": x, "y": y_index, "block": block, "regs": [1, 1, 1],
-                         "assign": "cyclic", "staging": ["none", 1, False, 0, "natural"],
-                         "unroll": 1, "boundary": boundary}
-            if violation(problem, position, candidate, limits) is None:
-                reasons.append("fallback: direct mapping")
-                return candidate
-    raise AssertionError(f"no valid mapping for {statement}")
+        change = rule.apply(facts, config)
+        if change is None:
+            continue
+        config = replace(config, **change.values)
+        steps.append((rule.name, change.reason))
+        if rule.group:
+            taken.add(rule.group)
+        if change.final:
+            break
+    return Decision(config, tuple(steps))
+
+
+def default_config(task: Task, limits: DeviceLimits = H100) -> tuple[CudaConfig, list[str]]:
+    """The decision's configuration of ``task`` and its reasons ("rule: reason")."""
+    decision = explain(task, limits)
+    return decision.config, list(decision.reasons)
+
+
+def decide(task: Task, limits: DeviceLimits = H100) -> Mapping:
+    """The default mapping of ``task``, with the reasons for it."""
+    decision = explain(task, limits)
+    return config_to_mapping(task, decision.config, decision.reasons)

@@ -1,7 +1,7 @@
-"""Device limits used by the decision algorithm and the search space.
-
-When a GPU is present they come from the driver; otherwise (CI, ``emit`` on a
-laptop) from a table of known devices, H100 by default.
+"""Device limits used by the decision algorithm, the search space and the cost
+model: pure data.  The planner never queries a device; the runtime does
+(:func:`einkern.backends.cuda.limits.device_limits`: GPU 0's limits, or
+:data:`H100` when no GPU is usable) and passes them down.
 """
 
 from __future__ import annotations
@@ -23,6 +23,10 @@ class DeviceLimits:
     shared_per_sm: int
     l2_bytes: int
     warp_size: int = 32
+    max_blocks_per_sm: int = 32  # resident blocks per SM (sm_80 and later)
+    #: Outputs one thread may accumulate in registers (einkern's cap: each output
+    #: holds one accumulator register, and a thread has at most 255).
+    max_register_tile: int = 256
     # Throughputs for the analytic model (measured figures replace them in benchmarks).
     dram_bandwidth: float = 3.0e12  # bytes/s, read + write
     fp32_flops: float = 60e12  # FMA counted as two flops, no tensor cores
@@ -43,29 +47,3 @@ H100 = DeviceLimits(
     shared_per_sm=228 * 1024,
     l2_bytes=50 * 1024 * 1024,
 )
-
-
-def current_limits() -> DeviceLimits:
-    """Limits of GPU 0 when one is usable, else the H100 table entry."""
-    try:
-        from ..backends import get_backend
-
-        backend = get_backend("cuda")
-        if backend.available():
-            props = backend.device_properties()  # type: ignore[attr-defined]
-            return DeviceLimits(
-                name=props.name,
-                arch=props.arch,
-                sm_count=props.multiprocessors,
-                max_threads_per_block=props.max_threads_per_block,
-                max_threads_per_sm=props.max_threads_per_multiprocessor,
-                registers_per_sm=props.registers_per_multiprocessor,
-                max_registers_per_thread=255,
-                shared_per_block=props.shared_memory_per_block,
-                shared_per_block_optin=props.shared_memory_per_block_optin,
-                shared_per_sm=props.shared_memory_per_multiprocessor,
-                l2_bytes=props.l2_cache_bytes,
-            )
-    except Exception:  # noqa: BLE001 - no driver, no GPU: use the table
-        pass
-    return H100

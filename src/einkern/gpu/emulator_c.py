@@ -38,16 +38,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..backends.cpu.codegen import ENTRY_POINT
 from . import kir
-from .emulator_cexpr import PREFIX, PRELUDE_FUNCTIONS, ArrayInfo, CText, indent, vector_type
+from .ctext import (
+    C_LITERAL_MACROS,
+    ENTRY_POINT,
+    PREFIX,
+    SUFFIX,
+    ArrayInfo,
+    CText,
+    helper_functions,
+    indent,
+    vector_type,
+)
 
 POISON_INT = -0x5EADBEEF  # poison of int shared memory / thread variables
 POISON_LONG = -0x5EADBEEF5EADBEEF  # poison of long long ones
 MAX_ERRORS = 32  # bad accesses recorded per kernel run (all are counted)
 RECORD = 5  # longs per recorded error
 KINDS = ("out of bounds", "misaligned")
-_SUFFIX = {"float": "f", "double": "d", "int": "i", "long long": "ll"}
 POISON = {
     "float": "EKX_NAN_F",
     "double": "EKX_NAN_D",
@@ -58,7 +66,7 @@ POISON = {
 
 def _access_functions() -> str:
     out = []
-    for ctype, s in _SUFFIX.items():
+    for ctype, s in SUFFIX.items():
         out.append(f"""\
 static inline {ctype} *ekx_at_{s}({ctype} *base, long long index, long long size, int site,
                                  ekx_ctx *c)
@@ -88,11 +96,7 @@ static inline void ekx_vload_{s}({ctype} *dst, const {ctype} *base, long long in
 C_PRELUDE = f"""\
 #include <math.h>
 #include <stdlib.h>
-#define EKX_NAN_F NAN
-#define EKX_INF_F INFINITY
-#define EKX_NAN_D ((double)NAN)
-#define EKX_INF_D ((double)INFINITY)
-#define EKX_POISON_I ({POISON_INT})
+{C_LITERAL_MACROS}#define EKX_POISON_I ({POISON_INT})
 #define EKX_POISON_LL ({POISON_LONG}LL)
 #define EKX_MAX_ERRORS {MAX_ERRORS}
 typedef struct {{
@@ -117,7 +121,7 @@ static void ekx_record(ekx_ctx *c, int site, long long index, int kind)
         e[4] = kind;
     }}
 }}
-{_access_functions()}{PRELUDE_FUNCTIONS.format(q="static inline")}"""
+{_access_functions()}{helper_functions("static inline")}"""
 
 
 @dataclass(frozen=True)
@@ -185,7 +189,7 @@ class EmulationText(CText):
     def element(self, info: ArrayInfo, index: str, access: str) -> str:
         site, base = self._site(info, access)
         return (
-            f"(*{PREFIX}at_{_SUFFIX[info.ctype]}({base}, {index}, {info.size}LL, "
+            f"(*{PREFIX}at_{SUFFIX[info.ctype]}({base}, {index}, {info.size}LL, "
             f"{site}, {PREFIX}c))"
         )
 
@@ -197,7 +201,7 @@ class EmulationText(CText):
         site, base = self._site(info, "vector load")
         return [
             f"{element} {stmt.name}[{stmt.width}];",
-            f"{PREFIX}vload_{_SUFFIX[element]}({stmt.name}, {base}, {index}, {stmt.width}, "
+            f"{PREFIX}vload_{SUFFIX[element]}({stmt.name}, {base}, {index}, {stmt.width}, "
             f"{info.size}LL, {site}, {PREFIX}c);",
         ]
 

@@ -26,7 +26,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..semantics import C_TYPE, ITEMSIZE
+
 # ---- expressions -------------------------------------------------------------
+
+
+#: Bytes of each C type a kernel declares (the floating ones from the table of meaning).
+ELEMENT_BYTES: dict[str, int] = {
+    **{C_TYPE[d]: ITEMSIZE[d] for d in C_TYPE}, "int": 4, "long long": 8,
+}
 
 
 @dataclass(frozen=True)
@@ -254,8 +262,7 @@ class Kernel:
     min_blocks: int = 0  # __launch_bounds__ minimum blocks per SM (0: none)
 
     def shared_bytes(self) -> int:
-        sizes = {"float": 4, "double": 8, "int": 4, "long long": 8}
-        return sum(a.size * sizes[a.ctype] for a in self.shared)
+        return sum(a.size * ELEMENT_BYTES[a.ctype] for a in self.shared)
 
 
 def without_barriers(kernel: Kernel) -> Kernel:

@@ -24,6 +24,7 @@ import math
 
 from ..ir.analysis import statement_flops
 from ..ir.nodes import Problem
+from ..ir.task import Task
 from .device import H100, DeviceLimits
 from .lower import compute_dtype
 from .mapping import Mapping
@@ -41,20 +42,21 @@ def occupancy(mapping: Mapping, registers: int, shared_bytes: int,
     return max(0, min(by_threads, by_registers, by_shared, 32))
 
 
-def estimated_registers(problem: Problem, position: int, mapping: Mapping) -> int:
-    words = 2 if compute_dtype(problem, position) == "float64" else 1
-    groups = max(1, len(reduction_of(problem.program.statements[position]).groups))
+def estimated_registers(task: Task, mapping: Mapping) -> int:
+    words = 2 if compute_dtype(task) == "float64" else 1
+    groups = max(1, len(reduction_of(task.statement).groups))
     tile = mapping.register_tile
     operands = sum(t.per_thread for t in mapping.parallel)
     prefetch = 8 if mapping.prefetch else 0
     return min(255, words * (groups * tile + operands + prefetch) + 24)
 
 
-def predicted_time(problem: Problem, position: int, mapping: Mapping,
+def predicted_time(task: Task, mapping: Mapping,
                    limits: DeviceLimits = H100) -> float:
-    """Predicted seconds for statement ``position`` under ``mapping``."""
-    statement = problem.program.statements[position]
-    dtype = compute_dtype(problem, position)
+    """Predicted seconds for ``task`` under ``mapping``."""
+    problem = task.problem
+    statement = task.statement
+    dtype = compute_dtype(task)
     itemsize = 8 if dtype == "float64" else 4
     sizes = {i: problem.index_size(statement, i) for i in statement.indices}
     blocks = math.prod(math.ceil(sizes[d] / mapping.tile_of(d).tile)
@@ -121,7 +123,7 @@ def predicted_time(problem: Problem, position: int, mapping: Mapping,
     arithmetic = statement_flops(problem, statement) * (padded / max(outputs, 1)) / peak
     latency = points * 4 / limits.clock_hz  # a dependent FMA chain, 4 cycles per step
 
-    registers = estimated_registers(problem, position, mapping)
+    registers = estimated_registers(task, mapping)
     shared = 4096 * len(mapping.staged)  # rough: staged tiles are a few KB
     resident = occupancy(mapping, registers, shared, limits)
     if resident == 0:
@@ -158,7 +160,7 @@ def warp_footprint(problem: Problem, statement, mapping: Mapping, access) -> tup
     lanes = min(32, mapping.threads)
     contiguous = next((i for i, s in strides.items() if s == 1), None)
     along = None  # the tile along the contiguous index: the thread's own elements there
-    if contiguous in statement.parallel_indices:
+    if contiguous is not None and contiguous in statement.parallel_indices:
         along = mapping.tile_of(contiguous)
     offsets, elements = set(), set()
     for lane in range(lanes):

@@ -1,7 +1,8 @@
-"""The mapping space of a statement and the decision algorithm's default.
+"""The mapping space of a statement, and configurations turned into mappings.
 
-A *configuration* (plain dict, what the tuner searches) names a handful of
-choices; :func:`config_to_mapping` turns it into a :class:`Mapping`:
+A *configuration* (:class:`~einkern.gpu.config.CudaConfig`, what the decision
+algorithm chooses and the tuner searches) names a handful of choices;
+:func:`config_to_mapping` turns it into a :class:`Mapping`:
 
 * ``x``/``y``: the output indices distributed over threads (``x`` varies
   fastest: threadIdx.x's fastest digit), ``y`` may be ``""``;
@@ -11,7 +12,7 @@ choices; :func:`config_to_mapping` turns it into a :class:`Mapping`:
   (x cyclic, y adjacent) / adjacent (Treduda strategies 4–6) / chunked (x
   cyclic in runs of one 16-byte vector, y adjacent: vector loads of both
   operands from shared memory);
-* ``staging``: ``[stage, k_step, prefetch, padding, layout]`` with stage
+* ``staging`` (:class:`~einkern.gpu.config.StagingConfig`): stage
   ``none``, ``A``/``B`` (the first or second input of the main product) or
   ``all`` (every input of the main reduction), MAGMA's sh_AB, nb, prefetching,
   shared-memory offset and transposed layout (``compute``: the threaded indices
@@ -31,16 +32,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any
 
-from ..ir.nodes import Access, Problem
+from ..ir.nodes import Access, Binary, Neg, Problem, signed_terms
+from ..ir.task import Task
+from .config import NO_STAGING, SCALAR_CONFIG, CudaConfig, StagingConfig
 from .device import H100, DeviceLimits
 from .lower import check_mapping, compute_dtype, preload_applies
 from .mapping import Mapping, ParallelTile, Staging
 from .normalize import reduction_of
+from .padding import padded_task, padding_problems
 from .staging import natural_order
-
-Config = dict[str, Any]
 
 #: Threads along x and y; 0 stands for "the whole extent of the index" (e.g. 12
 #: threads for p = 12: a warp then covers contiguous rows of a 12×12 face).
@@ -66,8 +67,6 @@ class Roles:
 
 
 def _product_accesses(body) -> list[Access]:
-    from ..ir.nodes import Binary, Neg
-
     if isinstance(body, Access):
         return [body]
     if isinstance(body, Neg):
@@ -79,8 +78,9 @@ def _product_accesses(body) -> list[Access]:
     return []
 
 
-def roles(problem: Problem, position: int) -> Roles:
-    statement = problem.program.statements[position]
+def roles(task: Task) -> Roles:
+    problem = task.problem
+    statement = task.statement
     out = statement.output
     layout = problem.program.tensor(out.tensor).layout
     contiguous = (out.indices[-1] if layout == "row" else out.indices[0]) if out.indices else None
@@ -105,10 +105,11 @@ def roles(problem: Problem, position: int) -> Roles:
     )
 
 
-def _candidates(problem: Problem, position: int) -> list[str]:
+def _candidates(task: Task) -> list[str]:
     """Output indices worth putting on threads: contiguous ones first."""
-    statement = problem.program.statements[position]
-    r = roles(problem, position)
+    problem = task.problem
+    statement = task.statement
+    r = roles(task)
     order = []
     if r.output_contiguous:
         order.append(r.output_contiguous)
@@ -126,31 +127,26 @@ def _candidates(problem: Problem, position: int) -> list[str]:
 #: ``spread`` stops adding register-only indices at this many outputs per thread.
 SPREAD_OUTPUTS = 32
 
-SCALAR_CONFIG: Config = {
-    "x": "", "y": "", "block": [1, 1], "regs": [1, 1, 1], "assign": "cyclic",
-    "staging": ["none", 1, False, 0, "natural"], "unroll": 1, "boundary": "exact",
-}
-
-
-def parameters(problem: Problem, position: int) -> dict[str, tuple]:
-    """Candidate values of every configuration parameter (before constraints)."""
-    statement = problem.program.statements[position]
+def parameters(task: Task) -> dict[str, tuple]:
+    """Candidate values of every configuration parameter (before constraints), by
+    the name of the :class:`CudaConfig` field they are values of."""
+    statement = task.statement
     if not statement.parallel_indices:
-        return {name: (value,) for name, value in SCALAR_CONFIG.items()}
-    cands = _candidates(problem, position)
+        return {name: (value,) for name, value in SCALAR_CONFIG.values().items()}
+    cands = _candidates(task)
     has_groups = bool(reduction_of(statement).groups)
-    stagings: list[list] = [["none", 1, False, 0, "natural"]]
+    stagings = [NO_STAGING]
     if has_groups and statement.reduction_indices:
         for stage in ("A", "B", "all"):
             for k_step in K_STEPS:
                 for prefetch in (False, True):
                     for padding, layout in ((1, "natural"), (0, "compute"), (1, "compute")):
-                        stagings.append([stage, k_step, prefetch, padding, layout])
-    found = {
+                        stagings.append(StagingConfig(stage, k_step, prefetch, padding, layout))
+    found: dict[str, tuple] = {
         "x": tuple(cands),
         "y": tuple(cands) + ("",),
-        "block": tuple(list(b) for b in BLOCKS),
-        "regs": tuple(list(r) for r in REGS),
+        "block": BLOCKS,
+        "regs": REGS,
         "assign": ("cyclic", "mixed", "adjacent", "chunked"),
         "staging": tuple(stagings),
         "unroll": (1, -1),
@@ -172,19 +168,18 @@ def spreads(statement) -> bool:
 
 def products_per_output(statement) -> int:
     """Products summed into each output (the terms of every reduction group)."""
-    from ..ir.nodes import signed_terms
-
     return sum(len(signed_terms(g.body)) for g in reduction_of(statement).groups)
 
 
-def z_index(problem: Problem, position: int, x: str, y: str) -> str:
+def z_index(task: Task, x: str, y: str) -> str:
     """The register-only third index: one that gives the operand not yet reused a
     reuse dimension (x, y both in M ⇒ z in N, ...).  Among the candidates, one of
     at least 8 elements nearest the output's contiguous end (a thread's outputs,
     and the inputs they share, then lie close in memory: local_grad3 takes i, not
     the element index e), else the largest."""
-    statement = problem.program.statements[position]
-    r = roles(problem, position)
+    problem = task.problem
+    statement = task.statement
+    r = roles(task)
     used = {x, y}
     memory = natural_order(problem, statement.output)
 
@@ -204,44 +199,46 @@ def z_index(problem: Problem, position: int, x: str, y: str) -> str:
     return largest(statement.parallel_indices)
 
 
-def threads_of(problem: Problem, position: int, config: Config) -> tuple[int, int]:
-    statement = problem.program.statements[position]
-    tx, ty = config["block"]
+def threads_of(task: Task, config: CudaConfig) -> tuple[int, int]:
+    problem = task.problem
+    statement = task.statement
+    tx, ty = config.block
     if tx == 0:
-        tx = problem.index_size(statement, config["x"])
+        tx = problem.index_size(statement, config.x)
     if ty == 0:
-        ty = problem.index_size(statement, config["y"]) if config["y"] else 1
+        ty = problem.index_size(statement, config.y) if config.y else 1
     return tx, ty
 
 
-def vector_runs(problem: Problem, position: int) -> int:
+def vector_runs(task: Task) -> int:
     """Run length of the ``chunked`` assignment: one 16-byte vector of the compute type."""
-    return 4 if compute_dtype(problem, position) == "float32" else 2
+    return 4 if compute_dtype(task) == "float32" else 2
 
 
-def chunk_fits(problem: Problem, position: int, rx: int) -> bool:
+def chunk_fits(task: Task, rx: int) -> bool:
     """Whether ``rx`` elements per thread along x make more than one whole run of the
     ``chunked`` assignment (one run alone is the adjacent assignment)."""
-    runs = vector_runs(problem, position)
+    runs = vector_runs(task)
     return rx > runs and rx % runs == 0
 
 
-def _tiles(problem: Problem, position: int, config: Config) -> tuple[ParallelTile, ...]:
-    tx, ty = threads_of(problem, position, config)
-    rx, ry, rz = config["regs"]
-    x, y = config["x"], config["y"]
-    assign = config["assign"]
-    chunk = vector_runs(problem, position) if assign == "chunked" else 1
+def _tiles(task: Task, config: CudaConfig) -> tuple[ParallelTile, ...]:
+    problem = task.problem
+    tx, ty = threads_of(task, config)
+    rx, ry, rz = config.regs
+    x, y = config.x, config.y
+    assign = config.assign
+    chunk = vector_runs(task) if assign == "chunked" else 1
     tiles = [ParallelTile(x, tx * rx, tx, assign != "adjacent", chunk)] if x else []
     if y:
         tiles.append(ParallelTile(y, ty * ry, ty, assign == "cyclic"))
     if rz > 1:
-        z = z_index(problem, position, x, y)
+        z = z_index(task, x, y)
         if z:
             tiles.append(ParallelTile(z, rz, 1, True))
-    spread = config.get("spread", 0)
+    spread = config.spread or 0
     if spread > 1:  # `spread` elements per thread along further output indices
-        statement = problem.program.statements[position]
+        statement = task.statement
         taken = {tile.index for tile in tiles}
         outputs = math.prod(tile.per_thread for tile in tiles)
         for index in natural_order(problem, statement.output):
@@ -263,80 +260,89 @@ def _compute_layout(problem: Problem, access: Access, tiles) -> tuple[str, ...]:
     return tuple(threaded + rest)
 
 
-def config_to_mapping(problem: Problem, position: int, config: Config,
+def config_to_mapping(task: Task, config: CudaConfig,
                       reasons: tuple[str, ...] = ()) -> Mapping:
-    statement = problem.program.statements[position]
-    r = roles(problem, position)
-    stage, k_step, prefetch, padding, layout = config["staging"]
-    tiles = _tiles(problem, position, config)
+    """The mapping ``config`` describes for ``task`` (``reasons``: why it was chosen)."""
+    problem = task.problem
+    statement = task.statement
+    r = roles(task)
+    stage, k_step, prefetch, padding, layout = (
+        config.staging.stage, config.staging.k_step, config.staging.prefetch,
+        config.staging.padding, config.staging.layout)
+    tiles = _tiles(task, config)
     staged: list[Staging] = []
     if stage != "none":
         groups = reduction_of(statement).groups
         main = [g for g in groups if set(g.indices) == set(r.k)]
         accesses = main[0].accesses() if main else ()
-        chosen = {"A": [r.a], "B": [r.b], "all": list(accesses)}[stage]
+        chosen: list[Access | None] = (
+            [r.a] if stage == "A" else [r.b] if stage == "B" else list(accesses))
         for access in chosen:
             if access is None:
                 continue
             order = _compute_layout(problem, access, tiles) if layout == "compute" else ()
             staged.append(Staging(str(access), order, padding))
     parallel = tuple(tiles)
-    rx, ry, rz = config["regs"]
-    rz *= max(1, config.get("spread", 0))  # spread tiles are register-only, like z
+    rx, ry, rz = config.regs
+    rz *= max(1, config.spread or 0)  # spread tiles are register-only, like z
     if stage != "none":
         strategy = "gett" if rz > 1 or (rx * ry > 1 and r.batch) else "shared"
     elif rx * ry * rz > 1:
         strategy = "register"
     else:
         strategy = "direct"
-    dtype = compute_dtype(problem, position)
+    dtype = compute_dtype(task)
     return Mapping(
         strategy=strategy,
         parallel=parallel,
-        grid_order=_grid_order(problem, position),
+        grid_order=_grid_order(task),
         reduction_order=r.k,
         k_step=tuple((k, k_step) for k in r.k[-1:]) if stage != "none" else (),
         staged=tuple(staged),
         prefetch=bool(prefetch) and stage != "none",
-        unroll=64 if config["unroll"] == -1 else 1,
+        unroll=64 if config.unroll == -1 else 1,
         vector_width=4 if dtype == "float32" else 2,
-        boundary=config["boundary"],
-        preload_output=bool(config.get("preload", False)),
+        boundary=config.boundary,
+        preload_output=bool(config.preload),
         reasons=reasons,
     )
 
 
-def _grid_order(problem: Problem, position: int) -> tuple[str, ...]:
+def _grid_order(task: Task) -> tuple[str, ...]:
     """Blocks are numbered along the output's memory order (contiguous index
     first), so that blocks launched together write neighbouring memory and the
     blocks that share an input slice (they differ only in an index that input
     lacks) run close in time and find it in L2."""
-    statement = problem.program.statements[position]
+    problem = task.problem
+    statement = task.statement
     ordered = [i for i in natural_order(problem, statement.output)
                if i in statement.parallel_indices]
     ordered += statement.parallel_indices
     return tuple(dict.fromkeys(ordered))  # once each (d[i,i] names i twice)
 
 
-def violation(problem: Problem, position: int, config: Config,
+def violation(task: Task, config: CudaConfig,
               limits: DeviceLimits = H100) -> str | None:
     """Why a configuration is not in the space (None: valid).  Cheap checks first."""
-    statement = problem.program.statements[position]
+    problem = task.problem
+    statement = task.statement
     size = {i: problem.index_size(statement, i) for i in statement.indices}
-    x, y = config["x"], config["y"]
+    x, y = config.x, config.y
     if not x:
         if statement.parallel_indices or config != SCALAR_CONFIG:
             return "no x index"
         return None
     if x == y:
         return "x and y are the same index"
-    bx, by = config["block"]
-    rx, ry, rz = config["regs"]
+    if x not in size or (y and y not in size):
+        return f"x and y must be indices of the statement, got {x!r} and {y!r}"
+    bx, by = config.block
+    rx, ry, rz = config.regs
     if not y and (by != 1 or ry > 1):
         return "no y index: block and registers along y must be 1"
     if (bx == 0 and size[x] > 256) or (by == 0 and y and size[y] > 64):
         return "extent too large to be one block dimension"
-    tx, ty = threads_of(problem, position, config)
+    tx, ty = threads_of(task, config)
     if (bx == 0 and tx in (32, 64, 128, 256)) or (by == 0 and ty in (1, 2, 4, 8, 16, 32)):
         return "duplicate of a power-of-two block"
     threads = tx * ty
@@ -348,53 +354,50 @@ def violation(problem: Problem, position: int, config: Config,
         return "fewer than half a warp of threads"
     if tx * rx > 2 * _pow2(size[x]) or (y and ty * ry > 2 * _pow2(size[y])):
         return "tile much larger than its extent"
-    z = z_index(problem, position, x, y) if rz > 1 else ""
+    z = z_index(task, x, y) if rz > 1 else ""
     if rz > 1 and (not z or rz > _pow2(size[z])):
         return "no index for a register-only tile"
     if rx * ry * rz > 64:
         return "register tile over 64"
-    if config.get("spread", 0) > 1 and len(_tiles(problem, position, config)) <= 3:
+    if (config.spread or 0) > 1 and len(_tiles(task, config)) <= 3:
         return "no index left to spread the register tile over"
-    if config["assign"] != "cyclic" and rx * ry == 1:
+    if config.assign != "cyclic" and rx * ry == 1:
         return "assignment irrelevant"
-    if config["assign"] == "mixed" and ry == 1:
+    if config.assign == "mixed" and ry == 1:
         return "assignment irrelevant"
-    if config["assign"] == "chunked" and not chunk_fits(problem, position, rx):
+    if config.assign == "chunked" and not chunk_fits(task, rx):
         return "register tile along x not a multiple of the vector runs"
-    stage, k_step, _, padding, layout = config["staging"]
-    if stage == "none" and config["unroll"] != 1 and not statement.reduction_indices:
+    stage, k_step = config.staging.stage, config.staging.k_step
+    if stage == "none" and config.unroll != 1 and not statement.reduction_indices:
         return "nothing to unroll"
-    tiles = _tiles(problem, position, config)
+    tiles = _tiles(task, config)
     divisible = all(size[t.index] % t.tile == 0 for t in tiles)
     if stage != "none":
-        r = roles(problem, position)
+        r = roles(task)
         if r.k and k_step > 2 * _pow2(size[r.k[-1]]):
             return "k-step much larger than the reduction"
         if r.k:
             divisible = divisible and size[r.k[-1]] % min(k_step, size[r.k[-1]]) == 0
-    boundary = config["boundary"]
+    boundary = config.boundary
     if divisible and boundary != "exact":
         return "tiles divide the extents: boundary is exact"
     if not divisible and boundary == "exact":
         return "tiles do not divide the extents"
-    words = 2 if compute_dtype(problem, position) == "float64" else 1
-    per_thread = [t.per_thread for t in _tiles(problem, position, config)]
+    words = 2 if compute_dtype(task) == "float64" else 1
+    per_thread = [t.per_thread for t in _tiles(task, config)]
     estimated_registers = words * (math.prod(per_thread) + sum(per_thread)) + 32
     if estimated_registers > limits.max_registers_per_thread:
         return "register estimate over the limit"
-    mapping = config_to_mapping(problem, position, config)
+    mapping = config_to_mapping(task, config)
     if boundary == "pad":  # the kernel itself runs on the padded extents
-        from .padding import padded_problem, padding_problems
-
-        reasons = padding_problems(problem, position, mapping)
+        reasons = padding_problems(task, mapping)
         if reasons:
             return reasons[0]
         # the same mapping, exact, on the padded extents (not the configuration
         # re-read there: "the whole extent" would then name the padded one)
-        problem, position = padded_problem(problem, position, mapping), 0
+        task = padded_task(task, mapping)
         mapping = replace(mapping, boundary="exact")
-    problems = check_mapping(problem, position, mapping, limits.shared_per_block_optin,
-                             limits.max_threads_per_block)
+    problems = check_mapping(task, mapping, limits.shared_per_block_optin, limits)
     return problems[0] if problems else None
 
 

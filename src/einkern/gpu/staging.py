@@ -19,46 +19,21 @@ innermost first, ``padding`` extra elements per innermost row).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..ir.nodes import Access, Problem
+from ..ir.task import Task
+from ..semantics import C_TYPE as CTYPE
 from . import exprs as E
 from . import kir
+from .builder import Context, KernelBuilder, StagedArray
 from .mapping import Mapping
 from .normalize import Group, reduction_of
 
-
-@dataclass(frozen=True)
-class StagedArray:
-    """A staged tile: shared array ``name`` holding ``access`` over ``extents``."""
-
-    name: str
-    access: Access
-    order: tuple[str, ...]  # innermost first
-    extents: tuple[tuple[str, int], ...]
-    padding: int
-
-    def extent(self, index: str) -> int:
-        return dict(self.extents)[index]
-
-    def strides(self) -> dict[str, int]:
-        strides = {}
-        step = 1
-        for position, index in enumerate(self.order):
-            strides[index] = step
-            step *= self.extent(index) + (self.padding if position == 0 else 0)
-        return strides
-
-    def size(self) -> int:
-        inner = self.order[0]
-        total = self.extent(inner) + self.padding
-        for index in self.order[1:]:
-            total *= self.extent(index)
-        return total
-
-    def offset(self, local: dict[str, kir.Expr]) -> kir.Expr:
-        strides = self.strides()
-        return E.linear([(local[i], strides[i]) for i in self.order])
+#: The compute step of a group over one context: ``accumulate(builder, group number,
+#: group, context)`` emits ``acc ±= term`` (see :func:`einkern.gpu.lower.accumulate`).
+Accumulate = Callable[[KernelBuilder, int, Group, Context], list[kir.Stmt]]
 
 
 def natural_order(problem: Problem, access: Access) -> tuple[str, ...]:
@@ -67,8 +42,8 @@ def natural_order(problem: Problem, access: Access) -> tuple[str, ...]:
     return tuple(reversed(access.indices)) if layout == "row" else tuple(access.indices)
 
 
-def _find_access(problem: Problem, position: int, text: str):
-    groups = reduction_of(problem.program.statements[position]).groups
+def _find_access(task: Task, text: str):
+    groups = reduction_of(task.statement).groups
     for number, group in enumerate(groups):
         for access in group.accesses():
             if str(access) == text:
@@ -76,9 +51,10 @@ def _find_access(problem: Problem, position: int, text: str):
     return None
 
 
-def vector_width_for(problem: Problem, position: int, mapping: Mapping, access: Access) -> int:
+def vector_width_for(task: Task, mapping: Mapping, access: Access) -> int:
     """The widest vector (≤ ``mapping.vector_width``) usable to load this access's tile."""
-    statement = problem.program.statements[position]
+    problem = task.problem
+    statement = task.statement
     tensor = problem.program.tensor(access.tensor)
     width = mapping.vector_width
     if tensor.itemsize * width > 16:
@@ -94,9 +70,10 @@ def vector_width_for(problem: Problem, position: int, mapping: Mapping, access: 
     return max(width, 1)
 
 
-def check_staging(problem: Problem, position: int, mapping: Mapping,
+def check_staging(task: Task, mapping: Mapping,
                   max_shared_bytes: int) -> list[str]:
-    statement = problem.program.statements[position]
+    problem = task.problem
+    statement = task.statement
     problems: list[str] = []
     total = 0
     if mapping.vector_width not in (1, 2, 4):
@@ -104,10 +81,10 @@ def check_staging(problem: Problem, position: int, mapping: Mapping,
     if mapping.prefetch and not mapping.staged:
         problems.append("prefetch needs at least one staged input")
     for staging in mapping.staged:
-        found = _find_access(problem, position, staging.access)
+        found = _find_access(task, staging.access)
         if found is None:
             problems.append(f"staged input {staging.access!r} is not read inside a sum of "
-                            f"S{position}")
+                            f"S{task.position}")
             continue
         _, group, access = found
         if group.has_nested_sum():
@@ -150,171 +127,217 @@ def check_staging(problem: Problem, position: int, mapping: Mapping,
     return problems
 
 
-def staged_group_sections(lowering, number: int, group: Group,
-                          staged: list[Access]) -> list[kir.Section]:
-    """Sections of a staged reduction group (see the module docstring)."""
-    mapping: Mapping = lowering.mapping
-    problem: Problem = lowering.problem
-    indices = lowering.group_indices(group)
-    sizes = {k: lowering.size(k) for k in indices}
-    steps = {k: mapping.step_of(k, sizes[k]) for k in indices}
-    chunks = {k: math.ceil(sizes[k] / steps[k]) for k in indices}
-    total_chunks = math.prod(chunks.values())
-    counter = f"c{number}"
+@dataclass(frozen=True)
+class Chunks:
+    """The chunk loop of a staged group: its reduction indices (in the mapping's
+    reduction order, the innermost advancing fastest), their sizes, k-steps and
+    chunk counts."""
 
-    def chunk_origin(chunk: kir.Expr) -> dict[str, kir.Expr]:
+    indices: tuple[str, ...]
+    sizes: dict[str, int]
+    steps: dict[str, int]
+    counts: dict[str, int]
+
+    @property
+    def total(self) -> int:
+        """Chunks in all: iterations of the chunk loop."""
+        return math.prod(self.counts.values())
+
+    def origin(self, chunk: kir.Expr) -> dict[str, kir.Expr]:
+        """Where chunk number ``chunk`` starts along each reduction index."""
         origin = {}
         stride = 1
-        for k in reversed(indices):  # the innermost reduction index advances fastest
-            origin[k] = E.mul(E.mod(E.div(chunk, stride), chunks[k]), E.const(steps[k]))
-            stride *= chunks[k]
+        for k in reversed(self.indices):  # the innermost reduction index advances fastest
+            origin[k] = E.mul(E.mod(E.div(chunk, stride), self.counts[k]),
+                              E.const(self.steps[k]))
+            stride *= self.counts[k]
         return origin
 
-    arrays = []
-    for access in staged:
-        staging = mapping.staging_of(str(access))
-        order = staging.order or natural_order(problem, access)
-        extents = tuple(
-            (i, lowering.tiles[i].tile if i in lowering.parallel else steps[i])
-            for i in access.indices
-        )
-        array = StagedArray(lowering.fresh(f"sh{number}_"), access, tuple(order), extents,
-                            staging.padding)
-        lowering.staged_arrays[(number, str(access))] = array
-        lowering.shared.append(kir.SharedArray(array.name, lowering.ctype, array.size()))
-        arrays.append(array)
 
-    def tile_copy(array: StagedArray, chunk: kir.Expr, target: str) -> list[kir.Stmt]:
-        """Copy the chunk's tile of ``array`` from global memory to ``target``:
-        ``"shared"`` or ``"registers"`` (prefetch), or registers → shared (``"commit"``)."""
-        access = array.access
-        memory_order = natural_order(problem, access)
-        width = vector_width_for(problem, lowering.position, mapping, access)
-        counts = [array.extent(i) for i in memory_order]
-        counts[0] //= width
-        vectors = math.prod(counts)
-        rounds = math.ceil(vectors / lowering.nthreads)
-        origin = chunk_origin(chunk)
-        strides = problem.strides(access.tensor)
-        register = f"pf{array.name}"
-        if target == "registers" and not any(v.name == register for v in lowering.thread_vars):
-            lowering.thread_vars.append(kir.ThreadVar(register, lowering.ctype, rounds * width))
-        statements: list[kir.Stmt] = []
-        for q in range(rounds):
-            element = E.add(E.const(q * lowering.nthreads), kir.ThreadIdx())
-            local: dict[str, kir.Expr] = {}
-            stride = 1
-            for position, (index, count) in enumerate(zip(memory_order, counts, strict=True)):
-                coordinate = E.mod(E.div(element, stride), count)
-                local[index] = E.mul(coordinate, E.const(width)) if position == 0 else coordinate
-                stride *= count
-            body: list[kir.Stmt] = []
-            if target == "commit":
-                for lane in range(width):
-                    lane_local = {**local, memory_order[0]: E.add(local[memory_order[0]],
-                                                                  E.const(lane))}
-                    body.append(kir.Store(array.name, array.offset(lane_local),
-                                          kir.Load(register, E.const(q * width + lane))))
-            else:
-                body.extend(global_to(array, local, origin, strides, width, target, register, q))
-            if vectors % lowering.nthreads and q == rounds - 1:
-                statements.append(kir.If(E.less(element, E.const(vectors)), tuple(body)))
-            else:
-                statements.extend(body)
-        return statements
+def chunks_of(b: KernelBuilder, group: Group) -> Chunks:
+    """The chunk loop of ``group`` under the builder's mapping (its k-steps)."""
+    indices = tuple(b.group_indices(group))
+    sizes = {k: b.size(k) for k in indices}
+    steps = {k: b.mapping.step_of(k, sizes[k]) for k in indices}
+    counts = {k: math.ceil(sizes[k] / steps[k]) for k in indices}
+    return Chunks(indices, sizes, steps, counts)
 
-    def global_to(array, local, origin, strides, width, target, register, q) -> list[kir.Stmt]:
-        access = array.access
-        coords = {}
-        conditions = []
-        for index in access.indices:
-            base = kir.Var(f"b_{index}") if index in lowering.parallel else origin[index]
-            coordinate = E.add(base, local[index])
-            limit = sizes.get(index) or lowering.size(index)
-            ragged = (lowering.ragged(index) if index in lowering.parallel
-                      else sizes[index] % steps[index] != 0)
-            if ragged and mapping.boundary == "redirect":
-                # Clamp to the last valid element (the last whole vector along the
-                # contiguous index, which stays aligned since width divides the extent).
-                last = limit - (width if index == natural_order(problem, access)[0] else 1)
-                coordinate = E.minimum(coordinate, E.const(last))
-            elif ragged and mapping.boundary == "guard":
-                conditions.append(E.less(coordinate, E.const(limit)))
-            coords[index] = coordinate
-        offset = E.linear([(coords[i], s) for i, s in zip(access.indices, strides, strict=True)])
-        condition = E.conj(conditions)
-        inner = natural_order(problem, access)[0]
-        out: list[kir.Stmt] = []
-        values: list[kir.Expr]
-        if width > 1:
-            vector = lowering.fresh("vec")
-            load: list[kir.Stmt] = [kir.VectorLoad(vector, lowering.ctype,
-                                                   f"p_{access.tensor}", offset, width)]
-            values = [kir.Lane(vector, lane) for lane in range(width)]
-        else:
-            load = []
-            values = [kir.Load(f"p_{access.tensor}", offset)]
-        stores: list[kir.Stmt] = []
-        for lane, value in enumerate(values):
-            if target == "registers":
-                stores.append(kir.Store(register, E.const(q * width + lane), value))
-            else:
-                lane_local = {**local, inner: E.add(local[inner], E.const(lane))}
-                stores.append(kir.Store(array.name, array.offset(lane_local), value))
-        if condition is None:
-            out.extend(load + stores)
-        else:
-            zeros: list[kir.Stmt] = []
-            for lane in range(width):
-                if target == "registers":
-                    zeros.append(kir.Store(register, E.const(q * width + lane), kir.Float(0.0)))
-                else:
-                    lane_local = {**local, inner: E.add(local[inner], E.const(lane))}
-                    zeros.append(kir.Store(array.name, array.offset(lane_local), kir.Float(0.0)))
-            out.append(kir.If(condition, tuple(load + stores), tuple(zeros)))
-        return out
 
-    def compute(chunk: kir.Expr) -> list[kir.Stmt]:
-        from .lower import _Context
-
-        origin = chunk_origin(chunk)
-        loop_vars = {k: f"kk_{k}" for k in indices}
-        coords = {k: E.add(origin[k], kir.Var(v)) for k, v in loop_vars.items()}
-        ctx = _Context(coords, {k: kir.Var(v) for k, v in loop_vars.items()})
-        body: tuple[kir.Stmt, ...] = tuple(lowering.accumulate(number, group, ctx))
-        for depth, k in enumerate(reversed(indices)):
-            stop: kir.Expr = E.const(steps[k])
-            if sizes[k] % steps[k]:
-                stop = E.minimum(stop, E.sub(E.const(sizes[k]), origin[k]))
-            unroll = 0
-            if depth == 0 and mapping.unroll > 1:
-                unroll = -1 if mapping.unroll >= steps[k] else mapping.unroll
-            body = (kir.For(loop_vars[k], E.const(0), stop, 1, body, unroll=unroll),)
-        return list(body)
-
+def staged_group_sections(b: KernelBuilder, number: int, group: Group,
+                          staged: list[Access], accumulate: Accumulate) -> list[kir.Section]:
+    """Sections of a staged reduction group (see the module docstring): the tiles
+    of ``staged`` declared on the builder, the chunk loop, and ``accumulate`` over
+    each chunk's shared tiles."""
+    chunks = chunks_of(b, group)
+    arrays = declare_tiles(b, number, staged, chunks)
+    counter = f"c{number}"
     chunk = kir.Var(counter)
+
+    def copies(at: kir.Expr, target: str) -> list[kir.Stmt]:
+        return [s for a in arrays for s in tile_copy(b, a, chunks, at, target)]
+
     sections: list[kir.Section] = []
-    if mapping.prefetch:
-        first = [s for a in arrays for s in tile_copy(a, E.const(0), "registers")]
+    if b.mapping.prefetch:
+        first = copies(E.const(0), "registers")
         sections.append(kir.PerThread((kir.Comment("prefetch the first chunk"), *first)))
-        commit = [s for a in arrays for s in tile_copy(a, chunk, "commit")]
-        following = [s for a in arrays for s in tile_copy(a, E.add(chunk, E.const(1)),
-                                                          "registers")]
-        prefetch_next = kir.If(E.less(E.add(chunk, E.const(1)), E.const(total_chunks)),
+        commit = copies(chunk, "commit")
+        following = copies(E.add(chunk, E.const(1)), "registers")
+        prefetch_next = kir.If(E.less(E.add(chunk, E.const(1)), E.const(chunks.total)),
                                tuple(following))
+        compute = chunk_compute(b, number, group, chunks, chunk, accumulate)
         loop_body: tuple[kir.Section, ...] = (
             kir.PerThread(tuple(commit)),
             kir.Barrier(),
-            kir.PerThread((prefetch_next, *compute(chunk))),
+            kir.PerThread((prefetch_next, *compute)),
             kir.Barrier(),
         )
     else:
-        load = [s for a in arrays for s in tile_copy(a, chunk, "shared")]
+        load = copies(chunk, "shared")
         loop_body = (
             kir.PerThread(tuple(load)),
             kir.Barrier(),
-            kir.PerThread(tuple(compute(chunk))),
+            kir.PerThread(tuple(chunk_compute(b, number, group, chunks, chunk, accumulate))),
             kir.Barrier(),
         )
-    sections.append(kir.Uniform(counter, 0, total_chunks, 1, loop_body))
+    sections.append(kir.Uniform(counter, 0, chunks.total, 1, loop_body))
     return sections
+
+
+def declare_tiles(b: KernelBuilder, number: int, staged: list[Access],
+                  chunks: Chunks) -> list[StagedArray]:
+    """A shared tile for each staged access of group ``number`` (block tile along
+    output indices, k-step along reduction indices), declared on the builder."""
+    arrays = []
+    for access in staged:
+        staging = b.mapping.staging_of(str(access))
+        assert staging is not None  # the caller passes the staged accesses
+        order = staging.order or natural_order(b.problem, access)
+        extents = tuple(
+            (i, b.tiles[i].tile if i in b.parallel else chunks.steps[i])
+            for i in access.indices
+        )
+        array = StagedArray(b.fresh(f"sh{number}_"), access, tuple(order), extents,
+                            staging.padding)
+        b.staged_arrays[(number, str(access))] = array
+        b.shared.append(kir.SharedArray(array.name, b.ctype, array.size()))
+        arrays.append(array)
+    return arrays
+
+
+def tile_copy(b: KernelBuilder, array: StagedArray, chunks: Chunks, chunk: kir.Expr,
+              target: str) -> list[kir.Stmt]:
+    """Copy the chunk's tile of ``array`` from global memory to ``target``:
+    ``"shared"`` or ``"registers"`` (prefetch), or registers → shared (``"commit"``)."""
+    access = array.access
+    memory_order = natural_order(b.problem, access)
+    width = vector_width_for(b.task, b.mapping, access)
+    counts = [array.extent(i) for i in memory_order]
+    counts[0] //= width
+    vectors = math.prod(counts)
+    rounds = math.ceil(vectors / b.nthreads)
+    origin = chunks.origin(chunk)
+    register = f"pf{array.name}"
+    if target == "registers" and not any(v.name == register for v in b.thread_vars):
+        b.thread_vars.append(kir.ThreadVar(register, b.ctype, rounds * width))
+    statements: list[kir.Stmt] = []
+    for q in range(rounds):
+        element = E.add(E.const(q * b.nthreads), kir.ThreadIdx())
+        local: dict[str, kir.Expr] = {}
+        stride = 1
+        for position, (index, count) in enumerate(zip(memory_order, counts, strict=True)):
+            coordinate = E.mod(E.div(element, stride), count)
+            local[index] = E.mul(coordinate, E.const(width)) if position == 0 else coordinate
+            stride *= count
+        body: list[kir.Stmt] = []
+        if target == "commit":
+            for lane in range(width):
+                lane_local = {**local, memory_order[0]: E.add(local[memory_order[0]],
+                                                              E.const(lane))}
+                body.append(kir.Store(array.name, array.offset(lane_local),
+                                      kir.Load(register, E.const(q * width + lane))))
+        else:
+            body.extend(_global_to(b, array, chunks, local, origin, width, target, q))
+        if vectors % b.nthreads and q == rounds - 1:
+            statements.append(kir.If(E.less(element, E.const(vectors)), tuple(body)))
+        else:
+            statements.extend(body)
+    return statements
+
+
+def _global_to(b: KernelBuilder, array: StagedArray, chunks: Chunks,
+               local: dict[str, kir.Expr], origin: dict[str, kir.Expr], width: int,
+               target: str, q: int) -> list[kir.Stmt]:
+    """Round ``q`` of a tile copy from global memory: one (vector) load per thread,
+    stored to the shared tile or the prefetch registers, zeros past ragged edges."""
+    access = array.access
+    register = f"pf{array.name}"
+    strides = b.problem.strides(access.tensor)
+    coords = {}
+    conditions = []
+    for index in access.indices:
+        base = kir.Var(f"b_{index}") if index in b.parallel else origin[index]
+        coordinate = E.add(base, local[index])
+        limit = chunks.sizes.get(index) or b.size(index)
+        ragged = (b.ragged(index) if index in b.parallel
+                  else chunks.sizes[index] % chunks.steps[index] != 0)
+        if ragged and b.mapping.boundary == "redirect":
+            # Clamp to the last valid element (the last whole vector along the
+            # contiguous index, which stays aligned since width divides the extent).
+            last = limit - (width if index == natural_order(b.problem, access)[0] else 1)
+            coordinate = E.minimum(coordinate, E.const(last))
+        elif ragged and b.mapping.boundary == "guard":
+            conditions.append(E.less(coordinate, E.const(limit)))
+        coords[index] = coordinate
+    offset = E.linear([(coords[i], s) for i, s in zip(access.indices, strides, strict=True)])
+    condition = E.conj(conditions)
+    inner = natural_order(b.problem, access)[0]
+    out: list[kir.Stmt] = []
+    values: list[kir.Expr]
+    if width > 1:
+        vector = b.fresh("vec")
+        element = CTYPE[b.problem.program.tensor(access.tensor).dtype]  # the array's type
+        load: list[kir.Stmt] = [kir.VectorLoad(vector, element,
+                                               f"p_{access.tensor}", offset, width)]
+        values = [kir.Lane(vector, lane) for lane in range(width)]
+    else:
+        load = []
+        values = [kir.Load(f"p_{access.tensor}", offset)]
+    stores: list[kir.Stmt] = []
+    for lane, value in enumerate(values):
+        if target == "registers":
+            stores.append(kir.Store(register, E.const(q * width + lane), value))
+        else:
+            lane_local = {**local, inner: E.add(local[inner], E.const(lane))}
+            stores.append(kir.Store(array.name, array.offset(lane_local), value))
+    if condition is None:
+        out.extend(load + stores)
+    else:
+        zeros: list[kir.Stmt] = []
+        for lane in range(width):
+            if target == "registers":
+                zeros.append(kir.Store(register, E.const(q * width + lane), kir.Float(0.0)))
+            else:
+                lane_local = {**local, inner: E.add(local[inner], E.const(lane))}
+                zeros.append(kir.Store(array.name, array.offset(lane_local), kir.Float(0.0)))
+        out.append(kir.If(condition, tuple(load + stores), tuple(zeros)))
+    return out
+
+
+def chunk_compute(b: KernelBuilder, number: int, group: Group, chunks: Chunks,
+                  chunk: kir.Expr, accumulate: Accumulate) -> list[kir.Stmt]:
+    """Loops over one chunk's reduction indices around ``accumulate`` (reads of the
+    staged accesses come from their shared tiles), the innermost unrolled."""
+    origin = chunks.origin(chunk)
+    loop_vars = {k: f"kk_{k}" for k in chunks.indices}
+    coords = {k: E.add(origin[k], kir.Var(v)) for k, v in loop_vars.items()}
+    ctx = Context(coords, {k: kir.Var(v) for k, v in loop_vars.items()})
+    body: tuple[kir.Stmt, ...] = tuple(accumulate(b, number, group, ctx))
+    for depth, k in enumerate(reversed(chunks.indices)):
+        stop: kir.Expr = E.const(chunks.steps[k])
+        if chunks.sizes[k] % chunks.steps[k]:
+            stop = E.minimum(stop, E.sub(E.const(chunks.sizes[k]), origin[k]))
+        unroll = 0
+        if depth == 0 and b.mapping.unroll > 1:
+            unroll = -1 if b.mapping.unroll >= chunks.steps[k] else b.mapping.unroll
+        body = (kir.For(loop_vars[k], E.const(0), stop, 1, body, unroll=unroll),)
+    return list(body)

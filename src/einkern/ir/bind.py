@@ -9,16 +9,6 @@ from ..errors import ExtentError, IndexBindingError
 from .nodes import Problem, Program, accesses
 
 
-def statement_program(program: Program, position: int) -> Program:
-    """Statement ``position`` alone, with the tensors it touches (extents and scalars
-    unchanged)."""
-    statement = program.statements[position]
-    used = {statement.output.tensor} | {a.tensor for a in statement.reads()}
-    return Program(program.name, program.extents,
-                   tuple(t for t in program.tensors if t.name in used), program.scalars,
-                   (statement,))
-
-
 def make_problem(program: Program, sizes: Mapping[str, object] | None = None) -> Problem:
     """Bind extents: declared defaults, overridden by ``sizes``.
 

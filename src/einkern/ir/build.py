@@ -30,10 +30,8 @@ from ..errors import (
     UnknownNameError,
 )
 from ..lang import ast
+from ..semantics import ARITY, DTYPES, LAYOUTS
 from .nodes import (
-    DTYPES,
-    ELEMENTWISE_FUNCTIONS,
-    LAYOUTS,
     Access,
     Binary,
     Call,
@@ -329,16 +327,16 @@ class _StatementBuilder:
             return Binary(node.op, self._lower(node.left, bound), self._lower(node.right, bound))
         if isinstance(node, ast.CallNode):
             name = node.func.name
-            if name not in ELEMENTWISE_FUNCTIONS:
+            if name not in ARITY:
                 raise UnknownNameError(
                     f"unknown function {name!r}",
                     node.func.span,
                     hint="elementwise functions are "
-                    + ", ".join(sorted(ELEMENTWISE_FUNCTIONS))
+                    + ", ".join(sorted(ARITY))
                     + "; "
-                    + _suggest(name, ELEMENTWISE_FUNCTIONS, "functions"),
+                    + _suggest(name, ARITY, "functions"),
                 )
-            arity = ELEMENTWISE_FUNCTIONS[name]
+            arity = ARITY[name]
             if len(node.args) != arity:
                 raise SemanticError(
                     f"{name}() takes {arity} argument{'s' if arity > 1 else ''}, "

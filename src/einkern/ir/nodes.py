@@ -14,25 +14,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ..semantics import ITEMSIZE, DType, Layout
 from ..source import Span
-
-DTYPES = ("float32", "float64")
-LAYOUTS = ("row", "column")
-ITEMSIZE = {"float32": 4, "float64": 8}
-ELEMENTWISE_FUNCTIONS = {
-    # name: number of arguments
-    "sqrt": 1,
-    "exp": 1,
-    "log": 1,
-    "abs": 1,
-    "sin": 1,
-    "cos": 1,
-    "tanh": 1,
-    "max": 2,
-    "min": 2,
-    "pow": 2,
-}
-
 
 # ---- expressions -------------------------------------------------------------
 
@@ -86,7 +69,7 @@ class Binary:
 
 @dataclass(frozen=True)
 class Call:
-    """Elementwise function (see ``ELEMENTWISE_FUNCTIONS``)."""
+    """Elementwise function (see :data:`einkern.semantics.FUNCTIONS`)."""
 
     func: str
     args: tuple[Expr, ...]
@@ -181,8 +164,8 @@ class Extent:
 class Tensor:
     name: str
     shape: tuple[str, ...]  # extent names, outermost first as written
-    dtype: str = "float64"
-    layout: str = "row"  # "row": last index contiguous; "column": first index contiguous
+    dtype: DType = "float64"
+    layout: Layout = "row"  # "row": last index contiguous; "column": first index contiguous
     span: Span | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -203,7 +186,7 @@ class Tensor:
 @dataclass(frozen=True)
 class Scalar:
     name: str
-    dtype: str = "float64"
+    dtype: DType = "float64"
     default: float | None = None
     span: Span | None = field(default=None, compare=False, repr=False)
 
@@ -245,6 +228,12 @@ class Statement:
         """Accesses read by the statement; a compound assignment reads its output."""
         reads = accesses(self.rhs)
         return (self.output, *reads) if self.op in ("+=", "-=") else reads
+
+    def tensors(self) -> tuple[str, ...]:
+        """Names of the tensors the statement touches: the output, then every tensor
+        read, in order of first appearance."""
+        names = [self.output.tensor] + [a.tensor for a in accesses(self.rhs)]
+        return tuple(dict.fromkeys(names))
 
     def __str__(self) -> str:
         return f"{self.output} {self.op} {self.rhs}"

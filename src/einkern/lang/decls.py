@@ -20,7 +20,7 @@ from ..errors import (
     LayoutError,
     UnknownNameError,
 )
-from ..ir.nodes import DTYPES, LAYOUTS
+from ..semantics import DTYPES, LAYOUTS
 from ..source import Source, Span
 from .ast import (
     DimRef,

@@ -34,7 +34,7 @@ from ..errors import (
     UnknownNameError,
     UsageError,
 )
-from ..ir.nodes import ELEMENTWISE_FUNCTIONS
+from ..semantics import ARITY
 from ..source import Source, Span
 from .ast import (
     AccessNode,
@@ -273,10 +273,10 @@ def _accesses(expr: ExprNode, func: FunctionDef) -> list[AccessNode]:
     if isinstance(expr, BinaryNode):
         return _accesses(expr.left, func) + _accesses(expr.right, func)
     if isinstance(expr, CallNode):
-        arity = ELEMENTWISE_FUNCTIONS.get(expr.func.name)
+        arity = ARITY.get(expr.func.name)
         if arity is None:
             raise UnknownNameError(f"unknown function '{expr.func.name}'", expr.func.span,
-                                   hint="known: " + ", ".join(sorted(ELEMENTWISE_FUNCTIONS)))
+                                   hint="known: " + ", ".join(sorted(ARITY)))
         if arity != len(expr.args):
             raise SemanticError(f"{expr.func.name} takes {arity} argument(s), "
                                 f"got {len(expr.args)}", expr.span)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 
 from ..errors import DtypeError, ExtentError, LayoutError, ParseError
-from ..ir.nodes import DTYPES, LAYOUTS
+from ..semantics import DTYPES, LAYOUTS
 from ..source import Source
 from .ast import DimRef, ProgramNode
 from .decls import DeclCollector, check_dtype, check_extent_value, check_layout, looks_like_dtype

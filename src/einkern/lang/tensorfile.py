@@ -24,6 +24,7 @@ import re
 from typing import NoReturn
 
 from ..errors import DtypeError, ParseError
+from ..semantics import DTYPE_OF_C_TYPE, DTYPES
 from ..source import Source
 from .ast import AccessNode, BinaryNode, DimRef, ExprNode, Ident, ProgramNode, StatementNode
 from .decls import DeclCollector, check_extent_value, check_layout
@@ -33,7 +34,7 @@ from .lexer import EOF, INT, NAME, NEWLINE, Token, tokenize
 SECTIONS = ("define", "variables", "operations")
 _ACCESS = ("multidimensional", "linearized", "linearize")
 _PATTERN = ("contiguous", "strided")
-_TYPES = {"double": "float64", "float": "float32", "float64": "float64", "float32": "float32"}
+_TYPES = {**DTYPE_OF_C_TYPE, **{dtype: dtype for dtype in DTYPES}}  # C or NumPy spellings
 _ORDER = re.compile(r"^order(\d+)$")
 
 

@@ -1,15 +1,18 @@
 """The autotuner: search spaces, strategies, evaluation, the tuning database.
 
 Modules: :mod:`.target` (what a backend provides: the ``TuningTarget``
-protocol and its registry), :mod:`.space` (constrained spaces, generated
-lazily), :mod:`.strategies` (search strategies by name), :mod:`.evaluate` and
+protocol and its registry, the ``Configuration`` protocol of typed configuration
+records), :mod:`.search` (constrained search spaces, generated lazily),
+:mod:`.strategies` (search strategies by name), :mod:`.evaluate` and
 :mod:`.worker` (compiling in threads, measuring in an isolated process),
 :mod:`.ranking` (ties and winners), :mod:`.canonical` and :mod:`.record`
 (what a record is about), :mod:`.db` (the SQLite database), :mod:`.tuner`
 (tuning a problem), :mod:`.policy` (the ``tune=`` choice at compile time),
 :mod:`.simulate` (replaying a database), :mod:`.cpu_target` and
-:mod:`.cpu_model` (the CPU backend's target), :mod:`.cli` and :mod:`.report`
-(``einkern tune`` and ``einkern db``).  See ``docs/tuning.md``.
+:mod:`.cpu_model` (the CPU backend's target), :mod:`.cuda_target` (the CUDA
+backend's), :mod:`.cli` and :mod:`.report` (``einkern tune`` and ``einkern
+db``).  Everything is per :class:`~einkern.ir.task.Task` (the statements one
+kernel computes).  See ``docs/tuning.md``.
 
 The names below are imported on first use, so importing this package (for
 example for :mod:`.target`) stays cheap.
@@ -23,6 +26,7 @@ from typing import Any
 _EXPORTS = {
     "Budget": "evaluate",
     "CpuTarget": "cpu_target",
+    "CudaTarget": "cuda_target",
     "TuneOptions": "tuner",
     "TuningDB": "db",
     "TuningRecord": "record",
@@ -31,6 +35,7 @@ _EXPORTS = {
     "get_target": "target",
     "schedule_from_configs": "cpu_target",
     "tune_problem": "tuner",
+    "tune_task": "tuner",
 }
 
 __all__ = sorted(_EXPORTS)

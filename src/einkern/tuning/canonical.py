@@ -1,10 +1,11 @@
-"""What a tuning result is *about*: one statement at concrete sizes on one device.
+"""What a tuning result is *about*: one task at concrete sizes on one device.
 
-:func:`statement_problem` cuts a statement out of its program (the tuner times
-statements one at a time); :func:`identify` gives the fields that key a tuning
-record: the target's device and toolchain, the einkern version, the canonical
-statement text with the declarations of the tensors it touches, its index
-extents, dtypes, layouts, strides and the assumed alignment.  Two keys are
+:func:`identify` gives the fields that key a tuning record of a
+:class:`~einkern.ir.task.Task`: the target's device and toolchain, the einkern
+version, the canonical text of the task's statements with the declarations of
+the tensors it touches, its index extents, dtypes, layouts, strides and the
+assumed alignment (for a one-statement task, the same fields, hence the same
+keys, as the records of a statement written before tasks existed).  Two keys are
 derived: ``key`` (the exact problem) and ``family`` (the same problem at any
 sizes, for the nearest-size lookup).
 """
@@ -14,22 +15,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from ..ir.bind import statement_program
-from ..ir.nodes import Problem, ScalarRef, walk
+from ..ir.task import Task
 from .target import TuningTarget
-
-
-def statement_problem(problem: Problem, position: int) -> Problem:
-    """A one-statement program holding statement ``position`` and only the tensors
-    and scalars it uses (its inputs are whatever it reads), at the same sizes."""
-    program = problem.program
-    single = statement_program(program, position)
-    used = {node.name for node in walk(single.statements[0].rhs) if isinstance(node, ScalarRef)}
-    single = replace(single, name=f"{program.name}_s{position}",
-                     scalars=tuple(s for s in program.scalars if s.name in used))
-    return Problem(single, problem.sizes)
 
 
 def _json(value: object) -> str:
@@ -95,29 +84,30 @@ def einkern_version() -> str:
     return __version__
 
 
-def identify(target: TuningTarget, problem: Problem, position: int) -> ProblemIdentity:
-    """The identity of statement ``position`` of ``problem`` on ``target``."""
+def identify(target: TuningTarget, task: Task) -> ProblemIdentity:
+    """The identity of ``task`` on ``target``."""
     alignment = getattr(target, "alignment", 0)
     if callable(alignment):
         alignment = alignment()
-    return make_identity(target.backend, target.device_key(), int(alignment), problem, position)
+    return make_identity(target.backend, target.device_key(), int(alignment), task)
 
 
-def make_identity(backend: str, device: dict[str, str], alignment: int, problem: Problem,
-                  position: int) -> ProblemIdentity:
-    """The identity of statement ``position`` for an explicit backend and device."""
-    program = problem.program
-    statement = program.statements[position]
-    names = tuple(t.name for t in statement_problem(problem, position).program.tensors)
-    tensors = tuple(program.tensor(name) for name in names)
+def make_identity(backend: str, device: dict[str, str], alignment: int,
+                  task: Task) -> ProblemIdentity:
+    """The identity of ``task`` for an explicit backend and device: its statements'
+    text (joined by ``; ``), the tensors it touches in declaration order, and the
+    size of each index of each statement (once per name and size)."""
+    problem = task.problem
+    tensors = task.tensors
     return ProblemIdentity(
         backend=backend,
         device=tuple(sorted((str(k), str(v)) for k, v in device.items())),
         version=einkern_version(),
-        statement=str(statement),
+        statement="; ".join(str(statement) for statement in task.statements),
         tensors=tuple(f"{t.name}[{', '.join(t.shape)}] {t.dtype} {t.layout}" for t in tensors),
-        extents=tuple((index, problem.index_size(statement, index))
-                      for index in dict.fromkeys(statement.indices)),
+        extents=tuple(dict.fromkeys((index, problem.index_size(statement, index))
+                                    for statement in task.statements
+                                    for index in statement.indices)),
         dtypes=tuple(t.dtype for t in tensors),
         layouts=tuple(t.layout for t in tensors),
         strides=tuple(problem.strides(t.name) for t in tensors),

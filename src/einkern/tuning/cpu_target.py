@@ -21,10 +21,10 @@ from __future__ import annotations
 import ctypes
 import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -42,10 +42,10 @@ from ..backends.cpu.schedule import (
     top_level_sums,
 )
 from ..ir.nodes import Problem, Statement
+from ..ir.task import Task
 from ..reference import evaluate
-from .canonical import statement_problem
 from .cpu_model import predicted_seconds, threads
-from .target import Config, Parameter, Timing, VariantError
+from .target import Config, ConfigType, Parameter, ParameterConfig, Timing, VariantError
 
 MAX_ORDERS = 6
 TILE_SIZES = (4, 8, 16, 32, 64, 128, 256)
@@ -62,21 +62,24 @@ WARMUP_S = 0.03
 MIN_TIMED_S = 0.03
 
 
-def loop_schedule(config: Config) -> LoopSchedule:
-    """The loop schedule a configuration describes (ValueError/KeyError/TypeError if
-    malformed)."""
+def loop_schedule(config: Config | Mapping[str, Any]) -> LoopSchedule:
+    """The loop schedule a configuration (or its JSON form) describes
+    (ValueError/KeyError/TypeError if malformed)."""
+    values = dict(config) if isinstance(config, Mapping) else config.values()
     tiles = tuple(sorted(
         (name[len("tile_"):], int(value))
-        for name, value in config.items()
+        for name, value in values.items()
         if name.startswith("tile_") and value
     ))
-    order = config["order"]
+    order = values["order"]
     if not isinstance(order, (list, tuple)) or not all(isinstance(i, str) for i in order):
         raise TypeError(f"order must be a list of index names, got {order!r}")
-    return LoopSchedule(tuple(order), int(config["collapse"]), tiles, int(config.get("inner", 0)))
+    return LoopSchedule(tuple(order), int(values["collapse"]), tiles,
+                        int(values.get("inner", 0)))
 
 
-def schedule_from_configs(problem: Problem, configs: Sequence[Config | None]) -> CpuSchedule:
+def schedule_from_configs(problem: Problem,
+                          configs: Sequence[Config | Mapping[str, Any] | None]) -> CpuSchedule:
     """A CPU schedule with one loop schedule per statement: from its configuration,
     or the default when it is None.  Raises ValueError for an invalid one."""
     statements = problem.program.statements
@@ -149,6 +152,9 @@ class CpuTarget:
 
     backend: str = "cpu"
     alignment: int = 0  # the generated C assumes nothing about array addresses
+    #: A loop schedule's parameters are named values already (order, collapse,
+    #: tile_<index>, inner): no positional lists to give names to.
+    config_type: ClassVar[ConfigType] = ParameterConfig
 
     def device_key(self) -> dict[str, str]:
         chain = toolchain(cache_directory())
@@ -159,8 +165,9 @@ class CpuTarget:
             "threads": str(threads()),
         }
 
-    def parameters(self, problem: Problem, position: int) -> tuple[Parameter, ...]:
-        statement = problem.program.statements[position]
+    def parameters(self, task: Task) -> tuple[Parameter, ...]:
+        problem = task.problem
+        statement = task.statement
         indices = parallel_indices(statement)
         default = default_loop_schedule(problem, statement)
         orders = sorted(itertools.permutations(indices),
@@ -190,30 +197,33 @@ class CpuTarget:
             result.append(Parameter("inner", tuple(range(min(MAX_INNER, len(indices)) + 1))))
         return tuple(result)
 
-    def violation(self, problem: Problem, position: int, config: Config) -> str | None:
+    def violation(self, task: Task, config: Config) -> str | None:
+        problem = task.problem
         try:
             loops = loop_schedule(config)
         except (KeyError, TypeError, ValueError) as error:
             return f"malformed configuration: {error}"
-        return schedule_violation(problem, problem.program.statements[position], loops)
+        return schedule_violation(problem, task.statement, loops)
 
-    def default_config(self, problem: Problem, position: int) -> Config:
-        statement = problem.program.statements[position]
+    def default_config(self, task: Task) -> Config:
+        problem = task.problem
+        statement = task.statement
         loops = default_loop_schedule(problem, statement)
-        config: Config = {"order": list(loops.order), "collapse": loops.collapse}
-        for parameter in self.parameters(problem, position):
+        values: dict[str, Any] = {"order": list(loops.order), "collapse": loops.collapse}
+        for parameter in self.parameters(task):
             if parameter.name.startswith("tile_"):
-                config[parameter.name] = loops.tile(parameter.name[len("tile_"):]) or 0
+                values[parameter.name] = loops.tile(parameter.name[len("tile_"):]) or 0
             elif parameter.name == "inner":
-                config["inner"] = 0
-        return config
+                values["inner"] = 0
+        return ParameterConfig.from_values(values)
 
-    def compile(self, problem: Problem, position: int, config: Config) -> str:
-        """Compile the one-statement program into the kernel cache; the library's path."""
-        reason = self.violation(problem, position, config)
+    def compile(self, task: Task, config: Config) -> str:
+        """Compile the task's view (a one-statement program) into the kernel cache; the
+        library's path."""
+        reason = self.violation(task, config)
         if reason is not None:
             raise VariantError("invalid", reason)
-        single = statement_problem(problem, position)
+        single = task.view
         source = emit_c(single, CpuSchedule((loop_schedule(config),)))
         directory = cache_directory()
         chain = toolchain(directory)
@@ -222,14 +232,14 @@ class CpuTarget:
             path = compile_library(source, chain, directory)
         return str(path)
 
-    def measure(self, problem: Problem, position: int, config: Config, compiled: Any,
+    def measure(self, task: Task, config: Config, compiled: Any,
                 repeats: int, seed: int) -> Timing:
         """Run once on random inputs drawn from ``seed`` and compare with the reference
         (computed once per worker and seed), warm up, then time ``max(repeats, 10)``
         calls of the kernel itself (more for short kernels, up to :data:`MIN_TIMED_S`)."""
         from ..testing import relative_error
 
-        single = statement_problem(problem, position)
+        single = task.view
         program = single.program
         path = Path(compiled)
         executable = CpuExecutable(single, path, load_library(path))
@@ -258,6 +268,7 @@ class CpuTarget:
             times.append(time.perf_counter() - start)
         return Timing(tuple(times), float(error))
 
-    def model_cost(self, problem: Problem, position: int, config: Config) -> float:
-        statement = problem.program.statements[position]
+    def model_cost(self, task: Task, config: Config) -> float:
+        problem = task.problem
+        statement = task.statement
         return predicted_seconds(problem, statement, loop_schedule(config))

@@ -22,16 +22,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..ir.nodes import Problem
+from .. import semantics
+from ..ir.task import Task
 from .canonical import ProblemIdentity
 from .db import TuningDB, TuningRecord
 from .ranking import pick_best
-from .space import SearchSpace, canonical
-from .target import Config, Timing, TuningTarget, VariantError
+from .search import SearchSpace, canonical
+from .target import Config, ParameterConfig, Timing, TuningTarget, VariantError
 from .worker import InProcessMeasurer, Job, Measured, Measurer, ProcessMeasurer
 
-#: Largest relative error accepted, by the narrowest dtype a statement touches.
-TOLERANCE = {"float64": 1e-12, "float32": 1e-5}
 DEFAULT_REPEATS = 10
 DEFAULT_TIMEOUT_S = 60.0
 
@@ -41,13 +40,11 @@ def default_workers() -> int:
     return max(2, min(8, os.cpu_count() or 2))
 
 
-def tolerance(problem: Problem, position: int) -> float:
-    """Accepted relative error of statement ``position``: float32's if it touches a
-    float32 tensor, else float64's."""
-    statement = problem.program.statements[position]
-    names = {statement.output.tensor} | {a.tensor for a in statement.reads()}
-    dtypes = {problem.program.tensor(name).dtype for name in names}
-    return TOLERANCE["float32" if "float32" in dtypes else "float64"]
+def tolerance(task: Task) -> float:
+    """Accepted relative error of ``task``: the loosest tolerance of its outputs'
+    dtypes (:func:`einkern.semantics.tolerance`)."""
+    program = task.program
+    return max(semantics.tolerance(program.tensor(name).dtype) for name in task.outputs())
 
 
 @dataclass(frozen=True)
@@ -120,8 +117,10 @@ def record_outcome(record: TuningRecord) -> Outcome:
     if record.times or record.error is not None:
         timing = Timing(record.times, record.error if record.error is not None else math.nan,
                         record.resources)
-    return Outcome(record.config, record.config_key, record.status, record.reason, timing,
-                   resumed=True, default=record.default)
+    # the record's JSON form, as generic named values: a session puts the target's
+    # own record in its place (Session.evaluate)
+    return Outcome(ParameterConfig.from_json(record.config), record.config_key, record.status,
+                   record.reason, timing, resumed=True, default=record.default)
 
 
 @dataclass(frozen=True)
@@ -171,13 +170,13 @@ class Evaluator:
         self._pool.shutdown(wait=True)
         self._measurer.close()
 
-    def compile(self, problem: Problem, position: int,
+    def compile(self, task: Task,
                 configs: Sequence[Config]) -> list[tuple[Any, str | None, str]]:
         """Compile configurations in parallel: ``(handle, failure, reason)`` each."""
 
         def one(config: Config) -> tuple[Any, str | None, str]:
             try:
-                return self.target.compile(problem, position, config), None, ""
+                return self.target.compile(task, config), None, ""
             except VariantError as error:
                 return None, error.failure, error.message
             except Exception as error:  # noqa: BLE001 - a variant's failure is data
@@ -186,24 +185,23 @@ class Evaluator:
 
         return list(self._pool.map(one, configs))
 
-    def measure(self, problem: Problem, position: int, config: Config, compiled: Any) -> Measured:
+    def measure(self, task: Task, config: Config, compiled: Any) -> Measured:
         """Measure one compiled variant.  Its inputs are drawn from a seed fixed per
         run and statement, so every variant of a statement is checked on the same
         inputs and targets may compute the reference once per worker."""
-        job = Job(self.target, problem, position, config, compiled, self.repeats,
-                  self.seed * 1_000_003 + position)
+        job = Job(self.target, task, config, compiled, self.repeats,
+                  self.seed * 1_000_003 + task.positions[0])
         return self._measurer.measure(job, self.timeout)
 
 
 class Session:
     """Evaluations of one statement: what strategies call."""
 
-    def __init__(self, evaluator: Evaluator, problem: Problem, position: int,
+    def __init__(self, evaluator: Evaluator, task: Task,
                  space: SearchSpace, store: Store, budget: Budget, default_key: str = "",
                  on_outcome: Callable[[Outcome], None] | None = None):
         self.evaluator = evaluator
-        self.problem = problem
-        self.position = position
+        self.task = task
         self.space = space
         self.store = store
         self.budget = budget
@@ -211,7 +209,7 @@ class Session:
         self.on_outcome = on_outcome
         self.outcomes: dict[str, Outcome] = {}  # in evaluation order
         self.started = time.monotonic()
-        self.tolerance = tolerance(problem, position)
+        self.tolerance = tolerance(task)
 
     # -- budget ---------------------------------------------------------------
 
@@ -258,8 +256,8 @@ class Session:
             if self.out_of_time():
                 break
             recorded = self.store.get(key)
-            if recorded is not None:
-                self._finish(recorded)
+            if recorded is not None:  # the store holds the JSON form: keep the record
+                self._finish(dataclasses.replace(recorded, config=config))
                 continue
             invalid = self.space.runnable(config)
             if invalid is not None:
@@ -269,18 +267,18 @@ class Session:
         limit = self.remaining()
         if limit is not None:
             to_compile = to_compile[:limit]
-        compiled = self.evaluator.compile(self.problem, self.position,
+        compiled = self.evaluator.compile(self.task,
                                           [config for _, config in to_compile])
         for (key, config), (handle, failure, reason) in zip(to_compile, compiled, strict=True):
             if self.remaining() == 0 or self.out_of_time():
                 break
             recorded = self.store.get(key)  # another tuner may have measured it meanwhile
             if recorded is not None:
-                self._finish(recorded)
+                self._finish(dataclasses.replace(recorded, config=config))
             elif failure is not None:
                 self._finish(Outcome(config, key, failure, reason))
             else:
-                measured = self.evaluator.measure(self.problem, self.position, config, handle)
+                measured = self.evaluator.measure(self.task, config, handle)
                 self._finish(self._judge(config, key, measured))
         return [self.outcomes[key] for key in wanted if key in self.outcomes]
 

@@ -18,17 +18,20 @@ A recorded configuration that is not valid for the problem at hand is skipped.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import UsageError
 from ..ir.nodes import Problem
+from ..ir.task import Task, tasks_of
 from .canonical import identify, size_distance
 from .db import TuningDB, TuningRecord, default_path
-from .ranking import pick_best
-from .space import space_for
+from .ranking import Timed, pick_best
+from .search import space_for
 from .strategies import MODEL_CANDIDATES
 from .target import Config, TuningTarget
 from .tuner import TuneOptions, tune_problem
@@ -51,9 +54,20 @@ def normalize_policy(policy: Policy) -> str | None:
                      hint="tune= takes False, True, 'cached', 'model' or 'full'")
 
 
-def _usable(target: TuningTarget, problem: Problem, position: int, config: Config,
+def _recorded(target: TuningTarget, record: TuningRecord | Timed | None) -> Config | None:
+    """The record's configuration as the target's own type (None: not one of its)."""
+    if record is None:
+        return None
+    try:
+        return target.config_type.from_json(json.loads(record.config_key))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _usable(target: TuningTarget, task: Task, config: Config | None,
             default: Config) -> bool:
-    return set(config) == set(default) and target.violation(problem, position, config) is None
+    return config is not None and set(config.values()) == set(default.values()) and \
+        target.violation(task, config) is None
 
 
 def _open(db: DatabaseArg, create: bool) -> tuple[TuningDB | None, bool]:
@@ -67,14 +81,14 @@ def _open(db: DatabaseArg, create: bool) -> tuple[TuningDB | None, bool]:
     return TuningDB(path, create=create), True
 
 
-def lookup(target: TuningTarget, problem: Problem, position: int,
+def lookup(target: TuningTarget, task: Task,
            db: TuningDB) -> tuple[Config, str] | None:
-    """The best usable record for this problem, exact or of the nearest size."""
-    identity = identify(target, problem, position)
-    default = target.default_config(problem, position)
-    best = db.best(identity.key)
-    if best is not None and _usable(target, problem, position, best.config, default):
-        return best.config, "exact record"
+    """The best usable record for this task, exact or of the nearest size."""
+    identity = identify(target, task)
+    default = target.default_config(task)
+    best = _recorded(target, db.best(identity.key))
+    if best is not None and _usable(target, task, best, default):
+        return best, "exact record"
     by_problem: dict[str, list[TuningRecord]] = defaultdict(list)
     for record in db.family(identity.family):
         if record.identity.key != identity.key and record.ok:
@@ -85,67 +99,65 @@ def lookup(target: TuningTarget, problem: Problem, position: int,
                              records[0].identity.key),
     )
     for records in ranked:
-        candidate = pick_best(records)
-        if candidate is not None and _usable(target, problem, position, candidate.config,
-                                             default):
-            return candidate.config, f"nearest record {records[0].identity.describe_sizes()}"
+        candidate = _recorded(target, pick_best(records))
+        if candidate is not None and _usable(target, task, candidate, default):
+            return candidate, f"nearest record {records[0].identity.describe_sizes()}"
     return None
 
 
-def model_choice(target: TuningTarget, problem: Problem, position: int, seed: int = 0) -> Config:
+def model_choice(target: TuningTarget, task: Task, seed: int = 0) -> Config:
     """The valid configuration with the lowest predicted time (ties: space order)."""
-    space = space_for(target, problem, position)
+    space = space_for(target, task)
     candidates = space.candidates(random.Random(seed), MODEL_CANDIDATES)
     if not candidates:
-        return target.default_config(problem, position)
-    return min(candidates, key=lambda c: target.model_cost(problem, position, c))
+        return target.default_config(task)
+    return min(candidates, key=lambda c: target.model_cost(task, c))
 
 
-def choose_config(target: TuningTarget, problem: Problem, position: int, policy: Policy,
+def choose_config(target: TuningTarget, task: Task, policy: Policy,
                   db: DatabaseArg = None) -> tuple[Config, str]:
-    """The configuration of statement ``position`` under ``policy``, and its source.
+    """The configuration of ``task`` under ``policy``, and its source.
 
     ``db`` is an open :class:`~.db.TuningDB`, a path, or None for the default
     database; ``"cached"`` never creates the file.  Raises
     :class:`~.db.TuningDatabaseError` when the database is unusable."""
-    return choose_configs(target, problem, policy, db, positions=(position,))[0]
+    return choose_configs(target, task.problem, policy, db, tasks=(task,))[0]
 
 
 def choose_configs(target: TuningTarget, problem: Problem, policy: Policy,
                    db: DatabaseArg = None,
-                   positions: tuple[int, ...] | None = None,
+                   tasks: Sequence[Task] | None = None,
                    options: TuneOptions | None = None) -> list[tuple[Config, str]]:
-    """:func:`choose_config` for every statement (or those at ``positions``); with
+    """:func:`choose_config` for every task of ``problem`` (or those given); with
     ``"full"`` all of them are tuned in one session (one measuring process)."""
     mode = normalize_policy(policy)
-    positions = positions if positions is not None else tuple(
-        range(len(problem.program.statements)))
-    defaults = {p: target.default_config(problem, p) for p in positions}
+    tasks = tuple(tasks) if tasks is not None else tasks_of(problem)
+    defaults = {task: target.default_config(task) for task in tasks}
     if mode is None:
-        return [(defaults[p], DEFAULT_SOURCE) for p in positions]
+        return [(defaults[task], DEFAULT_SOURCE) for task in tasks]
     if mode == "model":
-        return [(model_choice(target, problem, p), "model") for p in positions]
+        return [(model_choice(target, task), "model") for task in tasks]
     database, opened = _open(db, create=mode == "full")
     try:
         if mode == "full":
             assert database is not None
             results = tune_problem(target, problem, options or TuneOptions(), database,
-                                   positions=positions)
+                                   tasks=tasks)
             chosen = []
-            for position, result in zip(positions, results, strict=True):
+            for task, result in zip(tasks, results, strict=True):
                 if result.best is None:
-                    chosen.append((defaults[position], f"{DEFAULT_SOURCE} (tuning found no "
+                    chosen.append((defaults[task], f"{DEFAULT_SOURCE} (tuning found no "
                                    "working variant)"))
                 else:
                     chosen.append((result.best.config,
                                    f"tuned now ({result.evaluations} variants)"))
             return chosen
         chosen = []
-        for position in positions:
+        for task in tasks:
             found = None
             if database is not None:
-                found = lookup(target, problem, position, database)
-            chosen.append(found if found is not None else (defaults[position], DEFAULT_SOURCE))
+                found = lookup(target, task, database)
+            chosen.append(found if found is not None else (defaults[task], DEFAULT_SOURCE))
         return chosen
     finally:
         if opened and database is not None:
@@ -163,11 +175,13 @@ def tuned_build_argument(backend: str, problem: Problem, policy: Policy,
         return None, ()
     from .target import get_target
 
-    chosen = choose_configs(get_target(backend), problem, policy, db)
+    tasks = tasks_of(problem)
+    chosen = choose_configs(get_target(backend), problem, policy, db, tasks=tasks)
     sources = tuple(source for _, source in chosen)
     configs = [config for config, _ in chosen]
     if backend == "cpu":
         from .cpu_target import schedule_from_configs
 
         return schedule_from_configs(problem, configs), sources
-    return dict(enumerate(configs)), sources
+    # the API's mappings= names statements: each one-statement task by its position
+    return {task.position: config for task, config in zip(tasks, configs, strict=True)}, sources

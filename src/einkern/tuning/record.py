@@ -23,7 +23,7 @@ class TuningRecord:
     """One measured (or failed) variant of one problem."""
 
     identity: ProblemIdentity
-    config_key: str  # canonical JSON of the configuration
+    config_key: str  # canonical JSON of the configuration's JSON form
     default: bool  # the target's default configuration
     status: str  # "ok" or a failure kind
     reason: str = ""
@@ -35,6 +35,8 @@ class TuningRecord:
 
     @property
     def config(self) -> dict[str, Any]:
+        """The configuration's JSON form (the target's ``config_type.from_json``
+        makes its typed record of it)."""
         return json.loads(self.config_key)
 
     @property

@@ -96,8 +96,10 @@ def _failures(pairs: Sequence[tuple[str, int]]) -> str:
 
 def print_results(problem: Problem, results: Sequence[StatementResult], *,
                   explain: bool = False, database: Path | None = None,
-                  simulated: Sequence[Timed | None] | None = None) -> None:
-    """The summary table of a tuning run (``simulated``: the best recorded per statement)."""
+                  simulated: Sequence[Timed | None] | None = None,
+                  rules: Sequence[tuple[tuple[str, str], ...]] | None = None) -> None:
+    """The summary table of a tuning run (``simulated``: the best recorded per statement;
+    ``rules``: with ``explain``, the (rule, reason) pairs of each default configuration)."""
     console = _console(sys.stdout)
     title = f"{problem.program.name}: tuning" + (" (simulated)" if simulated is not None else "")
     table = Table(title=Text(title))
@@ -131,8 +133,15 @@ def print_results(problem: Problem, results: Sequence[StatementResult], *,
     if database is not None:
         console.print(f"recorded in {database}", markup=False)
     if explain:
-        for result in results:
-            config = json.dumps(result.best.config, sort_keys=True) if result.best else "-"
+        for number, result in enumerate(results):
+            if result.default is not None:
+                default = json.dumps(result.default.config.to_json(), sort_keys=True)
+                console.print(f"S{result.position} default configuration: {default}",
+                              markup=False)
+            for rule, reason in rules[number] if rules is not None else ():
+                console.print(f"  {rule}: {reason}", markup=False)
+            config = json.dumps(result.best.config.to_json(), sort_keys=True) \
+                if result.best else "-"
             console.print(f"S{result.position} best configuration: {config}", markup=False)
 
 

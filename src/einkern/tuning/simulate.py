@@ -18,11 +18,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
-from ..ir.nodes import Problem
+from ..ir.task import Task
 from .canonical import ProblemIdentity, make_identity, same_problem
 from .db import TuningDB, TuningRecord
-from .space import canonical
-from .target import Config, Parameter, Timing, TuningTarget, VariantError
+from .search import canonical
+from .target import (
+    Config,
+    ConfigType,
+    Parameter,
+    ParameterConfig,
+    Timing,
+    TuningTarget,
+    VariantError,
+)
 
 
 def _sort_key(value: Any) -> tuple:
@@ -46,15 +54,20 @@ class SimulatedTarget:
     def backend(self) -> str:
         return self.records[0].identity.backend if self.records else "simulated"
 
+    @property
+    def config_type(self) -> ConfigType:
+        """The base target's configuration record, else named JSON values."""
+        return self.base.config_type if self.base is not None else ParameterConfig
+
     def device_key(self) -> dict[str, str]:
         return dict(self.records[0].identity.device) if self.records else {}
 
     def _by_config(self) -> dict[str, TuningRecord]:
         return {record.config_key: record for record in self.records}
 
-    def parameters(self, problem: Problem, position: int) -> tuple[Parameter, ...]:
+    def parameters(self, task: Task) -> tuple[Parameter, ...]:
         if self.base is not None:
-            return self.base.parameters(problem, position)
+            return self.base.parameters(task)
         values: dict[str, dict[str, Any]] = defaultdict(dict)
         for record in self.records:
             for name, value in record.config.items():
@@ -64,25 +77,25 @@ class SimulatedTarget:
             for name, found in sorted(values.items())
         )
 
-    def violation(self, problem: Problem, position: int, config: Config) -> str | None:
+    def violation(self, task: Task, config: Config) -> str | None:
         if self.base is not None:
-            return self.base.violation(problem, position, config)
+            return self.base.violation(task, config)
         return None
 
-    def default_config(self, problem: Problem, position: int) -> Config:
+    def default_config(self, task: Task) -> Config:
         if self.base is not None:
-            return self.base.default_config(problem, position)
+            return self.base.default_config(task)
         for record in self.records:
             if record.default:
-                return record.config
+                return self.config_type.from_json(record.config)
         if not self.records:
             raise UsageError("nothing recorded to simulate")
-        return self.records[0].config
+        return self.config_type.from_json(self.records[0].config)
 
-    def compile(self, problem: Problem, position: int, config: Config) -> str:
+    def compile(self, task: Task, config: Config) -> str:
         return canonical(config)
 
-    def measure(self, problem: Problem, position: int, config: Config, compiled: Any,
+    def measure(self, task: Task, config: Config, compiled: Any,
                 repeats: int, seed: int) -> Timing:
         record = self._by_config().get(canonical(config))
         if record is None:
@@ -92,10 +105,10 @@ class SimulatedTarget:
         error = record.error if record.error is not None and math.isfinite(record.error) else 0.0
         return Timing(record.times, error, record.resources)
 
-    def model_cost(self, problem: Problem, position: int, config: Config) -> float:
+    def model_cost(self, task: Task, config: Config) -> float:
         if self.base is None:
             raise UsageError("no cost model to simulate with for this backend here")
-        return self.base.model_cost(problem, position, config)
+        return self.base.model_cost(task, config)
 
 
 @dataclass(frozen=True)
@@ -106,10 +119,10 @@ class Recorded:
     records: tuple[TuningRecord, ...]
 
 
-def recorded_problem(db: TuningDB, backend: str, problem: Problem, position: int) -> Recorded:
-    """The records of statement ``position`` of ``problem`` in ``db``: of the device
-    and einkern version with the most records of it."""
-    wanted = make_identity(backend, {}, 0, problem, position)
+def recorded_task(db: TuningDB, backend: str, task: Task) -> Recorded:
+    """The records of ``task`` in ``db``: of the device and einkern version with the
+    most records of it."""
+    wanted = make_identity(backend, {}, 0, task)
     groups: dict[str, list[TuningRecord]] = defaultdict(list)
     for record in db.records():
         if same_problem(record.identity, wanted):
@@ -120,16 +133,15 @@ def recorded_problem(db: TuningDB, backend: str, problem: Problem, position: int
     return Recorded(chosen[0].identity, tuple(chosen))
 
 
-def simulated_targets(db: TuningDB, backend: str, problem: Problem,
-                      base: TuningTarget | None,
-                      positions: Sequence[int]) -> list[tuple[SimulatedTarget, Recorded]]:
-    """One simulated target per statement (UsageError when one has no records)."""
+def simulated_targets(db: TuningDB, backend: str, base: TuningTarget | None,
+                      tasks: Sequence[Task]) -> list[tuple[SimulatedTarget, Recorded]]:
+    """One simulated target per task (UsageError when one has no records)."""
     found = []
-    for position in positions:
-        recorded = recorded_problem(db, backend, problem, position)
+    for task in tasks:
+        recorded = recorded_task(db, backend, task)
         if not recorded.records:
             raise UsageError(
-                f"{db.path} has no {backend} records of statement {position} at these sizes",
+                f"{db.path} has no {backend} records of {task.name} at these sizes",
                 hint="simulate with the database, program and extents that were tuned",
             )
         found.append((SimulatedTarget(recorded.records, base), recorded))

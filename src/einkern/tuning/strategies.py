@@ -27,7 +27,7 @@ from typing import Protocol, runtime_checkable
 
 from ..errors import RegistrationError, UsageError
 from .evaluate import Outcome, Session
-from .space import SearchSpace, canonical
+from .search import SearchSpace, canonical
 from .target import Config
 
 #: Variants ranked by the model strategy (a seeded sample in larger spaces).
@@ -192,8 +192,9 @@ class Genetic:
                rng: random.Random) -> Config | None:
         mother = _tournament(people, rng).config
         father = _tournament(people, rng).config
-        child = {name: (mother if rng.random() < 0.5 else father)[name]
-                 for name in context.space.names}
+        parents = mother.values(), father.values()
+        child = context.space.make({name: parents[rng.random() >= 0.5][name]
+                                    for name in context.space.names})
         if rng.random() < self.mutation or canonical(child) in (canonical(mother),
                                                                 canonical(father)):
             neighbours = context.space.neighbours(child) if child in context.space else []

@@ -1,8 +1,8 @@
-"""Tuning a problem: every statement, one search each, results in the database.
+"""Tuning a problem: every task, one search each, results in the database.
 
 :func:`tune_problem` opens one :class:`~.evaluate.Evaluator` (compile threads
-and the measuring process) for all statements and runs :func:`tune_statement`
-on each: build the statement's search space, evaluate the default
+and the measuring process) for all tasks and runs :func:`tune_task` on each
+(today a task is one statement): build the task's search space, evaluate the default
 configuration first (the baseline every speedup refers to), then let the
 strategy search within the budget.  Outcomes go to the store as they arrive, so
 a killed run loses at most the variant being measured, and a re-run resumes
@@ -14,10 +14,11 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..ir.nodes import Problem
+from ..ir.task import Task, tasks_of
 from .canonical import ProblemIdentity, identify
 from .db import TuningDB
 from .evaluate import (
@@ -31,9 +32,9 @@ from .evaluate import (
     Session,
     Store,
 )
-from .space import SearchSpace, canonical, space_for
+from .search import SearchSpace, canonical, space_for
 from .strategies import SearchContext, get_strategy
-from .target import TuningTarget
+from .target import Config, TuningTarget
 
 DEFAULT_STRATEGY = "annealing"
 DEFAULT_BUDGET = 40
@@ -99,23 +100,23 @@ def total_evaluations(space: SearchSpace, budget: Budget) -> int | None:
     return budget.evaluations if size is None else min(size, budget.evaluations)
 
 
-def tune_statement(
+def tune_task(
     target: TuningTarget,
-    problem: Problem,
-    position: int,
+    task: Task,
     evaluator: Evaluator,
     options: TuneOptions,
     store: Store | None = None,
     progress: Callable[[Progress], None] | None = None,
     identity: ProblemIdentity | None = None,
 ) -> StatementResult:
-    """Search statement ``position`` with ``evaluator``; outcomes go to ``store``
-    (an in-memory one when None)."""
+    """Search ``task`` with ``evaluator``; outcomes go to ``store`` (an in-memory
+    one when None)."""
+    position = task.positions[0]
     started = time.monotonic()
-    identity = identity if identity is not None else identify(target, problem, position)
+    identity = identity if identity is not None else identify(target, task)
     store = store if store is not None else MemoryStore()
-    space = space_for(target, problem, position)
-    default = target.default_config(problem, position)
+    space = space_for(target, task)
+    default = target.default_config(task)
     total = total_evaluations(space, options.budget)
     session: Session
 
@@ -125,11 +126,11 @@ def tune_statement(
             progress(Progress(position, session.used, total, session.best(), default_outcome,
                               outcome))
 
-    session = Session(evaluator, problem, position, space, store, options.budget,
+    session = Session(evaluator, task, space, store, options.budget,
                       default_key=canonical(default), on_outcome=report)
 
-    def model(config: dict) -> float:
-        return target.model_cost(problem, position, config)
+    def model(config: Config) -> float:
+        return target.model_cost(task, config)
 
     strategy = get_strategy(options.strategy)
     context = SearchContext(space, default, model, batch=evaluator.workers)
@@ -141,7 +142,7 @@ def tune_statement(
     size = space.bounded_size()
     return StatementResult(
         position=position,
-        statement=str(problem.program.statements[position]),
+        statement="; ".join(str(statement) for statement in task.statements),
         identity=identity,
         default=session.outcomes.get(canonical(default)),
         best=session.best(),
@@ -160,18 +161,17 @@ def tune_problem(
     options: TuneOptions,
     db: TuningDB | None = None,
     progress: Callable[[Progress], None] | None = None,
-    positions: tuple[int, ...] | None = None,
+    tasks: Sequence[Task] | None = None,
 ) -> tuple[StatementResult, ...]:
-    """Tune every statement (or those at ``positions``), recording into ``db``."""
-    positions = positions if positions is not None else tuple(
-        range(len(problem.program.statements)))
+    """Tune every task of ``problem`` (or those given), recording into ``db``."""
+    tasks = tuple(tasks) if tasks is not None else tasks_of(problem)
     results = []
     with Evaluator(target, workers=options.workers, isolate=options.isolate,
                    timeout=options.timeout, repeats=options.repeats,
                    seed=options.seed) as evaluator:
-        for position in positions:
-            identity = identify(target, problem, position)
+        for task in tasks:
+            identity = identify(target, task)
             store: Store = DbStore(db, identity) if db is not None else MemoryStore()
-            results.append(tune_statement(target, problem, position, evaluator, options,
-                                          store, progress, identity))
+            results.append(tune_task(target, task, evaluator, options, store, progress,
+                                     identity))
     return tuple(results)

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..ir.nodes import Problem
+from ..ir.task import Task
 from .target import Config, Timing, TuningTarget, VariantError
 
 #: Seconds allowed for a worker process to start (imports included).
@@ -62,8 +62,7 @@ class Measured:
 @dataclass(frozen=True)
 class Job:
     target: TuningTarget
-    problem: Problem
-    position: int
+    task: Task
     config: Config
     compiled: Any
     repeats: int
@@ -80,7 +79,7 @@ def _run(job: Job) -> Measured:
     """Call the target; every exception becomes a failure."""
     try:
         timing = job.target.measure(
-            job.problem, job.position, job.config, job.compiled, job.repeats, job.seed
+            job.task, job.config, job.compiled, job.repeats, job.seed
         )
     except VariantError as error:
         return Measured(None, error.failure, error.message)

@@ -17,8 +17,11 @@ it, so reductions never leave their thread.  A *buffered* schedule (tiled
 reductions, or parallel loops moved inside the reduction loops) instead
 accumulates each outermost sum of a tile in a per-thread array ``sumbufK``, one
 reduction tile after another, then evaluates the expression from it.  A
-statement is computed in the widest dtype of the tensors it reads and converted
-to the output's dtype on store.
+statement is computed in :func:`einkern.semantics.compute_dtype` (the widest of
+its output's and its reads' dtypes; narrower reads widened exactly) and rounded
+to the output's dtype once, on store.  Functions are spelled as
+:data:`einkern.semantics.FUNCTIONS` says (NaN-propagating ``max``/``min``
+through :func:`einkern.semantics.c_helpers`).
 """
 
 from __future__ import annotations
@@ -26,12 +29,19 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
+from ... import semantics
+from ...gpu import exprs as E
+from ...gpu import kir
+from ...gpu.ctext import (
+    C_LITERAL_MACROS,
+    ENTRY_POINT,
+    function_name,
+    helper_functions,
+    mangle,
+)
 from ...ir.nodes import (
     Access,
     Binary,
@@ -46,6 +56,8 @@ from ...ir.nodes import (
     Sum,
     walk,
 )
+from ...semantics import C_TYPE
+from .printer import CpuText, index, load
 from .schedule import (
     CpuSchedule,
     LoopSchedule,
@@ -57,43 +69,18 @@ from .schedule import (
     top_level_sums,
 )
 
-ENTRY_POINT = "einkern_run"
-C_TYPES = {"float32": "float", "float64": "double"}
-_WIDTH = {"float32": 0, "float64": 1}
-_C_FUNCTIONS = {
-    "sqrt": "sqrt",
-    "exp": "exp",
-    "log": "log",
-    "abs": "fabs",
-    "sin": "sin",
-    "cos": "cos",
-    "tanh": "tanh",
-    "max": "fmax",
-    "min": "fmin",
-    "pow": "pow",
-}
 _INDENT = "    "
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-
-# Precedence of generated C expressions, loosest first.
-_ADD, _MUL, _UNARY, _ATOM = 1, 2, 3, 4
 
 
 def compute_dtype(program: Program, statement: Statement) -> str:
-    """Widest dtype of the tensors the statement reads (its output's when it reads none).
+    """The dtype the statement computes in: :func:`einkern.semantics.compute_dtype`
+    of its output and the tensors it reads.
 
     Scalars and constants take the statement's dtype, like NumPy's Python scalars."""
-    read = {access.tensor for access in statement.reads()}
-    if not read:
-        return program.tensor(statement.output.tensor).dtype
-    return max((program.tensor(name).dtype for name in read), key=_WIDTH.__getitem__)
-
-
-def c_identifier(prefix: str, name: str) -> str:
-    """A C identifier for an IR name, distinct for distinct names and prefixes."""
-    if _IDENTIFIER.match(name) and name.isascii():
-        return f"{prefix}_{name}"
-    return f"{prefix}q_{name.encode().hex()}"
+    return semantics.compute_dtype(
+        program.tensor(statement.output.tensor).dtype,
+        [program.tensor(access.tensor).dtype for access in statement.reads()],
+    )
 
 
 def emit_c(problem: Problem, schedule: CpuSchedule | None = None) -> str:
@@ -136,7 +123,8 @@ def _header(problem: Problem) -> list[str]:
         )
     for scalar in program.scalars:
         lines.append(f" * scalar {_comment_text(scalar.name)}")
-    lines += [" */", "#include <math.h>", "#include <stdint.h>", ""]
+    lines += [" */", "#include <math.h>", "#include <stdint.h>", C_LITERAL_MACROS,
+              helper_functions("static inline", integers=False)]
     return lines
 
 
@@ -162,7 +150,7 @@ def _entry_point(program: Program) -> list[str]:
         arguments = []
         for name in _statement_tensors(program, statement):
             const = "" if name == statement.output.tensor else "const "
-            ctype = C_TYPES[program.tensor(name).dtype]
+            ctype = C_TYPE[program.tensor(name).dtype]
             arguments.append(f"({const}{ctype} *)buffers[{position[name]}]")
         if _statement_scalars(program, statement):
             arguments.append("scalars")
@@ -179,11 +167,13 @@ class _Context:
     problem: Problem
     statement: Statement
     ctype: str
+    printer: CpuText
     counter: itertools.count = field(default_factory=itertools.count)
-    buffers: Mapping[Sum, str] = field(default_factory=dict)  # sums already computed
+    buffers: Mapping[Sum, kir.Expr] = field(default_factory=dict)  # sums already computed
 
     def fresh(self) -> str:
-        return f"acc{next(self.counter)}"
+        """A new accumulator (the printer knows it from now on)."""
+        return self.printer.declare(f"acc{next(self.counter)}")
 
     def size(self, index: str) -> int:
         return self.problem.index_size(self.statement, index)
@@ -191,27 +181,28 @@ class _Context:
 
 @dataclass(frozen=True)
 class _Code:
-    """A C expression and the statements that must run before it."""
+    """A kernel-IR value and the C statements that must run before it."""
 
     setup: tuple[str, ...]
-    text: str
-    precedence: int
+    value: kir.Expr
 
 
 def _statement_function(
     problem: Problem, number: int, statement: Statement, loops: LoopSchedule
 ) -> list[str]:
     program = problem.program
-    ctype = C_TYPES[compute_dtype(program, statement)]
-    context = _Context(problem, statement, ctype)
+    ctype = C_TYPE[compute_dtype(program, statement)]
+    scalars = _statement_scalars(program, statement)
+    buffers = [(f"sumbuf{n}", 1) for n in range(len(top_level_sums(statement.rhs)))]
+    printer = CpuText(problem, statement, ctype, scalars, buffers)
+    context = _Context(problem, statement, ctype, printer)
     output = statement.output
 
     parameters = []
     for name in _statement_tensors(program, statement):
         const = "" if name == output.tensor else "const "
-        tensor_ctype = C_TYPES[program.tensor(name).dtype]
-        parameters.append(f"{const}{tensor_ctype} *restrict {c_identifier('t', name)}")
-    scalars = _statement_scalars(program, statement)
+        tensor_ctype = C_TYPE[program.tensor(name).dtype]
+        parameters.append(f"{const}{tensor_ctype} *restrict {mangle('t', name)}")
     if scalars:
         parameters.append("const double *restrict scalars")
 
@@ -219,14 +210,14 @@ def _statement_function(
     if statement.span is not None:
         original = statement.span.source.text[statement.span.start : statement.span.end]
         lines.append(f" * source: {_comment_text(original)}")
-    store_ctype = C_TYPES[program.tensor(output.tensor).dtype]
+    store_ctype = C_TYPE[program.tensor(output.tensor).dtype]
     lines.append(f" * computed in {ctype}, stored as {store_ctype}")
     lines += [" */", f"static void statement_{number}({', '.join(parameters)})", "{"]
     positions = {s.name: i for i, s in enumerate(program.scalars)}
     for name in scalars:
         cast = "" if ctype == "double" else f"({ctype})"
         lines.append(
-            f"{_INDENT}const {ctype} {c_identifier('s', name)} = {cast}scalars[{positions[name]}];"
+            f"{_INDENT}const {ctype} {mangle('s', name)} = {cast}scalars[{positions[name]}];"
         )
 
     lines += [_INDENT + line for line in _loop_nest(context, loops)]
@@ -238,10 +229,10 @@ def _store(context: _Context) -> list[str]:
     """Evaluate the right-hand side and store it into the output element."""
     problem, statement = context.problem, context.statement
     output = statement.output
-    store_ctype = C_TYPES[problem.program.tensor(output.tensor).dtype]
+    store_ctype = C_TYPE[problem.program.tensor(output.tensor).dtype]
     value = _expr(statement.rhs, context)
-    target = f"{c_identifier('t', output.tensor)}[{_offset(problem, output)}]"
-    rhs = value.text
+    target = context.printer.target(mangle("t", output.tensor), index(problem, output))
+    rhs = context.printer.text(value.value)
     if statement.op == "=" and store_ctype != context.ctype:
         rhs = f"({store_ctype})({rhs})"
     return [*value.setup, f"{target} {statement.op} {rhs};"]
@@ -303,41 +294,44 @@ def _buffered_tile(context: _Context, loops: LoopSchedule, tiles: Mapping[str, i
             _point_header(index, context.size(index), tiles.get(index)) for index in node.indices
         ]
         body = _expr(node.body, context)
-        element = f"{name}[{position}]"
+        text = context.printer.text(body.value)
+        element = context.printer.target(name, position)
         if loops.inner == 0:
             acc = context.fresh()
             core = [
                 f"{context.ctype} {acc} = {element};",
-                *_nest(reduction_points, [*body.setup, f"{acc} += {body.text};"]),
+                *_nest(reduction_points, [*body.setup, f"{acc} += {text};"]),
                 f"{element} = {acc};",
             ]
             lines += _nest(reduction_tiles + outer, core)
         else:
-            core = [*body.setup, f"{element} += {body.text};"]
+            core = [*body.setup, f"{element} += {text};"]
             lines += _nest(reduction_tiles + outer + reduction_points + inner, core)
     final = dataclasses.replace(
-        context, buffers={node: f"{name}[{position}]" for node, name in names.items()}
+        context, buffers={node: kir.Load(name, position) for node, name in names.items()}
     )
     points = [_point_header(i, context.size(i), tiles.get(i)) for i in loops.order]
     return lines + _nest(points, _store(final))
 
 
-def _buffer_offset(order: Sequence[str], shape: Sequence[int], tiles: Mapping[str, int]) -> str:
+def _buffer_offset(
+    order: Sequence[str], shape: Sequence[int], tiles: Mapping[str, int]
+) -> kir.Expr:
     """Element of the sum buffer (row-major over ``order``) for the current point."""
-    terms = []
+    terms: list[tuple[kir.Expr, int]] = []
     stride = 1
-    for index, size in zip(reversed(order), reversed(shape), strict=True):
-        var = c_identifier("i", index)
-        if index in tiles:
-            var = f"({var} - {c_identifier('b', index)})"
+    for name, size in zip(reversed(order), reversed(shape), strict=True):
+        var: kir.Expr = kir.Var(mangle("i", name))
+        if name in tiles:
+            var = E.sub(var, kir.Var(mangle("b", name)))
         if size != 1:
-            terms.append(var if stride == 1 else f"{var}*{stride}")
+            terms.append((var, stride))
         stride *= size
-    return " + ".join(reversed(terms)) or "0"
+    return E.linear(terms[::-1])
 
 
 def _tile_header(index: str, size: int, tile: int) -> str:
-    block = c_identifier("b", index)
+    block = mangle("b", index)
     return f"for (int64_t {block} = 0; {block} < {size}; {block} += {tile}) {{"
 
 
@@ -346,7 +340,7 @@ def _point_header(index: str, size: int, tile: int | None) -> str:
     be shorter when the tile does not divide the extent)."""
     if tile is None:
         return _loop_header(index, size)
-    var, block = c_identifier("i", index), c_identifier("b", index)
+    var, block = mangle("i", index), mangle("b", index)
     end = f"{block} + {tile}"
     if size % tile:
         end = f"({end} < {size} ? {end} : {size})"
@@ -354,78 +348,38 @@ def _point_header(index: str, size: int, tile: int | None) -> str:
 
 
 def _loop_header(index: str, size: int) -> str:
-    var = c_identifier("i", index)
+    var = mangle("i", index)
     return f"for (int64_t {var} = 0; {var} < {size}; ++{var}) {{"
-
-
-def _offset(problem: Problem, access: Access) -> str:
-    """Linear element offset of an access, e.g. ``i_i*64 + i_k``."""
-    terms = []
-    shape = problem.shape(access.tensor)
-    strides = problem.strides(access.tensor)
-    for index, size, stride in zip(access.indices, shape, strides, strict=True):
-        if size == 1:
-            continue  # the index is always 0 there
-        var = c_identifier("i", index)
-        terms.append(var if stride == 1 else f"{var}*{stride}")
-    return " + ".join(terms) or "0"
 
 
 # ---- expressions -------------------------------------------------------------
 
 
-def _literal(value: float, ctype: str) -> _Code:
-    """A C constant; a float32 statement gets the float nearest the double value."""
-    if np.isnan(value):
-        text = "NAN"  # NAN and INFINITY are float constants, exact in either type
-    elif np.isinf(value):
-        text = "INFINITY" if value > 0 else "-INFINITY"
-    elif ctype == "float" and float(np.float32(value)) == value:
-        text = f"{float(value)!r}f"
-    elif ctype == "float":
-        text = f"(float){float(value)!r}"
-    else:
-        text = repr(float(value))
-    precedence = _UNARY if text.startswith(("-", "(")) else _ATOM
-    return _Code((), text, precedence)
-
-
-def _wrap(code: _Code, loosest: int) -> str:
-    """The code's text, parenthesised unless it binds at least as tight as ``loosest``."""
-    return code.text if code.precedence >= loosest else f"({code.text})"
-
-
 def _expr(expr: Expr, context: _Context) -> _Code:
+    """The kernel-IR value of ``expr`` (printed by :class:`.printer.CpuText`) and the
+    loops of the sums it needs first."""
     if isinstance(expr, Const):
-        return _literal(expr.value, context.ctype)
+        return _Code((), kir.Float(expr.value))
     if isinstance(expr, ScalarRef):
-        return _Code((), c_identifier("s", expr.name), _ATOM)
+        return _Code((), kir.Var(mangle("s", expr.name)))
     if isinstance(expr, Access):
-        program = context.problem.program
-        text = f"{c_identifier('t', expr.tensor)}[{_offset(context.problem, expr)}]"
-        if C_TYPES[program.tensor(expr.tensor).dtype] != context.ctype:
-            return _Code((), f"({context.ctype}){text}", _UNARY)
-        return _Code((), text, _ATOM)
+        return _Code((), load(context.problem, expr))
     if isinstance(expr, Neg):
         operand = _expr(expr.operand, context)
-        # Parenthesise anything but an atom, so "-" never meets another "-".
-        return _Code(operand.setup, f"-{_wrap(operand, _ATOM)}", _UNARY)
+        return _Code(operand.setup, kir.Neg(operand.value))
     if isinstance(expr, Binary):
-        left = _expr(expr.left, context)
-        right = _expr(expr.right, context)
-        precedence = _ADD if expr.op in "+-" else _MUL
-        # Left-associative C operators: the right operand needs parentheses at equal
-        # precedence, which also keeps the IR's evaluation order for + and *.
-        text = f"{_wrap(left, precedence)} {expr.op} {_wrap(right, precedence + 1)}"
-        return _Code(left.setup + right.setup, text, precedence)
+        left, right = _expr(expr.left, context), _expr(expr.right, context)
+        return _Code(left.setup + right.setup, kir.Op(expr.op, left.value, right.value))
     if isinstance(expr, Call):
         args = [_expr(arg, context) for arg in expr.args]
-        name = _C_FUNCTIONS[expr.func] + ("f" if context.ctype == "float" else "")
         setup = tuple(line for arg in args for line in arg.setup)
-        return _Code(setup, f"{name}({', '.join(arg.text for arg in args)})", _ATOM)
+        values = tuple(arg.value for arg in args)
+        if expr.func in ("max", "min"):  # the printers' NaN-propagating max/min
+            return _Code(setup, kir.Op(expr.func, *values))
+        return _Code(setup, kir.Call(function_name(expr.func, context.ctype), values))
     if isinstance(expr, Sum):
         if expr in context.buffers:
-            return _Code((), context.buffers[expr], _ATOM)
+            return _Code((), context.buffers[expr])
         return _sum(expr, context)
     raise TypeError(f"unknown expression node {expr!r}")
 
@@ -435,11 +389,11 @@ def _sum(expr: Sum, context: _Context) -> _Code:
     acc = context.fresh()
     body = _expr(expr.body, context)
     lines = [f"{context.ctype} {acc} = 0; /* {_comment_text(str(expr))} */"]
-    for depth, index in enumerate(expr.indices):
-        lines.append(_INDENT * depth + _loop_header(index, context.size(index)))
+    for depth, name in enumerate(expr.indices):
+        lines.append(_INDENT * depth + _loop_header(name, context.size(name)))
     inner = _INDENT * len(expr.indices)
     lines += [inner + line for line in body.setup]
-    lines.append(f"{inner}{acc} += {body.text};")
+    lines.append(f"{inner}{acc} += {context.printer.text(body.value)};")
     for depth in range(len(expr.indices) - 1, -1, -1):
         lines.append(_INDENT * depth + "}")
-    return _Code(tuple(lines), acc, _ATOM)
+    return _Code(tuple(lines), kir.Var(acc))

@@ -13,23 +13,20 @@ from typing import Any
 
 from ...arrays import ArrayInfo
 from ...errors import BackendError
+from ...gpu.mapping import Mapping
 from ...ir.nodes import Problem
 from . import arrays as _arrays
-from .codegen import CudaSource, KernelSpec, generate
-from .decision import DEFAULT_LIMITS, DeviceLimits, DirectMapping, decide
+from .codegen import CudaSource, KernelSpec
 from .executable import CudaExecutable
-from .mapped import MappingSpec, generate_mapped
+from .generate import MappingSpec, generate, resolve_mappings
 from .nvrtc import DEFAULT_ARCH, KernelResources, kernel_resources
 
 __all__ = [
     "CudaBackend",
     "CudaExecutable",
     "CudaSource",
-    "DeviceLimits",
-    "DirectMapping",
     "KernelResources",
     "KernelSpec",
-    "decide",
     "kernel_resources",
 ]
 
@@ -63,11 +60,8 @@ class CudaBackend:
 
     def source(self, problem: Problem, mappings: MappingSpec = None) -> CudaSource:
         """Kernels of the problem: each statement under its mapping (given, or the
-        decision algorithm's); ``mappings="baseline"`` gives the first backend's
-        direct mapping (kept for comparison)."""
-        if mappings == "baseline":
-            return generate(problem, self._limits())
-        return generate_mapped(problem, mappings)  # type: ignore[arg-type]
+        decision algorithm's)."""
+        return generate(problem, mappings)
 
     def emit(self, problem: Problem, mappings: MappingSpec = None) -> str:
         """CUDA C source of the problem (needs no GPU)."""
@@ -122,20 +116,12 @@ class CudaBackend:
             arch = self.device_properties(0).arch if self.available() else DEFAULT_ARCH
         return kernel_resources(problem, arch, mappings)
 
-    def mappings(self, problem: Problem) -> list[DirectMapping]:
-        """The decision for each statement (see :func:`.decision.decide`)."""
-        limits = self._limits()
-        return [decide(problem, s, limits) for s in problem.program.statements]
-
-    def _limits(self) -> DeviceLimits:
-        if not self.available():
-            return DEFAULT_LIMITS
-        props = self.device_properties(0)
-        return DeviceLimits(
-            max_threads_per_block=props.max_threads_per_block,
-            max_grid=props.max_grid,
-            warp_size=props.warp_size,
-        )
+    def mappings(self, problem: Problem, mappings: MappingSpec = None) -> list[Mapping]:
+        """The :class:`~einkern.gpu.mapping.Mapping` each statement's kernel is
+        compiled under (the given ones, the decision algorithm's for the others),
+        in statement order: the mappings :meth:`source` lowers."""
+        chosen = resolve_mappings(problem, mappings)
+        return [chosen[p] for p in range(len(problem.program.statements))]
 
 
 def _probe() -> tuple[bool, str | None]:

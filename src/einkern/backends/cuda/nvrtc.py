@@ -290,10 +290,9 @@ def kernel_resources(problem: Problem, arch: str = DEFAULT_ARCH,
                      mappings=None) -> list[KernelResources]:
     """Registers, shared memory, stack and spills of every kernel of ``problem``
     for ``arch`` (needs NVRTC, not a GPU), in statement order."""
-    from .codegen import generate
-    from .mapped import generate_mapped
+    from .generate import generate
 
-    generated = generate(problem) if mappings == "baseline" else generate_mapped(problem, mappings)
+    generated = generate(problem, mappings)
     module = compile_cubin(generated.text, arch)
     found = {r.name: r for r in module.resources}
     return [found[k.name] for k in generated.kernels if k.name in found]

@@ -1,9 +1,20 @@
-"""C text of kernel-IR expressions and statements, shared by the CUDA printer
-(:mod:`.cuda_printer`) and the CPU emulation (:mod:`.emulator_c`).
+"""C text: the one printer base of every C the project generates.
 
-:class:`CText` prints everything both targets spell alike; its subclasses say
-how thread variables, array elements, vector lanes and the block/thread
-indices are spelled, so both targets run the same index arithmetic.
+Policies every printer follows, defined once here: literals (:func:`float_literal`,
+:func:`int_literal`; NaN and infinities as the ``EKX_NAN_F``… macros of
+:data:`C_LITERAL_MACROS` / the CUDA prelude), reserved words and the printers'
+own prefix (:func:`check_identifier`), mangling of IR names into C identifiers
+(:func:`mangle`), the C spelling of the language's functions
+(:func:`function_name`, from :data:`einkern.semantics.FUNCTIONS`) and the
+NaN-propagating ``max``/``min`` helpers (:func:`helper_functions`), and the entry
+point of a C library (:data:`ENTRY_POINT`).  The CPU backend
+(:mod:`einkern.backends.cpu.codegen`) prints its expressions with these.
+
+:class:`CText` prints kernel-IR expressions and statements for the CUDA printer
+(:mod:`.cuda_printer`) and the CPU emulation (:mod:`.emulator_c`): everything
+both targets spell alike; its subclasses say how thread variables, array
+elements, vector lanes and the block/thread indices are spelled, so both
+targets run the same index arithmetic.
 
 Typing of literals.  Every expression has a C type inferred bottom-up (array
 element types, declared variable types, ``int`` for :class:`~kir.Int`, C's usual
@@ -17,10 +28,10 @@ float happens here, visibly, and identically for both targets), ``0.1`` in
 double context (``repr``: exact).  Integer contexts print a Float as a double
 literal.  NaN and infinities print as the macros ``EKX_NAN_F``, ``EKX_INF_D``…
 that each target's prelude defines.  :class:`~kir.Int` prints in decimal, with
-``LL`` when it does not fit in 32 bits.  ``Op("min"/"max")`` prints as
-``ekx_min_T``/``ekx_max_T`` for the operation's type ``T``: NaN-propagating for
-floating types (as NumPy's ``minimum``/``maximum``), plain comparisons for
-integers.
+``LL`` when it does not fit in 32 bits.  ``Op("min"/"max")`` prints for the
+operation's type as the table's NaN-propagating helper for floating types
+(``ek_max_f``…: NumPy's ``maximum``/``minimum``), ``ekx_min_T``/``ekx_max_T``
+(plain comparisons) for integers.
 """
 
 from __future__ import annotations
@@ -32,12 +43,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..semantics import DTYPE_OF_C_TYPE, FUNCTIONS, c_helpers
 from . import kir
+from .kir import ELEMENT_BYTES
 
-ELEMENT_BYTES = {"float": 4, "double": 8, "int": 4, "long long": 8}
 FLOATING = frozenset({"float", "double"})
 _RANK = ("int", "long long", "float", "double")
-_SUFFIX = {"int": "i", "long long": "ll", "float": "f", "double": "d"}
+SUFFIX = {"int": "i", "long long": "ll", "float": "f", "double": "d"}
 SHARED_ALIGNMENT = 16  # bytes; every shared array starts at such an offset (vector loads)
 PREFIX = "ekx_"  # identifiers the printers reserve for themselves
 COMPARISONS = frozenset({"<", "<=", ">", ">=", "==", "!="})
@@ -61,16 +73,47 @@ _KEYWORDS = frozenset(
     warpSize malloc free NULL NAN INFINITY""".split()
 )
 
-PRELUDE_FUNCTIONS = """\
+#: Name of the function a generated C library exports (the CPU backend's and the
+#: emulation's): ``void einkern_run(void **buffers, const double *scalars)``.
+ENTRY_POINT = "einkern_run"
+
+#: NaN and infinity literals in plain C (the CUDA prelude spells them by bits).
+C_LITERAL_MACROS = """\
+#define EKX_NAN_F NAN
+#define EKX_INF_F INFINITY
+#define EKX_NAN_D ((double)NAN)
+#define EKX_INF_D ((double)INFINITY)
+"""
+
+_HELPER_NAMES = frozenset(c for f in FUNCTIONS.values() for c in f.c.values() if "_" in c)
+_INTEGER_HELPERS = """\
 {q} int ekx_min_i(int a, int b) {{ return a < b ? a : b; }}
 {q} int ekx_max_i(int a, int b) {{ return a > b ? a : b; }}
 {q} long long ekx_min_ll(long long a, long long b) {{ return a < b ? a : b; }}
 {q} long long ekx_max_ll(long long a, long long b) {{ return a > b ? a : b; }}
-{q} float ekx_min_f(float a, float b) {{ return (a != a || b != b) ? a + b : fminf(a, b); }}
-{q} float ekx_max_f(float a, float b) {{ return (a != a || b != b) ? a + b : fmaxf(a, b); }}
-{q} double ekx_min_d(double a, double b) {{ return (a != a || b != b) ? a + b : fmin(a, b); }}
-{q} double ekx_max_d(double a, double b) {{ return (a != a || b != b) ? a + b : fmax(a, b); }}
 """
+
+
+def helper_functions(qualifier: str, integers: bool = True) -> str:
+    """Definitions of the helpers printed code calls, each declared with
+    ``qualifier``: the table's NaN-propagating floating ``max``/``min``
+    (:func:`einkern.semantics.c_helpers`) and, with ``integers``, integer ones."""
+    text = _INTEGER_HELPERS.format(q=qualifier) if integers else ""
+    return text + c_helpers(qualifier)
+
+
+def function_name(func: str, ctype: str) -> str:
+    """C spelling of the language's function ``func`` computed in ``ctype``."""
+    return FUNCTIONS[func].c_name(DTYPE_OF_C_TYPE[ctype])
+
+
+def mangle(prefix: str, name: str) -> str:
+    """A C identifier for an IR name: ``prefix_name``, distinct for distinct names
+    and prefixes (a name that is not an ASCII identifier is spelled in hex:
+    ``prefixq_<hex>``).  Never a keyword, since the prefix comes first."""
+    if _IDENTIFIER.fullmatch(name) and name.isascii():
+        return f"{prefix}_{name}"
+    return f"{prefix}q_{name.encode().hex()}"
 
 # ---- literals and types ------------------------------------------------------
 
@@ -131,7 +174,7 @@ def vector_type(stmt: kir.VectorLoad) -> tuple[str, str]:
 
 def check_identifier(name: str) -> str:
     """``name`` if it is a C identifier no printer or prelude uses; else ValueError."""
-    bad = name in _KEYWORDS or call_type(name) is not None
+    bad = name in _KEYWORDS or call_type(name) is not None or name in _HELPER_NAMES
     if bad or not _IDENTIFIER.fullmatch(name) or name.lower().startswith(PREFIX):
         raise ValueError(f"{name!r} is not a C identifier the printers accept")
     return name
@@ -337,7 +380,9 @@ class CText:
             raise ValueError(f"unknown operator {e.op!r}")
         if e.op in ("min", "max"):
             left, right = self.expr(e.left, env, kind), self.expr(e.right, env, kind)
-            return f"ekx_{e.op}_{_SUFFIX[kind]}({left}, {right})"
+            if kind in FLOATING:
+                return f"{function_name(e.op, kind)}({left}, {right})"
+            return f"ekx_{e.op}_{SUFFIX[kind]}({left}, {right})"
         return f"{self._sub(e.left, env, kind)} {e.op} {self._sub(e.right, env, kind)}"
 
     # -- statements ------------------------------------------------------------

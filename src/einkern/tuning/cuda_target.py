@@ -1,5 +1,7 @@
-"""The CUDA backend as a tuning target: mapping configurations of one statement,
-compiled with NVRTC, checked and timed with CUDA events in a worker process."""
+"""The CUDA backend as a tuning target: mapping configurations of one task (the
+GPU planner's space and decision), compiled with NVRTC, checked and timed with
+CUDA events in a worker process.  The device's limits come from the runtime
+(:func:`einkern.backends.cuda.limits.device_limits`)."""
 
 from __future__ import annotations
 
@@ -9,12 +11,14 @@ from typing import Any
 
 import numpy as np
 
+from ..backends.cuda.limits import device_limits
+from ..gpu.config import CudaConfig
+from ..gpu.decision import default_config, explain
+from ..gpu.model import predicted_time
+from ..gpu.space import config_to_mapping, parameters, violation
 from ..ir.nodes import Problem
-from ..tuning.target import Config, Parameter, Timing, VariantError
-from .decision import default_config
-from .device import current_limits
-from .model import predicted_time
-from .space import config_to_mapping, parameters, violation
+from ..ir.task import Task
+from .target import Config, Parameter, Timing, VariantError
 
 
 @dataclass(frozen=True)
@@ -40,17 +44,18 @@ class CompiledVariant:
     resources: tuple[tuple[str, Any], ...]
 
 
-def single_statement(problem: Problem, position: int) -> Problem:
-    """The problem reduced to statement ``position`` (and the tensors it touches)."""
-    from ..ir.bind import make_problem, statement_program
 
-    return make_problem(statement_program(problem.program, position), dict(problem.sizes))
-
+def _own(config: Config) -> CudaConfig:
+    """``config`` as the CUDA target's record (the tuner hands back what it was given)."""
+    if not isinstance(config, CudaConfig):
+        raise VariantError("invalid", f"not a CUDA configuration: {config!r}")
+    return config
 
 class CudaTarget:
     """:class:`~einkern.tuning.target.TuningTarget` of the ``cuda`` backend."""
 
     backend = "cuda"
+    config_type = CudaConfig
 
     def device_key(self) -> dict[str, str]:
         from ..backends.cuda import driver
@@ -66,37 +71,42 @@ class CudaTarget:
             "nvrtc": ".".join(map(str, nvrtc_version())),
         }
 
-    def parameters(self, problem: Problem, position: int) -> tuple[Parameter, ...]:
+    def parameters(self, task: Task) -> tuple[Parameter, ...]:
         """The space's candidate values, each list extended by the default
         configuration's value when it lies outside (e.g. a register tile covering
         a whole extent of 12), so that the default is a point of the space."""
-        default = self.default_config(problem, position)
+        default = self.default_config(task).values()
         found = []
-        for name, values in parameters(problem, position).items():
+        for name, values in parameters(task).items():
             if name in default and default[name] not in values:
                 values = (*values, default[name])
             found.append(Parameter(name, values))
         return tuple(found)
 
-    def violation(self, problem: Problem, position: int, config: Config) -> str | None:
+    def violation(self, task: Task, config: Config) -> str | None:
+        if not isinstance(config, CudaConfig):
+            return f"not a CUDA configuration: {config!r}"
         try:
-            return violation(problem, position, config, current_limits())
+            return violation(task, config, device_limits())
         except (KeyError, TypeError, ValueError) as error:
             return f"malformed configuration: {error}"
 
-    def default_config(self, problem: Problem, position: int) -> Config:
-        return default_config(problem, position, current_limits())[0]
+    def default_config(self, task: Task) -> Config:
+        return default_config(task, device_limits())[0]
 
-    def compile(self, problem: Problem, position: int, config: Config) -> CompiledVariant:
+    def explain_default(self, task: Task) -> tuple[tuple[str, str], ...]:
+        """The decision's (rule, reason) pairs for ``task`` (gpu/decision.RULES)."""
+        return explain(task, device_limits()).steps
+
+    def compile(self, task: Task, config: Config) -> CompiledVariant:
         from ..backends.cuda.nvrtc import compile_cubin
-        from .cuda_printer import launch_shape, print_cuda_module
-        from .padding import plan_statement
+        from ..gpu.cuda_printer import launch_shape, print_cuda_module
+        from ..gpu.plan import plan_task
 
-        limits = current_limits()
-        mapping = config_to_mapping(problem, position, config)
-        name = f"ek_tune_s{position}"
-        plan = plan_statement(problem, position, mapping, name,
-                              max_shared_bytes=limits.shared_per_block_optin)
+        limits = device_limits()
+        mapping = config_to_mapping(task, _own(config))
+        name = f"ek_tune_s{task.positions[0]}"
+        plan = plan_task(task, mapping, name, max_shared_bytes=limits.shared_per_block_optin)
         module = compile_cubin(print_cuda_module([launch.kernel for launch in plan.launches]),
                                limits.arch)
         found = [r for r in module.resources if r.name == name]
@@ -119,13 +129,12 @@ class CudaTarget:
                 ("spill_stores", resources.spill_stores)),
         )
 
-    def measure(self, problem: Problem, position: int, config: Config, compiled: Any,
+    def measure(self, task: Task, config: Config, compiled: Any,
                 repeats: int, seed: int) -> Timing:
-        return _measure(single_statement(problem, position), compiled, repeats, seed)
+        return _measure(task.view, compiled, repeats, seed)
 
-    def model_cost(self, problem: Problem, position: int, config: Config) -> float:
-        mapping = config_to_mapping(problem, position, config)
-        return predicted_time(problem, position, mapping, current_limits())
+    def model_cost(self, task: Task, config: Config) -> float:
+        return predicted_time(task, config_to_mapping(task, _own(config)), device_limits())
 
 
 _REFERENCE: dict[tuple, dict] = {}
@@ -136,14 +145,13 @@ def _measure(problem: Problem, compiled: CompiledVariant, repeats: int, seed: in
     problem in this worker), then time ``repeats`` launches with CUDA events, the L2
     flushed before each."""
     from ..backends.cuda import driver
+    from ..backends.verify import random_inputs
+    from ..testing import random_scalars
     from ..reference import evaluate, relative_error
-    from .verify import random_inputs
 
     driver.activate(0)
     key = (problem, seed)
     if key not in _REFERENCE:
-        from ..testing import random_scalars  # (module level after the move to tuning/)
-
         arrays = random_inputs(problem, seed)
         scalars = random_scalars(problem, seed)
         _REFERENCE.clear()
@@ -172,10 +180,11 @@ def _measure(problem: Problem, compiled: CompiledVariant, repeats: int, seed: in
 
         run()
         driver.synchronize(compiled.launches[-1].name)
-        output = problem.program.statements[0].output.tensor
-        result = np.empty_like(arrays[output])
-        driver.copy_to_host(result.ctypes.data, pointers[output], result.nbytes)
-        error = relative_error(result, data["expected"][output])
+        error = 0.0
+        for output in problem.program.outputs:
+            result = np.empty_like(arrays[output])
+            driver.copy_to_host(result.ctypes.data, pointers[output], result.nbytes)
+            error = max(error, relative_error(result, data["expected"][output]))
         timer = driver.EventTimer()
         cuda = driver._cuda()
         times = []

@@ -1,7 +1,6 @@
-"""CUDA source from mappings: every statement lowered through the kernel IR
-(:mod:`einkern.gpu.lower`) with its :class:`~einkern.gpu.mapping.Mapping` and
-printed by :mod:`einkern.gpu.cuda_printer`.  This is the backend's code path;
-``codegen.py`` (the first backend's direct mapping) is kept as a baseline."""
+"""The CUDA generation pipeline: every statement lowered through the kernel IR
+(:mod:`einkern.gpu.lower`) under its :class:`~einkern.gpu.mapping.Mapping` (given,
+or the decision algorithm's) and printed by :mod:`einkern.gpu.cuda_printer`."""
 
 from __future__ import annotations
 
@@ -11,63 +10,71 @@ from collections.abc import Mapping as MappingType
 from pathlib import Path
 
 from ...errors import UsageError
+from ...gpu.kir import ELEMENT_BYTES
+from ...gpu.mapping import Mapping
 from ...ir.nodes import Problem
+from ...ir.task import statement_task
 from .codegen import CudaSource, KernelSpec
+from .limits import device_limits
 
 MappingSpec = MappingType[int, object] | None
 
 
 def resolve_mappings(problem: Problem, mappings: MappingSpec = None) -> dict[int, object]:
-    """A Mapping per statement: the given ones (Mapping, config dict, or JSON path),
-    the decision algorithm's default for the others."""
+    """A Mapping per statement: the given ones (Mapping, CudaConfig, either in JSON
+    form, or a JSON file of either), the decision algorithm's default for the others."""
+    from ...gpu.config import CudaConfig, parse_config
     from ...gpu.decision import decide
-    from ...gpu.device import current_limits
-    from ...gpu.mapping import Mapping
     from ...gpu.space import config_to_mapping
 
-    limits = current_limits()
+    limits = device_limits()
     chosen: dict[int, object] = {}
     given = dict(mappings or {})
     for position in range(len(problem.program.statements)):
         spec = given.get(position)
         if spec is None:
-            chosen[position] = decide(problem, position, limits)
+            chosen[position] = decide(statement_task(problem, position), limits)
         elif isinstance(spec, Mapping):
             chosen[position] = spec
+        elif isinstance(spec, CudaConfig):
+            chosen[position] = config_to_mapping(statement_task(problem, position), spec)
         elif isinstance(spec, dict):  # a Mapping in JSON form, or a configuration
-            chosen[position] = (Mapping.from_json(json.dumps(spec)) if "parallel" in spec
-                                else config_to_mapping(problem, position, spec))
+            chosen[position] = (
+                Mapping.from_json(json.dumps(spec)) if "parallel" in spec
+                else config_to_mapping(statement_task(problem, position),
+                                       parse_config(spec, f"mapping of statement {position}")))
         elif isinstance(spec, str | Path):
             path = Path(spec)
             if not path.exists():
                 raise UsageError(f"no such mapping file: {spec}")
             text = path.read_text()
             data = json.loads(text)
-            chosen[position] = (Mapping.from_json(text) if "parallel" in data
-                                else config_to_mapping(problem, position, data))
+            chosen[position] = (
+                Mapping.from_json(text) if "parallel" in data
+                else config_to_mapping(statement_task(problem, position),
+                                       parse_config(data, str(spec))))
         else:
             raise UsageError(f"cannot use {type(spec).__name__} as a mapping")
     return chosen
 
 
-def generate_mapped(problem: Problem, mappings: MappingSpec = None) -> CudaSource:
+def generate(problem: Problem, mappings: MappingSpec = None) -> CudaSource:
     """CUDA C of the whole problem under ``mappings``: per statement one kernel, or
     (boundary ``pad``) a padding copy per input, the kernel, and a crop copy."""
     from ...gpu.cuda_printer import launch_shape, print_cuda_module
-    from ...gpu.device import current_limits
-    from ...gpu.padding import plan_statement
+    from ...gpu.plan import plan_task
 
-    limits = current_limits()
+    limits = device_limits()
     chosen = resolve_mappings(problem, mappings)
     program = re.sub(r"[^A-Za-z0-9_]", "_", problem.program.name)[:40]
     kernels = []
     specs = []
-    temporaries = []
+    temporaries: list[tuple[str, int]] = []
     for position, statement in enumerate(problem.program.statements):
         name = f"ek_{program}_s{position}"
-        plan = plan_statement(problem, position, chosen[position], name,
-                              max_shared_bytes=limits.shared_per_block_optin)
-        temporaries.extend((buffer, elements * (4 if ctype == "float" else 8))
+        plan = plan_task(statement_task(problem, position), chosen[position], name,
+                         max_shared_bytes=limits.shared_per_block_optin)
+        temporaries.extend((buffer, elements * ELEMENT_BYTES[ctype])
                            for buffer, ctype, elements in plan.temporaries)
         for launch in plan.launches:
             shape = launch_shape(launch.kernel)

@@ -4,7 +4,8 @@ A :class:`SearchSpace` is the product of the target's parameter values filtered
 by its ``violation`` check.  Nothing invalid is ever yielded: iteration walks
 :func:`itertools.product` in a fixed order and skips what the check rejects,
 sampling rejects invalid draws, and neighbours are checked before they are
-returned.  Configurations are plain dicts; :func:`canonical` turns one into the
+returned.  Configurations are the target's typed records (built from named
+parameter values by its ``config_type``); :func:`canonical` turns one into the
 canonical JSON text used as its identity everywhere (sets, the database, ties).
 """
 
@@ -18,8 +19,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..ir.nodes import Problem
-from .target import Config, Parameter, TuningTarget
+from ..ir.task import Task
+from .target import Config, ConfigType, Configuration, Parameter, ParameterConfig, TuningTarget
 
 #: Random draws :meth:`SearchSpace.sample` tries before giving up (or enumerating,
 #: in a space small enough).
@@ -30,13 +31,17 @@ ENUMERATION_LIMIT = 200_000
 
 
 def canonical(config: Config) -> str:
-    """Canonical JSON text of a configuration (sorted keys, no spaces)."""
-    return json.dumps(config, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    """Canonical JSON text of a configuration's JSON form (sorted keys, no spaces)."""
+    return json.dumps(config.to_json(), sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=True)
 
 
 def _same(left: Any, right: Any) -> bool:
-    """Equality of JSON values (a tuple equals the list JSON gives back)."""
-    return json.dumps(left, sort_keys=True) == json.dumps(right, sort_keys=True)
+    """Equality of parameter values, a tuple equal to the same list (JSON gives
+    lists back), ``True`` not equal to ``1``."""
+    if isinstance(left, list | tuple) and isinstance(right, list | tuple):
+        return len(left) == len(right) and all(map(_same, left, right))
+    return type(left) is type(right) and left == right
 
 
 @dataclass(frozen=True)
@@ -46,37 +51,48 @@ class SearchSpace:
 
     parameters: tuple[Parameter, ...]
     check: Callable[[Config], str | None]
+    config_type: ConfigType = ParameterConfig
 
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(parameter.name for parameter in self.parameters)
 
+    def make(self, values: dict[str, Any]) -> Config:
+        """The configuration of these named values (unchecked)."""
+        return self.config_type.from_values(values)
+
+    def _draw(self, rng: random.Random) -> Config:
+        return self.make({p.name: p.values[rng.randrange(len(p.values))]
+                          for p in self.parameters})
+
     def runnable(self, config: Config) -> str | None:
         """Why the target cannot run ``config`` (parameters missing or unknown, or its
         check fails), or None.  Unlike :meth:`violation`, values outside the
         candidate lists are allowed (a default or recorded configuration may use one)."""
-        if set(config) != set(self.names):
-            missing = sorted(set(self.names) - set(config))
-            extra = sorted(set(config) - set(self.names))
+        given = set(config.values())
+        if given != set(self.names):
+            missing = sorted(set(self.names) - given)
+            extra = sorted(given - set(self.names))
             return f"parameters differ (missing {missing}, unknown {extra})"
         return self.check(config)
 
     def violation(self, config: Config) -> str | None:
         """Why ``config`` is not in the space, or None."""
-        if set(config) != set(self.names):
+        values = config.values()
+        if set(values) != set(self.names):
             return self.runnable(config)
         for parameter in self.parameters:
-            if self.position(parameter, config[parameter.name]) is None:
-                return f"{parameter.name}={config[parameter.name]!r} is not a candidate value"
+            if self.position(parameter, values[parameter.name]) is None:
+                return f"{parameter.name}={values[parameter.name]!r} is not a candidate value"
         return self.check(config)
 
     def __contains__(self, config: object) -> bool:
-        return isinstance(config, dict) and self.violation(config) is None
+        return isinstance(config, Configuration) and self.violation(config) is None
 
     def __iter__(self) -> Iterator[Config]:
         """Valid configurations in a deterministic order (the product's order)."""
         for values in itertools.product(*(p.values for p in self.parameters)):
-            config = dict(zip(self.names, values, strict=True))
+            config = self.make(dict(zip(self.names, values, strict=True)))
             if self.check(config) is None:
                 yield config
 
@@ -99,8 +115,7 @@ class SearchSpace:
         rng = random.Random(seed)
         valid = 0
         for _ in range(samples):
-            config = {p.name: p.values[rng.randrange(len(p.values))] for p in self.parameters}
-            valid += self.check(config) is None
+            valid += self.check(self._draw(rng)) is None
         fraction = valid / samples
         spread = 1.96 * (fraction * (1 - fraction) / samples) ** 0.5
         raw = self.raw_size()
@@ -125,7 +140,7 @@ class SearchSpace:
         """A uniformly drawn valid configuration (rejection sampling; enumeration when
         valid ones are rare in a small space).  Raises ValueError when none is found."""
         for _ in range(SAMPLE_ATTEMPTS):
-            config = {p.name: p.values[rng.randrange(len(p.values))] for p in self.parameters}
+            config = self._draw(rng)
             if self.check(config) is None:
                 return config
         size = self.bounded_size()
@@ -155,14 +170,15 @@ class SearchSpace:
         the nearest valid value on either side (adjacent when that one is valid),
         in parameter order, lower side first."""
         found = []
+        values = config.values()
         for parameter in self.parameters:
-            here = self.position(parameter, config[parameter.name])
+            here = self.position(parameter, values[parameter.name])
             if here is None:
                 continue
             for step in (-1, 1):
                 place = here + step
                 while 0 <= place < len(parameter.values):
-                    moved = {**config, parameter.name: parameter.values[place]}
+                    moved = self.make({**values, parameter.name: parameter.values[place]})
                     if self.check(moved) is None:
                         found.append(moved)
                         break
@@ -170,11 +186,11 @@ class SearchSpace:
         return found
 
 
-def space_for(target: TuningTarget, problem: Problem, position: int) -> SearchSpace:
-    """The search space of statement ``position`` as the target defines it."""
-    parameters = tuple(target.parameters(problem, position))
+def space_for(target: TuningTarget, task: Task) -> SearchSpace:
+    """The search space of ``task`` as the target defines it."""
+    parameters = tuple(target.parameters(task))
 
     def check(config: Config) -> str | None:
-        return target.violation(problem, position, config)
+        return target.violation(task, config)
 
-    return SearchSpace(parameters, check)
+    return SearchSpace(parameters, check, target.config_type)

@@ -9,12 +9,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..arrays import random_arrays
+from ..gpu.mapping import Mapping
+from ..gpu.plan import Launch, plan_task
 from ..ir.nodes import Problem
+from ..ir.task import tasks_of
 from ..reference import evaluate, relative_error
 from ..testing import random_scalars
 from .emulator import DTYPES, AccessError, emulate
-from .mapping import Mapping
-from .padding import Launch, plan_statement
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ def random_inputs(problem: Problem, seed: int) -> dict[str, np.ndarray]:
 def emulate_problem(problem: Problem, mappings: MappingType[int, Mapping],
                     arrays: MappingType[str, np.ndarray], scalars: MappingType[str, float],
                     kernels=None):
-    """Run every statement (its plan of launches: see :mod:`.padding`) in the emulator
+    """Run every statement (its plan of launches: see :mod:`.plan`) in the emulator
     on copies of ``arrays``.  Returns (final arrays, refused accesses, their count).
     ``kernels`` (one per statement) replaces the plans, for fault injection."""
     work = {name: np.array(a, copy=True, order="K") for name, a in arrays.items()}
@@ -48,8 +49,9 @@ def emulate_problem(problem: Problem, mappings: MappingType[int, Mapping],
         launches = [Launch(k, tuple(p.name[2:] for p in k.params if p.is_array))
                     for k in kernels]
     else:
-        for position in range(len(problem.program.statements)):
-            plan = plan_statement(problem, position, mappings[position], f"s{position}")
+        for task in tasks_of(problem):
+            position = task.position
+            plan = plan_task(task, mappings[position], f"s{position}")
             for buffer, ctype, size in plan.temporaries:
                 work[buffer] = np.full(size, np.nan, dtype=DTYPES[ctype])
             launches.extend(plan.launches)

@@ -24,14 +24,16 @@ from typing import Any
 
 import numpy as np
 
-from ..backends.cpu.backend import load_or_compile
-from ..backends.cpu.compiler import cache_directory, toolchain
 from ..errors import ArgumentError, BackendError
-from . import kir
-from .emulator_c import KINDS, MAX_ERRORS, RECORD, EmulationSource, emulation_source
-from .emulator_c import print_emulation_c as print_emulation_c
+from ..gpu import kir
+from ..gpu.emulator_c import KINDS, MAX_ERRORS, RECORD, EmulationSource, emulation_source
+from ..gpu.emulator_c import print_emulation_c as print_emulation_c
+from ..semantics import C_TYPE, NUMPY_DTYPE
+from .cpu.backend import load_or_compile
+from .cpu.compiler import cache_directory, toolchain
 
-DTYPES = {"float": np.float32, "double": np.float64, "int": np.int32, "long long": np.int64}
+#: NumPy dtype of each C type a kernel declares.
+DTYPES = {C_TYPE[d]: NUMPY_DTYPE[d].type for d in C_TYPE} | {"int": np.int32, "long long": np.int64}
 
 
 @dataclass(frozen=True)

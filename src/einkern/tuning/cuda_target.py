@@ -146,8 +146,8 @@ def _measure(problem: Problem, compiled: CompiledVariant, repeats: int, seed: in
     flushed before each."""
     from ..backends.cuda import driver
     from ..backends.verify import random_inputs
-    from ..testing import random_scalars
     from ..reference import evaluate, relative_error
+    from ..testing import random_scalars
 
     driver.activate(0)
     key = (problem, seed)

@@ -99,7 +99,7 @@ def test_second_compile_hits_the_cache(tmp_path, monkeypatch):
     assert not first.cached and second.cached
     assert second.cubin == first.cubin and second.resources == first.resources
     files = sorted(p.suffix for p in (tmp_path / "cache" / "cuda").iterdir())
-    assert files == [".cubin", ".json"]
+    assert files == [".cubin", ".json", ".seal", ".seal"]  # each sealed: key and digest
     (tmp_path / "cache" / "cuda" / f"{first.key}.json").write_text("{broken")
     assert not compile_cubin(text, "sm_90").cached  # a damaged entry is rebuilt
     assert not compile_cubin(text, "sm_89").cached  # another arch is another entry

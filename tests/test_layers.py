@@ -33,15 +33,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("facade", ("einkern", "einkern.__main__")),  # the package root, above all
 )
 
-#: Imports that break the rules today, each removed by the branch named.  The
-#: lead empties this at merge; an entry that no longer exists fails
-#: :func:`test_allowed_violations_still_exist`, so it cannot linger.
-ALLOWED: dict[tuple[str, str], str] = {
-    # found when main (planning) was merged into layers: device_limits() asks the
-    # backend registry for the CUDA backend, which imports generate -> limits
-    # (backends <-> backends.cuda cycle). To remove: probe the GPU without the registry.
-    ("einkern.backends.cuda.limits", "einkern.backends"): "planning (follow-up)",
-}
+#: Imports allowed to break the rules, each with the reason (none today).  An
+#: entry that no longer exists fails :func:`test_allowed_violations_still_exist`,
+#: so it cannot linger.
+ALLOWED: dict[tuple[str, str], str] = {}
 
 
 def layer_of(module: str) -> int | None:

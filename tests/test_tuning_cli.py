@@ -102,6 +102,7 @@ def test_db_show_export_import_prune(tuned, tmp_path, capsys):
     assert "imported 10 of 10" in capsys.readouterr().out
     with TuningDB(path, create=False) as original, TuningDB(copy, create=False) as imported:
         assert imported.records() == original.records()
+        assert imported.verdicts() == original.verdicts() and len(data["verdicts"]) >= 1
     assert main(["db", "import", str(wisdom), "--db", str(copy)]) == 0
     assert "imported 0 of 10" in capsys.readouterr().out
     assert main(["db", "prune", str(copy), "--keep-best"]) == 0

@@ -23,6 +23,7 @@ from einkern.tuning.evaluate import Budget, DbStore, Evaluator
 from einkern.tuning.policy import choose_config, choose_configs, normalize_policy
 from einkern.tuning.target import ParameterConfig
 from einkern.tuning.tuner import TuneOptions, tune_problem
+from einkern.tuning.verdict import ROUNDS, Verdict, canonical_text
 
 
 def record(identity, config: dict, median: float | None, status: str = "ok",
@@ -33,11 +34,19 @@ def record(identity, config: dict, median: float | None, status: str = "ok",
                         0.0 if median is not None else None, (), stamp)
 
 
-def fill(db: TuningDB, n: int, best: dict, best_time: float = 1e-3) -> None:
+def fill(db: TuningDB, n: int, best: dict, best_time: float = 1e-3,
+         confirmed: bool = True) -> None:
+    """Records of problem size ``n`` and, when ``confirmed``, the verdict of a run in
+    which ``best`` beat the default side by side."""
     identity = identify(Synthetic(), statement_task(fake_problem(n), 0))
-    db.add(record(identity, {"a": 0, "b": 0, "c": 0}, 5e-3, default=True))
+    default = {"a": 0, "b": 0, "c": 0}
+    db.add(record(identity, default, 5e-3, default=True))
     db.add(record(identity, best, best_time))
     db.add(record(identity, {"a": 5, "b": 5, "c": 0}, None, status="crash"))
+    if confirmed:
+        db.add_verdict(Verdict(identity.key, identity.family, canonical_text(best),
+                               canonical_text(default), True, 5e-3 / best_time, "faster",
+                               (5e-3,) * 3, (best_time,) * 3, ((5e-3, best_time),), 2.0))
 
 
 def snapshot(path: Path) -> tuple[bytes, int]:
@@ -200,8 +209,12 @@ def test_cached_policy_exact_then_nearest_then_default(tmp_path):
     with TuningDB(path) as db:
         fill(db, 64, {"a": 1, "b": 1, "c": 1})
         fill(db, 4000, {"a": 4, "b": 4, "c": 2})
+        fill(db, 80, {"a": 2, "b": 2, "c": 2}, confirmed=False)  # never beat the default
     assert choose_config(target, statement_task(fake_problem(64), 0), "cached", path) == (
         C(a=1, b=1, c=1), "exact record")
+    # its own records unconfirmed, size 80 takes the nearest confirmed winner (64)
+    assert choose_config(target, statement_task(fake_problem(80), 0), "cached", path) == (
+        C(a=1, b=1, c=1), "nearest record i=64, j=64, k=64")
     config, source = choose_config(target, statement_task(fake_problem(3000), 0), True, path)
     assert config == C(a=4, b=4, c=2)
     assert source == "nearest record i=4000, j=4000, k=4000"
@@ -255,7 +268,11 @@ def test_resume_from_database_measures_nothing_twice(tmp_path):
         first = tune_problem(target, problem, options, db)[0]
         measured = list(calls)
         again = tune_problem(target, problem, options, db)[0]
-        assert again.resumed == 25 and calls == measured
+        # nothing measured again but the final side-by-side of default and winner
+        side_by_side = calls[len(measured):]
+        assert again.resumed == 25 and calls[:len(measured)] == measured
+        assert set(side_by_side) == {(0, 0, 0), point(again.best.config)}
+        assert len(side_by_side) == 2 * ROUNDS and len(db.verdicts()) == 2
         assert again.best.config_key == first.best.config_key
         assert len(db.records()) == 25
         with Evaluator(target, isolate=False) as evaluator:
@@ -332,7 +349,12 @@ def test_records_written_before_tasks_are_found_by_task(tmp_path, monkeypatch):
             return None
 
     with TuningDB(tmp_path / "old.sqlite") as db:
-        db.add(TuningRecord.from_json(written["records"][1]["record"]))
+        old = TuningRecord.from_json(written["records"][1]["record"])
+        db.add(old)
+        # an old record is used only once a run confirmed it beat the default
+        assert lookup(Recorded(), tasks[1], db) is None
+        db.add_verdict(Verdict(old.identity.key, old.identity.family, old.config_key,
+                               canonical_text({"a": 0, "b": 0}), True, 1.5, "faster"))
         assert lookup(Recorded(), tasks[1], db) == (
             ParameterConfig.from_values({"a": 1, "b": 2}), "exact record")
         assert lookup(Recorded(), tasks[0], db) is None

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import einkern
@@ -105,6 +105,51 @@ class Synthetic:
 
     def model_cost(self, task: Task, config: Config) -> float:
         return self.cost(config)
+
+
+@dataclass(frozen=True)
+class Noisy:
+    """A target measured under load, as a shared machine is.
+
+    One parameter ``v`` in ``0..5``, default 0; the true time of ``v`` is
+    ``costs[v]`` milliseconds.  Timed run ``k`` of a measurement is multiplied by
+    ``load[k % len(load)]`` (a heavy-tailed pattern makes a wide, slow spread), and
+    the first measurement an instance makes (the default's, in a tuning run) by
+    ``first_load`` too.  ``model`` is the analytic cost of each ``v`` (what the
+    ``model`` strategy measures first)."""
+
+    costs: tuple[float, ...] = (1.0,) * 6
+    load: tuple[float, ...] = (1.0,)
+    first_load: float = 1.0
+    model: tuple[float, ...] = (0.0, 1.0, 2.0, 3.0, 4.0, 5.0)
+    backend: str = "noisy"
+    measured: list = field(default_factory=list, compare=False, hash=False, repr=False)
+    config_type: ClassVar[ConfigType] = ParameterConfig
+
+    def device_key(self) -> dict[str, str]:
+        return {"name": "noisy device", "version": "1"}
+
+    def parameters(self, task: Task) -> tuple[Parameter, ...]:
+        return (Parameter("v", tuple(range(len(self.costs)))),)
+
+    def violation(self, task: Task, config: Config) -> str | None:
+        return None
+
+    def default_config(self, task: Task) -> Config:
+        return C(v=0)
+
+    def compile(self, task: Task, config: Config) -> Any:
+        return canonical(config)
+
+    def measure(self, task: Task, config: Config, compiled: Any, repeats: int,
+                seed: int) -> Timing:
+        burst = self.first_load if not self.measured else 1.0
+        self.measured.append(config["v"])
+        cost = 1e-3 * self.costs[config["v"]] * burst
+        return Timing(tuple(cost * self.load[k % len(self.load)] for k in range(repeats)), 0.0)
+
+    def model_cost(self, task: Task, config: Config) -> float:
+        return self.model[config["v"]]
 
 
 def test_synthetic_optimum_is_valid_and_unique():

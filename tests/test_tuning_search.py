@@ -17,6 +17,7 @@ from einkern.tuning.search import SearchSpace, canonical, space_for
 from einkern.tuning.strategies import get_strategy, strategy_names
 from einkern.tuning.target import Parameter, Timing
 from einkern.tuning.tuner import TuneOptions, tune_task
+from einkern.tuning.verdict import ROUNDS
 
 OPTIMUM = (4, 1, 3)
 
@@ -152,12 +153,16 @@ def test_resumed_outcomes_are_not_measured_again():
             return super().measure(task, config, *rest)
 
     store = MemoryStore()
-    run(Counting(), "annealing", Budget(evaluations=12), seed=4, store=store)
-    assert len(calls) == 12
+    first = run(Counting(), "annealing", Budget(evaluations=12), seed=4, store=store)
+    # 12 variants searched, then the default and the winner side by side, every round
+    assert len(calls) == 12 + 2 * ROUNDS
+    assert set(calls[12:]) == {first.default.config_key, first.best.config_key}
     calls.clear()
     result = run(Counting(), "annealing", Budget(evaluations=20), seed=4, store=store)
-    assert result.resumed == 12 and len(calls) == 8  # same proposals first, then new ones
-    assert len(set(calls) & set(store.outcomes)) == 8
+    searched = calls[:-2 * ROUNDS]
+    assert result.resumed == 12 and len(searched) == 8  # same proposals first, then new ones
+    assert len(set(searched) & set(store.outcomes)) == 8
+    assert len(store.verdicts) == 2  # one per run
 
 
 # ---- wrong results and winners --------------------------------------------------

@@ -21,6 +21,7 @@ from ..tuning.evaluate import DEFAULT_REPEATS, DEFAULT_TIMEOUT_S, Budget, Evalua
 from ..tuning.report import ProgressDisplay, print_database, print_results
 from ..tuning.strategies import strategy_names
 from ..tuning.tuner import DEFAULT_BUDGET, DEFAULT_STRATEGY, TuneOptions, tune_problem, tune_task
+from ..tuning.verdict import Verdict
 from .common import extent_arg, load_problem
 
 WISDOM_FORMAT = "einkern-wisdom"
@@ -189,15 +190,17 @@ def command_db(args: argparse.Namespace) -> int:
         return 0
     if args.db_command == "export":
         with TuningDB(path, create=False) as db:
-            records = db.records()
-        _write_wisdom(args.path, records)
+            records, verdicts = db.records(), db.verdicts()
+        _write_wisdom(args.path, records, verdicts)
         where = "standard output" if args.path == "-" else args.path
         print(f"exported {len(records)} records to {where}", file=sys.stderr)
         return 0
     if args.db_command == "import":
-        records = _read_wisdom(args.path)
+        records, verdicts = _read_wisdom(args.path)
         with TuningDB(path, create=True) as db:
             stored = db.add_many(records)
+            for verdict in verdicts:
+                db.add_verdict(verdict)
             print(f"imported {stored} of {len(records)} records into {db.path}")
         return 0
     from ..tuning.canonical import einkern_version
@@ -212,9 +215,11 @@ def command_db(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_wisdom(path: str, records: Sequence[TuningRecord]) -> None:
+def _write_wisdom(path: str, records: Sequence[TuningRecord],
+                  verdicts: Sequence[Verdict] = ()) -> None:
     text = json.dumps({"format": WISDOM_FORMAT, "version": WISDOM_VERSION,
-                       "records": [record.to_json() for record in records]}, indent=1)
+                       "records": [record.to_json() for record in records],
+                       "verdicts": [verdict.to_json() for verdict in verdicts]}, indent=1)
     if path == "-":
         sys.stdout.write(text + "\n")
         return
@@ -229,7 +234,8 @@ def _write_wisdom(path: str, records: Sequence[TuningRecord]) -> None:
         raise UsageError(f"cannot write {path}: {error}") from error
 
 
-def _read_wisdom(path: str) -> list[TuningRecord]:
+def _read_wisdom(path: str) -> tuple[list[TuningRecord], list[Verdict]]:
+    """The records and verdicts of a wisdom file (files without verdicts: none)."""
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
         data = json.loads(text)
@@ -248,7 +254,13 @@ def _read_wisdom(path: str) -> list[TuningRecord]:
             records.append(TuningRecord.from_json(item))
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise UsageError(f"{path}: record {number} is malformed ({error!r})") from error
-    return records
+    verdicts = []
+    for number, item in enumerate(data.get("verdicts", [])):
+        try:
+            verdicts.append(Verdict.from_json(item))
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise UsageError(f"{path}: verdict {number} is malformed ({error!r})") from error
+    return records, verdicts
 
 
 TUNE_COMMANDS = {"tune": command_tune, "db": command_db}

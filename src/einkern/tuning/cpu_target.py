@@ -30,7 +30,7 @@ import numpy as np
 
 from ..backends.cpu.backend import CpuExecutable, load_library
 from ..backends.cpu.codegen import emit_c
-from ..backends.cpu.compiler import cache_directory, compile_library, library_path, toolchain
+from ..backends.cpu.compiler import cache_directory, cached_library, compile_library, toolchain
 from ..backends.cpu.schedule import (
     CpuSchedule,
     LoopSchedule,
@@ -227,8 +227,8 @@ class CpuTarget:
         source = emit_c(single, CpuSchedule((loop_schedule(config),)))
         directory = cache_directory()
         chain = toolchain(directory)
-        path = library_path(source, chain, directory)
-        if not path.exists():
+        path = cached_library(source, chain, directory)
+        if path is None:
             path = compile_library(source, chain, directory)
         return str(path)
 

@@ -6,6 +6,14 @@ is not SQLite, a SQLite file of another application or a corrupt one raises
 busy timeout, so several tuners can share it, and every write is a transaction,
 so killing a tuner mid-write loses at most the variant being written.
 
+Besides the records, the ``verdicts`` table keeps the final side-by-side
+comparison of every tuning run (:mod:`.verdict`); :meth:`TuningDB.champion`
+is the configuration ``tune="cached"`` may use.  The table was added to schema
+1 in place (``CREATE TABLE IF NOT EXISTS`` on open; einkerns that predate it
+ignore it): records written before it load as they are, are resumed by tuning
+runs and shown by ``db show``, but no record of a problem is used by
+``tune="cached"`` until a tuning run of that problem confirms a winner.
+
 Default location: ``$EINKERN_TUNING_DB``, else
 ``platformdirs.user_cache_dir("einkern")/tuning.sqlite``.
 """
@@ -25,6 +33,7 @@ import platformdirs
 from ..errors import EinkernError
 from .ranking import pick_best
 from .record import COLUMNS, TuningRecord, from_row, to_row
+from .verdict import VERDICT_COLUMNS, Verdict, verdict_from_row, verdict_to_row
 
 __all__ = ["TuningDB", "TuningDatabaseError", "TuningRecord", "default_path"]
 
@@ -32,6 +41,15 @@ APPLICATION_ID = 0x45494E4B  # "EINK"
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 60.0
 SQLITE_HEADER = b"SQLite format 3\x00"
+
+_VERDICTS = """
+CREATE TABLE IF NOT EXISTS verdicts (
+    key TEXT NOT NULL, family TEXT NOT NULL, config TEXT NOT NULL, default_config TEXT NOT NULL,
+    beats INTEGER NOT NULL, speedup REAL, reason TEXT NOT NULL, default_times TEXT NOT NULL,
+    winner_times TEXT NOT NULL, rounds TEXT NOT NULL, timestamp REAL NOT NULL,
+    PRIMARY KEY (key, timestamp, config)
+)"""
+
 
 _SCHEMA = f"""
 CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -45,6 +63,7 @@ CREATE TABLE records (
     PRIMARY KEY (key, config)
 );
 CREATE INDEX records_family ON records (family);
+{_VERDICTS};
 PRAGMA application_id = {APPLICATION_ID};
 PRAGMA user_version = {SCHEMA_VERSION};
 """
@@ -117,6 +136,13 @@ class TuningDB:
                     )
         return stored
 
+    def add_verdict(self, verdict: Verdict) -> None:
+        """Store the verdict of one tuning run (every run's verdict is kept)."""
+        marks = ", ".join("?" * len(VERDICT_COLUMNS))
+        with self._transaction() as cursor:
+            cursor.execute(f"INSERT OR REPLACE INTO verdicts VALUES ({marks})",
+                           verdict_to_row(verdict))
+
     def prune(self, *, failed: bool = True, stale_version: str | None = None,
               keep_best_only: bool = False) -> int:
         """Delete failed records, records of einkern versions other than
@@ -139,6 +165,8 @@ class TuningDB:
                     records = [from_row(row) for row in rows]
                     best = pick_best(r for r in records if r.ok)
                     keep = {r.config_key for r in records if r.default}
+                    keep |= {row[0] for row in cursor.execute(
+                        "SELECT config FROM verdicts WHERE key = ? AND beats = 1", (key,))}
                     if best is not None:
                         keep.add(best.config_key)
                     for record in records:
@@ -148,6 +176,7 @@ class TuningDB:
                                 (key, record.config_key),
                             )
                             deleted += 1
+            cursor.execute("DELETE FROM verdicts WHERE key NOT IN (SELECT key FROM records)")
         return deleted
 
     # -- reading ------------------------------------------------------------
@@ -171,6 +200,36 @@ class TuningDB:
         """The best successful record of problem ``key`` (ties broken as in
         :mod:`.ranking`), or None."""
         return pick_best(r for r in self.records(key) if r.ok)  # type: ignore[return-value]
+
+    def verdicts(self, key: str | None = None) -> list[Verdict]:
+        """Every verdict (of problem ``key`` when given), oldest first."""
+        if key is None:
+            return self._select_verdicts("", ())
+        return self._select_verdicts("WHERE key = ?", (key,))
+
+    def family_verdicts(self, family: str) -> list[Verdict]:
+        """Every verdict of the problems of one family."""
+        return self._select_verdicts("WHERE family = ?", (family,))
+
+    def champion(self, key: str) -> Verdict | None:
+        """The verdict ``tune="cached"`` follows for problem ``key``: of the runs whose
+        winner beat the default side by side, the one with the largest same-run
+        speedup (ties: the latest); None when no run's winner beat the default."""
+        return champion(self.verdicts(key))
+
+    def _select_verdicts(self, where: str, parameters: tuple[Any, ...]) -> list[Verdict]:
+        query = (f"SELECT {', '.join(VERDICT_COLUMNS)} FROM verdicts {where} "
+                 "ORDER BY timestamp, config")
+        with self._lock:
+            try:
+                rows = self._connection.execute(query, parameters).fetchall()
+            except sqlite3.OperationalError as error:
+                if "no such table" in str(error):
+                    return []  # a read-only file written before verdicts existed
+                raise _database_error(self.path, error) from error
+            except sqlite3.DatabaseError as error:
+                raise _database_error(self.path, error) from error
+        return [verdict_from_row(row) for row in rows]
 
     def _select(self, where: str, parameters: tuple[Any, ...]) -> list[TuningRecord]:
         query = f"SELECT {', '.join(COLUMNS)} FROM records {where} ORDER BY timestamp, config"
@@ -213,6 +272,15 @@ class _Transaction:
             self.db._lock.release()
         if isinstance(error, sqlite3.DatabaseError):
             raise _database_error(self.db.path, error) from error
+
+
+def champion(verdicts: Iterable[Verdict]) -> Verdict | None:
+    """Of ``verdicts`` (of one problem), the winning one with the largest speedup
+    (ties: the latest); None when none beat the default."""
+    winners = [v for v in verdicts if v.beats]
+    if not winners:
+        return None
+    return max(winners, key=lambda v: (v.speedup or 0.0, v.timestamp, v.config_key))
 
 
 def _database_error(path: Path, error: sqlite3.Error) -> TuningDatabaseError:
@@ -301,6 +369,11 @@ def _prepare(connection: sqlite3.Connection, path: Path) -> None:
             f"{SCHEMA_VERSION})",
             hint="upgrade einkern, or use another --db",
         )
+    try:
+        connection.execute(_VERDICTS)  # files written before the verdicts table
+    except sqlite3.OperationalError as error:
+        if "readonly" not in str(error) and "locked" not in str(error):
+            raise
     check = connection.execute("PRAGMA quick_check").fetchone()[0]
     if check != "ok":
         raise TuningDatabaseError(

@@ -4,7 +4,9 @@ An :class:`Evaluator` owns the shared resources (a thread pool for compiling,
 the measurer); a :class:`Session` evaluates the configurations of one statement
 that a search strategy proposes, within a :class:`Budget`, consulting and
 filling a :class:`Store` (the tuning database) so a resumed run never measures
-a recorded variant again.  Each evaluated variant becomes an :class:`Outcome`:
+a recorded variant again.  :meth:`Evaluator.side_by_side` measures the
+default and the winner in interleaved rounds at the end of a run (see
+:mod:`.verdict`).  Each evaluated variant becomes an :class:`Outcome`:
 ``ok`` with its timing, or a failure kind from
 :data:`~.target.FAILURE_KINDS`.  A variant whose result differs from the
 reference by more than the dtype's tolerance is ``wrong`` and can never win.
@@ -29,6 +31,7 @@ from .db import TuningDB, TuningRecord
 from .ranking import pick_best
 from .search import SearchSpace, canonical
 from .target import Config, ParameterConfig, Timing, TuningTarget, VariantError
+from .verdict import ROUNDS, Verdict, judge
 from .worker import InProcessMeasurer, Job, Measured, Measurer, ProcessMeasurer
 
 DEFAULT_REPEATS = 10
@@ -82,6 +85,16 @@ class Outcome:
 
 
 @dataclass(frozen=True)
+class SideBySide:
+    """Times of the final interleaved measurement: every time of each variant, and
+    each round's (default, winner) median."""
+
+    default: tuple[float, ...] = ()
+    winner: tuple[float, ...] = ()
+    rounds: tuple[tuple[float, float], ...] = ()
+
+
+@dataclass(frozen=True)
 class Budget:
     """Stop after ``evaluations`` variants or ``seconds`` of wall time (either, both
     or neither)."""
@@ -91,11 +104,13 @@ class Budget:
 
 
 class Store(Protocol):
-    """Where outcomes are kept between runs."""
+    """Where outcomes (and the verdicts of finished runs) are kept between runs."""
 
     def get(self, config_key: str) -> Outcome | None: ...
 
     def put(self, outcome: Outcome) -> None: ...
+
+    def put_verdict(self, verdict: Verdict) -> None: ...
 
 
 class MemoryStore:
@@ -103,6 +118,10 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self.outcomes: dict[str, Outcome] = {}
+        self.verdicts: list[Verdict] = []
+
+    def put_verdict(self, verdict: Verdict) -> None:
+        self.verdicts.append(verdict)
 
     def get(self, config_key: str) -> Outcome | None:
         found = self.outcomes.get(config_key)
@@ -142,6 +161,9 @@ class DbStore:
             times=outcome.times, error=None if timing is None else timing.max_relative_error,
             resources=outcome.resources, timestamp=time.time(),
         ))
+
+    def put_verdict(self, verdict: Verdict) -> None:
+        self.db.add_verdict(verdict)
 
 
 class Evaluator:
@@ -192,6 +214,40 @@ class Evaluator:
         job = Job(self.target, task, config, compiled, self.repeats,
                   self.seed * 1_000_003 + task.positions[0])
         return self._measurer.measure(job, self.timeout)
+
+    def side_by_side(self, task: Task, default: Config, winner: Config,
+                     rounds: int = ROUNDS) -> tuple[bool, float | None, str, SideBySide]:
+        """Measure ``default`` and ``winner`` in ``rounds`` interleaved rounds (the
+        order alternating) and judge them (:func:`.verdict.judge`): ``(beats,
+        speedup, reason, times)``.  A winner that fails now does not beat the
+        default; a default that fails now is beaten by a winner that works."""
+        configs = {"default": default, "winner": winner}
+        compiled = dict(zip(configs, self.compile(task, list(configs.values())),
+                            strict=True))
+        for name, (_, failure, reason) in compiled.items():
+            if failure is not None:
+                return (name == "default", None,
+                        f"the {name} failed to compile again ({failure}: {reason})",
+                        SideBySide())
+        times: dict[str, list[float]] = {name: [] for name in configs}
+        medians: list[tuple[float, float]] = []
+        for number in range(rounds):
+            order = list(configs) if number % 2 == 0 else list(configs)[::-1]
+            this_round: dict[str, float] = {}
+            for name in order:
+                measured = self.measure(task, configs[name], compiled[name][0])
+                if measured.timing is None or not measured.timing.times:
+                    why = measured.reason or measured.failure or "no timed runs"
+                    partial = SideBySide(tuple(times["default"]), tuple(times["winner"]),
+                                         tuple(medians))
+                    return (name == "default", None,
+                            f"the {name} failed when measured again ({why})", partial)
+                times[name].extend(measured.timing.times)
+                this_round[name] = measured.timing.median
+            medians.append((this_round["default"], this_round["winner"]))
+        result = SideBySide(tuple(times["default"]), tuple(times["winner"]), tuple(medians))
+        beats, speedup, reason = judge(result.default, result.winner, result.rounds)
+        return beats, speedup, reason, result
 
 
 class Session:

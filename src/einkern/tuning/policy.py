@@ -1,14 +1,18 @@
 """Which configuration to compile with: the ``tune=`` policy of ``einkern.compile``.
 
 ``False``/``None``  the target's default (its decision algorithm)
-``"cached"``/``True``  the best record of this exact problem on this device;
-                    else the best record of the nearest problem size (same
+``"cached"``/``True``  the confirmed winner of this exact problem on this
+                    device; else that of the nearest problem size (same
                     statement, dtypes, layouts, device and einkern version;
                     nearest by the distance of log extents, as Kernel
-                    Launcher's wisdom files do); else the default
+                    Launcher's wisdom files do); else the default.  A winner
+                    is *confirmed* when it beat the default side by side at
+                    the end of its tuning run (:mod:`.verdict`); a record
+                    that never did is never used
 ``"model"``         the configuration the target's cost model ranks first
 ``"full"``          tune now (default strategy and budget), recording into the
-                    database, and use the best
+                    database, and use the winner if it beat the default side by
+                    side, else the default
 
 Every choice comes with a *source* saying where it came from (``"exact
 record"``, ``"nearest record i=4000, j=4000, k=4000"``, ``"model"``,
@@ -21,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import random
-from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,12 +32,13 @@ from ..errors import UsageError
 from ..ir.nodes import Problem
 from ..ir.task import Task, tasks_of
 from .canonical import identify, size_distance
-from .db import TuningDB, TuningRecord, default_path
-from .ranking import Timed, pick_best
+from .db import TuningDB, TuningRecord, champion, default_path
+from .ranking import Timed
 from .search import space_for
 from .strategies import MODEL_CANDIDATES
 from .target import Config, TuningTarget
 from .tuner import TuneOptions, tune_problem
+from .verdict import Verdict
 
 Policy = bool | str | None
 DatabaseArg = TuningDB | str | os.PathLike | None
@@ -54,7 +58,8 @@ def normalize_policy(policy: Policy) -> str | None:
                      hint="tune= takes False, True, 'cached', 'model' or 'full'")
 
 
-def _recorded(target: TuningTarget, record: TuningRecord | Timed | None) -> Config | None:
+def _recorded(target: TuningTarget,
+              record: TuningRecord | Timed | Verdict | None) -> Config | None:
     """The record's configuration as the target's own type (None: not one of its)."""
     if record is None:
         return None
@@ -83,25 +88,24 @@ def _open(db: DatabaseArg, create: bool) -> tuple[TuningDB | None, bool]:
 
 def lookup(target: TuningTarget, task: Task,
            db: TuningDB) -> tuple[Config, str] | None:
-    """The best usable record for this task, exact or of the nearest size."""
+    """The confirmed winner usable for this task, exact or of the nearest size
+    (see :meth:`~.db.TuningDB.champion`)."""
     identity = identify(target, task)
     default = target.default_config(task)
-    best = _recorded(target, db.best(identity.key))
-    if best is not None and _usable(target, task, best, default):
-        return best, "exact record"
-    by_problem: dict[str, list[TuningRecord]] = defaultdict(list)
-    for record in db.family(identity.family):
-        if record.identity.key != identity.key and record.ok:
-            by_problem[record.identity.key].append(record)
-    ranked = sorted(
-        by_problem.values(),
-        key=lambda records: (size_distance(records[0].identity.extents, identity.extents),
-                             records[0].identity.key),
-    )
-    for records in ranked:
-        candidate = _recorded(target, pick_best(records))
-        if candidate is not None and _usable(target, task, candidate, default):
-            return candidate, f"nearest record {records[0].identity.describe_sizes()}"
+    exact = _recorded(target, db.champion(identity.key))
+    if exact is not None and _usable(target, task, exact, default):
+        return exact, "exact record"
+    others = sorted({v.key for v in db.family_verdicts(identity.family)} - {identity.key})
+    nearest = []
+    for key in others:
+        found = _recorded(target, champion(db.verdicts(key)))
+        records = db.records(key)
+        if found is not None and records:
+            nearest.append((size_distance(records[0].identity.extents, identity.extents), key,
+                            found, records[0].identity))
+    for _, _, found, other in sorted(nearest, key=lambda item: item[:2]):
+        if _usable(target, task, found, default):
+            return found, f"nearest record {other.describe_sizes()}"
     return None
 
 
@@ -148,6 +152,9 @@ def choose_configs(target: TuningTarget, problem: Problem, policy: Policy,
                 if result.best is None:
                     chosen.append((defaults[task], f"{DEFAULT_SOURCE} (tuning found no "
                                    "working variant)"))
+                elif not result.beats_default:
+                    chosen.append((defaults[task], f"{DEFAULT_SOURCE} (no variant beat it "
+                                   f"side by side, {result.evaluations} variants)"))
                 else:
                     chosen.append((result.best.config,
                                    f"tuned now ({result.evaluations} variants)"))

@@ -1,10 +1,17 @@
 """Choosing the best of several timed variants, reproducibly.
 
-Variants whose medians lie within the measured noise of the fastest one
-(``max(relative spread, 1 %)``, the spread being the interquartile range over
-the median) are *ties*.  Ties are broken deterministically: fewer registers when
-the timing reports them, then the canonical JSON text of the configuration, so
-two quiet runs of the tuner pick the same winner.
+Variants whose medians lie within the measured noise *of the fastest one*
+(``max(its relative spread, 1 %)``, the spread being the interquartile range
+over the median) are *ties*.  Only the fastest variant's spread counts: a
+variant measured under load has a wide spread of its own, and letting that
+spread widen the tie made a variant three times slower than the fastest a
+"tie" that then won on its JSON text.  Ties are broken deterministically: fewer
+registers when the timing reports them, then the canonical JSON text of the
+configuration, so two quiet runs of the tuner pick the same winner.
+
+Ranking compares times measured at different moments, possibly by different
+tuners; whether the winner really beats the default is decided by the
+side-by-side measurement of :mod:`.verdict` at the end of each run.
 """
 
 from __future__ import annotations
@@ -19,9 +26,14 @@ NOISE_FLOOR = 0.01
 class Timed(Protocol):
     """A successfully measured variant (an outcome or a database record)."""
 
-    config_key: str  # canonical JSON of the configuration
-    times: tuple[float, ...]
-    resources: tuple[tuple[str, Any], ...]
+    @property
+    def config_key(self) -> str: ...  # canonical JSON of the configuration
+
+    @property
+    def times(self) -> tuple[float, ...]: ...
+
+    @property
+    def resources(self) -> tuple[tuple[str, Any], ...]: ...
 
     @property
     def median(self) -> float | None: ...
@@ -55,17 +67,12 @@ def _registers(item: Timed) -> float:
 
 def ties(items: Iterable[Timed]) -> list[Timed]:
     """The variants indistinguishable from the fastest one."""
-    timed = [item for item in items if item.median is not None]
+    timed = [(median, item) for item in items if (median := item.median) is not None]
     if not timed:
         return []
-    fastest = min(timed, key=lambda item: (item.median, item.config_key))
-    noise = relative_spread(fastest.times)
-    found = []
-    for item in timed:
-        tolerance = max(noise, relative_spread(item.times), NOISE_FLOOR)
-        if item.median <= fastest.median * (1 + tolerance):
-            found.append(item)
-    return found
+    fastest, first = min(timed, key=lambda pair: (pair[0], pair[1].config_key))
+    limit = fastest * (1 + max(relative_spread(first.times), NOISE_FLOOR))
+    return [item for median, item in timed if median <= limit]
 
 
 def pick_best(items: Iterable[Timed]) -> Timed | None:

@@ -25,10 +25,28 @@ from rich.table import Table
 from rich.text import Text
 
 from ..ir.nodes import Problem
-from .db import TuningDB, TuningRecord
+from .db import TuningDB, TuningRecord, champion
 from .ranking import Timed, pick_best
 from .tuner import Progress as TuneProgress
 from .tuner import StatementResult
+from .verdict import Verdict
+
+
+def speedup_text(verdict: Verdict | None) -> str:
+    """A same-run speedup: ``1.52x``; ``0.98x (default kept)`` when the winner did not
+    beat the default side by side; ``-`` when there is no verdict."""
+    if verdict is None or verdict.speedup is None:
+        return "-" if verdict is None or not verdict.beats else "default failed"
+    text = f"{verdict.speedup:.2f}x"
+    return text if verdict.beats else f"{text} (default kept)"
+
+
+def _median(times: Sequence[float]) -> float | None:
+    ordered = sorted(times)
+    if not ordered:
+        return None
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else 0.5 * (ordered[middle - 1] + ordered[middle])
 
 
 def seconds_text(value: float | None) -> str:
@@ -86,7 +104,7 @@ class ProgressDisplay:
         if event.best is not None:
             best = f"best {seconds_text(event.best.median)}"
             if event.default is not None and event.default.ok and event.best.cost > 0:
-                best += f" ({event.default.cost / event.best.cost:.2f}x default)"
+                best += f" ({event.default.cost / event.best.cost:.2f}x default so far)"
         self._progress.update(task, completed=event.done, total=event.total, best=best)
 
 
@@ -119,10 +137,13 @@ def print_results(problem: Problem, results: Sequence[StatementResult], *,
             evaluations += f" ({result.resumed} resumed)"
         default = result.default.median if result.default is not None and result.default.ok \
             else None
+        best = result.best.median if result.best is not None else None
+        verdict = result.verdict
+        if verdict is not None and verdict.winner_times:  # the side-by-side medians
+            default, best = _median(verdict.default_times), _median(verdict.winner_times)
         row = [
-            str(result.position), result.statement, seconds_text(default),
-            seconds_text(result.best.median if result.best is not None else None),
-            f"{result.speedup:.2f}x" if result.speedup is not None else "-",
+            str(result.position), result.statement, seconds_text(default), seconds_text(best),
+            speedup_text(verdict),
             evaluations, _failures(result.failures), seconds_text(result.seconds),
         ]
         if simulated is not None:
@@ -143,6 +164,9 @@ def print_results(problem: Problem, results: Sequence[StatementResult], *,
             config = json.dumps(result.best.config.to_json(), sort_keys=True) \
                 if result.best else "-"
             console.print(f"S{result.position} best configuration: {config}", markup=False)
+            if result.verdict is not None:
+                console.print(f"S{result.position} against the default, side by side: "
+                              f"{result.verdict.reason}", markup=False)
 
 
 def print_database(db: TuningDB, every: bool = False) -> None:
@@ -163,6 +187,9 @@ def print_database(db: TuningDB, every: bool = False) -> None:
     problems: dict[str, list[TuningRecord]] = defaultdict(list)
     for record in records:
         problems[record.identity.key].append(record)
+    verdicts: dict[str, list[Verdict]] = defaultdict(list)
+    for verdict in db.verdicts():
+        verdicts[verdict.key].append(verdict)
     table = Table(title=Text(f"{db.path}: {len(problems)} problems, {len(records)} records"))
     for column in ("statement", "sizes", "device", "version", "variants", "failed",
                    "default", "best", "speedup"):
@@ -174,12 +201,15 @@ def print_database(db: TuningDB, every: bool = False) -> None:
                     next(iter(device.values()), "-"))
         best = pick_best(r for r in group if r.ok)
         default = next((r for r in group if r.default and r.ok), None)
-        speedup = "-"
-        if best is not None and default is not None and best.median:
-            speedup = f"{default.median / best.median:.2f}x"
+        default_time = default.median if default else None
+        best_time = best.median if best else None
+        runs = verdicts.get(identity.key, [])
+        shown = champion(runs) or (runs[-1] if runs else None)  # cached's, else the latest
+        speedup = speedup_text(shown) if shown else "unconfirmed" if best is not None else "-"
+        if shown is not None and shown.winner_times:  # its side-by-side medians
+            default_time, best_time = _median(shown.default_times), _median(shown.winner_times)
         table.add_row(*map(Text, (
             identity.statement, identity.describe_sizes(), f"{identity.backend} {name}",
             identity.version, str(len(group)), str(sum(not r.ok for r in group)),
-            seconds_text(default.median if default else None),
-            seconds_text(best.median if best else None), speedup)))
+            seconds_text(default_time), seconds_text(best_time), speedup)))
     console.print(table)

@@ -3,10 +3,13 @@
 :func:`tune_problem` opens one :class:`~.evaluate.Evaluator` (compile threads
 and the measuring process) for all tasks and runs :func:`tune_task` on each
 (today a task is one statement): build the task's search space, evaluate the default
-configuration first (the baseline every speedup refers to), then let the
-strategy search within the budget.  Outcomes go to the store as they arrive, so
-a killed run loses at most the variant being measured, and a re-run resumes
-from what is recorded.
+configuration first, then let the strategy search within the budget.
+Outcomes go to the store as they arrive, so a killed run loses at most the
+variant being measured, and a re-run resumes from what is recorded.  Finally
+the winner and the default are measured again side by side and the
+:class:`~.verdict.Verdict` goes to the store: the speedup reported is that
+same-run ratio, and only a winner that beat the default there is ever used by
+``tune="cached"``.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from .evaluate import (
 from .search import SearchSpace, canonical, space_for
 from .strategies import SearchContext, get_strategy
 from .target import Config, TuningTarget
+from .verdict import Verdict
 
 DEFAULT_STRATEGY = "annealing"
 DEFAULT_BUDGET = 40
@@ -82,13 +86,18 @@ class StatementResult:
     seconds: float
     space_size: int | None  # valid variants (None: too many to count)
     estimated_size: tuple[int, int] | None = None  # (estimate, ± 95 %) when not counted
+    verdict: Verdict | None = None  # the final side-by-side comparison (None: no winner)
 
     @property
     def speedup(self) -> float | None:
-        """Default median over best median, when both exist."""
-        if self.best is None or self.default is None or not self.default.ok:
-            return None
-        return self.default.cost / self.best.cost if self.best.cost > 0 else None
+        """The default's median over the winner's, both measured side by side at the
+        end of this run (None when not measured)."""
+        return self.verdict.speedup if self.verdict is not None else None
+
+    @property
+    def beats_default(self) -> bool:
+        """Whether the winner beat the default in the same run (see :mod:`.verdict`)."""
+        return self.verdict is not None and self.verdict.beats
 
 
 def total_evaluations(space: SearchSpace, budget: Budget) -> int | None:
@@ -137,6 +146,11 @@ def tune_task(
     rng = random.Random(f"{options.seed}:{position}")
     session.evaluate([default])
     strategy.search(context, session, rng)
+    best = session.best()
+    verdict = None
+    if best is not None:
+        verdict = confirm(evaluator, task, identity, default, best.config)
+        store.put_verdict(verdict)
     outcomes = list(session.outcomes.values())
     failures = Counter(o.status for o in outcomes if not o.ok)
     size = space.bounded_size()
@@ -145,14 +159,28 @@ def tune_task(
         statement="; ".join(str(statement) for statement in task.statements),
         identity=identity,
         default=session.outcomes.get(canonical(default)),
-        best=session.best(),
+        best=best,
         evaluations=len(outcomes),
         resumed=sum(o.resumed for o in outcomes),
         failures=tuple(sorted(failures.items())),
         seconds=time.monotonic() - started,
         space_size=size,
         estimated_size=None if size is not None else space.estimated_size(),
+        verdict=verdict,
     )
+
+
+def confirm(evaluator: Evaluator, task: Task, identity: ProblemIdentity, default: Config,
+            winner: Config) -> Verdict:
+    """Measure the default beside the winner and judge them (see :mod:`.verdict`).
+    The default itself as winner is recorded as not beating it (speedup 1)."""
+    default_key, winner_key = canonical(default), canonical(winner)
+    if winner_key == default_key:
+        return Verdict(identity.key, identity.family, winner_key, default_key, False, 1.0,
+                       "the default is the best variant", timestamp=time.time())
+    beats, speedup, reason, times = evaluator.side_by_side(task, default, winner)
+    return Verdict(identity.key, identity.family, winner_key, default_key, beats, speedup,
+                   reason, times.default, times.winner, times.rounds, time.time())
 
 
 def tune_problem(

@@ -20,9 +20,9 @@ from .codegen import ENTRY_POINT, emit_c
 from .compiler import (
     Toolchain,
     cache_directory,
+    cached_library,
     compile_library,
     find_compiler,
-    library_path,
     toolchain,
 )
 from .schedule import CpuSchedule, default_schedule
@@ -78,9 +78,10 @@ def load_library(path: Path) -> Any:
 
 
 def load_or_compile(source: str, chain: Toolchain, directory: Path) -> tuple[Path, Any]:
-    """The cached library for ``source``, compiled first if missing or unloadable."""
-    path = library_path(source, chain, directory)
-    if path.exists():
+    """The cached library for ``source``, compiled first if missing, not verified
+    against its key, or unloadable."""
+    path = cached_library(source, chain, directory)
+    if path is not None:
         try:
             return path, load_library(path)
         except (OSError, AttributeError):

@@ -7,10 +7,13 @@ Cache layout (``$EINKERN_CACHE_DIR/cpu``, else ``user_cache_dir("einkern")/cpu``
     toolchain-<id>.json  flags that work with one compiler on one CPU
 
 ``key`` is the SHA-256 of the source, the compiler's path and ``--version``
-output, the flags and the CPU identifier.  Every file is written under a
-temporary name in the same directory and moved into place with
-:func:`os.replace`, so a crash never leaves a half-written file under a final
-name and concurrent processes may compile the same kernel.
+output, the flags and the CPU identifier.  The directory and its files go
+through :mod:`einkern.backends.cache`: the directory is private to the user
+(0700; one another user owns or can write is refused), every file is written
+under a temporary name (0600) and renamed into place, and the library and the
+toolchain record are sealed (``<name>.seal``: key and SHA-256) and verified
+before they are loaded or believed, so a library nobody compiled for this key
+is never loaded.
 """
 
 from __future__ import annotations
@@ -27,9 +30,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import platformdirs
-
 from ...errors import BackendError, CompilationError
+from .. import cache
 
 #: Bump when the cache layout or the meaning of a cached file changes.
 CACHE_FORMAT = 1
@@ -67,8 +69,7 @@ class Toolchain:
 
 def cache_directory() -> Path:
     """Where compiled CPU kernels live (not created here)."""
-    root = os.environ.get("EINKERN_CACHE_DIR") or platformdirs.user_cache_dir("einkern")
-    return Path(root) / "cpu"
+    return cache.directory("cpu")
 
 
 def find_compiler() -> tuple[str, ...] | None:
@@ -140,13 +141,18 @@ def _toolchain(command: tuple[str, ...], version: str, cpu: str, directory: Path
     identity = _digest({"command": command, "version": version, "cpu": cpu})
     record = directory / f"toolchain-{identity[:32]}.json"
     try:
-        flags = tuple(json.loads(record.read_text())["flags"])
-    except (OSError, ValueError, KeyError, TypeError):
+        data = cache.read_entry(record, identity)  # flags reach the compiler: sealed
+        flags = tuple(json.loads(data)["flags"]) if data is not None else None
+    except (ValueError, KeyError, TypeError):
+        flags = None
+    if flags is None or not all(isinstance(flag, str) for flag in flags):
         flags = _probe_flags(command)
         try:
-            directory.mkdir(parents=True, exist_ok=True)
-            _write_atomic(record, json.dumps({"command": command, "flags": flags}).encode())
-        except OSError:
+            cache.write_entry(record, json.dumps({"command": command, "flags": flags}).encode(),
+                              identity)
+        except cache.CacheSecurityError:
+            raise
+        except (OSError, BackendError):
             pass  # an unwritable cache only costs a probe per process; compiling will say why
     return Toolchain(command, version, flags, cpu)
 
@@ -206,15 +212,23 @@ def library_path(source: str, chain: Toolchain, directory: Path) -> Path:
     return directory / f"{cache_key(source, chain)}.so"
 
 
+def cached_library(source: str, chain: Toolchain, directory: Path) -> Path | None:
+    """The cached library for ``source`` when present and verified against its key
+    (see :mod:`einkern.backends.cache`), else None.  Raises
+    :class:`~einkern.backends.cache.CacheSecurityError` for a cache other users can
+    write."""
+    return cache.verified_path(library_path(source, chain, directory), cache_key(source, chain))
+
+
 def compile_library(source: str, chain: Toolchain, directory: Path) -> Path:
     """Compile ``source`` into its cache slot (replacing whatever is there); return its path.
 
     Raises :class:`CompilationError` with the compiler's messages on failure."""
     library = library_path(source, chain, directory)
     saved = library.with_suffix(".c")
+    cache.private_directory(directory)
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        _write_atomic(saved, source.encode())
+        cache.write_atomic(saved, source.encode())
         descriptor, temporary = tempfile.mkstemp(
             dir=directory, prefix=f".{library.stem}.", suffix=".so.tmp"
         )
@@ -232,8 +246,11 @@ def compile_library(source: str, chain: Toolchain, directory: Path) -> Path:
                 f"{done.stderr.strip()}\nsource saved at {saved}",
                 hint="this is a bug in einkern; please report it with the saved source",
             )
-        _fsync(Path(temporary))
-        os.replace(temporary, library)
+        try:
+            cache.write_entry(library, Path(temporary).read_bytes(), cache_key(source, chain))
+        except OSError as error:
+            raise BackendError(f"cannot write to the kernel cache {directory}: {error}",
+                               hint="set EINKERN_CACHE_DIR to a writable directory") from error
     finally:
         if os.path.exists(temporary):
             os.unlink(temporary)
@@ -243,23 +260,3 @@ def compile_library(source: str, chain: Toolchain, directory: Path) -> Path:
 def _digest(value: object) -> str:
     text = json.dumps(value, sort_keys=True, ensure_ascii=True)
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _fsync(path: Path) -> None:
-    with open(path, "rb") as file:
-        os.fsync(file.fileno())
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    descriptor, temporary = tempfile.mkstemp(
-        dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"
-    )
-    try:
-        with os.fdopen(descriptor, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.unlink(temporary)

@@ -109,10 +109,20 @@ def statement_work(problem: Problem, statement: Statement) -> int:
 
 
 def _expr_work(problem: Problem, statement: Statement, expr: Expr) -> int:
-    inner = 1 + sum(_expr_work(problem, statement, child) for child in children(expr))
-    if isinstance(expr, Sum):
-        return inner * math.prod(problem.index_size(statement, i) for i in expr.indices)
-    return inner
+    """One per node, each sum's body counted once per term (without recursion)."""
+    work: dict[int, int] = {}
+    stack: list[tuple[Expr, bool]] = [(expr, False)]
+    while stack:
+        node, ready = stack.pop()
+        if not ready:
+            stack.append((node, True))
+            stack.extend((child, False) for child in children(node))
+            continue
+        inner = 1 + sum(work[id(child)] for child in children(node))
+        if isinstance(node, Sum):
+            inner *= math.prod(problem.index_size(statement, i) for i in node.indices)
+        work[id(node)] = inner
+    return work[id(expr)]
 
 
 #: Long reductions (at least this many terms) get cache tiles by default: parallel
@@ -124,25 +134,77 @@ PARALLEL_TILE = 64
 REDUCTION_TILE = 16
 
 
+@dataclass(frozen=True)
+class LoopDecision:
+    """The default loop schedule of one statement and the reasons for it, in the
+    order the rules applied (what ``einkern emit --backend cpu --explain`` prints)."""
+
+    schedule: LoopSchedule
+    reasons: tuple[str, ...]
+
+
 def default_loop_schedule(problem: Problem, statement: Statement) -> LoopSchedule:
     """Memory-order loops; parallel over the outer loops when there is enough work;
     cache tiles for long reductions over several output indices."""
+    return decide_loop_schedule(problem, statement).schedule
+
+
+def decide_loop_schedule(problem: Problem, statement: Statement) -> LoopDecision:
+    """:func:`default_loop_schedule` with the reason for each choice."""
     order = default_loop_order(problem, statement)
-    if not order or statement_work(problem, statement) < PARALLEL_MIN_WORK:
-        return LoopSchedule(order, 0)
+    output = statement.output.tensor
+    if not order:
+        return LoopDecision(LoopSchedule(order, 0), (
+            f"{output} has no index: one iteration, on one thread",))
     if len(order) == 1:
-        return LoopSchedule(order, 1)
+        reasons = [f"one loop, {order[0]}, over {output}"]
+    else:
+        reasons = [f"loops {', '.join(order)} follow {output}'s memory order (the innermost, "
+                   f"{order[-1]}, walks its smallest stride)"]
+    work = statement_work(problem, statement)
+    if work < PARALLEL_MIN_WORK:
+        reasons.append(f"about {work:,} operations, under {PARALLEL_MIN_WORK:,}: one thread "
+                       "(starting a parallel region would cost more than it saves)")
+        return LoopDecision(LoopSchedule(order, 0), tuple(reasons))
+    if len(order) == 1:
+        reasons.append(f"about {work:,} operations: OpenMP over the one loop {order[0]}")
+        return LoopDecision(LoopSchedule(order, 1), tuple(reasons))
     reductions = tileable_reduction_indices(statement)
     terms = math.prod(problem.index_size(statement, index) for index in reductions)
     if reductions and terms >= LONG_REDUCTION:
         tiles = {index: PARALLEL_TILE for index in order[-2:]}
         tiles.update({index: REDUCTION_TILE for index in reductions})
         tiled = LoopSchedule(order, 2, tuple(sorted(tiles.items())))
-        if schedule_violation(problem, statement, tiled) is None:
-            return tiled
+        refused = schedule_violation(problem, statement, tiled)
+        if refused is None:
+            reasons.append(
+                f"sums of {terms:,} terms (at least {LONG_REDUCTION}): cache tiles of "
+                f"{PARALLEL_TILE} on {', '.join(order[-2:])} and {REDUCTION_TILE} on "
+                f"{', '.join(reductions)}, so operands are reused from cache; OpenMP over "
+                "the two outer tile loops")
+            return LoopDecision(tiled, tuple(reasons))
+        reasons.append(f"sums of {terms:,} terms, but no cache tiles: {refused}")
     outer = math.prod(problem.index_size(statement, index) for index in order[:-1])
-    collapse = len(order) - 1 if outer >= OUTER_PARALLELISM else len(order)
-    return LoopSchedule(order, collapse)
+    loops = "the outer loop has" if len(order) == 2 else "the outer loops have"
+    if outer >= OUTER_PARALLELISM:
+        reasons.append(f"{loops} {outer:,} iterations (at least "
+                       f"{OUTER_PARALLELISM}): OpenMP collapses them and leaves the innermost "
+                       f"loop {order[-1]} whole in each thread, to vectorise")
+        return LoopDecision(LoopSchedule(order, len(order) - 1), tuple(reasons))
+    reasons.append(f"{loops} only {outer:,} iterations (under "
+                   f"{OUTER_PARALLELISM}): OpenMP collapses all {len(order)} loops")
+    return LoopDecision(LoopSchedule(order, len(order)), tuple(reasons))
+
+
+def describe_loops(loops: LoopSchedule) -> str:
+    """One line: order, OpenMP collapse, tiles and inner loops of a schedule."""
+    parts = [f"order {', '.join(loops.order) or '-'}",
+             f"OpenMP collapse {loops.collapse}" if loops.collapse else "one thread"]
+    if loops.tiles:
+        parts.append("tiles " + ", ".join(f"{index}={size}" for index, size in loops.tiles))
+    if loops.inner:
+        parts.append(f"{loops.inner} point loop(s) inside the sums")
+    return "; ".join(parts)
 
 
 def default_schedule(problem: Problem) -> CpuSchedule:
@@ -152,12 +214,14 @@ def default_schedule(problem: Problem) -> CpuSchedule:
 
 def top_level_sums(expr: Expr) -> tuple[Sum, ...]:
     """Distinct sums of ``expr`` not nested in another sum, in pre-order."""
-    if isinstance(expr, Sum):
-        return (expr,)
     found: dict[Sum, None] = {}
-    for child in children(expr):
-        for node in top_level_sums(child):
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Sum):
             found.setdefault(node, None)
+        else:
+            stack.extend(reversed(children(node)))
     return tuple(found)
 
 

@@ -5,6 +5,8 @@ itself: the runtime passes these limits down."""
 
 from __future__ import annotations
 
+import functools
+
 from ...gpu.device import H100, DeviceLimits
 
 
@@ -25,14 +27,14 @@ def limits_of(props) -> DeviceLimits:
     )
 
 
+@functools.cache
 def device_limits() -> DeviceLimits:
-    """Limits of GPU 0 when one is usable, else the H100 table entry."""
-    from .. import get_backend
-
+    """Limits of GPU 0 when one is usable, else the H100 table entry (read once)."""
     try:
-        backend = get_backend("cuda")
-        if backend.available():
-            return limits_of(backend.device_properties())  # type: ignore[attr-defined]
-    except Exception:  # noqa: BLE001 - no driver, no GPU: use the table
+        from . import driver
+
+        if driver.device_count() > 0:
+            return limits_of(driver.device_properties(0))
+    except Exception:  # noqa: BLE001 - no cuda-bindings, no driver, no GPU: use the table
         pass
     return H100

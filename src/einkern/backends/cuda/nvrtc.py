@@ -16,14 +16,13 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import re
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ...errors import BackendError, CompilationError
 from ...ir.nodes import Problem
+from .. import cache
 
 DEFAULT_ARCH = "sm_90"
 # --no-cache: NVRTC >= 12.9 may answer from the driver's compute cache, and then
@@ -108,12 +107,7 @@ def arch_for(major: int, minor: int) -> str:
 
 def cache_directory() -> Path:
     """Where CUBINs are cached: ``$EINKERN_CACHE_DIR/cuda`` or the user cache dir."""
-    root = os.environ.get("EINKERN_CACHE_DIR")
-    if not root:
-        import platformdirs
-
-        root = platformdirs.user_cache_dir("einkern")
-    return Path(root) / "cuda"
+    return cache.directory("cuda")
 
 
 def cache_key(source: str, arch: str, options: tuple[str, ...], version: tuple[int, int]) -> str:
@@ -173,41 +167,37 @@ def parse_resources(log: str) -> tuple[KernelResources, ...]:
     return tuple(resources)
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as file:
-            file.write(data)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
 def _load_cached(directory: Path, key: str, arch: str) -> CompiledModule | None:
+    """The cached module of ``key`` when both files are verified against it (see
+    :mod:`einkern.backends.cache`); None on a miss."""
     try:
-        meta = json.loads((directory / f"{key}.json").read_text())
-        cubin = (directory / f"{key}.cubin").read_bytes()
-        if not cubin or meta.get("format") != CACHE_FORMAT:
+        meta_bytes = cache.read_entry(directory / f"{key}.json", key)
+        cubin = cache.read_entry(directory / f"{key}.cubin", key)
+        if meta_bytes is None or not cubin:
+            return None
+        meta = json.loads(meta_bytes)
+        if meta.get("format") != CACHE_FORMAT:
             return None
         resources = tuple(KernelResources(**r) for r in meta["resources"])
         return CompiledModule(cubin, arch, resources, meta.get("log", ""), key, cached=True)
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return None
 
 
 def _store(directory: Path, module: CompiledModule) -> None:
+    meta = {
+        "format": CACHE_FORMAT,
+        "arch": module.arch,
+        "resources": [asdict(r) for r in module.resources],
+        "log": module.log,
+    }
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        _write_atomic(directory / f"{module.key}.cubin", module.cubin)
-        meta = {
-            "format": CACHE_FORMAT,
-            "arch": module.arch,
-            "resources": [asdict(r) for r in module.resources],
-            "log": module.log,
-        }
-        _write_atomic(directory / f"{module.key}.json", json.dumps(meta, indent=1).encode())
-    except OSError:
+        cache.write_entry(directory / f"{module.key}.cubin", module.cubin, module.key)
+        cache.write_entry(directory / f"{module.key}.json", json.dumps(meta, indent=1).encode(),
+                          module.key)
+    except cache.CacheSecurityError:
+        raise
+    except (OSError, BackendError):
         pass  # the cache is an optimisation: an unwritable directory only costs time
 
 

@@ -132,8 +132,14 @@ def test_a_database_of_today_gives_back_typed_configurations(case, tmp_path):
             return dict(record.identity.device)
 
     problem = einkern.make_problem(einkern.load(case["program"]), case["sizes"])
+    from einkern.tuning.verdict import Verdict
+
     with TuningDB(tmp_path / "old.sqlite") as db:
         db.add(record)
+        # a record is used only once a tuning run confirmed it beat the default
+        assert lookup(RecordedDevice(), statement_task(problem, 0), db) is None
+        db.add_verdict(Verdict(record.identity.key, record.identity.family, record.config_key,
+                               record.config_key, True, 1.5, "faster"))
         found = lookup(RecordedDevice(), statement_task(problem, 0), db)
     assert found is not None
     config, source = found

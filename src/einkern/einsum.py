@@ -10,29 +10,48 @@ from .backends import get_backend
 from .backends.binding import article, type_name
 from .errors import ArgumentError, DtypeError, LayoutError, ParseError
 from .ir.nodes import Access, Binary, Expr, Extent, Program, Statement, Sum, Tensor
+from .lang.limits import MAX_EXPRESSION_DEPTH
 from .source import Source, Span
+
+_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
 def _parse_spec(spec: str, count: int) -> tuple[list[str], str]:
+    """The operands' subscripts and the output's, checked (located errors)."""
     source = Source("<einsum>", spec)
+
+    def error(message: str, position: int, width: int = 1, hint: str | None = None):
+        return ParseError(message, Span(source, position, position + width), hint=hint)
+
+    for position, char in enumerate(spec):
+        if not (char in _LETTERS or char in ",-> "):
+            raise error(
+                f"unexpected character {char!r} in einsum subscripts", position,
+                hint="use ASCII letters for indices, ',' between operands and '->' before "
+                "the output (ellipsis '...' is not supported)")
+    arrows = [i for i in range(len(spec)) if spec.startswith("->", i)]
+    for position, char in enumerate(spec):
+        if (char == "-" and position not in arrows) or (
+                char == ">" and position - 1 not in arrows):
+            raise error(f"stray {char!r} in einsum subscripts", position,
+                        hint="the output is introduced by '->'")
+    if len(arrows) > 1:
+        raise error("more than one '->' in einsum subscripts", arrows[1], 2,
+                    hint="write operands, then '->' and the output once, e.g. 'ij,jk->ik'")
+    if count > MAX_EXPRESSION_DEPTH:
+        raise ArgumentError(f"einsum takes at most {MAX_EXPRESSION_DEPTH} operands, got {count}",
+                            hint="contract the operands in several calls")
     text = spec.replace(" ", "")
-    if "->" in text:
-        lhs, out = text.split("->", 1)
-    else:
-        lhs, out = text, None
+    lhs, out = text.split("->", 1) if arrows else (text, None)
     terms = lhs.split(",")
     if len(terms) != count:
         raise ArgumentError(
             f"subscripts {spec!r} name {len(terms)} operand(s) but {count} array(s) were given"
         )
-    for position, char in enumerate(text):
-        if not (char.isalpha() or char in ",->"):
-            raise ParseError(
-                f"unexpected character {char!r} in einsum subscripts",
-                Span(source, position, position + 1),
-                hint="use letters for indices, ',' between operands and '->' before the output "
-                "(ellipsis '...' is not supported)",
-            )
+    if out is not None and "," in out:
+        raise error("the output of einsum subscripts is one list of indices, without ','",
+                    arrows[0] + 2 + spec[arrows[0] + 2:].index(","),
+                    hint="separate operands with ',' before '->' only")
     if out is None:
         letters = "".join(terms)
         out = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+#: Longest source line an excerpt shows whole; longer ones show a window.
+_WIDEST = 120
+
 
 @dataclass(frozen=True)
 class Source:
@@ -52,6 +55,12 @@ class Span:
         end_line, end_col = self.source.line_col(max(self.start, self.end - 1))
         width = (end_col - col + 1) if end_line == line else len(text) - col + 1
         width = max(1, width)
+        if len(text) > _WIDEST:  # a window around the caret, marked with "..."
+            first = max(0, min(col - 1 - _WIDEST // 4, len(text) - _WIDEST))
+            text = ("..." if first else "") + text[first:first + _WIDEST] + (
+                "..." if first + _WIDEST < len(text) else "")
+            col = col - first + (3 if first else 0)
+            width = min(width, _WIDEST - (col - 1) + 3)
         gutter = f"{line:>4} | "
         return (
             f"{gutter}{text}\n"

@@ -17,6 +17,7 @@ import numpy as np
 
 from .._version import __version__
 from ..errors import EinkernError, UsageError
+from ..ir.nodes import accesses
 from .common import Parser, extent_arg, load_problem
 
 
@@ -34,9 +35,12 @@ def _parser() -> argparse.ArgumentParser:
             metavar="NAME=VALUE", help="set an extent (repeatable)",
         )
 
-    check = sub.add_parser("check", help="parse, validate and describe a program")
+    check = sub.add_parser("check", help="parse, validate and describe a program "
+                           "('-' reads it from standard input)")
     program_args(check)
     check.add_argument("-v", "--verbose", action="store_true", help="also print isl domains")
+    check.add_argument("--dependences", action="store_true",
+                       help="list every dependence between statements (default: a summary)")
 
     run = sub.add_parser("run", help="run programs on random inputs and time them")
     program_args(run, many=True)
@@ -104,6 +108,14 @@ def _mappings(args, problem):
 
 
 def _human(value: float, unit: str) -> str:
+    """``value`` with a decimal prefix up to P, then in powers of ten (exact for
+    integers of any size)."""
+    if isinstance(value, int) and abs(value) >= 10**18:
+        digits = len(str(abs(value)))
+        if digits > 21:
+            lead = abs(value) // 10 ** (digits - 3)
+            sign = "-" if value < 0 else ""
+            return f"{sign}{lead // 100}.{lead % 100:02d}e+{digits - 1} {unit}"
     for prefix in ("", "K", "M", "G", "T", "P"):
         if abs(value) < 1000 or prefix == "P":
             return f"{value:.3g} {prefix}{unit}" if prefix else f"{value:.0f} {unit}"
@@ -111,20 +123,42 @@ def _human(value: float, unit: str) -> str:
     return f"{value} {unit}"
 
 
+def _ratio(numerator: int, denominator: int) -> str:
+    """``numerator / denominator`` to three digits, for integers of any size."""
+    try:
+        return f"{numerator / max(denominator, 1):.3g}"
+    except OverflowError:
+        return _human(numerator // max(denominator, 1), "").strip()
+
+
+def _check_program(args):
+    """The problem to check: from the file, or from standard input for ``-``."""
+    if args.program != "-":
+        return load_problem(args)
+    from ..ir.bind import make_problem
+    from ..ir.build import build_program
+    from ..lang.loader import parse_text
+
+    try:
+        text = sys.stdin.buffer.read().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise UsageError(f"standard input is not UTF-8 text ({error})") from None
+    return make_problem(build_program(parse_text(text, "<stdin>")), dict(args.extent))
+
+
 def command_check(args) -> int:
     from ..ir import analysis, poly
 
-    problem = load_problem(args)
+    problem = _check_program(args)
     program = problem.program
+    polyhedra = poly.Polyhedra(program)
     print(f"program {program.name}")
     sizes = ", ".join(f"{n}={v}" for n, v in problem.sizes if not n.isdigit())
     print(f"extents  {sizes or '(none)'}")
+    inputs, outputs = set(program.inputs), set(program.outputs)
     for tensor in program.tensors:
-        role = []
-        if tensor.name in program.inputs:
-            role.append("input")
-        if tensor.name in program.outputs:
-            role.append("output")
+        role = [word for word, names in (("input", inputs), ("output", outputs))
+                if tensor.name in names]
         print(
             f"tensor   {tensor.name}[{', '.join(tensor.shape)}] = {problem.shape(tensor.name)} "
             f"{tensor.dtype} {tensor.layout}-major  {' '.join(role) or 'unused'}"
@@ -136,9 +170,11 @@ def command_check(args) -> int:
     for position, statement in enumerate(program.statements):
         flops = analysis.statement_flops(problem, statement)
         nbytes = analysis.statement_bytes(problem, statement)
+        carried = polyhedra.carried_indices(position)
+        parallel = [i for i in statement.indices if i not in carried]
         print(f"S{position}  {statement}")
-        print(f"    parallel  {', '.join(poly.parallel_indices(program, position)) or '-'}")
-        print(f"    reduction {', '.join(poly.carried_indices(program, position)) or '-'}")
+        print(f"    parallel  {', '.join(parallel) or '-'}")
+        print(f"    reduction {', '.join(carried) or '-'}")
         contiguous = ", ".join(
             f"{c.access.tensor}:{c.contiguous_index}"
             for c in analysis.contiguity(problem, statement)
@@ -147,13 +183,14 @@ def command_check(args) -> int:
         print(f"    stride-1  {contiguous or '-'}")
         print(
             f"    flops {_human(flops, 'flop')}   min bytes {_human(nbytes, 'B')}   "
-            f"intensity {flops / max(nbytes, 1):.3g} flop/B"
+            f"intensity {_ratio(flops, nbytes)} flop/B"
         )
         if args.verbose:
-            for line in poly.describe_statement(program, statement).splitlines():
-                print(f"    {line}")
-    for dependence in poly.dependences(program):
-        print(f"dependence {dependence}")
+            own = polyhedra.of(position)
+            print(f"    domain  {own.domain}")
+            for access in (statement.output, *accesses(statement.rhs)):
+                print(f"    access  {own.access_map(access)}")
+    _print_dependences(polyhedra.dependences(), args.dependences)
     flops = analysis.program_flops(problem)
     kernel_bytes = _human(analysis.kernel_floor_bytes(problem), "B")
     fused_bytes = _human(analysis.fused_floor_bytes(problem), "B")
@@ -162,6 +199,18 @@ def command_check(args) -> int:
         f" {fused_bytes} fused"
     )
     return 0
+
+
+def _print_dependences(found, every: bool) -> None:
+    """Every dependence with ``--dependences``, else one summary line."""
+    if every:
+        for dependence in found:
+            print(f"dependence {dependence}")
+        return
+    counts = {kind: sum(d.kind == kind for d in found) for kind in ("flow", "anti", "output")}
+    detail = ", ".join(f"{count} {kind}" for kind, count in counts.items() if count)
+    print(f"dependences: {len(found)}" + (f" ({detail}; --dependences lists them)"
+                                           if found else ""))
 
 
 def command_run(args) -> int:

@@ -278,7 +278,7 @@ def config_to_mapping(task: Task, config: CudaConfig,
         chosen: list[Access | None] = (
             [r.a] if stage == "A" else [r.b] if stage == "B" else list(accesses))
         for access in chosen:
-            if access is None:
+            if access is None or not access.indices:  # a rank-0 read has no tile to stage
                 continue
             order = _compute_layout(problem, access, tiles) if layout == "compute" else ()
             staged.append(Staging(str(access), order, padding))

@@ -5,8 +5,9 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 
-from ..errors import ExtentError, IndexBindingError
-from .nodes import Problem, Program, accesses
+from ..errors import ExtentError, IndexBindingError, SemanticError
+from ..lang.limits import MAX_ELEMENTS, MAX_IR_DEPTH, check_size, check_tensor_size
+from .nodes import Problem, Program, accesses, children
 
 
 def make_problem(program: Program, sizes: Mapping[str, object] | None = None) -> Problem:
@@ -38,7 +39,12 @@ def make_problem(program: Program, sizes: Mapping[str, object] | None = None) ->
                 f"`{extent.name}=N` in einkern.compile, or `dims {extent.name} = N` in the program",
             )
         bound.append((extent.name, _positive_int(extent.name, value)))
+    _check_depth(program)
     problem = Problem(program, tuple(bound))
+    by_name = dict(bound)
+    for tensor in program.tensors:
+        check_tensor_size(tensor.name, (by_name[e] for e in tensor.shape),
+                          tensor.itemsize, tensor.span)
     _check_index_ranges(problem)
     return problem
 
@@ -46,6 +52,10 @@ def make_problem(program: Program, sizes: Mapping[str, object] | None = None) ->
 def _positive_int(name: str, value: object) -> int:
     if isinstance(value, bool):
         raise ExtentError(f"extent {name!r} must be a positive integer, got {value!r}")
+    if isinstance(value, str) and len(value.strip().lstrip("+0")) > 19:
+        raise ExtentError(f"extent {name!r} must be at most 2**63 - 1 = {MAX_ELEMENTS}, "
+                          f"got a number of {len(value.strip())} characters",
+                          hint="generated kernels index elements with 64-bit signed offsets")
     try:
         number = int(str(value)) if isinstance(value, str) else value
     except ValueError:
@@ -59,7 +69,7 @@ def _positive_int(name: str, value: object) -> int:
             f"extent {name!r} must be a positive integer, got {value!r}",
             hint="sizes are counts of elements: 1, 2, 3, ...",
         )
-    return number
+    return check_size(number, None, f"extent {name!r}")
 
 
 def _check_index_ranges(problem: Problem) -> None:
@@ -77,3 +87,18 @@ def _check_index_ranges(problem: Problem) -> None:
                         statement.span,
                         hint="give the two extents the same size, or use different indices",
                     )
+
+
+def _check_depth(program: Program) -> None:
+    """Programs built in Python (not parsed) obey the parsers' expression-depth limit
+    too: the compiler's passes walk expressions recursively."""
+    for number, statement in enumerate(program.statements):
+        stack = [(statement.rhs, 1)]
+        while stack:
+            node, depth = stack.pop()
+            if depth > MAX_IR_DEPTH:
+                raise SemanticError(
+                    f"statement {number} is more than {MAX_IR_DEPTH} levels deep once its "
+                    "sums are made explicit", statement.span,
+                    hint="split it into several statements")
+            stack.extend((child, depth + 1) for child in children(node))

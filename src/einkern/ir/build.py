@@ -30,6 +30,7 @@ from ..errors import (
     UnknownNameError,
 )
 from ..lang import ast
+from ..lang.limits import check_scalar_default
 from ..semantics import ARITY, DTYPES, LAYOUTS
 from .nodes import (
     Access,
@@ -144,46 +145,64 @@ def _build_scalars(node: ast.ProgramNode, tensors: tuple[Tensor, ...]) -> tuple[
             raise DtypeError(
                 f"unsupported dtype {dtype!r}", decl.span, hint="use float32 or float64"
             )
+        if decl.value is not None:
+            check_scalar_default(name, decl.value, dtype, decl.span)
         scalars[name] = Scalar(name, dtype, decl.value, span=decl.span)
     return tuple(scalars.values())
 
 
 def _additive_terms(node: ast.ExprNode, sign: int = 1) -> list[tuple[int, ast.ExprNode]]:
-    if isinstance(node, ast.BinaryNode) and node.op in "+-":
-        right_sign = sign if node.op == "+" else -sign
-        return _additive_terms(node.left, sign) + _additive_terms(node.right, right_sign)
-    if isinstance(node, ast.UnaryNode):
-        return _additive_terms(node.operand, sign if node.op == "+" else -sign)
-    return [(sign, node)]
+    terms: list[tuple[int, ast.ExprNode]] = []
+    stack = [(sign, node)]
+    while stack:
+        sign, current = stack.pop()
+        if isinstance(current, ast.BinaryNode) and current.op in "+-":
+            stack.append((sign if current.op == "+" else -sign, current.right))
+            stack.append((sign, current.left))
+        elif isinstance(current, ast.UnaryNode):
+            stack.append((sign if current.op == "+" else -sign, current.operand))
+        else:
+            terms.append((sign, current))
+    return terms
+
+
+def _nodes(node: ast.ExprNode, into_calls: bool) -> list[ast.ExprNode]:
+    """The nodes of an expression, pre-order, left to right (without recursion);
+    the arguments of calls only when ``into_calls``."""
+    found: list[ast.ExprNode] = []
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        found.append(current)
+        if isinstance(current, ast.UnaryNode):
+            stack.append(current.operand)
+        elif isinstance(current, ast.BinaryNode):
+            stack.extend((current.right, current.left))
+        elif isinstance(current, ast.CallNode) and into_calls:
+            stack.extend(reversed(current.args))
+    return found
 
 
 def _outer_accesses(node: ast.ExprNode) -> list[ast.AccessNode]:
     """Accesses of an expression that are not inside a function call."""
-    if isinstance(node, ast.AccessNode):
-        return [node]
-    if isinstance(node, ast.UnaryNode):
-        return _outer_accesses(node.operand)
-    if isinstance(node, ast.BinaryNode):
-        return _outer_accesses(node.left) + _outer_accesses(node.right)
-    return []
+    return [n for n in _nodes(node, False) if isinstance(n, ast.AccessNode)]
 
 
 def _product_factors(node: ast.ExprNode) -> list[ast.ExprNode]:
-    if isinstance(node, ast.BinaryNode) and node.op == "*":
-        return _product_factors(node.left) + _product_factors(node.right)
-    return [node]
+    factors: list[ast.ExprNode] = []
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, ast.BinaryNode) and current.op == "*":
+            stack.extend((current.right, current.left))
+        else:
+            factors.append(current)
+    return factors
 
 
 def _all_indices(node: ast.ExprNode) -> set[str]:
-    if isinstance(node, ast.AccessNode):
-        return {i.name for i in node.indices}
-    if isinstance(node, ast.UnaryNode):
-        return _all_indices(node.operand)
-    if isinstance(node, ast.BinaryNode):
-        return _all_indices(node.left) | _all_indices(node.right)
-    if isinstance(node, ast.CallNode):
-        return set().union(*(_all_indices(a) for a in node.args)) if node.args else set()
-    return set()
+    return {i.name for n in _nodes(node, True) if isinstance(n, ast.AccessNode)
+            for i in n.indices}
 
 
 class _StatementBuilder:
@@ -369,15 +388,7 @@ class _StatementBuilder:
 
 
 def _all_accesses(node: ast.ExprNode) -> list[ast.AccessNode]:
-    if isinstance(node, ast.AccessNode):
-        return [node]
-    if isinstance(node, ast.UnaryNode):
-        return _all_accesses(node.operand)
-    if isinstance(node, ast.BinaryNode):
-        return _all_accesses(node.left) + _all_accesses(node.right)
-    if isinstance(node, ast.CallNode):
-        return [a for arg in node.args for a in _all_accesses(arg)]
-    return []
+    return [n for n in _nodes(node, True) if isinstance(n, ast.AccessNode)]
 
 
 def _inside_sum(rhs: ast.ExprNode, access: ast.AccessNode, bound: frozenset[str]) -> bool:
@@ -396,10 +407,5 @@ def _inside_sum(rhs: ast.ExprNode, access: ast.AccessNode, bound: frozenset[str]
 
 
 def _calls(node: ast.ExprNode) -> list[ast.CallNode]:
-    if isinstance(node, ast.CallNode):
-        return [node]
-    if isinstance(node, ast.UnaryNode):
-        return _calls(node.operand)
-    if isinstance(node, ast.BinaryNode):
-        return _calls(node.left) + _calls(node.right)
-    return []
+    """Calls of an expression that are not inside another call."""
+    return [n for n in _nodes(node, False) if isinstance(n, ast.CallNode)]

@@ -12,6 +12,7 @@ problems, since generated kernels are specialised to their sizes.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..semantics import ITEMSIZE, DType, Layout
@@ -54,7 +55,7 @@ class Neg:
     operand: Expr
 
     def __str__(self) -> str:
-        return f"-({self.operand})"
+        return expr_text(self)
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ class Binary:
     right: Expr
 
     def __str__(self) -> str:
-        return f"({self.left} {self.op} {self.right})"
+        return expr_text(self)
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ class Call:
     args: tuple[Expr, ...]
 
     def __str__(self) -> str:
-        return f"{self.func}({', '.join(map(str, self.args))})"
+        return expr_text(self)
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ class Sum:
     body: Expr
 
     def __str__(self) -> str:
-        return f"sum[{','.join(self.indices)}]({self.body})"
+        return expr_text(self)
 
 
 Expr = Const | ScalarRef | Access | Neg | Binary | Call | Sum
@@ -105,31 +106,72 @@ def children(expr: Expr) -> tuple[Expr, ...]:
     return ()
 
 
-def walk(expr: Expr):
-    """All nodes of an expression, pre-order."""
-    yield expr
-    for child in children(expr):
-        yield from walk(child)
+def walk(expr: Expr) -> Iterator[Expr]:
+    """All nodes of an expression, pre-order (without recursion)."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(children(node)))
 
 
 def signed_terms(expr: Expr, sign: int = 1) -> list[tuple[int, Expr]]:
     """Split an expression at its top-level ``+``/``-`` (and negations) into
-    ``(±1, term)`` pairs."""
-    if isinstance(expr, Binary) and expr.op in "+-":
-        right = sign if expr.op == "+" else -sign
-        return signed_terms(expr.left, sign) + signed_terms(expr.right, right)
-    if isinstance(expr, Neg):
-        return signed_terms(expr.operand, -sign)
-    return [(sign, expr)]
+    ``(±1, term)`` pairs, left to right (without recursion)."""
+    terms: list[tuple[int, Expr]] = []
+    stack = [(sign, expr)]
+    while stack:
+        sign, node = stack.pop()
+        if isinstance(node, Binary) and node.op in "+-":
+            stack.append((sign if node.op == "+" else -sign, node.right))
+            stack.append((sign, node.left))
+        elif isinstance(node, Neg):
+            stack.append((-sign, node.operand))
+        else:
+            terms.append((sign, node))
+    return terms
 
 
 def product_factors(expr: Expr) -> list[Expr]:
-    """Flatten a product tree (``*`` and negations, as a ``-1`` factor) into factors."""
-    if isinstance(expr, Binary) and expr.op == "*":
-        return product_factors(expr.left) + product_factors(expr.right)
-    if isinstance(expr, Neg):
-        return [Const(-1.0), *product_factors(expr.operand)]
-    return [expr]
+    """Flatten a product tree (``*`` and negations, as a ``-1`` factor) into factors,
+    left to right (without recursion)."""
+    factors: list[Expr] = []
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Binary) and node.op == "*":
+            stack.extend((node.right, node.left))
+        elif isinstance(node, Neg):
+            factors.append(Const(-1.0))
+            stack.append(node.operand)
+        else:
+            factors.append(node)
+    return factors
+
+
+def expr_text(expr: Expr) -> str:
+    """The printed form of an expression (what ``str`` gives), built without recursion."""
+    parts: list[str] = []
+    stack: list[Expr | str] = [expr]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            parts.append(item)
+        elif isinstance(item, Neg):
+            stack.extend((")", item.operand, "-("))
+        elif isinstance(item, Binary):
+            stack.extend((")", item.right, f" {item.op} ", item.left, "("))
+        elif isinstance(item, Call):
+            pieces: list[Expr | str] = [f"{item.func}("]
+            for number, arg in enumerate(item.args):
+                pieces.extend((", ", arg) if number else (arg,))
+            pieces.append(")")
+            stack.extend(reversed(pieces))
+        elif isinstance(item, Sum):
+            stack.extend((")", item.body, f"sum[{','.join(item.indices)}]("))
+        else:
+            parts.append(str(item))
+    return "".join(parts)
 
 
 def accesses(expr: Expr) -> tuple[Access, ...]:

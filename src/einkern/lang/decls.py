@@ -31,6 +31,7 @@ from .ast import (
     StatementNode,
     TensorDeclNode,
 )
+from .limits import MAX_ELEMENTS, MAX_NAME_LENGTH, check_name, check_size, check_statement
 
 _DTYPE_ALIASES = {"double": "float64", "float": "float32", "real": "float64", "f64": "float64",
                   "f32": "float32", "fp64": "float64", "fp32": "float32"}
@@ -69,9 +70,18 @@ def check_layout(word: str, span: Span) -> str:
 def check_extent_value(text: str, span: Span, name: str | None) -> int:
     """The value of extent ``name`` written as ``text``: a positive integer.
 
-    ``name`` is None for an integer literal in a tensor shape."""
-    if text.isdigit() and int(text) > 0:
-        return int(text)
+    ``name`` is None for an integer literal in a tensor shape.  At most
+    :data:`~einkern.lang.limits.MAX_ELEMENTS` (64-bit signed offsets)."""
+    if text.isascii() and text.isdigit() and text.strip("0"):
+        what = "a dimension" if name is None else f"extent '{name}'"
+        if len(text.lstrip("0")) > 19:  # more than 2**63 - 1, and int() could refuse it
+            raise ExtentError(
+                f"{what} has {len(text.lstrip('0'))} digits, more than 2**63 - 1 = "
+                f"{MAX_ELEMENTS}", span,
+                hint="generated kernels index elements with 64-bit signed offsets")
+        return check_size(int(text), span, what)
+    if len(text) > 40:
+        text = text[:20] + "..."
     if name is None:
         raise ExtentError(f"a dimension must be a positive integer, not {text}", span,
                           hint="write a size of at least 1, or an extent name")
@@ -84,11 +94,12 @@ def check_extent_value(text: str, span: Span, name: str | None) -> int:
 
 
 def default_program_name(source_name: str, fallback: str = "program") -> str:
-    """The stem of a file name made into an identifier; ``fallback`` for ``<string>``."""
+    """The stem of a file name made into an ASCII identifier; ``fallback`` for
+    ``<string>``."""
     if source_name.startswith("<"):
         return fallback
     stem = PurePath(source_name).stem
-    stem = re.sub(r"\W", "_", stem)
+    stem = re.sub(r"[^A-Za-z0-9_]", "_", stem)[:MAX_NAME_LENGTH]
     if not stem:
         return fallback
     return f"_{stem}" if stem[0].isdigit() else stem
@@ -114,6 +125,7 @@ class DeclCollector:
     # ---- names ----------------------------------------------------------------
 
     def _claim(self, name: Ident, kind: str) -> None:
+        check_name(name.name, name.span, f"the name of {kind}")
         previous = self.declared.get(name.name)
         if previous is not None:
             first_kind, first_span = previous
@@ -130,6 +142,7 @@ class DeclCollector:
             raise DuplicateDeclarationError(
                 f"the program is named twice (first '{self.name}' on line {self.name_span.line})",
                 name.span, hint="keep a single `program NAME` line")
+        check_name(name.name, name.span, "the program name")
         self.name, self.name_span = name.name, name.span
 
     def set_default_dtype(self, word: str, span: Span) -> None:
@@ -166,6 +179,7 @@ class DeclCollector:
         self.scalars.append(ScalarDeclNode(name, dtype, value, span))
 
     def add_statement(self, statement: StatementNode) -> None:
+        check_statement(statement)
         self.statements.append(statement)
 
     # ---- the end ---------------------------------------------------------------

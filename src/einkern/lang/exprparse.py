@@ -13,6 +13,7 @@ are .ein statements)::
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import NoReturn
 
@@ -29,6 +30,7 @@ from .ast import (
     UnaryNode,
 )
 from .lexer import EOF, FLOAT, INT, NAME, NEWLINE, Token
+from .limits import MAX_NESTING
 
 ASSIGN_OPS = ("=", "+=", "-=")
 
@@ -95,7 +97,21 @@ def ident(token: Token) -> Ident:
 
 
 class ExprParser(TokenCursor):
-    """Expressions, accesses and statements over a token list."""
+    """Expressions, accesses and statements over a token list.
+
+    Parentheses, unary signs and calls nest at most
+    :data:`~einkern.lang.limits.MAX_NESTING` deep (the parser is recursive)."""
+
+    nesting = 0
+
+    def _enter(self, token: Token) -> None:
+        """One level deeper at ``token``; a located error past the limit."""
+        self.nesting += 1
+        if self.nesting > MAX_NESTING:
+            raise ParseError(
+                f"expression nested too deeply (more than {MAX_NESTING} levels of "
+                "parentheses, signs and calls)", token.span,
+                hint="split the expression into several statements")
 
     # ---- accesses ------------------------------------------------------------
 
@@ -166,7 +182,9 @@ class ExprParser(TokenCursor):
     def parse_unary(self, after: Token | None) -> ExprNode:
         op = self.accept_op("+", "-")
         if op is not None:
+            self._enter(op)
             operand = self.parse_unary(op)
+            self.nesting -= 1
             return UnaryNode(op.text, operand, op.span.join(operand.span))
         return self.parse_primary(after)
 
@@ -174,7 +192,11 @@ class ExprParser(TokenCursor):
         token = self.peek()
         if token.kind in (INT, FLOAT):
             self.advance()
-            return NumberNode(float(token.text), token.span)
+            value = float(token.text)
+            if not math.isfinite(value):
+                raise ParseError(f"number {_abridged(token.text)} is too large for float64",
+                                 token.span, hint="the largest float64 is about 1.8e308")
+            return NumberNode(value, token.span)
         if token.kind == NAME:
             self.advance()
             if self.peek().is_op("["):
@@ -185,7 +207,9 @@ class ExprParser(TokenCursor):
             return NameNode(token.text, token.span)
         if token.is_op("("):
             self.advance()
+            self._enter(token)
             inner = self.parse_expr(token)
+            self.nesting -= 1
             close = self.accept_op(")")
             if close is None:
                 self._unclosed(token, self.peek())
@@ -194,6 +218,7 @@ class ExprParser(TokenCursor):
 
     def parse_call(self, name: Token) -> CallNode:
         opener = self.expect_op("(", "after the function name")
+        self._enter(name)
         args: list[ExprNode] = []
         if not self.accept_op(")"):
             while True:
@@ -202,6 +227,7 @@ class ExprParser(TokenCursor):
                     break
                 if not self.accept_op(","):
                     self._unclosed(opener, self.peek())
+        self.nesting -= 1
         end = self.tokens[self.pos - 1].span
         return CallNode(ident(name), tuple(args), name.span.join(end))
 
@@ -229,6 +255,10 @@ class ExprParser(TokenCursor):
         self.advance()
         rhs = self.parse_expr(op)
         return StatementNode(target, op.text, rhs, target.span.join(rhs.span))
+
+
+def _abridged(text: str) -> str:
+    return text if len(text) <= 24 else f"{text[:10]}...{text[-6:]} ({len(text)} characters)"
 
 
 def _show(access: AccessNode) -> str:

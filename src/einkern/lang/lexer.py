@@ -27,6 +27,10 @@ _OPERATORS_2 = ("+=", "-=", "*=", "/=", "==", "->", "**")
 _OPERATORS_1 = "+-*/=()[]{},;:<>"
 _OPEN = {"(": ")", "[": "]"}
 _CONTINUE_AFTER = frozenset({"+", "-", "*", "/", "=", "+=", "-=", "*=", "/=", "**"})
+# Names and numbers are ASCII only: every backend (C, CUDA C, isl) must spell them.
+_DIGITS = frozenset("0123456789")
+_NAME_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
+_NAME_PART = _NAME_START | _DIGITS
 
 
 @dataclass(frozen=True)
@@ -54,19 +58,19 @@ def _scan_number(text: str, pos: int) -> int:
     """End offset of the number starting at ``pos`` (digits, fraction, exponent)."""
     end = pos
     n = len(text)
-    while end < n and text[end].isdigit():
+    while end < n and text[end] in _DIGITS:
         end += 1
     if end < n and text[end] == ".":
         end += 1
-        while end < n and text[end].isdigit():
+        while end < n and text[end] in _DIGITS:
             end += 1
     if end < n and text[end] in "eE":
         probe = end + 1
         if probe < n and text[probe] in "+-":
             probe += 1
-        if probe < n and text[probe].isdigit():
+        if probe < n and text[probe] in _DIGITS:
             end = probe
-            while end < n and text[end].isdigit():
+            while end < n and text[end] in _DIGITS:
                 end += 1
     return end
 
@@ -118,17 +122,24 @@ def tokenize(
                     hint="close the comment with '*/'",
                 )
             pos = end + 2
-        elif ch.isalpha() or ch == "_":
+        elif ch in _NAME_START:
             end = pos + 1
-            while end < n and (text[end].isalnum() or text[end] == "_"):
+            while end < n and text[end] in _NAME_PART:
                 end += 1
             add(NAME, pos, end)
             pos = end
-        elif ch.isdigit() or (ch == "." and pos + 1 < n and text[pos + 1].isdigit()):
+        elif ch in _DIGITS or (ch == "." and pos + 1 < n and text[pos + 1] in _DIGITS):
             end = _scan_number(text, pos)
             word = text[pos:end]
-            add(INT if word.isdigit() else FLOAT, pos, end)
+            add(INT if all(c in _DIGITS for c in word) else FLOAT, pos, end)
             pos = end
+        elif ch.isalnum():
+            raise ParseError(
+                f"non-ASCII character {ch!r} (U+{ord(ch):04X}) in a name or number",
+                Span(source, pos, pos + 1),
+                hint="names are ASCII letters, digits and '_' (every backend must be able "
+                "to spell them); numbers are ASCII digits",
+            )
         elif text[pos : pos + 2] in _OPERATORS_2:
             add(OP, pos, pos + 2)
             pos += 2

@@ -46,8 +46,10 @@ from .ast import (
     StatementNode,
     UnaryNode,
 )
+from .decls import check_extent_value
 from .exprparse import ExprParser, ident
 from .lexer import EOF, INT, NAME, Token, tokenize
+from .limits import check_statement
 
 RESULT = "out"
 
@@ -164,10 +166,10 @@ class _LibraryParser(ExprParser):
             if sizes and not self.accept_op(","):
                 self._unclosed(opener, self.peek())
             token = self.peek()
-            if token.kind != INT or int(token.text) < 1:
+            if token.kind != INT:
                 raise ParseError(f"expected a positive integer size, found {token.describe()}",
                                  token.span, hint="element types have fixed sizes, e.g. [3, 3]")
-            sizes.append(int(self.advance().text))
+            sizes.append(check_extent_value(self.advance().text, token.span, None))
         typedef = TypeDef(name.text, tuple(sizes), name.span.join(self.tokens[self.pos - 1].span))
         self.own = self.own.merge(Library((typedef,), ()))
 
@@ -195,6 +197,7 @@ class _LibraryParser(ExprParser):
                 raise ParseError(f"expected '}}' to close the body of function '{name.text}' "
                                  "opened here", brace.span, hint="add '}'")
             body.append(self.parse_statement())
+            check_statement(body[-1])
             self.end_statement("statement", closers=("}",))
             self.skip_blank()
         if not body:

@@ -83,6 +83,12 @@ def _parse(text: str, name: str, fmt: str) -> ProgramNode:
     return _FRONT_ENDS[fmt].parse(text, name)
 
 
+def parse_text(text: str, name: str) -> ProgramNode:
+    """Parse program ``text`` (format by :func:`detect_format`); ``name`` names it in
+    error messages (e.g. ``<stdin>``)."""
+    return _parse(text, name, detect_format(text))
+
+
 def load_program_node(text_or_path: str | os.PathLike[str]) -> ProgramNode:
     """Parse a program given as a file path or as program text.
 

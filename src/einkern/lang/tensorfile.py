@@ -35,7 +35,9 @@ SECTIONS = ("define", "variables", "operations")
 _ACCESS = ("multidimensional", "linearized", "linearize")
 _PATTERN = ("contiguous", "strided")
 _TYPES = {**DTYPE_OF_C_TYPE, **{dtype: dtype for dtype in DTYPES}}  # C or NumPy spellings
-_ORDER = re.compile(r"^order(\d+)$")
+_ORDER = re.compile(r"^order([0-9]+)$")
+#: Largest N in ``orderN`` (each dimension becomes an extent of its own).
+MAX_ORDER = 64
 
 
 class TensorFileReader(TokenCursor):
@@ -154,6 +156,10 @@ class TensorFileReader(TokenCursor):
         order = _ORDER.match(token.text) if token.kind == NAME else None
         if order is not None:
             self.advance()
+            if len(order.group(1)) > 3 or int(order.group(1)) > MAX_ORDER:
+                raise ParseError(f"order {order.group(1)} is more than {MAX_ORDER}",
+                                 token.span, hint="a tensor has at most "
+                                 f"{MAX_ORDER} dimensions here")
             shape: list[DimRef] = []
             for dim in range(int(order.group(1))):
                 extent = Ident(f"{name.text}_d{dim}", token.span)

@@ -109,10 +109,20 @@ def statement_work(problem: Problem, statement: Statement) -> int:
 
 
 def _expr_work(problem: Problem, statement: Statement, expr: Expr) -> int:
-    inner = 1 + sum(_expr_work(problem, statement, child) for child in children(expr))
-    if isinstance(expr, Sum):
-        return inner * math.prod(problem.index_size(statement, i) for i in expr.indices)
-    return inner
+    """One per node, each sum's body counted once per term (without recursion)."""
+    work: dict[int, int] = {}
+    stack: list[tuple[Expr, bool]] = [(expr, False)]
+    while stack:
+        node, ready = stack.pop()
+        if not ready:
+            stack.append((node, True))
+            stack.extend((child, False) for child in children(node))
+            continue
+        inner = 1 + sum(work[id(child)] for child in children(node))
+        if isinstance(node, Sum):
+            inner *= math.prod(problem.index_size(statement, i) for i in node.indices)
+        work[id(node)] = inner
+    return work[id(expr)]
 
 
 #: Long reductions (at least this many terms) get cache tiles by default: parallel
@@ -204,12 +214,14 @@ def default_schedule(problem: Problem) -> CpuSchedule:
 
 def top_level_sums(expr: Expr) -> tuple[Sum, ...]:
     """Distinct sums of ``expr`` not nested in another sum, in pre-order."""
-    if isinstance(expr, Sum):
-        return (expr,)
     found: dict[Sum, None] = {}
-    for child in children(expr):
-        for node in top_level_sums(child):
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Sum):
             found.setdefault(node, None)
+        else:
+            stack.extend(reversed(children(node)))
     return tuple(found)
 
 

@@ -135,7 +135,6 @@ def _chain_program(depth: int):
 
 def test_programs_built_in_python_obey_the_ir_depth_limit():
     from einkern.backends import get_backend
-    from einkern.backends.cuda.generate import resolve_mappings
     from einkern.ir import poly
 
     deepest = einkern.make_problem(_chain_program(MAX_IR_DEPTH))

@@ -120,9 +120,9 @@ def test_records_of_today_load_as_typed_configurations_with_the_same_key(case):
 
 @pytest.mark.parametrize("case", _old_cases()[:2])
 def test_a_database_of_today_gives_back_typed_configurations(case, tmp_path):
+    from einkern.tuning.canonical import identify
     from einkern.tuning.cuda_target import CudaTarget
     from einkern.tuning.db import TuningDB
-    from einkern.tuning.canonical import identify
     from einkern.tuning.policy import lookup
     from einkern.tuning.record import TuningRecord
 

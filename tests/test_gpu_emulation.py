@@ -20,8 +20,7 @@ from einkern.gpu.lower import build_kernel, lower, new_builder
 from einkern.gpu.mapping import Mapping, MappingError, ParallelTile, Staging
 from einkern.gpu.space import config_to_mapping, parameters, violation
 from einkern.ir.task import statement_task, tasks_of
-
-TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
+from einkern.semantics import TOLERANCE
 
 
 def seed_of(*parts) -> int:

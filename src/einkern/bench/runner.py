@@ -119,7 +119,7 @@ class Runner:
         program = problem.program
         dtype = program.tensor(program.outputs[0]).dtype
         flops, nbytes = program_flops(problem), kernel_floor_bytes(problem)
-        common = dict(dtype=dtype, flops=flops, min_bytes=nbytes,
+        common: dict[str, Any] = dict(dtype=dtype, flops=flops, min_bytes=nbytes,
                       fused_min_bytes=fused_floor_bytes(problem),
                       floor_s=self.calibration.floor(flops, nbytes, dtype),
                       tolerance=tolerance(dtype))

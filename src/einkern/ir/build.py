@@ -32,6 +32,7 @@ from ..errors import (
 from ..lang import ast
 from ..lang.limits import check_scalar_default
 from ..semantics import ARITY, DTYPES, LAYOUTS
+from ..source import Span
 from .nodes import (
     Access,
     Binary,
@@ -78,7 +79,7 @@ def _suggest(name: str, known: Iterable[str], what: str) -> str:
 
 def _build_extents(node: ast.ProgramNode) -> dict[str, Extent]:
     extents: dict[str, Extent] = {}
-    spans = {}
+    spans: dict[str, Span] = {}
     for decl in node.extents:
         if decl.name.name in extents:
             first = spans[decl.name.name]
@@ -98,7 +99,7 @@ def _build_extents(node: ast.ProgramNode) -> dict[str, Extent]:
 
 def _build_tensors(node: ast.ProgramNode, extents: dict[str, Extent]) -> tuple[Tensor, ...]:
     tensors: dict[str, Tensor] = {}
-    spans = {}
+    spans: dict[str, Span] = {}
     for decl in node.tensors:
         name = decl.name.name
         if name in tensors:

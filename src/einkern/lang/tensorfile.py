@@ -34,7 +34,8 @@ from .lexer import EOF, INT, NAME, NEWLINE, Token, tokenize
 SECTIONS = ("define", "variables", "operations")
 _ACCESS = ("multidimensional", "linearized", "linearize")
 _PATTERN = ("contiguous", "strided")
-_TYPES = {**DTYPE_OF_C_TYPE, **{dtype: dtype for dtype in DTYPES}}  # C or NumPy spellings
+#: Element types by their C or NumPy spelling.
+_TYPES: dict[str, str] = {**DTYPE_OF_C_TYPE, **{dtype: dtype for dtype in DTYPES}}
 _ORDER = re.compile(r"^order([0-9]+)$")
 #: Largest N in ``orderN`` (each dimension becomes an extent of its own).
 MAX_ORDER = 64

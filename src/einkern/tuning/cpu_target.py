@@ -24,7 +24,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -190,8 +190,9 @@ class CpuTarget:
         for index in tiled:  # the default's own tiles are always tunable
             extent = problem.index_size(statement, index)
             values = _tile_values(extent)
-            if default.tile(index) and default.tile(index) not in values:
-                values = tuple(sorted({*values, default.tile(index)}))
+            own = default.tile(index)
+            if own and own not in values:
+                values = tuple(sorted({*values, own}))
             result.append(Parameter(f"tile_{index}", values))
         if top_level_sums(statement.rhs) and indices:
             result.append(Parameter("inner", tuple(range(min(MAX_INNER, len(indices)) + 1))))
@@ -247,7 +248,7 @@ class CpuTarget:
         arrays = {name: array.copy(order="K") for name, array in inputs.items()}
         for tensor in program.tensors:
             if tensor.name not in arrays:
-                order = "C" if tensor.layout == "row" else "F"
+                order: Literal["C", "F"] = "C" if tensor.layout == "row" else "F"
                 arrays[tensor.name] = np.zeros(single.shape(tensor.name), tensor.dtype, order=order)
         executable.run(arrays, scalars)
         error = max((relative_error(arrays[name], expected[name]) for name in program.outputs),

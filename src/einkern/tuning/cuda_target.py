@@ -147,12 +147,11 @@ def _measure(problem: Problem, compiled: CompiledVariant, repeats: int, seed: in
     from ..backends.cuda import driver
     from ..backends.verify import random_inputs
     from ..reference import evaluate, relative_error
+    from ..testing import random_scalars
 
     driver.activate(0)
     key = (problem, seed)
     if key not in _REFERENCE:
-        from ..testing import random_scalars  # (module level after the move to tuning/)
-
         arrays = random_inputs(problem, seed)
         scalars = random_scalars(problem, seed)
         _REFERENCE.clear()

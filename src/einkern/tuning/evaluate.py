@@ -307,7 +307,8 @@ class Session:
         for key, config in wanted.items():
             if key in self.outcomes:
                 continue
-            if self.remaining() is not None and len(to_compile) >= self.remaining():
+            remaining = self.remaining()
+            if remaining is not None and len(to_compile) >= remaining:
                 break
             if self.out_of_time():
                 break

@@ -17,6 +17,7 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -82,7 +83,7 @@ class ProgressDisplay:
             console=Console(file=sys.stderr),
             disable=not self.enabled,
         )
-        self._tasks: dict[int, int] = {}
+        self._tasks: dict[int, TaskID] = {}
         self.positions = tuple(positions)
 
     def __enter__(self) -> ProgressDisplay:
@@ -156,8 +157,8 @@ def print_results(problem: Problem, results: Sequence[StatementResult], *,
     if explain:
         for number, result in enumerate(results):
             if result.default is not None:
-                default = json.dumps(result.default.config.to_json(), sort_keys=True)
-                console.print(f"S{result.position} default configuration: {default}",
+                config = json.dumps(result.default.config.to_json(), sort_keys=True)
+                console.print(f"S{result.position} default configuration: {config}",
                               markup=False)
             for rule, reason in rules[number] if rules is not None else ():
                 console.print(f"  {rule}: {reason}", markup=False)

@@ -144,8 +144,15 @@ class Timing:
 class TuningTarget(Protocol):
     """A backend seen by the tuner."""
 
-    backend: str
-    config_type: ConfigType  # the record type of its configurations
+    @property
+    def backend(self) -> str:
+        """The backend's registry name."""
+        ...
+
+    @property
+    def config_type(self) -> ConfigType:
+        """The record type of its configurations."""
+        ...
 
     def device_key(self) -> dict[str, str]:
         """Identity of the hardware and toolchain: device name, compute capability,

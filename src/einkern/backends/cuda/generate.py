@@ -20,7 +20,7 @@ from .limits import device_limits
 MappingSpec = MappingType[int, object] | None
 
 
-def resolve_mappings(problem: Problem, mappings: MappingSpec = None) -> dict[int, object]:
+def resolve_mappings(problem: Problem, mappings: MappingSpec = None) -> dict[int, Mapping]:
     """A Mapping per statement: the given ones (Mapping, CudaConfig, either in JSON
     form, or a JSON file of either), the decision algorithm's default for the others."""
     from ...gpu.config import CudaConfig, parse_config
@@ -28,7 +28,7 @@ def resolve_mappings(problem: Problem, mappings: MappingSpec = None) -> dict[int
     from ...gpu.space import config_to_mapping
 
     limits = device_limits()
-    chosen: dict[int, object] = {}
+    chosen: dict[int, Mapping] = {}
     given = dict(mappings or {})
     for position in range(len(problem.program.statements)):
         spec = given.get(position)

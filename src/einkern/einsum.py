@@ -51,7 +51,7 @@ from .backends.binding import Binder, article, type_name
 from .errors import ArgumentError, DtypeError, LayoutError, ParseError
 from .ir.nodes import Access, Binary, Expr, Extent, Program, Statement, Sum, Tensor
 from .lang.limits import MAX_EXPRESSION_DEPTH
-from .semantics import DTYPES, widest
+from .semantics import DTYPES, LAYOUTS, DType, Layout, widest
 from .source import Source, Span
 
 _LETTERS = frozenset(string.ascii_letters)
@@ -200,8 +200,8 @@ class Operand:
 
     term: str
     shape: tuple[int, ...]
-    dtype: str
-    layout: str
+    dtype: DType
+    layout: Layout
 
 
 def einsum_program(operands: Sequence[Operand], output: Operand) -> Program:
@@ -394,16 +394,17 @@ def _plan_steps(operands: list[Operand], output: Operand, path: Sequence[tuple[i
     return tuple(steps)
 
 
-def _dtype(position: int, info: ArrayInfo) -> str:
-    if info.dtype not in DTYPES:
-        raise DtypeError(
-            f"einsum supports float32 and float64 operands; operand {position} is {info.dtype}",
-            hint="convert it with .astype('float64')")
-    return info.dtype
+def _dtype(position: int, info: ArrayInfo) -> DType:
+    for dtype in DTYPES:
+        if info.dtype == dtype:
+            return dtype
+    raise DtypeError(
+        f"einsum supports float32 and float64 operands; operand {position} is {info.dtype}",
+        hint="convert it with .astype('float64')")
 
 
-def _layout(what: str, info: ArrayInfo) -> str:
-    for layout in ("row", "column"):
+def _layout(what: str, info: ArrayInfo) -> Layout:
+    for layout in LAYOUTS:
         if strides_match(info, layout):
             return layout
     raise LayoutError(
@@ -412,7 +413,8 @@ def _layout(what: str, info: ArrayInfo) -> str:
         hint="pass a contiguous copy (np.ascontiguousarray)")
 
 
-def _output(out: ArrayInfo | None, shape: tuple[int, ...], dtype: str) -> tuple[str, str]:
+def _output(out: ArrayInfo | None, shape: tuple[int, ...],
+            dtype: DType) -> tuple[DType, Layout]:
     """The result's dtype and layout: ``dtype``, row-major; or ``out``'s."""
     if out is None:
         return dtype, "row"
@@ -423,7 +425,7 @@ def _output(out: ArrayInfo | None, shape: tuple[int, ...], dtype: str) -> tuple[
                          hint=f"pass a {dtype} array (NumPy's 'safe' casting)")
     if out.readonly:
         raise ArgumentError("out= is read-only", hint="pass a writable array")
-    return out.dtype, _layout("out=", out)
+    return _dtype(-1, out), _layout("out=", out)
 
 
 def _prepare(subscripts: str, backend: Backend, infos: Sequence[ArrayInfo],

@@ -31,8 +31,9 @@ import einkern
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def per_call_us(fn: Callable[[], object], calls: int, sync: Callable[[], None] = lambda: None,
-                repeats: int = 5) -> float:
+def per_call_us(
+    fn: Callable[[], object], calls: int, sync: Callable[[], None] = lambda: None, repeats: int = 5
+) -> float:
     """Best of ``repeats`` runs of ``calls`` calls, in microseconds per call."""
     for _ in range(min(calls, 200)):
         fn()
@@ -69,17 +70,28 @@ def chain_rows(sizes: list[int]) -> None:
     for n in sizes:
         ops = [rng.random((n, n)) for _ in range(3)]
         calls = max(1, int(2e7 / n**3))
-        rows = {"einkern (pairwise)": lambda: einkern.einsum("ij,jk,kl->il", *ops,  # noqa: B023
-                                                             backend="cpu")}
+        rows = {
+            "einkern (pairwise)": lambda ops=ops: einkern.einsum(
+                "ij,jk,kl->il", *ops, backend="cpu"
+            )
+        }
         if n == sizes[0]:
-            rows["einkern optimize=False"] = lambda: einkern.einsum(  # noqa: B023
-                "ij,jk,kl->il", *ops, backend="cpu", optimize=False)  # noqa: B023
-        reference = per_call_us(lambda: np.einsum("ij,jk,kl->il", *ops,  # noqa: B023
-                                                  optimize=True), calls, repeats=3) / 1e3
+            rows["einkern optimize=False"] = lambda ops=ops: einkern.einsum(
+                "ij,jk,kl->il", *ops, backend="cpu", optimize=False
+            )
+        reference = (
+            per_call_us(
+                lambda ops=ops: np.einsum("ij,jk,kl->il", *ops, optimize=True),
+                calls,
+                repeats=3,
+            )
+            / 1e3
+        )
         for label, fn in rows.items():
             ours = per_call_us(fn, calls, repeats=3) / 1e3
-            print(f"{label + f' n={n}':32s} {ours:10.3f} {reference:10.3f} "
-                  f"{ours / reference:5.2f}x")
+            print(
+                f"{label + f' n={n}':32s} {ours:10.3f} {reference:10.3f} {ours / reference:5.2f}x"
+            )
 
 
 def gpu_rows(calls: int, profile: bool) -> None:
@@ -111,13 +123,21 @@ def gpu_rows(calls: int, profile: bool) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=None,
-                        help="calls per timing (default: 20000 on the CPU, 2000 on the GPU)")
+    parser.add_argument(
+        "--calls",
+        type=int,
+        default=None,
+        help="calls per timing (default: 20000 on the CPU, 2000 on the GPU)",
+    )
     parser.add_argument("--cpu", action="store_true", help="einsum on the CPU backend")
-    parser.add_argument("--chain", default="",
-                        help="with --cpu: comma-separated n for ij,jk,kl->il (e.g. 96,256)")
-    parser.add_argument("--profile", action="store_true",
-                        help="GPU mode: also print where the host time of einkern's call goes")
+    parser.add_argument(
+        "--chain", default="", help="with --cpu: comma-separated n for ij,jk,kl->il (e.g. 96,256)"
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="GPU mode: also print where the host time of einkern's call goes",
+    )
     args = parser.parse_args()
     if args.cpu:
         cpu_rows(args.calls or 20000)

@@ -223,6 +223,7 @@ def test_torch_cpu_tensors_are_host_arrays_on_the_cpu_backend():
 
 
 def test_a_tensor_named_stream_is_an_argument_not_a_stream():
-    kernel = einkern.compile("dims n = 2\ntensor stream[n], y[n]\ny[i] = 2 * stream[i]",
-                             backend="cpu")
+    kernel = einkern.compile(
+        "dims n = 2\ntensor stream[n], y[n]\ny[i] = 2 * stream[i]", backend="cpu"
+    )
     np.testing.assert_array_equal(kernel(stream=np.ones(2)), [2.0, 2.0])

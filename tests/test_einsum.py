@@ -89,16 +89,15 @@ def random_case(rng: np.random.Generator):
     """Random subscripts over up to 6 indices (extents 1-4) and 1-4 operands, with
     repeated indices, broadcast size-1 dimensions, ellipses over up to 2 leading
     dimensions, and an explicit or implicit output."""
-    letters = string.ascii_letters[rng.integers(0, 40):][:6]
+    letters = string.ascii_letters[rng.integers(0, 40) :][:6]
     sizes = {c: int(rng.integers(1, 5)) for c in letters}
     batch = [int(rng.integers(1, 4)) for _ in range(int(rng.integers(0, 3)))]
     terms, shapes = [], []
     for _ in range(int(rng.integers(1, 5))):
         term = "".join(rng.choice(list(letters), size=int(rng.integers(0, 4))))
-        shape = [sizes[c] if rng.random() < 0.9 or len(set(term)) < len(term) else 1
-                 for c in term]
+        shape = [sizes[c] if rng.random() < 0.9 or len(set(term)) < len(term) else 1 for c in term]
         if batch and rng.random() < 0.6:
-            covered = batch[len(batch) - int(rng.integers(0, len(batch) + 1)):]
+            covered = batch[len(batch) - int(rng.integers(0, len(batch) + 1)) :]
             shape = [n if rng.random() < 0.8 else 1 for n in covered] + shape
             term = "..." + term
         terms.append(term)
@@ -117,8 +116,9 @@ def test_random_float32_subscripts_match_numpy(seed):
     spec, shapes = random_case(rng)
     operands = arrays(seed, *shapes, dtype=np.float32)
     exact = np.einsum(spec, *(o.astype(np.float64) for o in operands), optimize=True)
-    assert_matches(einkern.einsum(spec, *operands, backend="cpu"),
-                   np.asarray(exact).astype(np.float32))
+    assert_matches(
+        einkern.einsum(spec, *operands, backend="cpu"), np.asarray(exact).astype(np.float32)
+    )
 
 
 @pytest.mark.parametrize("seed", range(24))
@@ -152,26 +152,34 @@ def test_a_chain_is_contracted_pairwise():
 def test_strategies_paths_and_memory_limit():
     A, B, C = arrays(3, (4, 5), (5, 6), (6, 3))
     expected = A @ B @ C
-    for optimize in ("greedy", "optimal", "dp", [(1, 2), (0, 1)],
-                     np.einsum_path("ij,jk,kl->il", A, B, C)[0]):
+    for optimize in (
+        "greedy",
+        "optimal",
+        "dp",
+        [(1, 2), (0, 1)],
+        np.einsum_path("ij,jk,kl->il", A, B, C)[0],
+    ):
         plan = einsum_plan("ij,jk,kl->il", A, B, C, backend="cpu", optimize=optimize)
         assert len(plan.steps) == 2
-        assert_matches(einkern.einsum("ij,jk,kl->il", A, B, C, optimize=optimize,
-                                      backend="cpu"), expected)
-    assert einsum_plan("ij,jk,kl->il", A, B, C, backend="cpu",
-                       optimize=[(1, 2), (0, 1)]).steps[0].subscripts == "jk,kl->jl"
+        assert_matches(
+            einkern.einsum("ij,jk,kl->il", A, B, C, optimize=optimize, backend="cpu"), expected
+        )
+    assert (
+        einsum_plan("ij,jk,kl->il", A, B, C, backend="cpu", optimize=[(1, 2), (0, 1)])
+        .steps[0]
+        .subscripts
+        == "jk,kl->jl"
+    )
     tight = einsum_plan("ij,jk,kl->il", A, B, C, backend="cpu", memory_limit=1)
     assert len(tight.steps) == 1 and "one step" in tight.how
-    assert_matches(einkern.einsum("ij,jk,kl->il", A, B, C, memory_limit=1, backend="cpu"),
-                   expected)
+    assert_matches(einkern.einsum("ij,jk,kl->il", A, B, C, memory_limit=1, backend="cpu"), expected)
 
 
 def test_mixed_dtypes_promote_as_numpy_does():
     A, B, C = arrays(4, (4, 5), (5, 6), (6, 3))
     A32, B32 = A.astype(np.float32), B.astype(np.float32)
     assert_matches(einkern.einsum("ij,jk", A32, B, backend="cpu"), np.einsum("ij,jk", A32, B))
-    assert_matches(einkern.einsum("ij,jk", A32, B32, backend="cpu"),
-                   np.einsum("ij,jk", A32, B32))
+    assert_matches(einkern.einsum("ij,jk", A32, B32, backend="cpu"), np.einsum("ij,jk", A32, B32))
     path = [(0, 1), (0, 1)]
     result = einkern.einsum("ij,jk,kl->il", A32, B32, C, optimize=path, backend="cpu")
     # float64 like NumPy's, through a float32 intermediate: float32's tolerance
@@ -190,8 +198,7 @@ def test_out_receives_the_result(order):
         assert result is out
         assert_matches(out, np.einsum(spec, *operands, optimize=True))
     wide = np.zeros((4, 6))
-    einkern.einsum("ij,jk->ik", A.astype(np.float32), B.astype(np.float32), out=wide,
-                   backend="cpu")
+    einkern.einsum("ij,jk->ik", A.astype(np.float32), B.astype(np.float32), out=wide, backend="cpu")
     np.testing.assert_allclose(wide, A @ B, rtol=1e-5)
 
 
@@ -245,8 +252,7 @@ def test_tune_chooses_each_kernels_configuration(tmp_path):
     A, B, C = arrays(10, (8, 8), (8, 8), (8, 8))
     plan = einsum_plan("ij,jk,kl->il", A, B, C, backend="cpu", tune="model")
     assert plan.tuning_sources == ("model", "model")
-    assert_matches(einkern.einsum("ij,jk,kl->il", A, B, C, tune="model", backend="cpu"),
-                   A @ B @ C)
+    assert_matches(einkern.einsum("ij,jk,kl->il", A, B, C, tune="model", backend="cpu"), A @ B @ C)
     db = tmp_path / "tuning.sqlite"
     cached = einsum_plan("ij,jk->ik", A, B, backend="cpu", tune="cached", tuning_db=db)
     assert cached.tuning_sources == ("default mapping",) and not db.exists()
@@ -257,8 +263,7 @@ def test_tune_chooses_each_kernels_configuration(tmp_path):
     # the record is used when a variant beat the default in that run (the honest tuner)
     expected = "exact record" if source.startswith("tuned now") else "default mapping"
     assert again.tuning_sources[0].startswith(expected)
-    assert_matches(einkern.einsum("ij,jk->ik", B, C, tune=True, tuning_db=db, backend="cpu"),
-                   B @ C)
+    assert_matches(einkern.einsum("ij,jk->ik", B, C, tune=True, tuning_db=db, backend="cpu"), B @ C)
 
 
 @pytest.mark.parametrize(
@@ -330,13 +335,16 @@ def test_parse_spec_expands_ellipses_and_the_implicit_output():
         _parse_spec("".join(string.ascii_letters[:50]) + "...", 1, [53])
 
 
-@pytest.mark.parametrize("spec, shapes", [
-    ("ij,jk,kl->il", [(9, 7), (7, 5), (5, 6)]),
-    ("ij,ij->ij", [(5, 1), (5, 6)]),
-    ("...ij,...jk->...ik", [(2, 1, 3, 4), (5, 4, 2)]),
-    ("iij->j", [(4, 4, 5)]),
-    ("i,i", [(9,), (1,)]),
-])
+@pytest.mark.parametrize(
+    "spec, shapes",
+    [
+        ("ij,jk,kl->il", [(9, 7), (7, 5), (5, 6)]),
+        ("ij,ij->ij", [(5, 1), (5, 6)]),
+        ("...ij,...jk->...ik", [(2, 1, 3, 4), (5, 4, 2)]),
+        ("iij->j", [(4, 4, 5)]),
+        ("i,i", [(9,), (1,)]),
+    ],
+)
 def test_plans_kernels_match_the_reference_under_cuda_mappings(spec, shapes):
     """Each step's program under its default CUDA mapping, emulated on the CPU."""
     from einkern.backends.verify import verify
@@ -358,8 +366,10 @@ def test_threads_share_the_plan_cache(monkeypatch):
 
     def work(n: int) -> bool:
         A, B = arrays(n, (n, 3), (3, n))
-        return all(np.allclose(einkern.einsum("ij,jk", A, B, backend="cpu"), A @ B,
-                               rtol=1e-12) for _ in range(20))
+        return all(
+            np.allclose(einkern.einsum("ij,jk", A, B, backend="cpu"), A @ B, rtol=1e-12)
+            for _ in range(20)
+        )
 
     with ThreadPoolExecutor(4) as pool:
         assert all(pool.map(work, range(2, 10)))

@@ -60,5 +60,4 @@ def test_direct_contractions_with_multi_character_indices(monkeypatch, example):
     expected = evaluate(problem, inputs, scalars)
     for name in program.outputs:
         tolerance = TOLERANCE[program.tensor(name).dtype]
-        np.testing.assert_allclose(outputs[name], expected[name], rtol=tolerance,
-                                   atol=tolerance)
+        np.testing.assert_allclose(outputs[name], expected[name], rtol=tolerance, atol=tolerance)

@@ -65,8 +65,7 @@ _NO_SCALARS: dict[str, Any] = {}
 # ---- subscripts ----------------------------------------------------------------
 
 
-def _parse_spec(spec: str, count: int,
-                ranks: Sequence[int] | None = None) -> tuple[list[str], str]:
+def _parse_spec(spec: str, count: int, ranks: Sequence[int] | None = None) -> tuple[list[str], str]:
     """The operands' subscripts and the output's, checked (located errors), with
     every ellipsis replaced by letters the subscripts do not use: as many as the
     dimensions it covers in each operand of rank ``ranks[i]`` (none when
@@ -79,8 +78,10 @@ def _parse_spec(spec: str, count: int,
 
     arrows = _check_characters(spec, error)
     if count > MAX_OPERANDS:
-        raise ArgumentError(f"einsum takes at most {MAX_OPERANDS} operands, got {count}",
-                            hint="contract the operands in several calls")
+        raise ArgumentError(
+            f"einsum takes at most {MAX_OPERANDS} operands, got {count}",
+            hint="contract the operands in several calls",
+        )
     if count == 0:
         raise ArgumentError("einsum needs at least one operand")
     text = spec.replace(" ", "")
@@ -91,14 +92,19 @@ def _parse_spec(spec: str, count: int,
             f"subscripts {spec!r} name {len(terms)} operand(s) but {count} array(s) were given"
         )
     if out is not None and "," in out:
-        raise error("the output of einsum subscripts is one list of indices, without ','",
-                    arrows[0] + 2 + spec[arrows[0] + 2:].index(","),
-                    hint="separate operands with ',' before '->' only")
+        raise error(
+            "the output of einsum subscripts is one list of indices, without ','",
+            arrows[0] + 2 + spec[arrows[0] + 2 :].index(","),
+            hint="separate operands with ',' before '->' only",
+        )
     for match in re.finditer(r"[^,>-]+", spec):
         part = match.group()
         if part.count("...") > 1:
-            raise error("more than one ellipsis '...' in one operand's subscripts",
-                        match.start() + part.index("...", part.index("...") + 3), 3)
+            raise error(
+                "more than one ellipsis '...' in one operand's subscripts",
+                match.start() + part.index("...", part.index("...") + 3),
+                3,
+            )
     terms, out = _expand_ellipses(spec, terms, out, ranks)
     used = "".join(terms)
     for char in out:
@@ -115,32 +121,45 @@ def _check_characters(spec: str, error: Any) -> list[int]:
     for position, char in enumerate(spec):
         if not (char in _LETTERS or char in ",->. "):
             raise error(
-                f"unexpected character {char!r} in einsum subscripts", position,
+                f"unexpected character {char!r} in einsum subscripts",
+                position,
                 hint="use ASCII letters for indices, ',' between operands, '...' for "
-                "broadcast dimensions and '->' before the output")
+                "broadcast dimensions and '->' before the output",
+            )
     arrows = [i for i in range(len(spec)) if spec.startswith("->", i)]
     for position, char in enumerate(spec):
-        if (char == "-" and position not in arrows) or (
-                char == ">" and position - 1 not in arrows):
-            raise error(f"stray {char!r} in einsum subscripts", position,
-                        hint="the output is introduced by '->'")
+        if (char == "-" and position not in arrows) or (char == ">" and position - 1 not in arrows):
+            raise error(
+                f"stray {char!r} in einsum subscripts",
+                position,
+                hint="the output is introduced by '->'",
+            )
     if len(arrows) > 1:
-        raise error("more than one '->' in einsum subscripts", arrows[1], 2,
-                    hint="write operands, then '->' and the output once, e.g. 'ij,jk->ik'")
+        raise error(
+            "more than one '->' in einsum subscripts",
+            arrows[1],
+            2,
+            hint="write operands, then '->' and the output once, e.g. 'ij,jk->ik'",
+        )
     position = 0
     while position < len(spec):
         if spec[position] == ".":
             run = len(spec[position:]) - len(spec[position:].lstrip("."))
             if run != 3:
-                raise error("'.' outside an ellipsis '...'", position, run,
-                            hint="an ellipsis is exactly three dots")
+                raise error(
+                    "'.' outside an ellipsis '...'",
+                    position,
+                    run,
+                    hint="an ellipsis is exactly three dots",
+                )
             position += run
         position += 1
     return arrows
 
 
-def _expand_ellipses(spec: str, terms: list[str], out: str | None,
-                     ranks: Sequence[int] | None) -> tuple[list[str], str]:
+def _expand_ellipses(
+    spec: str, terms: list[str], out: str | None, ranks: Sequence[int] | None
+) -> tuple[list[str], str]:
     """Terms and output with each ``...`` replaced by unused letters (see
     :func:`_parse_spec`)."""
     covered = []
@@ -152,15 +171,18 @@ def _expand_ellipses(spec: str, terms: list[str], out: str | None,
             raise ArgumentError(
                 f"operand {position} has {rank} dimension(s) but its subscripts "
                 f"{term!r} name {named}",
-                hint="give one index per dimension, or '...' for the leading ones")
+                hint="give one index per dimension, or '...' for the leading ones",
+            )
         covered.append(rank - named if dots else 0)
     width = max(covered)
     unused = [c for c in string.ascii_letters if c not in spec]
     if width > len(unused):
-        raise ArgumentError(f"the ellipsis covers {width} dimensions, but only {len(unused)} "
-                            "letters are left unused by the subscripts to name them")
+        raise ArgumentError(
+            f"the ellipsis covers {width} dimensions, but only {len(unused)} "
+            "letters are left unused by the subscripts to name them"
+        )
     ellipsis = "".join(unused[:width])
-    terms = [t.replace("...", ellipsis[width - n:]) for t, n in zip(terms, covered, strict=True)]
+    terms = [t.replace("...", ellipsis[width - n :]) for t, n in zip(terms, covered, strict=True)]
     if out is None:
         letters = "".join(terms)
         once = sorted(c for c in set(letters) if letters.count(c) == 1 and c not in ellipsis)
@@ -168,8 +190,9 @@ def _expand_ellipses(spec: str, terms: list[str], out: str | None,
     return terms, out.replace("...", ellipsis)
 
 
-def _sizes(terms: Sequence[str], shapes: Sequence[tuple[int, ...]],
-           written: str | None = None) -> dict[str, int]:
+def _sizes(
+    terms: Sequence[str], shapes: Sequence[tuple[int, ...]], written: str | None = None
+) -> dict[str, int]:
     """Each index's size; a dimension of size 1 broadcasts against any size.  Letters
     not in ``written`` (the subscripts as given) stand for an ellipsis' dimensions."""
     sizes: dict[str, int] = {}
@@ -179,14 +202,20 @@ def _sizes(terms: Sequence[str], shapes: Sequence[tuple[int, ...]],
             if own.setdefault(char, size) != size:
                 raise ArgumentError(
                     f"operand {position} repeats index {char!r} over dimensions of sizes "
-                    f"{own[char]} and {size}", hint="a repeated index takes a diagonal")
+                    f"{own[char]} and {size}",
+                    hint="a repeated index takes a diagonal",
+                )
             known = sizes.setdefault(char, size)
             if known != size and 1 not in (known, size):
-                what = f"index {char!r}" if written is None or char in written else \
-                    "a dimension that '...' covers"
+                what = (
+                    f"index {char!r}"
+                    if written is None or char in written
+                    else "a dimension that '...' covers"
+                )
                 raise ArgumentError(
                     f"{what} has size {known} in one operand and {size} in another",
-                    hint="sizes must agree, or be 1 to broadcast")
+                    hint="sizes must agree, or be 1 to broadcast",
+                )
             sizes[char] = max(known, size)
     return sizes
 
@@ -223,8 +252,7 @@ def einsum_program(operands: Sequence[Operand], output: Operand) -> Program:
         name = f"x{position}"
         tensors.append(Tensor(name, tuple(shape), operand.dtype, operand.layout))
         body.append(Access(name, tuple(indices)))
-    tensors.append(Tensor("out", tuple(f"n_{c}" for c in output.term), output.dtype,
-                          output.layout))
+    tensors.append(Tensor("out", tuple(f"n_{c}" for c in output.term), output.dtype, output.layout))
     product: Expr = body[0]
     for access in body[1:]:
         product = Binary("*", product, access)
@@ -233,8 +261,7 @@ def einsum_program(operands: Sequence[Operand], output: Operand) -> Program:
     extents = [Extent(f"n_{c}", sizes[c]) for c in sorted(sizes)]
     if "1" in index_extents.values():
         extents.append(Extent("1", 1))
-    statement = Statement(Access("out", tuple(output.term)), "=", rhs,
-                          tuple(index_extents.items()))
+    statement = Statement(Access("out", tuple(output.term)), "=", rhs, tuple(index_extents.items()))
     return Program("einsum", tuple(extents), tuple(tensors), (), (statement,))
 
 
@@ -250,8 +277,13 @@ class Step:
     binder: Binder = field(repr=False)
     names: tuple[str, ...] = field(repr=False)
 
-    def run(self, operands: Sequence[Any], infos: Sequence[ArrayInfo | None],
-            out: Any = None, out_info: ArrayInfo | None = None) -> Any:
+    def run(
+        self,
+        operands: Sequence[Any],
+        infos: Sequence[ArrayInfo | None],
+        out: Any = None,
+        out_info: ArrayInfo | None = None,
+    ) -> Any:
         """The step's result (``out`` when given), through the one argument check;
         ``infos`` (None where unknown) are the operands' descriptions, if made."""
         arrays = dict(zip(self.names, operands, strict=True))
@@ -264,10 +296,17 @@ class Step:
         return call.arrays["out"]
 
 
-def _step(positions: tuple[int, ...], operands: Sequence[Operand], output: Operand,
-          backend: Backend, tune: Any, tuning_db: Any) -> Step:
-    kernel = compile_program(einsum_program(operands, output), backend=backend.name, tune=tune,
-                             tuning_db=tuning_db)
+def _step(
+    positions: tuple[int, ...],
+    operands: Sequence[Operand],
+    output: Operand,
+    backend: Backend,
+    tune: Any,
+    tuning_db: Any,
+) -> Step:
+    kernel = compile_program(
+        einsum_program(operands, output), backend=backend.name, tune=tune, tuning_db=tuning_db
+    )
     subscripts = ",".join(o.term for o in operands) + "->" + output.term
     names = tuple(f"x{i}" for i in range(len(operands)))
     return Step(positions, subscripts, kernel, Binder(kernel.problem, backend), names)
@@ -305,12 +344,19 @@ class EinsumPlan:
 
     def __str__(self) -> str:
         lines = [f"einsum {self.subscripts}: {self.how}"]
-        lines += [f"  step {n}: operands {step.positions} {step.subscripts}"
-                  for n, step in enumerate(self.steps)]
+        lines += [
+            f"  step {n}: operands {step.positions} {step.subscripts}"
+            for n, step in enumerate(self.steps)
+        ]
         return "\n".join(lines)
 
-    def run(self, operands: Sequence[Any], infos: Sequence[ArrayInfo | None],
-            out: Any = None, out_info: ArrayInfo | None = None) -> Any:
+    def run(
+        self,
+        operands: Sequence[Any],
+        infos: Sequence[ArrayInfo | None],
+        out: Any = None,
+        out_info: ArrayInfo | None = None,
+    ) -> Any:
         """Run the steps on ``operands`` (described by ``infos``, None where not)."""
         steps = self.steps
         if len(steps) == 1:
@@ -323,14 +369,20 @@ class EinsumPlan:
             for p in reversed(positions):
                 del values[p], known[p]
             last = step is steps[-1]
-            values.append(step.run(taken, taken_infos, out if last else None,
-                                   out_info if last else None))
+            values.append(
+                step.run(taken, taken_infos, out if last else None, out_info if last else None)
+            )
             known.append(None)
         return values[0]
 
 
-def _path(terms: Sequence[str], output: str, shapes: Sequence[tuple[int, ...]],
-          optimize: Any, memory_limit: Any) -> tuple[list[tuple[int, ...]], str]:
+def _path(
+    terms: Sequence[str],
+    output: str,
+    shapes: Sequence[tuple[int, ...]],
+    optimize: Any,
+    memory_limit: Any,
+) -> tuple[list[tuple[int, ...]], str]:
     """The contraction path (opt_einsum's convention) and how it was decided."""
     everything = [tuple(range(len(terms)))]
     if optimize is False:
@@ -346,49 +398,67 @@ def _path(terms: Sequence[str], output: str, shapes: Sequence[tuple[int, ...]],
     equation = ",".join(terms) + "->" + output
     try:
         get_path_fn(strategy)  # an unknown name is refused even where no search is needed
-        path, info = opt_einsum.contract_path(equation, *shapes, shapes=True, optimize=strategy,
-                                              memory_limit=memory_limit)
+        path, info = opt_einsum.contract_path(
+            equation, *shapes, shapes=True, optimize=strategy, memory_limit=memory_limit
+        )
     except (ValueError, KeyError, TypeError, IndexError) as error:
         raise ArgumentError(
             f"opt_einsum finds no contraction path for optimize={optimize!r}, "
             f"memory_limit={memory_limit!r}: {error}",
             hint="optimize= takes True, False, an opt_einsum strategy ('greedy', 'optimal', "
-            "'dp', ...) or a path [(0, 1), ...]; memory_limit= a number of elements") from None
+            "'dp', ...) or a path [(0, 1), ...]; memory_limit= a number of elements",
+        ) from None
     path = [tuple(int(p) for p in step) for step in path]
     kind = f"opt_einsum's {strategy!r} path"
     if len(path) == 1:
         return path, f"one kernel ({kind} has one step)"
-    return path, (f"{kind}: {len(path)} kernels, about {float(info.opt_cost):.3g} operations "
-                  f"against {float(info.naive_cost):.3g} for one kernel over every index")
+    return path, (
+        f"{kind}: {len(path)} kernels, about {float(info.opt_cost):.3g} operations "
+        f"against {float(info.naive_cost):.3g} for one kernel over every index"
+    )
 
 
-def _plan_steps(operands: list[Operand], output: Operand, path: Sequence[tuple[int, ...]],
-                backend: Backend, tune: Any, tuning_db: Any) -> tuple[Step, ...]:
+def _plan_steps(
+    operands: list[Operand],
+    output: Operand,
+    path: Sequence[tuple[int, ...]],
+    backend: Backend,
+    tune: Any,
+    tuning_db: Any,
+) -> tuple[Step, ...]:
     """One step per element of ``path``: intermediates row-major, of the widest dtype
     of their operands, indexed in the order the letters first appear."""
     if not path:
-        raise ArgumentError("the contraction path is empty",
-                            hint="give at least one step, e.g. [(0, 1)]")
+        raise ArgumentError(
+            "the contraction path is empty", hint="give at least one step, e.g. [(0, 1)]"
+        )
     steps = []
     for number, positions in enumerate(path):
-        if len(set(positions)) != len(positions) or not positions or any(
-                not 0 <= p < len(operands) for p in positions):
-            raise ArgumentError(f"step {number} of the contraction path, {positions}, does "
-                                f"not name distinct operands among {len(operands)}")
+        if (
+            len(set(positions)) != len(positions)
+            or not positions
+            or any(not 0 <= p < len(operands) for p in positions)
+        ):
+            raise ArgumentError(
+                f"step {number} of the contraction path, {positions}, does "
+                f"not name distinct operands among {len(operands)}"
+            )
         positions = tuple(sorted(positions))
         taken = [operands[p] for p in positions]
         operands = [o for p, o in enumerate(operands) if p not in positions]
         if number == len(path) - 1:
             if operands:
-                raise ArgumentError(f"the contraction path leaves {len(operands)} operand(s) "
-                                    "uncontracted")
+                raise ArgumentError(
+                    f"the contraction path leaves {len(operands)} operand(s) uncontracted"
+                )
             result = output
         else:
             keep = set(output.term).union(*(o.term for o in operands))
             term = "".join(dict.fromkeys(c for o in taken for c in o.term if c in keep))
             sizes = _sizes([o.term for o in taken], [o.shape for o in taken])
-            result = Operand(term, tuple(sizes[c] for c in term),
-                             widest(o.dtype for o in taken), "row")
+            result = Operand(
+                term, tuple(sizes[c] for c in term), widest(o.dtype for o in taken), "row"
+            )
         steps.append(_step(positions, taken, result, backend, tune, tuning_db))
         operands.append(result)
     return tuple(steps)
@@ -400,7 +470,8 @@ def _dtype(position: int, info: ArrayInfo) -> DType:
             return dtype
     raise DtypeError(
         f"einsum supports float32 and float64 operands; operand {position} is {info.dtype}",
-        hint="convert it with .astype('float64')")
+        hint="convert it with .astype('float64')",
+    )
 
 
 def _layout(what: str, info: ArrayInfo) -> Layout:
@@ -410,38 +481,52 @@ def _layout(what: str, info: ArrayInfo) -> Layout:
     raise LayoutError(
         f"{what} with strides {info.strides} (in elements) is neither a dense row-major "
         "nor a dense column-major array",
-        hint="pass a contiguous copy (np.ascontiguousarray)")
+        hint="pass a contiguous copy (np.ascontiguousarray)",
+    )
 
 
-def _output(out: ArrayInfo | None, shape: tuple[int, ...],
-            dtype: DType) -> tuple[DType, Layout]:
+def _output(out: ArrayInfo | None, shape: tuple[int, ...], dtype: DType) -> tuple[DType, Layout]:
     """The result's dtype and layout: ``dtype``, row-major; or ``out``'s."""
     if out is None:
         return dtype, "row"
     if out.shape != shape:
         raise ArgumentError(f"out= has shape {out.shape}, the result has shape {shape}")
     if out.dtype not in DTYPES or widest((out.dtype, dtype)) != out.dtype:
-        raise DtypeError(f"out= is {out.dtype}, the result is {dtype}",
-                         hint=f"pass a {dtype} array (NumPy's 'safe' casting)")
+        raise DtypeError(
+            f"out= is {out.dtype}, the result is {dtype}",
+            hint=f"pass a {dtype} array (NumPy's 'safe' casting)",
+        )
     if out.readonly:
         raise ArgumentError("out= is read-only", hint="pass a writable array")
     return _dtype(-1, out), _layout("out=", out)
 
 
-def _prepare(subscripts: str, backend: Backend, infos: Sequence[ArrayInfo],
-             out: ArrayInfo | None, optimize: Any, memory_limit: Any, tune: Any,
-             tuning_db: Any) -> EinsumPlan:
+def _prepare(
+    subscripts: str,
+    backend: Backend,
+    infos: Sequence[ArrayInfo],
+    out: ArrayInfo | None,
+    optimize: Any,
+    memory_limit: Any,
+    tune: Any,
+    tuning_db: Any,
+) -> EinsumPlan:
     """A plan for operands like ``infos`` (every check with its typed error)."""
     dtypes = [_dtype(n, info) for n, info in enumerate(infos)]
     terms, output = _parse_spec(subscripts, len(infos), [len(i.shape) for i in infos])
     shapes = [info.shape for info in infos]
     for n, shape in enumerate(shapes):
         if 0 in shape:
-            raise ArgumentError(f"operand {n} has shape {shape}: einkern kernels need every "
-                                "dimension of size 1 or more", hint="leave out empty operands")
+            raise ArgumentError(
+                f"operand {n} has shape {shape}: einkern kernels need every "
+                "dimension of size 1 or more",
+                hint="leave out empty operands",
+            )
     sizes = _sizes(terms, shapes, subscripts)
-    operands = [Operand(term, info.shape, dtype, _layout(f"operand {n}", info))
-                for n, (term, info, dtype) in enumerate(zip(terms, infos, dtypes, strict=True))]
+    operands = [
+        Operand(term, info.shape, dtype, _layout(f"operand {n}", info))
+        for n, (term, info, dtype) in enumerate(zip(terms, infos, dtypes, strict=True))
+    ]
     shape = tuple(sizes[c] for c in output)
     result = Operand(output, shape, *_output(out, shape, widest(dtypes)))
     path, how = _path(terms, output, shapes, optimize, memory_limit)
@@ -461,7 +546,8 @@ def _describe(backend: Backend, operand: Any, what: str) -> ArrayInfo:
         raise ArgumentError(
             f"the {backend.name} backend cannot use {article(type_name(operand))} as {what}",
             hint="pass NumPy arrays"
-            + (" or GPU arrays (torch, CuPy, JAX)" if backend.name == "cuda" else ""))
+            + (" or GPU arrays (torch, CuPy, JAX)" if backend.name == "cuda" else ""),
+        )
     return info
 
 
@@ -476,39 +562,69 @@ def _hashable_path(optimize: Any) -> Any:
             steps = steps[1:]
         return tuple(tuple(int(p) for p in step) for step in steps)
     except (TypeError, ValueError):
-        raise ArgumentError(f"optimize={optimize!r} is neither a bool, a strategy name nor a "
-                            "path of operand positions") from None
+        raise ArgumentError(
+            f"optimize={optimize!r} is neither a bool, a strategy name nor a "
+            "path of operand positions"
+        ) from None
 
 
-def einsum_plan(subscripts: str, *operands: Any, out: Any = None, optimize: Any = True,
-                memory_limit: int | str | None = None, backend: str = "auto",
-                tune: bool | str | None = None, tuning_db: Any = None) -> EinsumPlan:
+def einsum_plan(
+    subscripts: str,
+    *operands: Any,
+    out: Any = None,
+    optimize: Any = True,
+    memory_limit: int | str | None = None,
+    backend: str = "auto",
+    tune: bool | str | None = None,
+    tuning_db: Any = None,
+) -> EinsumPlan:
     """The :class:`EinsumPlan` :func:`einsum` runs for these arguments (prepared and
     cached on first use): ``print(plan)`` shows its steps."""
     chosen = get_backend(backend)
     infos = [_describe(chosen, o, f"operand {n}") for n, o in enumerate(operands)]
     out_info = None if out is None else _describe(chosen, out, "out=")
-    return _plan(subscripts, chosen, infos, out_info, _hashable_path(optimize), memory_limit,
-                 tune, tuning_db)
+    return _plan(
+        subscripts, chosen, infos, out_info, _hashable_path(optimize), memory_limit, tune, tuning_db
+    )
 
 
-def _plan(subscripts: str, backend: Backend, infos: Sequence[ArrayInfo],
-          out: ArrayInfo | None, optimize: Any, memory_limit: Any, tune: Any,
-          tuning_db: Any) -> EinsumPlan:
-    key = (subscripts, backend.name, optimize, memory_limit, tune, tuning_db,
-           None if out is None else (out.shape, out.dtype, out.strides, out.readonly),
-           *[(i.shape, i.dtype, i.strides) for i in infos])
+def _plan(
+    subscripts: str,
+    backend: Backend,
+    infos: Sequence[ArrayInfo],
+    out: ArrayInfo | None,
+    optimize: Any,
+    memory_limit: Any,
+    tune: Any,
+    tuning_db: Any,
+) -> EinsumPlan:
+    key = (
+        subscripts,
+        backend.name,
+        optimize,
+        memory_limit,
+        tune,
+        tuning_db,
+        None if out is None else (out.shape, out.dtype, out.strides, out.readonly),
+        *[(i.shape, i.dtype, i.strides) for i in infos],
+    )
     try:
         plan = _PLANS.get(key)
     except TypeError:  # an unhashable option
         raise ArgumentError(
             f"einsum options must be numbers, strings, booleans or paths: memory_limit="
-            f"{memory_limit!r}, tune={tune!r}, tuning_db={tuning_db!r}") from None
+            f"{memory_limit!r}, tune={tune!r}, tuning_db={tuning_db!r}"
+        ) from None
     return plan if plan is not None else _new_plan(key, subscripts, backend, infos, out)
 
 
-def _new_plan(key: tuple[Any, ...], subscripts: str, backend: Backend,
-              infos: Sequence[ArrayInfo], out: ArrayInfo | None) -> EinsumPlan:
+def _new_plan(
+    key: tuple[Any, ...],
+    subscripts: str,
+    backend: Backend,
+    infos: Sequence[ArrayInfo],
+    out: ArrayInfo | None,
+) -> EinsumPlan:
     plan = _prepare(subscripts, backend, infos, out, *key[2:6])
     with _PLANS_LOCK:  # look-ups need no lock; evicting while another thread adds does
         while _PLANS and len(_PLANS) >= CACHE_SIZE:
@@ -516,9 +632,16 @@ def _new_plan(key: tuple[Any, ...], subscripts: str, backend: Backend,
         return _PLANS.setdefault(key, plan)
 
 
-def einsum(subscripts: str, *operands: Any, out: Any = None, optimize: Any = True,
-           memory_limit: int | str | None = None, backend: str = "auto",
-           tune: bool | str | None = None, tuning_db: Any = None) -> Any:
+def einsum(
+    subscripts: str,
+    *operands: Any,
+    out: Any = None,
+    optimize: Any = True,
+    memory_limit: int | str | None = None,
+    backend: str = "auto",
+    tune: bool | str | None = None,
+    tuning_db: Any = None,
+) -> Any:
     """Evaluate the einsum ``subscripts`` (``"ik,kj->ij"``; NumPy's conventions) on
     the operands with einkern kernels and return the result: ``out`` when given,
     else a new row-major array of the operands' kind (NumPy, or the GPU library's
@@ -543,9 +666,18 @@ def einsum(subscripts: str, *operands: Any, out: Any = None, optimize: Any = Tru
         for n, operand in enumerate(operands):
             _describe(chosen, operand, f"operand {n}")
         _describe(chosen, out, "out=")
-    plan = _plan(subscripts, chosen, infos, out_info, optimize,  # type: ignore[arg-type]
-                 memory_limit, tune, tuning_db)
-    result = plan.run(operands, infos, out, out_info)
+    described = [info for info in infos if info is not None]  # all of them, by now
+    plan = _plan(
+        subscripts,
+        chosen,
+        described,
+        out_info,
+        optimize,  # type: ignore[arg-type]
+        memory_limit,
+        tune,
+        tuning_db,
+    )
+    result = plan.run(operands, described, out, out_info)
     if out is None and type(result) is np.ndarray and result.ndim == 0:
         return result[()]  # a NumPy scalar, as numpy.einsum returns
     return result

@@ -55,9 +55,7 @@ def build_program(node: ast.ProgramNode) -> Program:
     extents = _build_extents(node)
     tensors = _build_tensors(node, extents)
     scalars = _build_scalars(node, tensors)
-    builder = _StatementBuilder(
-        {t.name: t for t in tensors}, {s.name: s for s in scalars}, extents
-    )
+    builder = _StatementBuilder({t.name: t for t in tensors}, {s.name: s for s in scalars}, extents)
     statements = tuple(builder.build(s) for s in node.statements)
     if not statements:
         raise SemanticError(
@@ -202,8 +200,7 @@ def _product_factors(node: ast.ExprNode) -> list[ast.ExprNode]:
 
 
 def _all_indices(node: ast.ExprNode) -> set[str]:
-    return {i.name for n in _nodes(node, True) if isinstance(n, ast.AccessNode)
-            for i in n.indices}
+    return {i.name for n in _nodes(node, True) if isinstance(n, ast.AccessNode) for i in n.indices}
 
 
 class _StatementBuilder:
@@ -244,7 +241,8 @@ class _StatementBuilder:
         if name not in self.tensors:
             if name in self.scalars:
                 raise SemanticError(
-                    f"{name!r} is a scalar, not a tensor", access.tensor.span,
+                    f"{name!r} is a scalar, not a tensor",
+                    access.tensor.span,
                     hint=f"write {name} without brackets",
                 )
             raise UnknownNameError(
@@ -260,7 +258,7 @@ class _StatementBuilder:
                 f"but is used with {len(access.indices)} ind"
                 + ("ex" if len(access.indices) == 1 else "ices"),
                 access.span,
-                hint=f"write {name}[{', '.join(['_'] * tensor.rank) }] with {tensor.rank} indices",
+                hint=f"write {name}[{', '.join(['_'] * tensor.rank)}] with {tensor.rank} indices",
             )
         return tensor
 

@@ -124,22 +124,40 @@ def gemm_rows(env: Env, sizes, sweep: bool):
                 kk = k if config is None else kernel(GEMM, {"m": n, "n": n, "k": n}, config)
                 C = kk(A, B)
                 err = rel_error(C, ref)
-                ms, spread = timer(lambda kk=kk, A=A, B=B, C=C: kk(A, B, C=C), env.flush,
-                                   env.repeats)
-                rows.append({"case": f"sgemm n={n}", "variant": name, "ms": ms,
-                             "spread": spread, "tflops": flops / ms / 1e9,
-                             "vs_peer": cublas / ms, "peer": "cuBLAS", "error": err})
+                ms, spread = timer(
+                    lambda kk=kk, A=A, B=B, C=C: kk(A, B, C=C), env.flush, env.repeats
+                )
+                rows.append(
+                    {
+                        "case": f"sgemm n={n}",
+                        "variant": name,
+                        "ms": ms,
+                        "spread": spread,
+                        "tflops": flops / ms / 1e9,
+                        "vs_peer": cublas / ms,
+                        "peer": "cuBLAS",
+                        "error": err,
+                    }
+                )
             except Exception as exc:  # noqa: BLE001 - a failing variant is a row
                 rows.append({"case": f"sgemm n={n}", "variant": name, "failed": str(exc)[:200]})
-        rows.append({"case": f"sgemm n={n}", "variant": "cuBLAS (torch.matmul, TF32 off)",
-                     "ms": cublas, "tflops": flops / cublas / 1e9})
+        rows.append(
+            {
+                "case": f"sgemm n={n}",
+                "variant": "cuBLAS (torch.matmul, TF32 off)",
+                "ms": cublas,
+                "tflops": flops / cublas / 1e9,
+            }
+        )
     return rows
 
 
 #: Changes to the default configuration (x cyclic in runs of 4, k-step 8, prefetch).
 SGEMM_SWEEP = [
-    ("x cyclic by element, k16 (the previous default)",
-     {"assign": "mixed", "staging": ["all", 16, True, 0, "compute"]}),
+    (
+        "x cyclic by element, k16 (the previous default)",
+        {"assign": "mixed", "staging": ["all", 16, True, 0, "compute"]},
+    ),
     ("x cyclic by element, k8", {"assign": "mixed"}),
     ("chunked k16", {"staging": ["all", 16, True, 0, "compute"]}),
     ("chunked k32", {"staging": ["all", 32, True, 0, "compute"]}),
@@ -152,8 +170,19 @@ SGEMM_SWEEP = [
 ]
 
 
-def variant_rows(env: Env, case: str, text: str, extents: dict, inputs: dict, outputs,
-                 reference: dict, floor_ms: float, sweep, peers: dict, flops: float):
+def variant_rows(
+    env: Env,
+    case: str,
+    text: str,
+    extents: dict,
+    inputs: dict,
+    outputs,
+    reference: dict,
+    floor_ms: float,
+    sweep,
+    peers: dict,
+    flops: float,
+):
     """Time the default mapping and each sweep entry (config overrides for every
     statement) of one program; rows report the fraction of the floor and the peers."""
     rows = []
@@ -170,15 +199,25 @@ def variant_rows(env: Env, case: str, text: str, extents: dict, inputs: dict, ou
         configs.append((name, per_statement))
     for name, mappings in configs:
         try:
-            kk = base if mappings is None else einkern.compile(
-                text, backend="cuda", mappings=mappings, **extents)
+            kk = (
+                base
+                if mappings is None
+                else einkern.compile(text, backend="cuda", mappings=mappings, **extents)
+            )
             work = {k: v.clone() for k, v in inputs.items()}
             kk(**work)
             err = max(rel_error(work[o], reference[o]) for o in outputs)
             work = {k: v.clone() for k, v in inputs.items()}
             ms, spread = timer(lambda kk=kk, work=work: kk(**work), env.flush, env.repeats)
-            row = {"case": case, "variant": name, "ms": ms, "spread": spread,
-                   "floor": floor_ms / ms, "error": err, "tflops": flops / ms / 1e9}
+            row = {
+                "case": case,
+                "variant": name,
+                "ms": ms,
+                "spread": spread,
+                "floor": floor_ms / ms,
+                "error": err,
+                "tflops": flops / ms / 1e9,
+            }
             for peer, peer_ms in peers.items():
                 row[f"vs {peer}"] = peer_ms / ms
             row["vs_peer"] = min(peers.values()) / ms if peers else 1.0
@@ -187,14 +226,29 @@ def variant_rows(env: Env, case: str, text: str, extents: dict, inputs: dict, ou
         except Exception as exc:  # noqa: BLE001 - a failing variant is a row
             rows.append({"case": case, "variant": name, "failed": str(exc)[:300]})
     for peer, peer_ms in peers.items():
-        rows.append({"case": case, "variant": peer, "ms": peer_ms, "floor": floor_ms / peer_ms,
-                     "tflops": flops / peer_ms / 1e9})
+        rows.append(
+            {
+                "case": case,
+                "variant": peer,
+                "ms": peer_ms,
+                "floor": floor_ms / peer_ms,
+                "tflops": flops / peer_ms / 1e9,
+            }
+        )
     return rows
 
 
 #: The best sd_t_d1_1 configuration of `tuning_study.py race` (model strategy), H200.
-D1_TUNED = {"x": "h3", "y": "h2", "block": [0, 8], "regs": [1, 2, 4], "assign": "adjacent",
-            "staging": ["A", 32, True, 0, "compute"], "unroll": 1, "boundary": "exact"}
+D1_TUNED = {
+    "x": "h3",
+    "y": "h2",
+    "block": [0, 8],
+    "regs": [1, 2, 4],
+    "assign": "adjacent",
+    "staging": ["A", 32, True, 0, "compute"],
+    "unroll": 1,
+    "boundary": "exact",
+}
 
 
 def d1_rows(env: Env, T: int):
@@ -204,32 +258,59 @@ def d1_rows(env: Env, T: int):
     v2 = rand((T,) * 4, torch.float64, column=True)
     ref = t3.clone() - torch.einsum("gfea,cbdg->cbadef", t2, v2)
     work = t3.clone()
-    peer, _ = timer(lambda: work.sub_(torch.einsum("gfea,cbdg->cbadef", t2, v2)),
-                    env.flush, env.repeats)
+    peer, _ = timer(
+        lambda: work.sub_(torch.einsum("gfea,cbdg->cbadef", t2, v2)), env.flush, env.repeats
+    )
     floor = 2 * t3.numel() * 8 / env.bandwidth * 1e3
     sweep = [
-        ("h3 x h1 16x16 z4 no unroll", {"x": "h3", "y": "h1", "block": [16, 16],
-                                        "regs": [1, 1, 4], "unroll": 1}),
+        (
+            "h3 x h1 16x16 z4 no unroll",
+            {"x": "h3", "y": "h1", "block": [16, 16], "regs": [1, 1, 4], "unroll": 1},
+        ),
         ("h3 x h1 16x16 z2", {"x": "h3", "y": "h1", "block": [16, 16], "regs": [1, 1, 2]}),
         ("h3 x h1 16x16 z8", {"x": "h3", "y": "h1", "block": [16, 16], "regs": [1, 1, 8]}),
         ("h3 x h1 16x8 r2 z4", {"x": "h3", "y": "h1", "block": [16, 8], "regs": [1, 2, 4]}),
         ("h3 x h1 16x4 r4 z2", {"x": "h3", "y": "h1", "block": [16, 4], "regs": [1, 4, 2]}),
-        ("h3 x h1 16x16 z4 staged", {"x": "h3", "y": "h1", "block": [16, 16],
-                                     "regs": [1, 1, 4], "staging": ["all", 16, False, 1,
-                                                                    "natural"]}),
+        (
+            "h3 x h1 16x16 z4 staged",
+            {
+                "x": "h3",
+                "y": "h1",
+                "block": [16, 16],
+                "regs": [1, 1, 4],
+                "staging": ["all", 16, False, 1, "natural"],
+            },
+        ),
         ("h3 x h1 16x8 z4", {"x": "h3", "y": "h1", "block": [16, 8], "regs": [1, 1, 4]}),
         # the best of `tuning_study.py race` (model strategy) on an H200
-        ("h3 x h2 16x8 r2 z4, t2 staged, prefetch (tuner's best)",
-         {**D1_TUNED, "preload": False}),
+        ("h3 x h2 16x8 r2 z4, t2 staged, prefetch (tuner's best)", {**D1_TUNED, "preload": False}),
         ("default, output not preloaded", {"preload": False}),
-        ("h3 x h1 16x16 z4 no unroll, output preloaded",
-         {"x": "h3", "y": "h1", "block": [16, 16], "regs": [1, 1, 4], "unroll": 1,
-          "preload": True}),
+        (
+            "h3 x h1 16x16 z4 no unroll, output preloaded",
+            {
+                "x": "h3",
+                "y": "h1",
+                "block": [16, 16],
+                "regs": [1, 1, 4],
+                "unroll": 1,
+                "preload": True,
+            },
+        ),
         ("tuner's best, output preloaded", {**D1_TUNED, "preload": True}),
     ]
-    return variant_rows(env, f"sd_t_d1_1 T={T} fp64", text, {"T": T},
-                        {"t3": t3, "t2": t2, "v2": v2}, ["t3"], {"t3": ref}, floor, sweep,
-                        {"torch.einsum": peer}, 2.0 * T**7)
+    return variant_rows(
+        env,
+        f"sd_t_d1_1 T={T} fp64",
+        text,
+        {"T": T},
+        {"t3": t3, "t2": t2, "v2": v2},
+        ["t3"],
+        {"t3": ref},
+        floor,
+        sweep,
+        {"torch.einsum": peer},
+        2.0 * T**7,
+    )
 
 
 def nekbone_rows(env: Env, p: int, nelt: int):
@@ -237,48 +318,123 @@ def nekbone_rows(env: Env, p: int, nelt: int):
     u = rand((nelt, p, p, p), torch.float64)
     D = rand((p, p), torch.float64)
     Dt = rand((p, p), torch.float64)
-    ref = {"ur": torch.einsum("km,eijm->eijk", D, u),
-           "us": torch.einsum("mj,eimk->eijk", Dt, u),
-           "ut": torch.einsum("mi,emjk->eijk", Dt, u)}
-    peer, _ = timer(lambda: (torch.einsum("km,eijm->eijk", D, u),
-                             torch.einsum("mj,eimk->eijk", Dt, u),
-                             torch.einsum("mi,emjk->eijk", Dt, u)), env.flush, env.repeats)
+    ref = {
+        "ur": torch.einsum("km,eijm->eijk", D, u),
+        "us": torch.einsum("mj,eimk->eijk", Dt, u),
+        "ut": torch.einsum("mi,emjk->eijk", Dt, u),
+    }
+    peer, _ = timer(
+        lambda: (
+            torch.einsum("km,eijm->eijk", D, u),
+            torch.einsum("mj,eimk->eijk", Dt, u),
+            torch.einsum("mi,emjk->eijk", Dt, u),
+        ),
+        env.flush,
+        env.repeats,
+    )
     floor = 6 * u.numel() * 8 / env.bandwidth * 1e3
     outs = {name: torch.empty_like(u) for name in ref}
     sweep = [
-        ("p x p faces z4 no unroll", {"x": "k", "y": "j", "block": [0, 0],
-                                      "regs": [1, 1, 4], "unroll": 1}),
+        (
+            "p x p faces z4 no unroll",
+            {"x": "k", "y": "j", "block": [0, 0], "regs": [1, 1, 4], "unroll": 1},
+        ),
         ("p x p faces z2", {"x": "k", "y": "j", "block": [0, 0], "regs": [1, 1, 2]}),
         ("p x p faces z8", {"x": "k", "y": "j", "block": [0, 0], "regs": [1, 1, 8]}),
-        ("p x p faces z4 stage A", {"x": "k", "y": "j", "block": [0, 0], "regs": [1, 1, 4],
-                                    "staging": ["A", 16, False, 0, "compute"]}),
-        ("p x p faces z8 stage A", {"x": "k", "y": "j", "block": [0, 0], "regs": [1, 1, 8],
-                                    "staging": ["A", 16, False, 0, "compute"]}),
-        ("p x 4 z4", {"x": "k", "y": "j", "block": [0, 4], "regs": [1, 1, 4],
-                      "boundary": "guard"}),
+        (
+            "p x p faces z4 stage A",
+            {
+                "x": "k",
+                "y": "j",
+                "block": [0, 0],
+                "regs": [1, 1, 4],
+                "staging": ["A", 16, False, 0, "compute"],
+            },
+        ),
+        (
+            "p x p faces z8 stage A",
+            {
+                "x": "k",
+                "y": "j",
+                "block": [0, 0],
+                "regs": [1, 1, 8],
+                "staging": ["A", 16, False, 0, "compute"],
+            },
+        ),
+        ("p x 4 z4", {"x": "k", "y": "j", "block": [0, 4], "regs": [1, 1, 4], "boundary": "guard"}),
         # u staged: ncu showed the L1/L2 load pipeline, not DRAM, busiest (us: DRAM
         # 43 % of peak, memory pipes 74 %, L1 hit 69 %, L2 hit 56 %, H200)
-        ("p x p faces z4 stage B (u)", {"x": "k", "y": "j", "block": [0, 0],
-                                        "regs": [1, 1, 4],
-                                        "staging": ["B", 16, False, 0, "natural"]}),
-        ("p x p faces z4 stage B (u) pad 1", {"x": "k", "y": "j", "block": [0, 0],
-                                              "regs": [1, 1, 4],
-                                              "staging": ["B", 16, False, 1, "natural"]}),
-        ("p x p faces z4 stage all", {"x": "k", "y": "j", "block": [0, 0], "regs": [1, 1, 4],
-                                      "staging": ["all", 16, False, 1, "natural"]}),
-        ("p x p faces z2 stage all", {"x": "k", "y": "j", "block": [0, 0], "regs": [1, 1, 2],
-                                      "staging": ["all", 16, False, 1, "natural"]}),
+        (
+            "p x p faces z4 stage B (u)",
+            {
+                "x": "k",
+                "y": "j",
+                "block": [0, 0],
+                "regs": [1, 1, 4],
+                "staging": ["B", 16, False, 0, "natural"],
+            },
+        ),
+        (
+            "p x p faces z4 stage B (u) pad 1",
+            {
+                "x": "k",
+                "y": "j",
+                "block": [0, 0],
+                "regs": [1, 1, 4],
+                "staging": ["B", 16, False, 1, "natural"],
+            },
+        ),
+        (
+            "p x p faces z4 stage all",
+            {
+                "x": "k",
+                "y": "j",
+                "block": [0, 0],
+                "regs": [1, 1, 4],
+                "staging": ["all", 16, False, 1, "natural"],
+            },
+        ),
+        (
+            "p x p faces z2 stage all",
+            {
+                "x": "k",
+                "y": "j",
+                "block": [0, 0],
+                "regs": [1, 1, 2],
+                "staging": ["all", 16, False, 1, "natural"],
+            },
+        ),
     ] + [
-        (f"p x p faces z4 stage all, pad {pad}, {layout}" + (", prefetch" if fetch else ""),
-         {"x": "k", "y": "j", "block": [0, 0], "regs": [1, 1, 4],
-          "staging": ["all", 16, fetch, pad, layout]})
-        for pad, layout, fetch in ((0, "natural", False), (1, "compute", False),
-                                   (0, "compute", False), (1, "natural", True))
+        (
+            f"p x p faces z4 stage all, pad {pad}, {layout}" + (", prefetch" if fetch else ""),
+            {
+                "x": "k",
+                "y": "j",
+                "block": [0, 0],
+                "regs": [1, 1, 4],
+                "staging": ["all", 16, fetch, pad, layout],
+            },
+        )
+        for pad, layout, fetch in (
+            (0, "natural", False),
+            (1, "compute", False),
+            (0, "compute", False),
+            (1, "natural", True),
+        )
     ]
-    return variant_rows(env, f"local_grad3 p={p} nelt={nelt} fp64", text,
-                        {"p": p, "nelt": nelt}, {"u": u, "D": D, "Dt": Dt, **outs},
-                        list(ref), ref, floor, sweep, {"torch.einsum x3": peer},
-                        3 * 2.0 * nelt * p**4)
+    return variant_rows(
+        env,
+        f"local_grad3 p={p} nelt={nelt} fp64",
+        text,
+        {"p": p, "nelt": nelt},
+        {"u": u, "D": D, "Dt": Dt, **outs},
+        list(ref),
+        ref,
+        floor,
+        sweep,
+        {"torch.einsum x3": peer},
+        3 * 2.0 * nelt * p**4,
+    )
 
 
 def family_text(family: str) -> tuple[str, list]:
@@ -294,15 +450,14 @@ def family_text(family: str) -> tuple[str, list]:
         sign = "+" if kernel["op"] == "+=" else "-"
         names = (kernel["operands"]["a"].split()[0], kernel["operands"]["b"].split()[0])
         terms.append((sign, names, a, b))
-    rhs = " ".join(f"{s} {na}[{','.join(a)}] * {nb}[{','.join(b)}]"
-                   for s, (na, nb), a, b in terms)
+    rhs = " ".join(f"{s} {na}[{','.join(a)}] * {nb}[{','.join(b)}]" for s, (na, nb), a, b in terms)
     first = "t2" if family != "s1" else "t1"
     shape_a = ", ".join(["T"] * len(terms[0][2]))
     text = f"""program ccsdt_{family}_family
 dims T = 16
 layout column
 tensor t3[T, T, T, T, T, T], {first}[{shape_a}], v2[T, T, T, T]
-t3[{','.join(canonical)}] += {rhs.lstrip('+ ')}
+t3[{",".join(canonical)}] += {rhs.lstrip("+ ")}
 """
     return text, terms
 
@@ -322,8 +477,10 @@ def family_rows(env: Env, family: str, T: int):
     v2 = rand((T,) * 4, torch.float64, column=True)
     specs = []
     for sign, _, a, b in terms:
-        spec = (f"{''.join(letter(i) for i in a)},{''.join(letter(i) for i in b)}->"
-                f"{''.join(letter(i) for i in canonical)}")
+        spec = (
+            f"{''.join(letter(i) for i in a)},{''.join(letter(i) for i in b)}->"
+            f"{''.join(letter(i) for i in canonical)}"
+        )
         specs.append((sign, spec))
     ref = t3.clone()
     for sign, spec in specs:
@@ -347,53 +504,102 @@ def family_rows(env: Env, family: str, T: int):
         ]
     if T == 16:  # register tiles over five indices: every term's operands get reuse
         if family == "d1":
-            sweep += [(name, family_mapping(threads, regs, unroll))
-                      for name, threads, regs, unroll in FAMILY_TILES[:2]]
-        sweep += [(f"{FAMILY_TILES[tiles][0]}, staged, k-step {k_step}"
-                   + (f", {blocks} blocks/SM" if blocks else "")
-                   + (", output preloaded" if preload else ""),
-                   family_staged_mapping(text, k_step, tiles, blocks, preload))
-                  for tiles, k_step, blocks, preload in FAMILY_STAGED]
-    return variant_rows(env, f"{family} family (9 terms) T={T} fp64", text, {"T": T},
-                        {"t3": t3, a_name: ta, "v2": v2}, ["t3"], {"t3": ref}, floor,
-                        sweep, {"9x torch.einsum": peer}, flops)
+            sweep += [
+                (name, family_mapping(threads, regs, unroll))
+                for name, threads, regs, unroll in FAMILY_TILES[:2]
+            ]
+        sweep += [
+            (
+                f"{FAMILY_TILES[tiles][0]}, staged, k-step {k_step}"
+                + (f", {blocks} blocks/SM" if blocks else "")
+                + (", output preloaded" if preload else ""),
+                family_staged_mapping(text, k_step, tiles, blocks, preload),
+            )
+            for tiles, k_step, blocks, preload in FAMILY_STAGED
+        ]
+    return variant_rows(
+        env,
+        f"{family} family (9 terms) T={T} fp64",
+        text,
+        {"T": T},
+        {"t3": t3, a_name: ta, "v2": v2},
+        ["t3"],
+        {"t3": ref},
+        floor,
+        sweep,
+        {"9x torch.einsum": peer},
+        flops,
+    )
 
 
 #: (name, threads per index, register elements per index, unroll) of family mappings.
 FAMILY_TILES = [
-    ("h3 x h2/8, regs h2 h1 p6 p5 p4 = 2 (32 acc)", {"h3": 16, "h2": 8},
-     {"h2": 2, "h1": 2, "p6": 2, "p5": 2, "p4": 2}, 1),
+    (
+        "h3 x h2/8, regs h2 h1 p6 p5 p4 = 2 (32 acc)",
+        {"h3": 16, "h2": 8},
+        {"h2": 2, "h1": 2, "p6": 2, "p5": 2, "p4": 2},
+        1,
+    ),
     ("same, unrolled", {"h3": 16, "h2": 8}, {"h2": 2, "h1": 2, "p6": 2, "p5": 2, "p4": 2}, 64),
-    ("h3 x h2, regs h1 p6 p5 p4 = 2 (16 acc)", {"h3": 16, "h2": 16},
-     {"h1": 2, "p6": 2, "p5": 2, "p4": 2}, 1),
+    (
+        "h3 x h2, regs h1 p6 p5 p4 = 2 (16 acc)",
+        {"h3": 16, "h2": 16},
+        {"h1": 2, "p6": 2, "p5": 2, "p4": 2},
+        1,
+    ),
     ("same, unrolled", {"h3": 16, "h2": 16}, {"h1": 2, "p6": 2, "p5": 2, "p4": 2}, 64),
-    ("h3 x h2, regs p6 p5 p4 = 2 (8 acc)", {"h3": 16, "h2": 16},
-     {"p6": 2, "p5": 2, "p4": 2}, 64),
-    ("h3 x h2/4, regs h2 4, h1 p4 2 (16 acc)", {"h3": 16, "h2": 4},
-     {"h2": 4, "h1": 2, "p4": 2}, 64),
+    ("h3 x h2, regs p6 p5 p4 = 2 (8 acc)", {"h3": 16, "h2": 16}, {"p6": 2, "p5": 2, "p4": 2}, 64),
+    (
+        "h3 x h2/4, regs h2 4, h1 p4 2 (16 acc)",
+        {"h3": 16, "h2": 4},
+        {"h2": 4, "h1": 2, "p4": 2},
+        64,
+    ),
     # block tiles of 4 along every index: half the staged bytes per output of 16x16x2^4
-    ("4^6 block, h3 x h2 x h1 x p6 x p5 x p4 threads 4x2x2x2x2x2, regs 2 but h3 (32 acc)",
-     {"h3": 4, "h2": 2, "h1": 2, "p6": 2, "p5": 2, "p4": 2},
-     {"h2": 2, "h1": 2, "p6": 2, "p5": 2, "p4": 2}, 1),
-    ("8x4^5 block, 256 threads 8x2x2x2x2x2, regs 2 but h3 (32 acc)",
-     {"h3": 8, "h2": 2, "h1": 2, "p6": 2, "p5": 2, "p4": 2},
-     {"h2": 2, "h1": 2, "p6": 2, "p5": 2, "p4": 2}, 1),
-    ("8x4x4x4x2x2 block, threads 8x2x2x2x1x1, regs 2 but h3 (32 acc)",
-     {"h3": 8, "h2": 2, "h1": 2, "p6": 2},
-     {"h2": 2, "h1": 2, "p6": 2, "p5": 2, "p4": 2}, 1),
+    (
+        "4^6 block, h3 x h2 x h1 x p6 x p5 x p4 threads 4x2x2x2x2x2, regs 2 but h3 (32 acc)",
+        {"h3": 4, "h2": 2, "h1": 2, "p6": 2, "p5": 2, "p4": 2},
+        {"h2": 2, "h1": 2, "p6": 2, "p5": 2, "p4": 2},
+        1,
+    ),
+    (
+        "8x4^5 block, 256 threads 8x2x2x2x2x2, regs 2 but h3 (32 acc)",
+        {"h3": 8, "h2": 2, "h1": 2, "p6": 2, "p5": 2, "p4": 2},
+        {"h2": 2, "h1": 2, "p6": 2, "p5": 2, "p4": 2},
+        1,
+    ),
+    (
+        "8x4x4x4x2x2 block, threads 8x2x2x2x1x1, regs 2 but h3 (32 acc)",
+        {"h3": 8, "h2": 2, "h1": 2, "p6": 2},
+        {"h2": 2, "h1": 2, "p6": 2, "p5": 2, "p4": 2},
+        1,
+    ),
 ]
 
 
 #: (FAMILY_TILES entry, k-step, min blocks per SM, output preloaded) of the staged
 #: family mappings.
-FAMILY_STAGED = [(0, 4, 0, False), (0, 4, 0, True), (0, 4, 3, False), (0, 8, 0, False),
-                 (6, 4, 0, False), (6, 4, 0, True), (6, 4, 4, False), (6, 8, 0, False),
-                 (6, 8, 3, False), (6, 16, 0, False), (7, 4, 0, False), (7, 8, 0, True),
-                 (8, 4, 0, False), (8, 8, 0, False)]
+FAMILY_STAGED = [
+    (0, 4, 0, False),
+    (0, 4, 0, True),
+    (0, 4, 3, False),
+    (0, 8, 0, False),
+    (6, 4, 0, False),
+    (6, 4, 0, True),
+    (6, 4, 4, False),
+    (6, 8, 0, False),
+    (6, 8, 3, False),
+    (6, 16, 0, False),
+    (7, 4, 0, False),
+    (7, 8, 0, True),
+    (8, 4, 0, False),
+    (8, 8, 0, False),
+]
 
 
-def family_staged_mapping(text: str, k_step: int, tiles: int = 0, min_blocks: int = 0,
-                          preload: bool = False) -> dict:
+def family_staged_mapping(
+    text: str, k_step: int, tiles: int = 0, min_blocks: int = 0, preload: bool = False
+) -> dict:
     """A register tile of FAMILY_TILES (number ``tiles``) with every input of the nine
     products staged in shared memory per k-step (padding 1), loop not unrolled."""
     problem = einkern.make_problem(einkern.load(text), {})
@@ -401,20 +607,40 @@ def family_staged_mapping(text: str, k_step: int, tiles: int = 0, min_blocks: in
     config = replace(config, staging=StagingConfig("all", k_step, False, 1, "natural"))
     mapping = json.loads(config_to_mapping(statement_task(problem, 0), config).to_json(None))
     threads, regs, _ = FAMILY_TILES[tiles][1:]
-    mapping.update(parallel=family_mapping(threads, regs, 1)["parallel"], unroll=1,
-                   strategy="gett", min_blocks=min_blocks, preload_output=preload)
+    mapping.update(
+        parallel=family_mapping(threads, regs, 1)["parallel"],
+        unroll=1,
+        strategy="gett",
+        min_blocks=min_blocks,
+        preload_output=preload,
+    )
     return mapping
 
 
 def family_mapping(threads: dict, regs: dict, unroll: int) -> dict:
     """A register-tiled mapping (JSON form) of the 9-term d1 family on t3[h3..p4]."""
-    parallel = [{"index": i, "tile": threads.get(i, 1) * regs.get(i, 1),
-                 "threads": threads.get(i, 1), "cyclic": True}
-                for i in ("h3", "h2", "h1", "p6", "p5", "p4") if i in threads or i in regs]
-    return {"strategy": "register", "parallel": parallel,
-            "grid_order": ["h3", "h2", "h1", "p6", "p5", "p4"], "reduction_order": ["h7"],
-            "k_step": [], "staged": [], "prefetch": False, "unroll": unroll,
-            "vector_width": 2, "boundary": "exact"}
+    parallel = [
+        {
+            "index": i,
+            "tile": threads.get(i, 1) * regs.get(i, 1),
+            "threads": threads.get(i, 1),
+            "cyclic": True,
+        }
+        for i in ("h3", "h2", "h1", "p6", "p5", "p4")
+        if i in threads or i in regs
+    ]
+    return {
+        "strategy": "register",
+        "parallel": parallel,
+        "grid_order": ["h3", "h2", "h1", "p6", "p5", "p4"],
+        "reduction_order": ["h7"],
+        "k_step": [],
+        "staged": [],
+        "prefetch": False,
+        "unroll": unroll,
+        "vector_width": 2,
+        "boundary": "exact",
+    }
 
 
 def main() -> int:
@@ -422,8 +648,13 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--only", nargs="*", default=None)
     parser.add_argument("--out", default=None)
-    parser.add_argument("--sizes", type=int, nargs="*", default=None,
-                        help="SGEMM sizes (default: 4096 8192 4095 1024 1000 3072 3000)")
+    parser.add_argument(
+        "--sizes",
+        type=int,
+        nargs="*",
+        default=None,
+        help="SGEMM sizes (default: 4096 8192 4095 1024 1000 3072 3000)",
+    )
     args = parser.parse_args()
     env = Env(repeats=10 if args.quick else 30)
     print(f"device {env.device}, copy bandwidth {env.bandwidth / 1e12:.3f} TB/s", flush=True)
@@ -447,8 +678,9 @@ def main() -> int:
             rows.append({"case": name, "variant": "all", "failed": repr(exc)[:300]})
         print(f"{name} done ({time.time() - started:.0f} s)", flush=True)
     if args.out:
-        Path(args.out).write_text(json.dumps({"device": env.device, "bandwidth": env.bandwidth,
-                                              "rows": rows}, indent=1))
+        Path(args.out).write_text(
+            json.dumps({"device": env.device, "bandwidth": env.bandwidth, "rows": rows}, indent=1)
+        )
     print("| case | variant | ms | TFLOP/s | of floor | vs best peer | error |")
     print("|---|---|---|---|---|---|---|")
     for row in rows:
@@ -456,9 +688,11 @@ def main() -> int:
             print(f"| {row['case']} | {row['variant']} | failed: {row['failed']} | | | | |")
             continue
         floor = f"{row['floor']:.2f}" if "floor" in row else ""
-        print(f"| {row['case']} | {row['variant']} | {row['ms']:.4f} | "
-              f"{row.get('tflops', 0):.2f} | {floor} | {row.get('vs_peer', 1):.2f} | "
-              f"{row.get('error', 0):.1e} |")
+        print(
+            f"| {row['case']} | {row['variant']} | {row['ms']:.4f} | "
+            f"{row.get('tflops', 0):.2f} | {floor} | {row.get('vs_peer', 1):.2f} | "
+            f"{row.get('error', 0):.1e} |"
+        )
     return 0
 
 

@@ -46,8 +46,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=1000, help="inputs to run")
     parser.add_argument("--start", type=int, default=0, help="first seed")
-    parser.add_argument("--kind", choices=["mutation", "grammar", "both"], default="both",
-                        help="both: alternate mutated examples and generated programs")
+    parser.add_argument(
+        "--kind",
+        choices=["mutation", "grammar", "both"],
+        default="both",
+        help="both: alternate mutated examples and generated programs",
+    )
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per input")
     parser.add_argument("--no-emit", action="store_true", help="check only, no emit")
     parser.add_argument("--save", default="fuzz-failures", help="where failing inputs go")
@@ -81,11 +85,15 @@ def main(argv: list[str] | None = None) -> int:
                 signal.setitimer(signal.ITIMER_REAL, 0)
             slowest = max(slowest, (time.perf_counter() - began, seed))
             if (number + 1) % args.every == 0:
-                print(f"{number + 1} inputs, {dict(outcomes)}, "
-                      f"{time.perf_counter() - start:.0f} s", flush=True)
-    print(f"done: {args.count} inputs (seeds {args.start}..{args.start + args.count - 1}, "
-          f"{args.kind}) in {time.perf_counter() - start:.0f} s: {dict(outcomes)}; "
-          f"slowest {slowest[0]:.2f} s (seed {slowest[1]})")
+                print(
+                    f"{number + 1} inputs, {dict(outcomes)}, {time.perf_counter() - start:.0f} s",
+                    flush=True,
+                )
+    print(
+        f"done: {args.count} inputs (seeds {args.start}..{args.start + args.count - 1}, "
+        f"{args.kind}) in {time.perf_counter() - start:.0f} s: {dict(outcomes)}; "
+        f"slowest {slowest[0]:.2f} s (seed {slowest[1]})"
+    )
     for seed, kind, message in failures[:20]:
         print(f"  seed {seed} ({kind}): {message}")
     return 1 if failures else 0
@@ -93,8 +101,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _save(directory: Path, seed: int, kind: str, suffix: str, text: str, message: str) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / f"{kind}-{seed}{suffix}").write_text(text, encoding="utf-8",
-                                                       errors="surrogatepass")
+    (directory / f"{kind}-{seed}{suffix}").write_text(
+        text, encoding="utf-8", errors="surrogatepass"
+    )
     (directory / f"{kind}-{seed}.txt").write_text(message + "\n", encoding="utf-8")
 
 

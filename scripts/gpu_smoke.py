@@ -130,8 +130,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"CUDA backend not available: {backend.unavailable_reason()}")
         return 2
     props = backend.device_properties(0)
-    print(f"device: {props.name} ({props.arch}), {props.multiprocessors} SMs, "
-          f"L2 {props.l2_cache_bytes >> 20} MiB")
+    print(
+        f"device: {props.name} ({props.arch}), {props.multiprocessors} SMs, "
+        f"L2 {props.l2_cache_bytes >> 20} MiB"
+    )
     ok = True
     for label, problem in cases(args.large):
         ok &= check_case(backend, label, problem, args.repeat)

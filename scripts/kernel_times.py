@@ -26,27 +26,31 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("program")
     parser.add_argument("-e", "--extent", action="append", default=[])
-    parser.add_argument("--mapping", default=None, help="mapping JSON of statement 0, or "
-                        '{"N": mapping} per statement')
+    parser.add_argument(
+        "--mapping",
+        default=None,
+        help='mapping JSON of statement 0, or {"N": mapping} per statement',
+    )
     parser.add_argument("--repeat", type=int, default=20)
     args = parser.parse_args()
     extents = {k: int(v) for k, v in (item.split("=", 1) for item in args.extent)}
     mappings = None
     if args.mapping:
         data = json.loads(open(args.mapping).read())
-        mappings = ({int(k): v for k, v in data.items()} if "parallel" not in data
-                    else {0: data})
+        mappings = {int(k): v for k, v in data.items()} if "parallel" not in data else {0: data}
     kernel = einkern.compile(args.program, backend="cuda", mappings=mappings, **extents)
     problem = kernel.problem
     device = CudaDevice()
     arrays = device.random_inputs(problem, seed=0)  # in the declared layouts
     for tensor in problem.program.tensors:
         if tensor.name not in arrays:  # outputs only
-            arrays[tensor.name] = device.empty(problem.shape(tensor.name), tensor.dtype,
-                                               tensor.layout)
+            arrays[tensor.name] = device.empty(
+                problem.shape(tensor.name), tensor.dtype, tensor.layout
+            )
     bandwidth = device.bandwidth()
-    times = kernel.executable.profile(arrays, {s.name: 0.5 for s in problem.program.scalars},
-                                      repeat=args.repeat)
+    times = kernel.executable.profile(
+        arrays, {s.name: 0.5 for s in problem.program.scalars}, repeat=args.repeat
+    )
     print(f"copy bandwidth {bandwidth / 1e12:.3f} TB/s")
     statements = problem.program.statements
     for position, ms in enumerate(times):
@@ -57,8 +61,10 @@ def main() -> int:
         nbytes = sum(problem.nbytes(t) for t in statement_tensors(statement))
         if statement.output.tensor in {access.tensor for access in statement.reads()}:
             nbytes += problem.nbytes(statement.output.tensor)  # read, then written
-        print(f"S{position}: {ms * 1e3:9.1f} us, floor {nbytes / bandwidth * 1e6:8.1f} us "
-              f"({nbytes / bandwidth * 1e3 / ms:.0%}), {statements[position]}")
+        print(
+            f"S{position}: {ms * 1e3:9.1f} us, floor {nbytes / bandwidth * 1e6:8.1f} us "
+            f"({nbytes / bandwidth * 1e3 / ms:.0%}), {statements[position]}"
+        )
     return 0
 
 

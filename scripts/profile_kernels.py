@@ -39,8 +39,10 @@ def main() -> int:
         mappings = {0: Mapping.from_json(Path(args.mapping).read_text())}
     elif args.config:
         change = json.loads(args.config)
-        mappings = {p: {**default_config(statement_task(problem, p))[0].to_json(), **change}
-                    for p in range(len(program.statements))}
+        mappings = {
+            p: {**default_config(statement_task(problem, p))[0].to_json(), **change}
+            for p in range(len(program.statements))
+        }
     kernel = einkern.compile(program, backend="cuda", mappings=mappings, **extents)
     device = CudaDevice()
     arrays = device.random_inputs(problem, seed=1)  # the declared layouts, on the GPU

@@ -14,28 +14,112 @@ from einkern.ir.task import statement_task
 
 GEMM = "examples/gemm.ein"
 VARIANTS = [
-    ("direct", GEMM, {"m": 37, "n": 45, "k": 19},
-     {"x": "j", "y": "i", "block": [32, 4], "regs": [1, 1, 1], "assign": "cyclic",
-      "staging": ["none", 1, False, 0, "natural"], "unroll": 1, "boundary": "guard"}),
-    ("register", GEMM, {"m": 37, "n": 45, "k": 19},
-     {"x": "j", "y": "i", "block": [16, 8], "regs": [2, 2, 1], "assign": "mixed",
-      "staging": ["none", 1, False, 0, "natural"], "unroll": 1, "boundary": "redirect"}),
-    ("shared", GEMM, {"m": 67, "n": 70, "k": 37},
-     {"x": "j", "y": "i", "block": [16, 16], "regs": [4, 4, 1], "assign": "cyclic",
-      "staging": ["all", 8, True, 1, "natural"], "unroll": -1, "boundary": "guard"}),
-    ("shared-compute-layout", GEMM, {"m": 64, "n": 64, "k": 32},
-     {"x": "j", "y": "i", "block": [16, 16], "regs": [4, 4, 1], "assign": "adjacent",
-      "staging": ["all", 16, True, 0, "compute"], "unroll": -1, "boundary": "exact"}),
-    ("gett", "examples/sd_t_d1_1.ein", {"T": 5},
-     {"x": "h3", "y": "h1", "block": [8, 4], "regs": [1, 2, 2], "assign": "cyclic",
-      "staging": ["all", 4, True, 1, "natural"], "unroll": -1, "boundary": "guard"}),
-    ("shared-chunked", GEMM, {"m": 67, "n": 70, "k": 37},
-     {"x": "j", "y": "i", "block": [8, 8], "regs": [8, 4, 1], "assign": "chunked",
-      "staging": ["all", 8, True, 0, "compute"], "unroll": -1, "boundary": "guard"}),
-    ("gett-preloaded", "examples/sd_t_d1_1.ein", {"T": 5},
-     {"x": "h3", "y": "h1", "block": [8, 4], "regs": [1, 2, 2], "assign": "cyclic",
-      "staging": ["all", 4, True, 1, "natural"], "unroll": -1, "boundary": "guard",
-      "preload": True}),
+    (
+        "direct",
+        GEMM,
+        {"m": 37, "n": 45, "k": 19},
+        {
+            "x": "j",
+            "y": "i",
+            "block": [32, 4],
+            "regs": [1, 1, 1],
+            "assign": "cyclic",
+            "staging": ["none", 1, False, 0, "natural"],
+            "unroll": 1,
+            "boundary": "guard",
+        },
+    ),
+    (
+        "register",
+        GEMM,
+        {"m": 37, "n": 45, "k": 19},
+        {
+            "x": "j",
+            "y": "i",
+            "block": [16, 8],
+            "regs": [2, 2, 1],
+            "assign": "mixed",
+            "staging": ["none", 1, False, 0, "natural"],
+            "unroll": 1,
+            "boundary": "redirect",
+        },
+    ),
+    (
+        "shared",
+        GEMM,
+        {"m": 67, "n": 70, "k": 37},
+        {
+            "x": "j",
+            "y": "i",
+            "block": [16, 16],
+            "regs": [4, 4, 1],
+            "assign": "cyclic",
+            "staging": ["all", 8, True, 1, "natural"],
+            "unroll": -1,
+            "boundary": "guard",
+        },
+    ),
+    (
+        "shared-compute-layout",
+        GEMM,
+        {"m": 64, "n": 64, "k": 32},
+        {
+            "x": "j",
+            "y": "i",
+            "block": [16, 16],
+            "regs": [4, 4, 1],
+            "assign": "adjacent",
+            "staging": ["all", 16, True, 0, "compute"],
+            "unroll": -1,
+            "boundary": "exact",
+        },
+    ),
+    (
+        "gett",
+        "examples/sd_t_d1_1.ein",
+        {"T": 5},
+        {
+            "x": "h3",
+            "y": "h1",
+            "block": [8, 4],
+            "regs": [1, 2, 2],
+            "assign": "cyclic",
+            "staging": ["all", 4, True, 1, "natural"],
+            "unroll": -1,
+            "boundary": "guard",
+        },
+    ),
+    (
+        "shared-chunked",
+        GEMM,
+        {"m": 67, "n": 70, "k": 37},
+        {
+            "x": "j",
+            "y": "i",
+            "block": [8, 8],
+            "regs": [8, 4, 1],
+            "assign": "chunked",
+            "staging": ["all", 8, True, 0, "compute"],
+            "unroll": -1,
+            "boundary": "guard",
+        },
+    ),
+    (
+        "gett-preloaded",
+        "examples/sd_t_d1_1.ein",
+        {"T": 5},
+        {
+            "x": "h3",
+            "y": "h1",
+            "block": [8, 4],
+            "regs": [1, 2, 2],
+            "assign": "cyclic",
+            "staging": ["all", 4, True, 1, "natural"],
+            "unroll": -1,
+            "boundary": "guard",
+            "preload": True,
+        },
+    ),
 ]
 
 
@@ -54,8 +138,11 @@ def main() -> int:
         error = float(np.max(np.abs(work[out] - expected[out])) / np.max(np.abs(expected[out])))
         ok = error < (1e-5 if program.tensor(out).dtype == "float32" else 1e-12)
         failures += not ok
-        print(f"{name:24s} {kernel.mappings[0]['staging'][0]:5s} error {error:.2e} "
-              f"{'ok' if ok else 'WRONG'}", flush=True)
+        print(
+            f"{name:24s} {kernel.mappings[0]['staging'][0]:5s} error {error:.2e} "
+            f"{'ok' if ok else 'WRONG'}",
+            flush=True,
+        )
     return 1 if failures else 0
 
 

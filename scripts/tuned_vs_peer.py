@@ -56,14 +56,14 @@ def main() -> int:
         problem = einkern.make_problem(einkern.load(path), extents)
         arguments = device.random_inputs(problem, seed=0)  # column-major, as declared
         t3, t2, v2 = arguments["t3"], arguments["t2"], arguments["v2"]
-        rows["torch.einsum"] = median_ms(
-            lambda: t3.sub_(torch.einsum("gfea,cbdg->cbadef", t2, v2)))
+        rows["torch.einsum"] = median_ms(lambda: t3.sub_(torch.einsum("gfea,cbdg->cbadef", t2, v2)))
         reference, output = None, "t3"
         work = 2 * t3.numel() * 8 / bandwidth * 1e3  # the floor, ms
     kernels = {
         "einkern default mapping": einkern.compile(path, backend="cuda", **extents),
-        "einkern tuned (tune='cached')": einkern.compile(path, backend="cuda", tune="cached",
-                                                         tuning_db=args.db, **extents),
+        "einkern tuned (tune='cached')": einkern.compile(
+            path, backend="cuda", tune="cached", tuning_db=args.db, **extents
+        ),
     }
     print("tuned kernel's sources:", kernels["einkern tuned (tune='cached')"].tuning_sources)
     for name, kernel in kernels.items():
@@ -74,8 +74,11 @@ def main() -> int:
         rows[name] = median_ms(lambda kernel=kernel: kernel(**arguments))
     peer = min(v for k, v in rows.items() if not k.startswith("einkern"))
     for name, ms in rows.items():
-        figure = (f"{work / ms / 1e9:.1f} TFLOP/s" if args.case == "gemm"
-                  else f"{work / ms:.0%} of the DRAM floor")
+        figure = (
+            f"{work / ms / 1e9:.1f} TFLOP/s"
+            if args.case == "gemm"
+            else f"{work / ms:.0%} of the DRAM floor"
+        )
         print(f"| {name} | {ms:.4f} ms | {figure} | {peer / ms:.2f}x the peer |")
     return 0
 

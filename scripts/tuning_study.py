@@ -41,17 +41,25 @@ def record(args) -> int:
     problem = make_problem(load(args.program), dict(args.extent))
     options = TuneOptions(strategy=args.strategy, budget=Budget(seconds=args.time), seed=0)
     with TuningDB(args.db, create=True) as db:
-        results = tune_problem(get_target(args.backend), problem, options, db,
-                               tasks=(statement_task(problem, args.statement),))
+        results = tune_problem(
+            get_target(args.backend),
+            problem,
+            options,
+            db,
+            tasks=(statement_task(problem, args.statement),),
+        )
     for result in results:
-        print(f"S{result.position}: {result.evaluations} variants measured in "
-              f"{result.seconds:.0f} s, space of {result.space_size or 'uncounted'} "
-              f"valid variants, failures {dict(result.failures)}")
+        print(
+            f"S{result.position}: {result.evaluations} variants measured in "
+            f"{result.seconds:.0f} s, space of {result.space_size or 'uncounted'} "
+            f"valid variants, failures {dict(result.failures)}"
+        )
     return 0
 
 
-def traced_run(target, task, evaluator, strategy: str, seed: int, budget: int,
-               identity, isolate: bool):
+def traced_run(
+    target, task, evaluator, strategy: str, seed: int, budget: int, identity, isolate: bool
+):
     """One search from an empty store: the best cost after each evaluation, and the
     statement's result."""
     trace: list[float] = []
@@ -59,8 +67,9 @@ def traced_run(target, task, evaluator, strategy: str, seed: int, budget: int,
     def watch(progress) -> None:
         trace.append(progress.best.cost if progress.best is not None else float("inf"))
 
-    options = TuneOptions(strategy=strategy, budget=Budget(evaluations=budget), seed=seed,
-                          isolate=isolate)
+    options = TuneOptions(
+        strategy=strategy, budget=Budget(evaluations=budget), seed=seed, isolate=isolate
+    )
     result = tune_task(target, task, evaluator, options, MemoryStore(), watch, identity)
     return trace, result
 
@@ -79,8 +88,9 @@ def compare(args) -> int:
     except Exception:  # noqa: BLE001 - describe the space from the records instead
         base = None
     with TuningDB(args.db, create=False) as db:
-        [(target, recorded)] = simulated_targets(db, args.backend, base,
-                                                 (statement_task(problem, position),))
+        [(target, recorded)] = simulated_targets(
+            db, args.backend, base, (statement_task(problem, position),)
+        )
     best = pick_best(r for r in recorded.records if r.ok)
     if best is None:
         print("no successful record for this problem in the database", file=sys.stderr)
@@ -88,21 +98,33 @@ def compare(args) -> int:
     goal = best.median * 1.05
     measured = sum(1 for r in recorded.records if r.ok)
     print(f"{measured} recorded variants; best {best.median * 1e3:.4f} ms")
-    print("| strategy | evaluations to within 5 % (median over seeds) | found it in | "
-          "% of the recorded variants |")
+    print(
+        "| strategy | evaluations to within 5 % (median over seeds) | found it in | "
+        "% of the recorded variants |"
+    )
     print("|---|---|---|---|")
     for name in strategy_names():
         needed = []
         for seed in range(args.seeds):
             with Evaluator(target, workers=1, isolate=False) as evaluator:
-                trace, _ = traced_run(target, statement_task(problem, position), evaluator,
-                                      name, seed, args.budget, recorded.identity, isolate=False)
+                trace, _ = traced_run(
+                    target,
+                    statement_task(problem, position),
+                    evaluator,
+                    name,
+                    seed,
+                    args.budget,
+                    recorded.identity,
+                    isolate=False,
+                )
             needed.append(evaluations_to(trace, goal))
         found = [n for n in needed if n is not None]
         median = statistics.median(found) if found else None
         share = f"{100 * median / measured:.1f}" if median else "-"
-        print(f"| {name} | {median if median is not None else 'not reached'} | "
-              f"{len(found)}/{args.seeds} seeds | {share} |")
+        print(
+            f"| {name} | {median if median is not None else 'not reached'} | "
+            f"{len(found)}/{args.seeds} seeds | {share} |"
+        )
     return 0
 
 
@@ -117,20 +139,32 @@ def race(args) -> int:
     best_known = float("inf")
     if args.db:
         with TuningDB(args.db, create=False) as db:
-            [(_, recorded)] = simulated_targets(db, args.backend, None,
-                                                (statement_task(problem, position),))
+            [(_, recorded)] = simulated_targets(
+                db, args.backend, None, (statement_task(problem, position),)
+            )
         best = pick_best(r for r in recorded.records if r.ok)
         best_known = best.median if best is not None else best_known
     traces: dict[str, list[list[float]]] = {}
     with Evaluator(target, workers=None, isolate=True) as evaluator:
         for name in strategy_names():
             for seed in range(args.seeds):
-                trace, result = traced_run(target, statement_task(problem, position), evaluator,
-                                           name, seed, args.budget, identity, isolate=True)
+                trace, result = traced_run(
+                    target,
+                    statement_task(problem, position),
+                    evaluator,
+                    name,
+                    seed,
+                    args.budget,
+                    identity,
+                    isolate=True,
+                )
                 traces.setdefault(name, []).append(trace)
                 best_config = result.best.config.to_json() if result.best is not None else None
-                print(f"{name} seed {seed}: best {min(trace, default=float('inf')) * 1e3:.4f}"
-                      f" ms after {len(trace)} evaluations: {best_config}", flush=True)
+                print(
+                    f"{name} seed {seed}: best {min(trace, default=float('inf')) * 1e3:.4f}"
+                    f" ms after {len(trace)} evaluations: {best_config}",
+                    flush=True,
+                )
     best_seen = min([best_known] + [min(t) for ts in traces.values() for t in ts if t])
     goal = best_seen * 1.05
     print(f"best seen {best_seen * 1e3:.4f} ms; goal (within 5 %) {goal * 1e3:.4f} ms")
@@ -150,8 +184,9 @@ def main() -> int:
     for mode in ("record", "compare", "race"):
         p = sub.add_parser(mode)
         p.add_argument("program")
-        p.add_argument("--extent", "-e", action="append", default=[],
-                       type=lambda t: tuple(t.split("=", 1)))
+        p.add_argument(
+            "--extent", "-e", action="append", default=[], type=lambda t: tuple(t.split("=", 1))
+        )
         p.add_argument("--backend", default="cuda")
         p.add_argument("--db", required=mode != "race")
         p.add_argument("--statement", type=int, default=0)

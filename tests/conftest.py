@@ -57,8 +57,9 @@ def _no_leaked_environment() -> Iterator[None]:
     """Restore ``os.environ`` after each test; fail on a leaked ``EINKERN_*``."""
     before = dict(os.environ)
     yield
-    changed = sorted(name for name in set(before) | set(os.environ)
-                     if before.get(name) != os.environ.get(name))
+    changed = sorted(
+        name for name in set(before) | set(os.environ) if before.get(name) != os.environ.get(name)
+    )
     for name in changed:  # only what changed: C libraries may hold the others
         if name in before:
             os.environ[name] = before[name]

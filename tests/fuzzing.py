@@ -27,22 +27,123 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = sorted((ROOT / "examples").glob("*.ein")) + sorted(
-    (ROOT / "examples").glob("*.tensor")) + sorted((ROOT / "examples").glob("*.mapped"))
+EXAMPLES = (
+    sorted((ROOT / "examples").glob("*.ein"))
+    + sorted((ROOT / "examples").glob("*.tensor"))
+    + sorted((ROOT / "examples").glob("*.mapped"))
+)
 
 #: Characters a mutation may insert: ASCII punctuation, digits, odd unicode
 #: (accented and fullwidth letters, other digits, invisible and RTL marks, NUL).
-ODD = ("é", "Ａ", "ｉ", "²", "٣", "\u00a0", "\u200b", "\u202e", "\ufeff", "\x00", "\t",
-       "😀", "ß", "İ", "µ", "\r", "\\", "\"", "'", "`", "$", "@", "!", "?", "%", "^",
-       "&", "|", "~", "{", "}", "<", ">", ".", ":", ";", ",", "[", "]", "(", ")",
-       "+", "-", "*", "/", "=", "#", "\n", " ", "0", "1", "9", "_", "e", "E", "i")
-HUGE = ("0", "-1", "1" + "0" * 400, "9" * 5000, "9223372036854775808",
-        "9223372036854775807", "4294967296", "1e400", "1e-400", "2**63", "1.5",
-        "65536", "3037000500", "nan", "inf", "0x10", "1_000")
-KEYWORDS = ("and", "or", "mod", "floor", "exists", "int", "double", "for", "return",
-            "void", "S0", "x_i", "n_m", "T_A", "b_", "nbatch", "sum", "sqrt",
-            "program", "dims", "tensor", "scalar", "dtype", "layout", "input",
-            "variables:", "operations:", "define:", "__global__", "threadIdx")
+ODD = (
+    "é",
+    "Ａ",
+    "ｉ",
+    "²",
+    "٣",
+    "\u00a0",
+    "\u200b",
+    "\u202e",
+    "\ufeff",
+    "\x00",
+    "\t",
+    "😀",
+    "ß",
+    "İ",
+    "µ",
+    "\r",
+    "\\",
+    '"',
+    "'",
+    "`",
+    "$",
+    "@",
+    "!",
+    "?",
+    "%",
+    "^",
+    "&",
+    "|",
+    "~",
+    "{",
+    "}",
+    "<",
+    ">",
+    ".",
+    ":",
+    ";",
+    ",",
+    "[",
+    "]",
+    "(",
+    ")",
+    "+",
+    "-",
+    "*",
+    "/",
+    "=",
+    "#",
+    "\n",
+    " ",
+    "0",
+    "1",
+    "9",
+    "_",
+    "e",
+    "E",
+    "i",
+)
+HUGE = (
+    "0",
+    "-1",
+    "1" + "0" * 400,
+    "9" * 5000,
+    "9223372036854775808",
+    "9223372036854775807",
+    "4294967296",
+    "1e400",
+    "1e-400",
+    "2**63",
+    "1.5",
+    "65536",
+    "3037000500",
+    "nan",
+    "inf",
+    "0x10",
+    "1_000",
+)
+KEYWORDS = (
+    "and",
+    "or",
+    "mod",
+    "floor",
+    "exists",
+    "int",
+    "double",
+    "for",
+    "return",
+    "void",
+    "S0",
+    "x_i",
+    "n_m",
+    "T_A",
+    "b_",
+    "nbatch",
+    "sum",
+    "sqrt",
+    "program",
+    "dims",
+    "tensor",
+    "scalar",
+    "dtype",
+    "layout",
+    "input",
+    "variables:",
+    "operations:",
+    "define:",
+    "__global__",
+    "threadIdx",
+)
 
 
 @dataclass(frozen=True)
@@ -64,8 +165,9 @@ def _suffix(text: str) -> str:
     return {"tensor": ".tensor", "mapped": ".mapped", "ein": ".ein"}[detect_format(text)]
 
 
-def run_case(text: str, suffix: str | None = None, *, emit: bool = True,
-             workdir: str | None = None) -> Outcome:
+def run_case(
+    text: str, suffix: str | None = None, *, emit: bool = True, workdir: str | None = None
+) -> Outcome:
     """Run ``text`` (a program in the format of ``suffix``, else detected) through
     ``einkern check`` and, when ``emit``, ``einkern emit`` for both backends; raise
     :class:`Crash` (with the original exception as its cause) on anything but
@@ -88,8 +190,9 @@ def run_case(text: str, suffix: str | None = None, *, emit: bool = True,
         except BaseException as exc:  # noqa: BLE001 - the property under test
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            raise Crash(f"{' '.join(command[:1] + command[2:])}: {type(exc).__name__}: "
-                        f"{str(exc)[:300]}") from exc
+            raise Crash(
+                f"{' '.join(command[:1] + command[2:])}: {type(exc).__name__}: {str(exc)[:300]}"
+            ) from exc
         if code == 2:
             error = sink.getvalue().splitlines()[0][:200] if sink.getvalue() else "error"
             break
@@ -123,11 +226,11 @@ def _mutate_once(text: str, rng: random.Random) -> str:
     n = len(text)
     at = rng.randrange(n + 1)
     if kind == 0 and n:  # delete a span
-        return text[:at] + text[at + rng.randrange(1, 12):]
+        return text[:at] + text[at + rng.randrange(1, 12) :]
     if kind == 1:  # insert odd characters
         return text[:at] + "".join(rng.choice(ODD) for _ in range(rng.randrange(1, 4))) + text[at:]
     if kind == 2 and n:  # replace a character
-        return text[:at] + rng.choice(ODD) + text[at + 1:]
+        return text[:at] + rng.choice(ODD) + text[at + 1 :]
     lines = text.split("\n")
     line = rng.randrange(len(lines))
     if kind == 3:  # duplicate or drop a line
@@ -215,8 +318,18 @@ def run_library(text: str) -> str | None:
 
 # ---- grammar-based generator ------------------------------------------------------
 
-FUNCTIONS = {"sqrt": 1, "exp": 1, "log": 1, "abs": 1, "sin": 1, "cos": 1, "tanh": 1,
-             "max": 2, "min": 2, "pow": 2}
+FUNCTIONS = {
+    "sqrt": 1,
+    "exp": 1,
+    "log": 1,
+    "abs": 1,
+    "sin": 1,
+    "cos": 1,
+    "tanh": 1,
+    "max": 2,
+    "min": 2,
+    "pow": 2,
+}
 
 
 def program_text(choose) -> str:
@@ -245,8 +358,11 @@ def program_text(choose) -> str:
         return f"{name}[{', '.join(choose(indices) for _ in tensors[name])}]"
 
     def expr(depth: int) -> str:
-        kind = choose(("access", "access", "number", "scalar", "binary", "binary",
-                       "unary", "call", "paren") if depth < 4 else ("access", "number"))
+        kind = choose(
+            ("access", "access", "number", "scalar", "binary", "binary", "unary", "call", "paren")
+            if depth < 4
+            else ("access", "number")
+        )
         if kind == "number":
             return choose(("1", "2.5", "0.5", "1e-3", "3"))
         if kind == "scalar" and scalars:
@@ -264,6 +380,6 @@ def program_text(choose) -> str:
 
     for _ in range(choose((1, 2, 3))):
         name = choose(sorted(tensors))
-        target = f"{name}[{', '.join(indices[:len(tensors[name])])}]"
+        target = f"{name}[{', '.join(indices[: len(tensors[name])])}]"
         lines.append(f"{target} {choose(('=', '+=', '-='))} {expr(0)}")
     return "\n".join(lines) + "\n"

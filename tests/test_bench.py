@@ -106,10 +106,15 @@ def test_table_is_last_on_stdout(tmp_path, capsys):
 def _sequential_program(family: str, tile: int) -> str:
     """The nine kernels of a family as nine statements, one after another."""
     kernels = [k for k in load_kernels() if k.family == family]
-    header = [line for line in kernel_program(kernels[0], tile).splitlines()
-              if not line.startswith("t3[")]
-    lines = [line for k in kernels for line in kernel_program(k, tile).splitlines()
-             if line.startswith("t3[")]
+    header = [
+        line for line in kernel_program(kernels[0], tile).splitlines() if not line.startswith("t3[")
+    ]
+    lines = [
+        line
+        for k in kernels
+        for line in kernel_program(k, tile).splitlines()
+        if line.startswith("t3[")
+    ]
     return "\n".join(header + lines) + "\n"
 
 
@@ -142,7 +147,11 @@ def test_gemm_suite_covers_the_shapes():
     square = {c.extent_map["n"] for c in cases if c.group.endswith("square")}
     assert square == {256, 512, 1000, 1024, 2048, 3000, 4095, 4096, 8192}
     assert {c.workload for c in cases if "op(A)" in c.group} == {
-        "sgemm_NN", "sgemm_NT", "sgemm_TN", "sgemm_TT"}
+        "sgemm_NN",
+        "sgemm_NT",
+        "sgemm_TN",
+        "sgemm_TT",
+    }
     lu = [c.extent_map for c in cases if c.workload.startswith("dgemm_lu")]
     assert {"m": 6144, "n": 6144 - 64, "k": 64} in lu
     assert {"m": 6144, "n": 128, "k": 128} in lu
@@ -164,15 +173,19 @@ def test_peer_lowering_matches_the_reference(suite):
 
 
 def test_lowering_handles_functions_scalars_and_broadcast():
-    problem = einkern.make_problem(einkern.load(
-        "dims nb = 7, d = 5\ntensor v[nb, d], s[nb], w[nb, d], acc[nb, d]\nscalar alpha = 0.5\n"
-        "s[b] = sqrt(v[b,i] * v[b,i])\n"
-        "w[b,i] = exp(v[b,i] - max(v[b,i], 1.0)) / (abs(s[b]) + log(1.0 + s[b]))\n"
-        "acc[b,i] += alpha * s[b] - v[b,i] * sqrt(2.0)\n"))
+    problem = einkern.make_problem(
+        einkern.load(
+            "dims nb = 7, d = 5\ntensor v[nb, d], s[nb], w[nb, d], acc[nb, d]\nscalar alpha = 0.5\n"
+            "s[b] = sqrt(v[b,i] * v[b,i])\n"
+            "w[b,i] = exp(v[b,i] - max(v[b,i], 1.0)) / (abs(s[b]) + log(1.0 + s[b]))\n"
+            "acc[b,i] += alpha * s[b] - v[b,i] * sqrt(2.0)\n"
+        )
+    )
     arrays = random_arrays(problem, seed=1)
     want = einkern.evaluate(problem, arrays, {"alpha": 0.5})
     values = lower(problem, module_ops("numpy", np))(
-        {k: v.copy() for k, v in arrays.items()}, {"alpha": 0.5})
+        {k: v.copy() for k, v in arrays.items()}, {"alpha": 0.5}
+    )
     for name in ("s", "w", "acc"):
         assert relative_error(values[name], want[name]) < 1e-14, name
 
@@ -182,7 +195,8 @@ def test_matmul_peer_takes_only_plain_products():
     a, b, i, k = _matmul_operands(plain.statements[0])
     assert (a.tensor, b.tensor, i, k) == ("A", "B", "i", "k")
     scaled = einkern.load(
-        "dims n = 4\ntensor A[n, n], B[n, n], C[n, n]\nC[i,j] += A[i,k] * B[k,j]\n")
+        "dims n = 4\ntensor A[n, n], B[n, n], C[n, n]\nC[i,j] += A[i,k] * B[k,j]\n"
+    )
     with pytest.raises(NotApplicable):
         _matmul_operands(scaled.statements[0])
 
@@ -214,8 +228,13 @@ def test_failing_and_unavailable_peers_are_recorded():
     device = CpuDevice()
     calibration = device.calibrate(quick=True)
     messages = []
-    runner = Runner(BenchOptions("cpu", quick=True), device, calibration,
-                    [_BrokenPeer(), _AbsentPeer()], messages.append)
+    runner = Runner(
+        BenchOptions("cpu", quick=True),
+        device,
+        calibration,
+        [_BrokenPeer(), _AbsentPeer()],
+        messages.append,
+    )
     rows = {row.implementation: row for row in runner.run_case(case)}
     assert rows[EINKERN].status == "ok"
     assert rows["broken"].status == "failed"
@@ -235,9 +254,11 @@ def test_a_program_that_does_not_load_fails_every_row():
 
 def test_suite_timeout_skips_and_says_so():
     notes = []
-    result = run_suites(resolve_suites(["riemann"]),
-                        BenchOptions("cpu", quick=True, suite_timeouts=(("riemann", 0.0),)),
-                        log=notes.append)
+    result = run_suites(
+        resolve_suites(["riemann"]),
+        BenchOptions("cpu", quick=True, suite_timeouts=(("riemann", 0.0),)),
+        log=notes.append,
+    )
     assert {row.status for row in result.measurements} == {"skipped"}
     assert len(result.measurements) == 2 * 3
     assert notes[0] == "suite riemann: time limit 0 s reached, 2 case(s) skipped"
@@ -279,8 +300,19 @@ def test_missing_matplotlib_says_which_extra_installs_it(monkeypatch):
 def test_list_names_suites_and_peers(capsys):
     assert _bench(["--list"]) == 0
     out = capsys.readouterr().out
-    for name in ("gemm", "nekbone", "ccsdt", "riemann", "mapped", "numpy.einsum", "cuTENSOR",
-                 "cuBLAS (torch.matmul)", "torch.einsum", "cupy.einsum", "opt_einsum (torch)"):
+    for name in (
+        "gemm",
+        "nekbone",
+        "ccsdt",
+        "riemann",
+        "mapped",
+        "numpy.einsum",
+        "cuTENSOR",
+        "cuBLAS (torch.matmul)",
+        "torch.einsum",
+        "cupy.einsum",
+        "opt_einsum (torch)",
+    ):
         assert name in out
 
 
@@ -309,8 +341,9 @@ def test_gpu_allocation_failure_says_how_many_bytes(monkeypatch):
         raise OutOfMemoryError("CUDA out of memory")
 
     device = object.__new__(CudaDevice)
-    device.torch = SimpleNamespace(empty=empty, cuda=SimpleNamespace(
-        OutOfMemoryError=OutOfMemoryError))
+    device.torch = SimpleNamespace(
+        empty=empty, cuda=SimpleNamespace(OutOfMemoryError=OutOfMemoryError)
+    )
     device.dtypes = {"float32": "f4", "float64": "f8"}
     with pytest.raises(AllocationError, match=r"\(1024, 2048\) on the GPU: 8388608 bytes"):
         device.empty((1024, 2048), "float32", "column")

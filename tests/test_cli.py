@@ -28,8 +28,16 @@ def test_check_prints_statements_extents_flops_and_bytes(capsys):
 
 def test_run_with_check_on_the_cpu(capsys):
     code, out, _ = run_cli(
-        capsys, "run", "examples/riemann.ein", "-e", "n=5", "--backend", "cpu", "--check",
-        "--repeat", "2",
+        capsys,
+        "run",
+        "examples/riemann.ein",
+        "-e",
+        "n=5",
+        "--backend",
+        "cpu",
+        "--check",
+        "--repeat",
+        "2",
     )
     assert code == 0, out
     assert "max relative error" in out and "ok" in out
@@ -70,7 +78,9 @@ def test_syntax_error_shows_file_line_column_and_caret(tmp_path, capsys):
 def test_console_script_runs_in_a_subprocess():
     proc = subprocess.run(
         [sys.executable, "-m", "einkern", "check", "examples/norms.ein"],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     assert "sqrt(sum[i]" in proc.stdout
@@ -80,30 +90,80 @@ def test_run_check_exits_1_above_tolerance(capsys, monkeypatch):
     import einkern.testing
 
     monkeypatch.setattr(einkern.testing, "tolerance", lambda dtype: -1.0)
-    code, out, _ = run_cli(capsys, "run", "examples/norms.ein", "-e", "nb=4", "-e", "d=3",
-                           "--backend", "cpu", "--check", "--repeat", "1")
+    code, out, _ = run_cli(
+        capsys,
+        "run",
+        "examples/norms.ein",
+        "-e",
+        "nb=4",
+        "-e",
+        "d=3",
+        "--backend",
+        "cpu",
+        "--check",
+        "--repeat",
+        "1",
+    )
     assert code == 1 and "FAILED" in out
 
 
 def test_run_several_programs(capsys):
-    code, out, _ = run_cli(capsys, "run", "examples/norms.ein", "examples/riemann.ein",
-                           "-e", "n=3", "--backend", "cpu", "--repeat", "1")
+    code, out, _ = run_cli(
+        capsys,
+        "run",
+        "examples/norms.ein",
+        "examples/riemann.ein",
+        "-e",
+        "n=3",
+        "--backend",
+        "cpu",
+        "--repeat",
+        "1",
+    )
     assert code == 2  # riemann has no extent nb: the error names it
 
 
 def test_emit_cuda_resources_and_explain_without_a_gpu(capsys, tmp_path):
-    code, out, _ = run_cli(capsys, "emit", "examples/gemm.ein", "--backend", "cuda",
-                           "--resources", "--arch", "sm_90", "--explain",
-                           "-e", "m=256", "-e", "n=256", "-e", "k=256")
+    code, out, _ = run_cli(
+        capsys,
+        "emit",
+        "examples/gemm.ein",
+        "--backend",
+        "cuda",
+        "--resources",
+        "--arch",
+        "sm_90",
+        "--explain",
+        "-e",
+        "m=256",
+        "-e",
+        "n=256",
+        "-e",
+        "k=256",
+    )
     assert code == 0
     assert "registers" in out and "spill" in out and "threadIdx.x" in out
     mapping = out.split("mapping file: ")[1].splitlines()[0]
     path = tmp_path / "m.json"
     path.write_text(mapping)
-    code, again, _ = run_cli(capsys, "emit", "examples/gemm.ein", "--backend", "cuda",
-                             "--mapping", str(path), "-e", "m=256", "-e", "n=256", "-e", "k=256")
+    code, again, _ = run_cli(
+        capsys,
+        "emit",
+        "examples/gemm.ein",
+        "--backend",
+        "cuda",
+        "--mapping",
+        str(path),
+        "-e",
+        "m=256",
+        "-e",
+        "n=256",
+        "-e",
+        "k=256",
+    )
     assert code == 0 and "__global__" in again
     path.write_text('{"strategy": 1}')
-    code, _, err = run_cli(capsys, "emit", "examples/gemm.ein", "--backend", "cuda",
-                           "--mapping", str(path))
+    code, _, err = run_cli(
+        capsys, "emit", "examples/gemm.ein", "--backend", "cuda", "--mapping", str(path)
+    )
     assert code == 2 and "mapping" in err

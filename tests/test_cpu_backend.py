@@ -42,7 +42,6 @@ from einkern.testing import TOLERANCE
 pytestmark = pytest.mark.skipif(not CpuBackend().available(), reason="no C compiler")
 
 
-
 # ---- building IR by hand -------------------------------------------------------
 
 

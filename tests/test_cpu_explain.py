@@ -43,8 +43,9 @@ def test_small_statement_runs_on_one_thread(capsys):
 
 def test_few_outer_iterations_collapse_every_loop(tmp_path, capsys):
     program = tmp_path / "wide.ein"
-    program.write_text("program wide\ndims m = 4, n = 100000\ntensor A[m, n], B[m, n]\n"
-                       "B[i,j] = 2 * A[i,j]\n")
+    program.write_text(
+        "program wide\ndims m = 4, n = 100000\ntensor A[m, n], B[m, n]\nB[i,j] = 2 * A[i,j]\n"
+    )
     code, out, _ = emit(capsys, str(program))
     assert code == 0
     assert "the outer loop has only 4 iterations (under 64): OpenMP collapses all 2 loops" in out
@@ -56,8 +57,9 @@ def test_few_outer_iterations_collapse_every_loop(tmp_path, capsys):
 
 
 def test_cuda_only_flags_are_still_refused_on_the_cpu(capsys):
-    code = main(["emit", "examples/gemm.ein", "--backend", "cpu", "--explain", "--mapping",
-                 "x.json"])
+    code = main(
+        ["emit", "examples/gemm.ein", "--backend", "cpu", "--explain", "--mapping", "x.json"]
+    )
     assert code == 2 and "--mapping needs --backend cuda" in capsys.readouterr().err
 
 
@@ -72,5 +74,6 @@ def test_explained_decision_is_the_default_schedule(path):
 
 def test_describe_loops():
     loops = LoopSchedule(("i", "j"), 2, (("i", 8), ("k", 4)), inner=1)
-    assert describe_loops(loops) == ("order i, j; OpenMP collapse 2; tiles i=8, k=4; "
-                                     "1 point loop(s) inside the sums")
+    assert describe_loops(loops) == (
+        "order i, j; OpenMP collapse 2; tiles i=8, k=4; 1 point loop(s) inside the sums"
+    )

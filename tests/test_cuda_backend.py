@@ -77,9 +77,20 @@ def test_awkward_names_and_constants_compile():
         "odd-name",
         {"n": 5},
         [Tensor("int", ("n",)), Tensor("exp", ("n",))],
-        [(samples.acc("exp", "for"), "=", samples.mul(
-            samples.acc("int", "for"), Const(float("inf")), Const(float("-inf")),
-            Const(float("nan")), Const(-2.5), Const(1e-300)))],
+        [
+            (
+                samples.acc("exp", "for"),
+                "=",
+                samples.mul(
+                    samples.acc("int", "for"),
+                    Const(float("inf")),
+                    Const(float("-inf")),
+                    Const(float("nan")),
+                    Const(-2.5),
+                    Const(1e-300),
+                ),
+            )
+        ],
     )
     text = generate(problem).text
     assert "ek_odd_name_s0" in text
@@ -246,8 +257,9 @@ def test_random_arrays_keep_every_declared_shape_and_layout(layout):
         itemsize = array.itemsize
         from einkern.arrays import ArrayInfo
 
-        info = ArrayInfo(array.shape, "float64", tuple(s // itemsize for s in array.strides),
-                         "cpu", 0, "numpy")
+        info = ArrayInfo(
+            array.shape, "float64", tuple(s // itemsize for s in array.strides), "cpu", 0, "numpy"
+        )
         assert strides_match(info, layout), name
 
 

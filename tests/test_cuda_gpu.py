@@ -200,7 +200,9 @@ def test_64_bit_indexing_past_2_to_the_31_elements(backend):
         pytest.skip(f"needs {3 * 4 * n / 1e9:.0f} GB of free GPU memory")
     tensors = [Tensor("x", ("n",), "float32"), Tensor("y", ("n",), "float32")]
     problem = samples.problem(
-        "big", {"n": n}, tensors,
+        "big",
+        {"n": n},
+        tensors,
         [(samples.acc("y", "i"), "=", samples.mul(Const(2.0), samples.acc("x", "i")))],
     )
     assert "long long b_i" in backend.emit(problem)
@@ -236,8 +238,9 @@ def test_jax_arrays_as_inputs_without_copies(monkeypatch):
     jax = pytest.importorskip("jax")
     import einkern
 
-    kernel = einkern.compile("dims n = 37\ntensor A[n, n], B[n, n], C[n, n]\n"
-                             "C[i,j] = A[i,k] * B[k,j]", backend="cuda")
+    kernel = einkern.compile(
+        "dims n = 37\ntensor A[n, n], B[n, n], C[n, n]\nC[i,j] = A[i,k] * B[k,j]", backend="cuda"
+    )
     rng = np.random.default_rng(5)
     a, b = rng.uniform(0.5, 1.5, (37, 37)), rng.uniform(0.5, 1.5, (37, 37))
     if not jax.config.read("jax_enable_x64"):

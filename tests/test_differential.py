@@ -41,7 +41,8 @@ from einkern.ir.task import tasks_of
 from einkern.reference import evaluate, relative_error
 
 EXAMPLES = sorted(
-    p for p in (Path(__file__).resolve().parent.parent / "examples").iterdir()
+    p
+    for p in (Path(__file__).resolve().parent.parent / "examples").iterdir()
     if p.suffix in (".ein", ".tensor", ".mapped")
 )
 DTYPE_PLANS = ("float32", "float64", "mixed")
@@ -120,8 +121,12 @@ def random_schedule(problem: Problem, rng: random.Random, attempts: int = 50) ->
         for _ in range(attempts):
             rng.shuffle(order)
             tiled = [i for i in tileable if rng.random() < 0.5]
-            draw = LoopSchedule(tuple(order), 0, tuple((i, rng.choice((1, 2, 3))) for i in tiled),
-                                rng.randrange(len(order) + 1))
+            draw = LoopSchedule(
+                tuple(order),
+                0,
+                tuple((i, rng.choice((1, 2, 3))) for i in tiled),
+                rng.randrange(len(order) + 1),
+            )
             depth = collapsible_depth(problem, statement, draw)
             draw = dataclasses.replace(draw, collapse=rng.randrange(depth + 1))
             if schedule_violation(problem, statement, draw) is None:
@@ -220,8 +225,7 @@ def programs(draw) -> tuple[str, dict[str, int]]:
     def statement(output: str, outputs: tuple[str, ...], prefix: str = "") -> str:
         terms = []
         for _ in range(draw(st.integers(1, 2))):
-            reductions = tuple(draw(st.lists(st.sampled_from(("k", "l")), unique=True,
-                                             max_size=2)))
+            reductions = tuple(draw(st.lists(st.sampled_from(("k", "l")), unique=True, max_size=2)))
             factors = [factor(outputs, reductions) for _ in range(draw(st.integers(1, 3)))]
             terms.append(" * ".join(factors))
         signs = [draw(st.sampled_from((" + ", " - "))) for _ in terms[1:]]
@@ -242,8 +246,12 @@ def programs(draw) -> tuple[str, dict[str, int]]:
     return text + "\n", sizes
 
 
-@settings(max_examples=25, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(case=programs(), seed=st.integers(0, 2**31 - 1), specials=st.sampled_from((0, 1, 2, 3)))
 def test_generated_programs_agree_across_backends(case, seed, specials):
     text, sizes = case

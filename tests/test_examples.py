@@ -13,7 +13,8 @@ from einkern.backends.verify import random_inputs
 from einkern.reference import relative_error
 
 EXAMPLES = sorted(
-    p for p in (Path(__file__).resolve().parent.parent / "examples").iterdir()
+    p
+    for p in (Path(__file__).resolve().parent.parent / "examples").iterdir()
     if p.suffix in (".ein", ".tensor", ".mapped")
 )
 TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
@@ -42,9 +43,19 @@ def check_backend(path: Path, backend: str, size: int) -> None:
 
 def test_the_issue_examples_are_all_there():
     names = {p.name for p in EXAMPLES}
-    for wanted in ("gemm.ein", "gemm_alpha_beta.ein", "local_grad3.ein", "local_grad3.tensor",
-                   "ccsdt_s1.ein", "ccsdt_d1.ein", "ccsdt_d2.ein", "riemann.ein",
-                   "treduda_sum.ein", "fousek_function1.mapped", "fousek_function2.mapped"):
+    for wanted in (
+        "gemm.ein",
+        "gemm_alpha_beta.ein",
+        "local_grad3.ein",
+        "local_grad3.tensor",
+        "ccsdt_s1.ein",
+        "ccsdt_d1.ein",
+        "ccsdt_d2.ein",
+        "riemann.ein",
+        "treduda_sum.ein",
+        "fousek_function1.mapped",
+        "fousek_function2.mapped",
+    ):
         assert wanted in names
     for family in ("s1", "d1", "d2"):
         program = einkern.load(Path(EXAMPLES[0].parent, f"ccsdt_{family}.ein"))

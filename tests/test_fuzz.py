@@ -50,8 +50,7 @@ def test_mutated_libraries_give_only_einkern_errors():
     assert None in results and any(r is not None for r in results)
 
 
-@settings(max_examples=400, deadline=None, database=None,
-          suppress_health_check=list(HealthCheck))
+@settings(max_examples=400, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(st.data())
 def test_generated_programs_give_only_einkern_errors(tmp_path_factory, data):
     text = program_text(lambda options: data.draw(st.sampled_from(list(options))))
@@ -72,8 +71,9 @@ def _located(error: EinkernError, line: int) -> None:
 HEADER = "dims n = 4\ntensor A[n], B[n]\n"
 
 
-@pytest.mark.parametrize("opener, closer", [("(", ")"), ("-", ""), ("sqrt(", ")"),
-                                            ("max(1, ", ")")])
+@pytest.mark.parametrize(
+    "opener, closer", [("(", ")"), ("-", ""), ("sqrt(", ")"), ("max(1, ", ")")]
+)
 def test_deep_nesting_is_a_located_error(opener, closer):
     deep = opener * (MAX_NESTING + 1) + "A[i]" + closer * (MAX_NESTING + 1)
     error = _error(HEADER + f"B[i] = {deep}\n")
@@ -90,8 +90,11 @@ def test_long_flat_expressions_at_and_past_the_limit(op, tmp_path):
     _run(longest, ".ein", tmp_path)  # check and emit, both backends
     kernel = einkern.compile(longest, backend="cpu")
     a = np.linspace(0.5, 1.5, 4)
-    expected = {"+": MAX_EXPRESSION_DEPTH * a, "*": a**MAX_EXPRESSION_DEPTH,
-                "-": (2 - MAX_EXPRESSION_DEPTH) * a}[op]
+    expected = {
+        "+": MAX_EXPRESSION_DEPTH * a,
+        "*": a**MAX_EXPRESSION_DEPTH,
+        "-": (2 - MAX_EXPRESSION_DEPTH) * a,
+    }[op]
     np.testing.assert_allclose(kernel(a), expected, rtol=1e-12)
     reference = evaluate(einkern.make_problem(einkern.load(longest)), {"A": a})["B"]
     np.testing.assert_allclose(reference, expected, rtol=1e-12)
@@ -106,8 +109,7 @@ DEEPEST = {  # right-hand sides at (or near) both limits at once
     "calls": "sqrt(" * (_N - 1) + " + ".join(["A[i,k]"] * (_D - _N)) + ")" * (_N - 1),
     "signs": "-" * (_N - 4) + "(" + " - ".join(["A[i,k]*A[i,j]"] * (_D - _N)) + ")",
     "mixed": "max(" * 30 + " + ".join(["a*A[i,k]/A[i,k]"] * (_D // 3 - 40)) + ", a)" * 30,
-    "sums": "exp(" * 50 + "A[i,k]" + "*A[i,j])" * 50 + " + "
-    + " + ".join(["A[i,k]"] * (_D - 102)),
+    "sums": "exp(" * 50 + "A[i,k]" + "*A[i,j])" * 50 + " + " + " + ".join(["A[i,k]"] * (_D - 102)),
 }
 
 
@@ -129,8 +131,9 @@ def _chain_program(depth: int):
     for _ in range(depth - 1):
         rhs = Binary("+", rhs, Access("A", ("i",)))
     statement = Statement(Access("B", ("i",)), "=", rhs, (("i", "n"),))
-    return Program("chain", (Extent("n", 4),), (Tensor("A", ("n",)), Tensor("B", ("n",))), (),
-                   (statement,))
+    return Program(
+        "chain", (Extent("n", 4),), (Tensor("A", ("n",)), Tensor("B", ("n",))), (), (statement,)
+    )
 
 
 def test_programs_built_in_python_obey_the_ir_depth_limit():
@@ -139,8 +142,9 @@ def test_programs_built_in_python_obey_the_ir_depth_limit():
 
     deepest = einkern.make_problem(_chain_program(MAX_IR_DEPTH))
     a = np.linspace(0.5, 1.5, 4)
-    np.testing.assert_allclose(einkern.compile(deepest.program, backend="cpu")(a),
-                               MAX_IR_DEPTH * a, rtol=1e-12)
+    np.testing.assert_allclose(
+        einkern.compile(deepest.program, backend="cpu")(a), MAX_IR_DEPTH * a, rtol=1e-12
+    )
     np.testing.assert_allclose(evaluate(deepest, {"A": a})["B"], MAX_IR_DEPTH * a, rtol=1e-12)
     cuda = get_backend("cuda")
     assert "__global__" in cuda.emit(deepest)
@@ -156,26 +160,32 @@ def test_tensor_file_products_have_the_same_depth_limit():
     assert "too deep" in error.message
 
 
-@pytest.mark.parametrize("text, line", [
-    (HEADER + "B[é] = A[é]\n", 3),
-    ("dims n = 4\ntensor Ａ[n], B[n]\nB[i] = Ａ[i]\n", 2),
-    ("dims ñ = 4\ntensor A[ñ]\nA[i] = 1\n", 1),
-    ("dims n = ٣\ntensor A[n]\nA[i] = 1\n", 1),
-    ("dims n = 4\ntensor A[n]\nscalar ²\nA[i] = 1\n", 3),
-    ("f\ndefine:\n n = 3\nvariables:\nA: (n)\nB: (n)\noperations:\nB: (é) += A: (é)\n", 8),
-    ("MATRIX3x3 A, Bé;\ninput A;\nBé = mtrans33(A);\nreturn Bé;\n", 1),
-])
+@pytest.mark.parametrize(
+    "text, line",
+    [
+        (HEADER + "B[é] = A[é]\n", 3),
+        ("dims n = 4\ntensor Ａ[n], B[n]\nB[i] = Ａ[i]\n", 2),
+        ("dims ñ = 4\ntensor A[ñ]\nA[i] = 1\n", 1),
+        ("dims n = ٣\ntensor A[n]\nA[i] = 1\n", 1),
+        ("dims n = 4\ntensor A[n]\nscalar ²\nA[i] = 1\n", 3),
+        ("f\ndefine:\n n = 3\nvariables:\nA: (n)\nB: (n)\noperations:\nB: (é) += A: (é)\n", 8),
+        ("MATRIX3x3 A, Bé;\ninput A;\nBé = mtrans33(A);\nreturn Bé;\n", 1),
+    ],
+)
 def test_non_ascii_names_are_located_errors_in_every_front_end(text, line):
     error = _error(text)
     assert isinstance(error, ParseError) and "ASCII" in str(error)
     _located(error, line)
 
 
-@pytest.mark.parametrize("name", ["and", "mod", "floor", "x_i", "n_n", "T_A", "S0", "int",
-                                  "double", "for", "return"])
+@pytest.mark.parametrize(
+    "name", ["and", "mod", "floor", "x_i", "n_n", "T_A", "S0", "int", "double", "for", "return"]
+)
 def test_names_isl_or_c_treat_specially_work(name, tmp_path):
-    text = (f"dims n = 3, {name}_e = 2\ntensor A[n, {name}_e], {name}[n]\n"
-            f"{name}[{name}] = A[{name}, k]\n")
+    text = (
+        f"dims n = 3, {name}_e = 2\ntensor A[n, {name}_e], {name}[n]\n"
+        f"{name}[{name}] = A[{name}, k]\n"
+    )
     assert _run(text, ".ein", tmp_path).error is None
     kernel = einkern.compile(text, backend="cpu")
     a = np.arange(6.0).reshape(3, 2)
@@ -188,12 +198,15 @@ def test_an_index_named_like_an_extent_checks(tmp_path):
     assert outcome.error is None
 
 
-@pytest.mark.parametrize("value, message", [
-    ("1" + "0" * 400, "digits"),
-    ("9" * 5000, "digits"),
-    (str(2**63), "2**63 - 1"),
-    (str(10**30), "digits"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("1" + "0" * 400, "digits"),
+        ("9" * 5000, "digits"),
+        (str(2**63), "2**63 - 1"),
+        (str(10**30), "digits"),
+    ],
+)
 def test_huge_extents_are_located_errors(value, message, tmp_path):
     text = f"dims T = {value}\ntensor A[T], B[T]\nB[i] = A[i]\n"
     error = _error(text)
@@ -224,10 +237,13 @@ def test_cli_extent_option_is_limited(capsys):
     assert "2**63 - 1" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("text, message", [
-    (HEADER + "scalar a = 1e300 float32\nB[i] = a * A[i]\n", "does not fit in float32"),
-    (HEADER + "scalar a = 1e999\nB[i] = a * A[i]\n", "does not fit in float64"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (HEADER + "scalar a = 1e300 float32\nB[i] = a * A[i]\n", "does not fit in float32"),
+        (HEADER + "scalar a = 1e999\nB[i] = a * A[i]\n", "does not fit in float64"),
+    ],
+)
 def test_scalar_defaults_must_fit_their_dtype(text, message):
     error = _error(text)
     assert message in error.message
@@ -239,14 +255,17 @@ def test_check_prints_huge_flop_counts(capsys, tmp_path):
 
     big = 2**40
     path = tmp_path / "big.ein"
-    path.write_text(f"dims a = {big}\ntensor A[a], B[a]\n"
-                    "B[i] = A[i] * A[j] * A[k] * A[l] * A[m] * A[o] * A[p] * A[q]\n")
+    path.write_text(
+        f"dims a = {big}\ntensor A[a], B[a]\n"
+        "B[i] = A[i] * A[j] * A[k] * A[l] * A[m] * A[o] * A[p] * A[q]\n"
+    )
     assert main(["check", str(path)]) == 0
     assert "e+" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("spec, where", [("->,->", 4), ("ij,jk->i,k", 9), ("i-j", 2),
-                                         ("ij>k", 3), ("ié", 2)])
+@pytest.mark.parametrize(
+    "spec, where", [("->,->", 4), ("ij,jk->i,k", 9), ("i-j", 2), ("ij>k", 3), ("ié", 2)]
+)
 def test_einsum_subscript_errors_are_located(spec, where):
     with pytest.raises(ParseError) as caught:
         einkern.einsum(spec, np.ones((2, 2)), np.ones((2, 2)))
@@ -301,21 +320,32 @@ def test_check_lists_dependences_when_asked(capsys):
     from einkern.cli import main
 
     assert main(["check", "examples/ccsdt_d1.ein", "-e", "T=3", "--dependences"]) == 0
-    lines = [line for line in capsys.readouterr().out.splitlines()
-             if line.startswith("dependence ")]
+    lines = [
+        line for line in capsys.readouterr().out.splitlines() if line.startswith("dependence ")
+    ]
     assert lines and all(" -> S" in line for line in lines)
 
 
 def test_check_reads_standard_input_through_a_pipe():
     text = (ROOT / "examples" / "gemm.ein").read_bytes()
-    result = subprocess.run([sys.executable, "-m", "einkern.cli", "check", "-"], input=text,
-                            capture_output=True, check=False, cwd=ROOT,
-                            env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"})
+    result = subprocess.run(
+        [sys.executable, "-m", "einkern.cli", "check", "-"],
+        input=text,
+        capture_output=True,
+        check=False,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"},
+    )
     assert result.returncode == 0, result.stderr
     assert b"S0  C[i,j] = sum[l]" in result.stdout
-    bad = subprocess.run([sys.executable, "-m", "einkern.cli", "check", "-"],
-                         input=b"B[i] = A[\xc3\xa9]\n", capture_output=True, check=False,
-                         cwd=ROOT, env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"})
+    bad = subprocess.run(
+        [sys.executable, "-m", "einkern.cli", "check", "-"],
+        input=b"B[i] = A[\xc3\xa9]\n",
+        capture_output=True,
+        check=False,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"},
+    )
     assert bad.returncode == 2 and b"<stdin>:1:10" in bad.stderr and b"Traceback" not in bad.stderr
 
 

@@ -40,12 +40,11 @@ def test_passes_declare_what_they_need_on_the_builder():
     body = prologue(builder)
     declared = [v.name for v in builder.thread_vars]
     threaded = [f"t_{t.index}" for t in mapping.parallel if t.threads > 1]
-    assert declared[:len(threaded)] == threaded and "acc0" in declared
+    assert declared[: len(threaded)] == threaded and "acc0" in declared
     assert len([s for s in body if isinstance(s, kir.Store)]) == len(builder.slots)
     stores = epilogue(builder)
     assert len(stores) == mapping.register_tile == len(builder.slots)
-    assert builder.blocks() == (64 // mapping.tile_of("i").tile) * (
-        48 // mapping.tile_of("j").tile)
+    assert builder.blocks() == (64 // mapping.tile_of("i").tile) * (48 // mapping.tile_of("j").tile)
 
 
 def test_decision_follows_the_limits_it_is_given():
@@ -80,8 +79,19 @@ def _imports(path: Path) -> set[str]:
     return {name for name in found if name.startswith("einkern")}
 
 
-PLANNING = ("builder", "decision", "device", "lower", "mapping", "model", "normalize",
-            "padding", "plan", "space", "staging")
+PLANNING = (
+    "builder",
+    "decision",
+    "device",
+    "lower",
+    "mapping",
+    "model",
+    "normalize",
+    "padding",
+    "plan",
+    "space",
+    "staging",
+)
 
 
 def test_planning_imports_nothing_above_it_and_no_cycle():
@@ -89,8 +99,9 @@ def test_planning_imports_nothing_above_it_and_no_cycle():
     graph = {}
     for name in PLANNING:
         imported = _imports(root / f"{name}.py")
-        above = [m for m in imported
-                 if m.split(".")[1] in ("backends", "tuning", "api", "bench", "cli")]
+        above = [
+            m for m in imported if m.split(".")[1] in ("backends", "tuning", "api", "bench", "cli")
+        ]
         assert not above, (name, above)
         graph[name] = {m.split(".")[2] for m in imported if m.startswith("einkern.gpu.")}
     seen: dict[str, int] = {}  # 1: on the path, 2: done
@@ -114,11 +125,21 @@ def test_the_runtime_reads_the_limits_and_falls_back_to_the_table():
     from einkern.backends.cuda.limits import device_limits, limits_of
 
     props = SimpleNamespace(
-        name="GPU", arch="sm_80", multiprocessors=108, max_threads_per_block=1024,
-        max_threads_per_multiprocessor=2048, registers_per_multiprocessor=65536,
-        shared_memory_per_block=48 * 1024, shared_memory_per_block_optin=163 * 1024,
-        shared_memory_per_multiprocessor=164 * 1024, l2_cache_bytes=40 * 2**20)
+        name="GPU",
+        arch="sm_80",
+        multiprocessors=108,
+        max_threads_per_block=1024,
+        max_threads_per_multiprocessor=2048,
+        registers_per_multiprocessor=65536,
+        shared_memory_per_block=48 * 1024,
+        shared_memory_per_block_optin=163 * 1024,
+        shared_memory_per_multiprocessor=164 * 1024,
+        l2_cache_bytes=40 * 2**20,
+    )
     limits = limits_of(props)
     assert (limits.arch, limits.sm_count, limits.shared_per_block_optin) == (
-        "sm_80", 108, 163 * 1024)
+        "sm_80",
+        108,
+        163 * 1024,
+    )
     assert isinstance(device_limits(), DeviceLimits)  # GPU 0's, or H100's without one

@@ -20,13 +20,13 @@ from einkern.gpu.lower import build_kernel, lower, new_builder
 from einkern.gpu.mapping import Mapping, MappingError, ParallelTile, Staging
 from einkern.gpu.space import config_to_mapping, parameters, violation
 from einkern.ir.task import statement_task, tasks_of
-
-TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
+from einkern.semantics import TOLERANCE
 
 
 def seed_of(*parts) -> int:
     """A seed that is the same in every process (``hash`` of a string is not)."""
     return zlib.crc32(repr(parts).encode())
+
 
 PROGRAMS = {
     "gemm": ("examples/gemm.ein", ("m", "n", "k")),
@@ -37,8 +37,16 @@ PROGRAMS = {
     "treduda_sum": ("examples/treduda_sum.ein", ("n",)),
     "norms": ("examples/norms.ein", ("nb", "d")),
 }
-SIZES = {"m": (1, 7, 33, 64), "n": (1, 13, 32, 40), "k": (1, 5, 17, 32), "T": (1, 2, 3, 4),
-         "p": (1, 3, 5), "nelt": (1, 2, 3), "nb": (1, 9, 31), "d": (1, 5, 16)}
+SIZES = {
+    "m": (1, 7, 33, 64),
+    "n": (1, 13, 32, 40),
+    "k": (1, 5, 17, 32),
+    "T": (1, 2, 3, 4),
+    "p": (1, 3, 5),
+    "nelt": (1, 2, 3),
+    "nb": (1, 9, 31),
+    "d": (1, 5, 16),
+}
 
 
 def tolerance(problem) -> float:
@@ -62,8 +70,9 @@ def random_mappings(problem, rng: random.Random, attempts: int = 3000) -> dict[i
         params = parameters(statement_task(problem, position))
         mappings[position] = decide(statement_task(problem, position))
         for _ in range(attempts):
-            config = CudaConfig.from_values({name: rng.choice(values)
-                                             for name, values in params.items()})
+            config = CudaConfig.from_values(
+                {name: rng.choice(values) for name, values in params.items()}
+            )
             if violation(statement_task(problem, position), config) is None:
                 mappings[position] = config_to_mapping(statement_task(problem, position), config)
                 break
@@ -85,10 +94,18 @@ def test_random_mappings_match_the_reference(name, seed):
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_default_mappings_match_the_reference(name):
     path, _ = PROGRAMS[name]
-    problem = einkern.make_problem(einkern.load(path), {
-        "gemm": {"m": 70, "n": 66, "k": 40}, "gemm_alpha_beta": {"m": 33, "n": 17, "k": 9},
-        "sd_t_d1_1": {"T": 5}, "local_grad3": {"p": 6, "nelt": 4}, "riemann": {"n": 6},
-        "treduda_sum": {"n": 21}, "norms": {"nb": 50, "d": 12}}[name])
+    problem = einkern.make_problem(
+        einkern.load(path),
+        {
+            "gemm": {"m": 70, "n": 66, "k": 40},
+            "gemm_alpha_beta": {"m": 33, "n": 17, "k": 9},
+            "sd_t_d1_1": {"T": 5},
+            "local_grad3": {"p": 6, "nelt": 4},
+            "riemann": {"n": 6},
+            "treduda_sum": {"n": 21},
+            "norms": {"nb": 50, "d": 12},
+        }[name],
+    )
     mappings = {t.position: decide(t) for t in tasks_of(problem)}
     result = verify(problem, mappings, seed=3)
     assert result.ok(tolerance(problem)), result
@@ -101,7 +118,9 @@ def staged_gemm(sizes, boundary="guard", prefetch=True):
         (ParallelTile("j", 16, 8, True), ParallelTile("i", 8, 4, False)),
         k_step=(("l", 4),),
         staged=(Staging("A[i,l]", (), 1), Staging("B[l,j]", ("l", "j"), 0)),
-        prefetch=prefetch, vector_width=4, boundary=boundary,
+        prefetch=prefetch,
+        vector_width=4,
+        boundary=boundary,
     )
     return problem, mapping
 
@@ -156,10 +175,17 @@ def test_padded_gemm_runs_an_exact_kernel_between_copies():
 @pytest.mark.parametrize("boundary", ["guard", "redirect", "pad"])
 def test_chunked_assignment_matches_the_reference(boundary):
     """x cyclic in runs of one vector (thread t owns t·4 … t·4+3, then 4·threads + t·4 …)."""
-    problem = einkern.make_problem(einkern.load("examples/gemm.ein"),
-                                   {"m": 37, "n": 45, "k": 19})
-    config = CudaConfig("j", "i", (4, 4), (8, 2, 1), "chunked",
-                        StagingConfig("all", 8, True, 0, "compute"), -1, boundary)
+    problem = einkern.make_problem(einkern.load("examples/gemm.ein"), {"m": 37, "n": 45, "k": 19})
+    config = CudaConfig(
+        "j",
+        "i",
+        (4, 4),
+        (8, 2, 1),
+        "chunked",
+        StagingConfig("all", 8, True, 0, "compute"),
+        -1,
+        boundary,
+    )
     assert violation(statement_task(problem, 0), config) is None
     mapping = config_to_mapping(statement_task(problem, 0), config)
     x = mapping.tile_of("j")
@@ -172,8 +198,7 @@ def test_chunk_must_divide_the_register_tile():
     from dataclasses import replace
 
     problem, mapping = staged_gemm({"m": 16, "n": 32, "k": 16}, "exact")
-    bad = replace(mapping, parallel=(replace(mapping.parallel[0], chunk=3),
-                                     *mapping.parallel[1:]))
+    bad = replace(mapping, parallel=(replace(mapping.parallel[0], chunk=3), *mapping.parallel[1:]))
     with pytest.raises(MappingError, match="runs of 3"):
         lower(statement_task(problem, 0), bad)
 
@@ -190,8 +215,7 @@ def test_padded_rows_start_on_cache_lines_when_cheap():
     assert dict(padded_task(task, mapping).problem.sizes) == {"m": 16, "n": 32, "k": 1024}
     assert verify(problem, {0: mapping}, seed=6).ok(1e-5)
     far = replace(mapping, k_step=(("l", 4),))
-    problem = einkern.make_problem(einkern.load("examples/gemm.ein"),
-                                   {"m": 13, "n": 29, "k": 36})
+    problem = einkern.make_problem(einkern.load("examples/gemm.ein"), {"m": 13, "n": 29, "k": 36})
     grown = padded_task(statement_task(problem, 0), far).problem
     assert dict(grown.sizes)["k"] == 36  # 64 would add 78 %
 
@@ -200,8 +224,9 @@ def test_padding_that_inflates_a_tensor_is_refused():
     from einkern.gpu.padding import padding_problems
 
     problem = einkern.make_problem(einkern.load("examples/sd_t_d1_1.ein"), {"T": 15})
-    mapping = Mapping("register", (ParallelTile("h3", 16, 16), ParallelTile("h1", 15, 5)),
-                      boundary="pad")
+    mapping = Mapping(
+        "register", (ParallelTile("h3", 16, 16), ParallelTile("h1", 15, 5)), boundary="pad"
+    )
     problems = padding_problems(statement_task(problem, 0), mapping)
     assert any("padding grows" in p for p in problems), problems
 

@@ -83,8 +83,9 @@ def test_random_valid_configs_lower(path, extents):
     params = parameters(statement_task(problem, 0))
     found = 0
     for _ in range(3000):
-        config = CudaConfig.from_values({name: rng.choice(values)
-                                         for name, values in params.items()})
+        config = CudaConfig.from_values(
+            {name: rng.choice(values) for name, values in params.items()}
+        )
         if violation(statement_task(problem, 0), config) is None:
             mapping = config_to_mapping(statement_task(problem, 0), config)
             optin = H100.shared_per_block_optin  # the space's limit (dynamic shared memory)
@@ -126,7 +127,11 @@ def test_cuda_tuning_target_without_a_gpu():
     assert target.violation(problem_task, padded) is not None  # tiles divide: exact only
     plan = target.compile(ragged_task, padded)
     assert [launch.name for launch in plan.launches] == [
-        "ek_tune_s0_pad_A", "ek_tune_s0_pad_B", "ek_tune_s0", "ek_tune_s0_crop_C"]
+        "ek_tune_s0_pad_A",
+        "ek_tune_s0_pad_B",
+        "ek_tune_s0",
+        "ek_tune_s0_crop_C",
+    ]
     assert len(plan.temporaries) == 3
     cost = target.model_cost(problem_task, config)
     direct = replace(config, regs=(1, 1, 1), assign="cyclic", staging=NO_STAGING, unroll=1)
@@ -144,8 +149,7 @@ def test_a_mapping_in_json_form_is_taken_as_a_mapping_not_a_configuration():
     problem = gemm(64, 48, 32)
     mapping = decide(statement_task(problem, 0))
     as_dict = json.loads(mapping.to_json())
-    assert generate(problem, {0: as_dict}).text == \
-        generate(problem, {0: mapping}).text
+    assert generate(problem, {0: as_dict}).text == generate(problem, {0: mapping}).text
 
 
 def test_min_blocks_reaches_the_launch_bounds_and_is_checked():
@@ -178,8 +182,13 @@ def _evaluate(expr, thread: int) -> int:
     if isinstance(expr, kir.BlockIdx):
         return 0
     left, right = _evaluate(expr.left, thread), _evaluate(expr.right, thread)
-    operations = {"+": int.__add__, "-": int.__sub__, "*": int.__mul__,
-                  "/": int.__floordiv__, "%": int.__mod__}
+    operations = {
+        "+": int.__add__,
+        "-": int.__sub__,
+        "*": int.__mul__,
+        "/": int.__floordiv__,
+        "%": int.__mod__,
+    }
     return operations[expr.op](left, right)
 
 
@@ -193,8 +202,18 @@ def test_pad_and_crop_copies_are_coalesced_in_either_layout(layout, into_padded)
     from einkern.gpu.plan import copy_kernel
 
     shape, padded = (3, 4, 5), (4, 4, 8)
-    kernel = copy_kernel("copy", "double", shape, contiguous_strides(shape, layout), padded,
-                         contiguous_strides(padded, layout), 60, 128, into_padded, "int")
+    kernel = copy_kernel(
+        "copy",
+        "double",
+        shape,
+        contiguous_strides(shape, layout),
+        padded,
+        contiguous_strides(padded, layout),
+        60,
+        128,
+        into_padded,
+        "int",
+    )
     [section] = kernel.body
     [guard] = section.body
     [store] = guard.body

@@ -30,8 +30,10 @@ UPDATES = {
 
 
 def gemm_problem(statement: str, m=13, n=7, k=5, layout="row"):
-    text = (f"program upd\ndims m = {m}, n = {n}, k = {k}\nlayout {layout}\n"
-            f"tensor A[m, k], B[k, n], C[m, n]\n{statement}\n")
+    text = (
+        f"program upd\ndims m = {m}, n = {n}, k = {k}\nlayout {layout}\n"
+        f"tensor A[m, k], B[k, n], C[m, n]\n{statement}\n"
+    )
     return einkern.make_problem(einkern.load(text), {})
 
 
@@ -50,8 +52,7 @@ def test_preloaded_update_matches_the_reference(statement, boundary):
         kernel = lower(statement_task(problem, 0), mapping)
         first = kernel.body[0]
         assert isinstance(first, kir.PerThread)
-        loads = [s for s in first.body if isinstance(s, kir.Store)
-                 and "p_C" in repr(s.value)]
+        loads = [s for s in first.body if isinstance(s, kir.Store) and "p_C" in repr(s.value)]
         assert loads, "the prologue does not read the output"
     result = verify(problem, {0: mapping}, seed=7)
     assert result.ok(1e-12), result
@@ -66,9 +67,14 @@ def test_wrong_sign_is_caught():
     assert broken.bad_accesses == 0 and not broken.ok(1e-6)
 
 
-@pytest.mark.parametrize("statement", ["C[i,j] = A[i,l] * B[l,j]",
-                                       "C[i,j] += A[i,l] * B[l,j] + A[i,j]",
-                                       "C[i,j] -= 0 - A[i,l] * B[l,j] + A[i,l] * B[l,j] * 2"])
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "C[i,j] = A[i,l] * B[l,j]",
+        "C[i,j] += A[i,l] * B[l,j] + A[i,j]",
+        "C[i,j] -= 0 - A[i,l] * B[l,j] + A[i,l] * B[l,j] * 2",
+    ],
+)
 def test_preload_refused_where_it_does_not_apply(statement):
     problem = gemm_problem(statement, m=4, n=4, k=4)
     mapping = replace(decide(statement_task(problem, 0)), preload_output=True)

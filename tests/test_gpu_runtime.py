@@ -40,8 +40,9 @@ def gemm():
 
 def operands(torch, seed: int, n: int = 256):
     generator = torch.Generator(device="cuda").manual_seed(seed)
-    return tuple(torch.rand(n, n, dtype=torch.float64, device="cuda", generator=generator)
-                 for _ in range(2))
+    return tuple(
+        torch.rand(n, n, dtype=torch.float64, device="cuda", generator=generator) for _ in range(2)
+    )
 
 
 def assert_close(torch, got, want, tolerance=1e-12):
@@ -138,8 +139,7 @@ def test_inside_torch_compile_with_cuda_graphs(torch, gemm):
     import einkern.torch as ek_torch
 
     op = ek_torch.op(gemm)
-    compiled = torch.compile(lambda x, y: op(x * 2, y) + 1, mode="reduce-overhead",
-                             fullgraph=True)
+    compiled = torch.compile(lambda x, y: op(x * 2, y) + 1, mode="reduce-overhead", fullgraph=True)
     for seed in (15, 16, 17, 18):  # warm-up, recording, then replays
         a, b = operands(torch, seed)
         result = compiled(a, b).clone()  # a replay reuses the graph's output memory
@@ -181,8 +181,10 @@ def test_padding_temporaries_inside_a_captured_graph(torch):
     from test_gpu_emulation import random_mappings
 
     problem = einkern.make_problem(einkern.load(GEMM), {"n": 203})
-    mappings = {p: replace(m, boundary="pad")
-                for p, m in random_mappings(problem, random.Random(11)).items()}
+    mappings = {
+        p: replace(m, boundary="pad")
+        for p, m in random_mappings(problem, random.Random(11)).items()
+    }
     kernel = einkern.Kernel(problem, einkern.api.get_backend("cuda"), mappings=mappings)
     assert kernel.executable.source.temporaries
     a, b = operands(torch, 9, 203)

@@ -147,8 +147,10 @@ def test_flops_and_bytes_follow_the_documented_convention():
 
 def test_contiguous_index_depends_on_layout():
     problem = einkern.make_problem(einkern.load("examples/sd_t_d1_1.ein"), {"T": 3})
-    found = {c.access.tensor: c.contiguous_index for c in
-             analysis.contiguity(problem, problem.program.statements[0])}
+    found = {
+        c.access.tensor: c.contiguous_index
+        for c in analysis.contiguity(problem, problem.program.statements[0])
+    }
     assert found == {"t3": "h3", "t2": "h7", "v2": "h3"}
 
 
@@ -167,8 +169,9 @@ def test_isl_dependence_analysis():
 def test_coalescing_tuples_follow_r_stream():
     problem = einkern.make_problem(einkern.load("examples/gemm.ein"), {"m": 4, "n": 5, "k": 6})
     statement = problem.program.statements[0]
-    tuples = {(t.tensor, t.dim, t.index, t.weight)
-              for t in analysis.coalescing_tuples(problem, statement)}
+    tuples = {
+        (t.tensor, t.dim, t.index, t.weight) for t in analysis.coalescing_tuples(problem, statement)
+    }
     # C[i,j] stored once per output; B[l,j] read once per (output, l); A[i,l] walks l
     # (a reduction index) along its stride-1 dimension: no tuple.
     assert tuples == {("C", 1, "j", 20), ("B", 1, "j", 120)}

@@ -103,7 +103,7 @@ def test_listing_4_1():
     first = prog.statements[0]
     assert (first.rhs.right.tensor.span.line, first.rhs.right.tensor.span.column) == (8, 16)
     assert first.target.tensor.span.column == 1
-    assert first.rhs.span.source.text[first.rhs.span.start:first.rhs.span.end] == "mmul33(A, B)"
+    assert first.rhs.span.source.text[first.rhs.span.start : first.rhs.span.end] == "mmul33(A, B)"
 
 
 def test_listing_5_1_with_batch():
@@ -124,9 +124,28 @@ def test_load_program_node_sniffs_mapped(tmp_path):
 
 def test_builtin_library_contents():
     lib = builtin_library()
-    wanted = ["mmul33", "mmul55", "mvmul33", "mvmul55", "madd33", "madd55", "msub33",
-              "msub55", "smmul33", "smmul55", "vadd3", "vadd5", "venorm3", "venorm5",
-              "vnorm3", "vnorm5", "vdot3", "vdot5", "mtrans33", "mtrans55"]
+    wanted = [
+        "mmul33",
+        "mmul55",
+        "mvmul33",
+        "mvmul55",
+        "madd33",
+        "madd55",
+        "msub33",
+        "msub55",
+        "smmul33",
+        "smmul55",
+        "vadd3",
+        "vadd5",
+        "venorm3",
+        "venorm5",
+        "vnorm3",
+        "vnorm5",
+        "vdot3",
+        "vdot5",
+        "mtrans33",
+        "mtrans55",
+    ]
     for name in wanted:
         assert lib.function(name) is not None, name
     assert lib.function("mtrans33").signature() == "mtrans33(A: MATRIX3x3) -> MATRIX3x3"
@@ -178,30 +197,75 @@ def test_library_without_builtin():
     "text, error, line, column, words",
     [
         ("MATRIX4x4 A;\ninput A;\nreturn A;", UnknownNameError, 1, 1, "unknown type 'MATRIX4x4'"),
-        ("MATRIX3x3 A, B;\ninput A;\nB = mmul44(A, A);\nreturn B;", UnknownNameError, 3, 5,
-         "no elementary function 'mmul44'; known: "),
-        ("MATRIX3x3 A, B;\ninput A;\nB = mmul33(A);\nreturn B;", SemanticError, 3, 5,
-         "takes 2 argument(s), got 1"),
-        ("MATRIX3x3 A, B;\nMATRIX5x5 D;\ninput A, D;\nB = mmul33(A, D);\nreturn B;",
-         SemanticError, 4, 15, "argument 2 of mmul33 must be a MATRIX3x3"),
-        ("MATRIX3x3 A;\nVECTOR3 B;\ninput A;\nB = mmul33(A, A);\nreturn B;", SemanticError,
-         4, 1, "returns a MATRIX3x3"),
-        ("MATRIX3x3 A, B, C;\ninput A;\nC = mmul33(A, B);\nreturn C;", SemanticError, 3, 15,
-         "used before it is assigned"),
+        (
+            "MATRIX3x3 A, B;\ninput A;\nB = mmul44(A, A);\nreturn B;",
+            UnknownNameError,
+            3,
+            5,
+            "no elementary function 'mmul44'; known: ",
+        ),
+        (
+            "MATRIX3x3 A, B;\ninput A;\nB = mmul33(A);\nreturn B;",
+            SemanticError,
+            3,
+            5,
+            "takes 2 argument(s), got 1",
+        ),
+        (
+            "MATRIX3x3 A, B;\nMATRIX5x5 D;\ninput A, D;\nB = mmul33(A, D);\nreturn B;",
+            SemanticError,
+            4,
+            15,
+            "argument 2 of mmul33 must be a MATRIX3x3",
+        ),
+        (
+            "MATRIX3x3 A;\nVECTOR3 B;\ninput A;\nB = mmul33(A, A);\nreturn B;",
+            SemanticError,
+            4,
+            1,
+            "returns a MATRIX3x3",
+        ),
+        (
+            "MATRIX3x3 A, B, C;\ninput A;\nC = mmul33(A, B);\nreturn C;",
+            SemanticError,
+            3,
+            15,
+            "used before it is assigned",
+        ),
         ("MATRIX3x3 A;\ninput A;\nreturn X;", UnknownNameError, 3, 8, "not declared"),
         ("MATRIX3x3 A, B;\ninput A;\nreturn B;", SemanticError, 3, 8, "before it is assigned"),
         ("MATRIX3x3 A;\ninput A;\n", ParseError, 3, 1, "no return statement"),
         ("MATRIX3x3 A, A;", DuplicateDeclarationError, 1, 14, "declared twice"),
-        ("MATRIX3x3 A, B;\ninput A;\nB = mtrans33(A);\nB = mtrans33(A);\nreturn B;",
-         SemanticError, 4, 1, "assigned twice"),
-        ("MATRIX3x3 A;\ninput A;\nA = mtrans33(A);\nreturn A;", SemanticError, 3, 1,
-         "cannot assign the input"),
+        (
+            "MATRIX3x3 A, B;\ninput A;\nB = mtrans33(A);\nB = mtrans33(A);\nreturn B;",
+            SemanticError,
+            4,
+            1,
+            "assigned twice",
+        ),
+        (
+            "MATRIX3x3 A;\ninput A;\nA = mtrans33(A);\nreturn A;",
+            SemanticError,
+            3,
+            1,
+            "cannot assign the input",
+        ),
         ("MATRIX3x3 A;\ninput A;\nreturn A;\nA = A;", ParseError, 4, 1, "follow the return"),
-        ("MATRIX3x3 A, B;\ninput A;\nB = mtrans33(mtrans33(A));\nreturn B;", ParseError, 3,
-         14, "variable as argument"),
+        (
+            "MATRIX3x3 A, B;\ninput A;\nB = mtrans33(mtrans33(A));\nreturn B;",
+            ParseError,
+            3,
+            14,
+            "variable as argument",
+        ),
         ("MATRIX3x3 A, B;\ninput A;\nB = A;\nreturn B;", ParseError, 3, 5, "expected a call"),
-        ("MATRIX3x3 A, B;\ninput A;\nB = mtrans33(A;\nreturn B;", ParseError, 3, 13,
-         "expected ')'"),
+        (
+            "MATRIX3x3 A, B;\ninput A;\nB = mtrans33(A;\nreturn B;",
+            ParseError,
+            3,
+            13,
+            "expected ')'",
+        ),
     ],
 )
 def test_mapped_errors(text, error, line, column, words):
@@ -231,21 +295,39 @@ def test_bad_batch():
         ("type V = [2]\nfunction f(v: V) -> V { w[i] = v[i] }", SemanticError, "assigns only"),
         ("type V = [2]\nfunction f(v: V) -> V { out[i] += v[i] }", SemanticError, "first"),
         ("type V = [2]\nfunction f(v: V) -> V { out[i] = v[i, j] }", RankError, "rank 1"),
-        ("type V = [2]\nfunction f(v: V) -> V { out[i] = q[i] }", UnknownNameError,
-         "not a parameter"),
-        ("type V = [2]\nfunction f(v: V) -> W { out[i] = v[i] }", UnknownNameError,
-         "unknown type 'W'"),
-        ("type V = [2]\ntype W = [3]\nfunction f(v: V, w: W) -> V { out[i] = v[i] * w[i] }",
-         IndexBindingError, "index 'i'"),
-        ("type V = [2]\nfunction f(v: V) -> V { out[i] = cbrt(v[i]) }", UnknownNameError,
-         "unknown function 'cbrt'"),
+        (
+            "type V = [2]\nfunction f(v: V) -> V { out[i] = q[i] }",
+            UnknownNameError,
+            "not a parameter",
+        ),
+        (
+            "type V = [2]\nfunction f(v: V) -> W { out[i] = v[i] }",
+            UnknownNameError,
+            "unknown type 'W'",
+        ),
+        (
+            "type V = [2]\ntype W = [3]\nfunction f(v: V, w: W) -> V { out[i] = v[i] * w[i] }",
+            IndexBindingError,
+            "index 'i'",
+        ),
+        (
+            "type V = [2]\nfunction f(v: V) -> V { out[i] = cbrt(v[i]) }",
+            UnknownNameError,
+            "unknown function 'cbrt'",
+        ),
         ("type V = [2]\nfunction f(v: V) -> V { out[i] = v }", UnknownNameError, "bare name"),
-        ("type V = [2]\nfunction f(v: V, v: V) -> V { out[i] = v[i] }",
-         DuplicateDeclarationError, "twice"),
+        (
+            "type V = [2]\nfunction f(v: V, v: V) -> V { out[i] = v[i] }",
+            DuplicateDeclarationError,
+            "twice",
+        ),
         ("type V = [2]\nfunction f(v: V) -> V { out[i] = v[i]", ParseError, "expected '}'"),
         ("type V = [2]\ntype V = [3]", DuplicateDeclarationError, "already defined"),
-        ("function mmul33(v: SCALAR) -> SCALAR { out[] = v[] }", DuplicateDeclarationError,
-         "already defined"),
+        (
+            "function mmul33(v: SCALAR) -> SCALAR { out[] = v[] }",
+            DuplicateDeclarationError,
+            "already defined",
+        ),
     ],
 )
 def test_library_errors(text, error, words):

@@ -54,8 +54,10 @@ def plain(node):
     """The node as nested tuples, without spans."""
     if dataclasses.is_dataclass(node) and not isinstance(node, type):
         return (type(node).__name__,) + tuple(
-            plain(getattr(node, f.name)) for f in dataclasses.fields(node)
-            if f.name not in ("span", "source") and not f.name.endswith("_span"))
+            plain(getattr(node, f.name))
+            for f in dataclasses.fields(node)
+            if f.name not in ("span", "source") and not f.name.endswith("_span")
+        )
     if isinstance(node, tuple):
         return tuple(plain(item) for item in node)
     return node
@@ -90,7 +92,11 @@ def test_declarations():
     assert prog.default_dtype == "float64" and prog.default_layout == "column"
     assert prog.default_layout_span.line == 6
     assert [(e.name.name, e.value) for e in prog.extents] == [
-        ("p", 12), ("nelt", 1000), ("n", None), ("q", None)]
+        ("p", 12),
+        ("nelt", 1000),
+        ("n", None),
+        ("q", None),
+    ]
     tensors = {t.name.name: t for t in prog.tensors}
     assert [d.name for d in tensors["u"].shape] == ["nelt", "p", "p", "p"]
     assert (tensors["u"].dtype, tensors["u"].layout) == (None, None)
@@ -99,7 +105,10 @@ def test_declarations():
     assert tensors["s"].shape == ()
     assert [(d.name, d.value) for d in tensors["M"].shape] == [(None, 3), (None, 3)]
     assert [(s.name.name, s.value, s.dtype) for s in prog.scalars] == [
-        ("alpha", 1.5, None), ("beta", None, None), ("gamma", -2.0, "float32")]
+        ("alpha", 1.5, None),
+        ("beta", None, None),
+        ("gamma", -2.0, "float32"),
+    ]
 
 
 def test_defaults_and_program_name():
@@ -152,10 +161,10 @@ def test_spans():
     assert (stmt.span.line, stmt.span.column) == (3, 1)
     right = stmt.rhs.right
     assert (right.span.line, right.span.column) == (3, 16)
-    assert right.span.source.text[right.span.start:right.span.end] == "B[i]"
+    assert right.span.source.text[right.span.start : right.span.end] == "B[i]"
     assert (stmt.rhs.span.start, stmt.rhs.span.end) == (stmt.rhs.left.span.start, right.span.end)
     paren = parse_program("C[i] = -(a + b)").statements[0].rhs
-    assert paren.span.source.text[paren.span.start:paren.span.end] == "-(a + b)"
+    assert paren.span.source.text[paren.span.start : paren.span.end] == "-(a + b)"
 
 
 def test_line_continuation():
@@ -244,10 +253,17 @@ _LINES = [
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["", " ", "  ", "\t"]),
-                          st.sampled_from(["", "  # note", "# x = y[", "\n", "\n\n  # c\n"])),
-                min_size=len(_LINES), max_size=len(_LINES)),
-       st.sampled_from([" ", "", "\t "]))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["", " ", "  ", "\t"]),
+            st.sampled_from(["", "  # note", "# x = y[", "\n", "\n\n  # c\n"]),
+        ),
+        min_size=len(_LINES),
+        max_size=len(_LINES),
+    ),
+    st.sampled_from([" ", "", "\t "]),
+)
 def test_whitespace_and_comments_do_not_change_the_ast(decor, gap):
     base = parse_program("\n".join(_LINES))
     lines = []
@@ -269,7 +285,8 @@ def _exprs():
         _atoms,
         lambda inner: st.one_of(
             st.tuples(inner, st.sampled_from(["+", "-", "*", "/"]), inner).map(
-                lambda t: f"({t[0]} {t[1]} {t[2]})"),
+                lambda t: f"({t[0]} {t[1]} {t[2]})"
+            ),
             inner.map(lambda e: f"(-{e})"),
             st.tuples(inner, inner).map(lambda t: f"max({t[0]}, {t[1]})"),
         ),
@@ -315,16 +332,42 @@ def test_all_errors_are_einkern_errors():
 
 
 _PIECES = list("abAB_01 \n[](),;:=+-*/.#{}") + [
-    "dims ", "tensor ", "scalar ", "dtype ", "layout ", "program ", "variables:\n",
-    "operations:\n", "define:\n", "input ", "return ", "MATRIX3x3 ", "mmul33", "order2",
-    "type ", "function ", "->", "out[i]", "//", "/*", "float32 ", "row ", "1e5", "-3"]
+    "dims ",
+    "tensor ",
+    "scalar ",
+    "dtype ",
+    "layout ",
+    "program ",
+    "variables:\n",
+    "operations:\n",
+    "define:\n",
+    "input ",
+    "return ",
+    "MATRIX3x3 ",
+    "mmul33",
+    "order2",
+    "type ",
+    "function ",
+    "->",
+    "out[i]",
+    "//",
+    "/*",
+    "float32 ",
+    "row ",
+    "1e5",
+    "-3",
+]
 
 
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.sampled_from(_PIECES), max_size=30).map("".join))
 def test_garbage_raises_only_einkern_errors(text):
-    readers = (parse_program, parse_tensor_file, parse_mapped,
-               lambda t: parse_library(t, base=builtin_library()))
+    readers = (
+        parse_program,
+        parse_tensor_file,
+        parse_mapped,
+        lambda t: parse_library(t, base=builtin_library()),
+    )
     for read in readers:
         try:
             read(text)

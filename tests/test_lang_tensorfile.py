@@ -36,12 +36,20 @@ def test_local_grad3_figure_2_5a():
     assert prog.name == "local_grad3"
     assert prog.default_layout == "column" and prog.default_dtype == "float64"
     assert [(e.name.name, e.value) for e in prog.extents] == [
-        ("lx", 10), ("ly", 10), ("lz", 10), ("nelt", 1000)]
+        ("lx", 10),
+        ("ly", 10),
+        ("lz", 10),
+        ("nelt", 1000),
+    ]
     shapes = {t.name.name: tuple(d.name for d in t.shape) for t in prog.tensors}
     assert shapes == {
-        "u": ("nelt", "lx", "ly", "lz"), "D": ("lx", "ly"), "Dt": ("lx", "ly"),
-        "ur": ("nelt", "lx", "ly", "lz"), "us": ("nelt", "lx", "ly", "lz"),
-        "ut": ("nelt", "lx", "ly", "lz")}
+        "u": ("nelt", "lx", "ly", "lz"),
+        "D": ("lx", "ly"),
+        "Dt": ("lx", "ly"),
+        "ur": ("nelt", "lx", "ly", "lz"),
+        "us": ("nelt", "lx", "ly", "lz"),
+        "ut": ("nelt", "lx", "ly", "lz"),
+    }
     got = [(access(s.target), s.op, factors(s.rhs)) for s in prog.statements]
     assert got == [
         (("ur", ("e", "i", "j", "k")), "+=", [("D", ("k", "m")), ("u", ("e", "i", "m", "j"))]),
@@ -61,8 +69,7 @@ def test_sd_t_d1_1_figure_3_1():
     (stmt,) = prog.statements
     assert stmt.op == "-="
     assert access(stmt.target) == ("t3", ("h3", "h2", "h1", "p6", "p5", "p4"))
-    assert factors(stmt.rhs) == [("t2", ("h7", "p4", "p5", "h1")),
-                                 ("v2", ("h3", "h2", "p6", "h7"))]
+    assert factors(stmt.rhs) == [("t2", ("h7", "p4", "p5", "h1")), ("v2", ("h3", "h2", "p6", "h7"))]
 
 
 def test_options_order_and_types():
@@ -84,10 +91,12 @@ operations:
     prog = parse_tensor_file(text, "f.tensor")
     assert prog.name == "f" and prog.default_dtype == "float32" and prog.default_layout == "row"
     assert [(e.name.name, e.value) for e in prog.extents] == [
-        ("n", 4), ("A_d0", None), ("A_d1", None)]
+        ("n", 4),
+        ("A_d0", None),
+        ("A_d1", None),
+    ]
     shapes = {t.name.name: [(d.name, d.value) for d in t.shape] for t in prog.tensors}
-    assert shapes == {"A": [("A_d0", None), ("A_d1", None)],
-                      "B": [("n", None), (None, 3)], "s": []}
+    assert shapes == {"A": [("A_d0", None), ("A_d1", None)], "B": [("n", None), (None, 3)], "s": []}
     assert len(factors(prog.statements[1].rhs)) == 3
     assert prog.statements[1].target.indices == ()
 

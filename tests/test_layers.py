@@ -157,28 +157,37 @@ def test_no_module_imports_a_higher_layer(graph):
             if (module, target) in ALLOWED:
                 continue
             if layer_of(target) is not None and layer_of(target) > layer_of(module):  # type: ignore[operator]
-                upward.append(f"{module}:{line} imports {target} "
-                              f"({LAYERS[layer_of(module)][0]} < {LAYERS[layer_of(target)][0]})")  # type: ignore[index]
+                upward.append(
+                    f"{module}:{line} imports {target} "
+                    f"({LAYERS[layer_of(module)][0]} < {LAYERS[layer_of(target)][0]})"
+                )  # type: ignore[index]
     assert not upward, "\n".join(upward)
 
 
 def test_no_import_cycle(graph):
-    edges = {m: {t for t in targets if (m, t) not in ALLOWED and t in graph}
-             for m, targets in graph.items()}
+    edges = {
+        m: {t for t in targets if (m, t) not in ALLOWED and t in graph}
+        for m, targets in graph.items()
+    }
     cycles = [c for c in strongly_connected(edges) if len(c) > 1]
     assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
 
 
 def test_every_import_names_a_module(graph):
     """An import of a module that does not exist (left behind by a move) fails."""
-    missing = [f"{module}:{line} imports {target}" for module, edges in graph.items()
-               for target, line in edges.items() if target not in graph]
+    missing = [
+        f"{module}:{line} imports {target}"
+        for module, edges in graph.items()
+        for target, line in edges.items()
+        if target not in graph
+    ]
     assert not missing, "\n".join(missing)
 
 
 def test_allowed_violations_still_exist(graph):
-    gone = [f"{m} -> {t} ({branch})" for (m, t), branch in ALLOWED.items()
-            if t not in graph.get(m, {})]
+    gone = [
+        f"{m} -> {t} ({branch})" for (m, t), branch in ALLOWED.items() if t not in graph.get(m, {})
+    ]
     assert not gone, "fixed: remove from ALLOWED:\n" + "\n".join(gone)
 
 
@@ -190,12 +199,19 @@ def test_the_checker_sees_function_level_and_relative_imports(tmp_path):
     (package / "gpu" / "__init__.py").write_text("")
     (package / "gpu" / "a.py").write_text("def f():\n    from ..cli import main\n")
     (package / "gpu" / "b.py").write_text("from . import a\nimport einkern.gpu.c\n")
-    known = {"einkern", "einkern.gpu", "einkern.gpu.a", "einkern.gpu.b", "einkern.gpu.c",
-             "einkern.cli"}
-    assert list(imported("einkern.gpu.a", package / "gpu" / "a.py", known)) == [
-        ("einkern.cli", 2)]
+    known = {
+        "einkern",
+        "einkern.gpu",
+        "einkern.gpu.a",
+        "einkern.gpu.b",
+        "einkern.gpu.c",
+        "einkern.cli",
+    }
+    assert list(imported("einkern.gpu.a", package / "gpu" / "a.py", known)) == [("einkern.cli", 2)]
     assert sorted(imported("einkern.gpu.b", package / "gpu" / "b.py", known)) == [
-        ("einkern.gpu.a", 1), ("einkern.gpu.c", 2)]
+        ("einkern.gpu.a", 1),
+        ("einkern.gpu.c", 2),
+    ]
     assert layer_of("einkern.gpu.a") < layer_of("einkern.cli")  # type: ignore[operator]
     assert layer_of("einkern") == len(LAYERS) - 1 and layer_of("einkern.nothing") is None
     cycle = strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}})

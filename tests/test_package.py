@@ -14,8 +14,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_one_version_from_the_metadata_or_the_source_tree():
-    declared = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(),
-                         re.MULTILINE)
+    declared = re.search(
+        r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.MULTILINE
+    )
     assert declared is not None
     assert einkern.__version__ == _version.__version__ == _version.version() == declared[1]
     assert _version._from_source_tree() == declared[1]
@@ -23,8 +24,13 @@ def test_one_version_from_the_metadata_or_the_source_tree():
 
 def test_python_dash_m_einkern_runs_the_command_line():
     for module in ("einkern", "einkern.cli"):
-        proc = subprocess.run([sys.executable, "-m", module, "--version"],
-                              capture_output=True, text=True, check=False, cwd=ROOT)
+        proc = subprocess.run(
+            [sys.executable, "-m", module, "--version"],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=ROOT,
+        )
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.strip() == f"einkern {einkern.__version__}"
 
@@ -40,7 +46,8 @@ def test_conftest_isolates_the_cache_and_catches_a_leaked_variable(pytester, mon
     variable without monkeypatch fails, and the variable is gone afterwards."""
     monkeypatch.delenv("EINKERN_TEST_CACHE_DIR", raising=False)
     pytester.makeconftest((ROOT / "tests" / "conftest.py").read_text())
-    pytester.makepyfile(test_probe="""
+    pytester.makepyfile(
+        test_probe="""
 import os
 def test_private_cache():
     assert "einkern-cache" in os.environ["EINKERN_CACHE_DIR"]
@@ -49,7 +56,8 @@ def test_leaks():
     os.environ["EINKERN_PROBE"] = "1"
 def test_after():
     assert "EINKERN_PROBE" not in os.environ
-""")
+"""
+    )
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=3, errors=1)
     result.stdout.fnmatch_lines(["*the test changed EINKERN_PROBE in os.environ*"])

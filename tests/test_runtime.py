@@ -31,13 +31,22 @@ def test_articles():
     assert article("ArrayImpl") == "an ArrayImpl" and article("numpy.ndarray") == "a numpy.ndarray"
 
 
-@pytest.mark.parametrize("value, expected", [
-    (2, 2.0), (2.5, 2.5), (np.float32(0.5), 0.5), (np.int8(-3), -3.0), (np.array(1.5), 1.5),
-    (float("nan"), None), (float("-inf"), float("-inf")), (10**300, 1e300),
-])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (2, 2.0),
+        (2.5, 2.5),
+        (np.float32(0.5), 0.5),
+        (np.int8(-3), -3.0),
+        (np.array(1.5), 1.5),
+        (float("nan"), None),
+        (float("-inf"), float("-inf")),
+        (10**300, 1e300),
+    ],
+)
 def test_scalar_values_that_fit(value, expected):
     got = scalar_value(Scalar("s", "float64"), value)
-    assert (np.isnan(got) if expected is None else got == expected)
+    assert np.isnan(got) if expected is None else got == expected
 
 
 def test_scalar_values_refused():
@@ -83,8 +92,9 @@ def test_executable_run_binds_through_the_one_check(problem):
 
 
 def test_two_inputs_may_share_memory():
-    kernel = einkern.compile("dims n = 3\ntensor a[n], b[n], c[n]\nc[i] = a[i] * b[i]",
-                             backend="cpu")
+    kernel = einkern.compile(
+        "dims n = 3\ntensor a[n], b[n], c[n]\nc[i] = a[i] * b[i]", backend="cpu"
+    )
     a = np.array([1.0, 2.0, 3.0])
     np.testing.assert_array_equal(kernel(a, a), a * a)  # read twice, written never
 
@@ -138,8 +148,12 @@ def test_host_dlpack_arrays_through_the_strided_memory_view():
 
 def test_version_2_interfaces_are_restated_as_version_3():
     class Interface:
-        __cuda_array_interface__ = {"shape": (2,), "typestr": "<f8", "data": (64, False),
-                                    "version": 2}
+        __cuda_array_interface__ = {
+            "shape": (2,),
+            "typestr": "<f8",
+            "data": (64, False),
+            "version": 2,
+        }
 
     shim = cuda_arrays._as_version_3(Interface())
     assert shim.__cuda_array_interface__["version"] == 3

@@ -34,7 +34,10 @@ def test_random_arrays_are_drawn_in_each_tensors_dtype_and_layout():
     problem = problem_of(PROGRAM)
     arrays = random_arrays(problem, seed=5)
     assert {name: a.dtype.name for name, a in arrays.items()} == {
-        "A": "float32", "B": "float32", "C": "float64"}
+        "A": "float32",
+        "B": "float32",
+        "C": "float64",
+    }
     assert arrays["A"].flags.f_contiguous and not arrays["A"].flags.c_contiguous
     assert arrays["B"].flags.c_contiguous
     for array in arrays.values():
@@ -113,11 +116,9 @@ def test_assert_matches_reference_takes_outputs():
 def test_assert_matches_reference_with_a_compiled_cpu_kernel():
     import einkern
 
-    kernel = einkern.compile(PROGRAM.replace("C[n, m] float64", "C[n, m] float32"),
-                             backend="cpu")
+    kernel = einkern.compile(PROGRAM.replace("C[n, m] float64", "C[n, m] float32"), backend="cpu")
     errors = assert_matches_reference(kernel, seed=9)
     assert 0 < errors["C"] <= 1e-5
-
 
 
 def test_assert_matches_reference_with_an_in_place_update():

@@ -33,8 +33,10 @@ def gemm_op(kernel):
 
 def tensors(seed=0, dtype=torch.float64):
     generator = torch.Generator().manual_seed(seed)
-    return tuple(torch.rand(*shape, dtype=dtype, generator=generator) + 0.5
-                 for shape in ((3, 5), (5, 4), (3, 4)))
+    return tuple(
+        torch.rand(*shape, dtype=dtype, generator=generator) + 0.5
+        for shape in ((3, 5), (5, 4), (3, 4))
+    )
 
 
 def reference(kernel, A, B, C, alpha=1.0, beta=2.0):
@@ -80,8 +82,9 @@ def test_opcheck_schema_fake_and_autograd_registration(gemm_op):
 
 
 def test_fake_tensors_give_shapes_and_layouts_without_running(kernel):
-    column = einkern.compile("dims n = 3, m = 2\ntensor x[n, m], y[m, n] column\n"
-                             "y[j, i] = 2 * x[i, j]", backend="cpu")
+    column = einkern.compile(
+        "dims n = 3, m = 2\ntensor x[n, m], y[m, n] column\ny[j, i] = 2 * x[i, j]", backend="cpu"
+    )
     transpose = einkern.torch.op(column)
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -93,9 +96,16 @@ def test_fake_tensors_give_shapes_and_layouts_without_running(kernel):
 
 
 def test_float32_and_argument_errors(kernel):
-    k32 = einkern.compile(PROGRAM.replace("tensor A[m, k], B[k, n], C[m, n], D[m, n]",
-                                          "tensor A[m, k], B[k, n], C[m, n], D[m, n] float32"),
-                          backend="cpu", m=3, n=4, k=5)
+    k32 = einkern.compile(
+        PROGRAM.replace(
+            "tensor A[m, k], B[k, n], C[m, n], D[m, n]",
+            "tensor A[m, k], B[k, n], C[m, n], D[m, n] float32",
+        ),
+        backend="cpu",
+        m=3,
+        n=4,
+        k=5,
+    )
     op32 = einkern.torch.op(k32)
     A, B, C = tensors(3, torch.float32)
     want_C, want_D = reference(k32, A.double(), B.double(), C.double(), beta=1.5)

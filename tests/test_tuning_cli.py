@@ -40,9 +40,28 @@ def tuned(kernels, tmp_path_factory) -> tuple[Path, str]:
     """A database from one exhaustive run of 10 variants, and what the run printed."""
     path = tmp_path_factory.mktemp("tuned") / "gemm.sqlite"
     completed = subprocess.run(
-        [sys.executable, "-m", "einkern", "tune", GEMM, *SMALL, "--backend", "cpu",
-         "--db", str(path), "--strategy", "exhaustive", "--budget", "10", "--explain"],
-        capture_output=True, text=True, timeout=300, env=_env(kernels))
+        [
+            sys.executable,
+            "-m",
+            "einkern",
+            "tune",
+            GEMM,
+            *SMALL,
+            "--backend",
+            "cpu",
+            "--db",
+            str(path),
+            "--strategy",
+            "exhaustive",
+            "--budget",
+            "10",
+            "--explain",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_env(kernels),
+    )
     assert completed.returncode == 0, completed.stderr
     return path, completed.stdout
 
@@ -80,8 +99,24 @@ def test_tune_prints_a_summary_and_records_every_variant(tuned):
 def test_rerun_resumes_everything(tuned, capsys):
     path, _ = tuned
     before = records(path)
-    assert main(["tune", GEMM, *SMALL, "--backend", "cpu", "--db", str(path), "--strategy",
-                 "exhaustive", "--budget", "10"]) == 0
+    assert (
+        main(
+            [
+                "tune",
+                GEMM,
+                *SMALL,
+                "--backend",
+                "cpu",
+                "--db",
+                str(path),
+                "--strategy",
+                "exhaustive",
+                "--budget",
+                "10",
+            ]
+        )
+        == 0
+    )
     assert "(10 resumed)" in capsys.readouterr().out
     assert records(path) == before
 
@@ -145,16 +180,38 @@ def test_usage_errors(tmp_path, capsys):
 
 
 def _tune_command(path: Path, budget: int, seed: int = 0) -> list[str]:
-    return [sys.executable, "-m", "einkern", "tune", GEMM, *SMALL, "--backend",
-            "cpu", "--db", str(path), "--strategy", "exhaustive", "--budget", str(budget),
-            "--workers", "2", "--seed", str(seed)]
+    return [
+        sys.executable,
+        "-m",
+        "einkern",
+        "tune",
+        GEMM,
+        *SMALL,
+        "--backend",
+        "cpu",
+        "--db",
+        str(path),
+        "--strategy",
+        "exhaustive",
+        "--budget",
+        str(budget),
+        "--workers",
+        "2",
+        "--seed",
+        str(seed),
+    ]
 
 
 def test_killed_tuner_resumes_without_measuring_again(tmp_path, kernels):
     path = tmp_path / "killed.sqlite"
     command = _tune_command(path, 24)
-    process = subprocess.Popen(command, env=_env(kernels), start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        command,
+        env=_env(kernels),
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 120
     while len(records(path)) < 4 and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -162,8 +219,7 @@ def test_killed_tuner_resumes_without_measuring_again(tmp_path, kernels):
     process.wait(timeout=30)
     before = records(path)
     assert 4 <= len(before) < 24, process.stderr.read()
-    rerun = subprocess.run(command, env=_env(kernels), capture_output=True, text=True,
-                           timeout=300)
+    rerun = subprocess.run(command, env=_env(kernels), capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr
     assert f"({len(before)} resumed)" in rerun.stdout
     after = records(path)
@@ -174,8 +230,13 @@ def test_killed_tuner_resumes_without_measuring_again(tmp_path, kernels):
 def test_two_tuners_share_one_database(tmp_path, kernels):
     path = tmp_path / "shared.sqlite"
     processes = [
-        subprocess.Popen(_tune_command(path, 8, seed), env=_env(kernels),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            _tune_command(path, 8, seed),
+            env=_env(kernels),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for seed in (0, 1)
     ]
     outputs = [p.communicate(timeout=300) for p in processes]

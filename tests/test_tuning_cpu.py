@@ -65,8 +65,10 @@ def test_default_config_is_the_default_schedule_and_in_the_space():
     target = CpuTarget()
     for path in sorted(EXAMPLES.glob("*.ein")):
         problem = einkern.make_problem(einkern.load(path), {})
-        configs = [target.default_config(statement_task(problem, p))
-                   for p in range(len(problem.program.statements))]
+        configs = [
+            target.default_config(statement_task(problem, p))
+            for p in range(len(problem.program.statements))
+        ]
         assert schedule_from_configs(problem, configs) == default_schedule(problem), path.name
         for position, config in enumerate(configs):
             task = statement_task(problem, position)
@@ -91,8 +93,7 @@ def test_every_variant_of_the_space_is_a_valid_schedule():
 def test_violation_rejects_bad_combinations():
     target = CpuTarget()
     problem = problem_of(GEMM, m=40, n=24, k=20)
-    good = {"order": ["i", "j"], "collapse": 2, "tile_i": 0, "tile_j": 0, "tile_l": 0,
-            "inner": 0}
+    good = {"order": ["i", "j"], "collapse": 2, "tile_i": 0, "tile_j": 0, "tile_l": 0, "inner": 0}
     assert target.violation(statement_task(problem, 0), good) is None
     bad = [
         {**good, "order": ["i"]},  # not a permutation
@@ -111,7 +112,8 @@ def test_violation_rejects_bad_combinations():
     assert target.violation(statement_task(problem, 0), tiled) is None
     no_sum = problem_of("dims n = 64\ntensor x[n], y[n]\ny[i] = 2 * x[i]")
     assert "needs a sum" in schedule_violation(
-        no_sum, no_sum.program.statements[0], LoopSchedule(("i",), 0, (), 1))
+        no_sum, no_sum.program.statements[0], LoopSchedule(("i",), 0, (), 1)
+    )
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -121,17 +123,21 @@ def test_tiled_variants_match_the_reference(seed):
     rng = random.Random(seed)
     for text, sizes in ((GEMM, {}), (TWO_SUMS, {})):
         problem = problem_of(text, **sizes)
-        configs = [space_for(target, statement_task(problem, p)).sample(rng)
-                   for p in range(len(problem.program.statements))]
+        configs = [
+            space_for(target, statement_task(problem, p)).sample(rng)
+            for p in range(len(problem.program.statements))
+        ]
         check(problem, schedule_from_configs(problem, configs))
 
 
 def test_handwritten_tiles_on_examples():
     problem = einkern.make_problem(einkern.load(EXAMPLES / "norms.ein"), {"nb": 37, "d": 19})
-    schedule = CpuSchedule((
-        LoopSchedule(("b",), 1, (("b", 8), ("i", 4)), 0),
-        LoopSchedule(("b", "i"), 2, (("b", 5), ("i", 7)), 0),
-    ))
+    schedule = CpuSchedule(
+        (
+            LoopSchedule(("b",), 1, (("b", 8), ("i", 4)), 0),
+            LoopSchedule(("b", "i"), 2, (("b", 5), ("i", 7)), 0),
+        )
+    )
     check(problem, schedule)
     riemann = einkern.make_problem(einkern.load(EXAMPLES / "riemann.ein"), {"n": 7})
     loops = LoopSchedule(("i", "j", "k", "l"), 1, (("i", 4), ("m", 3), ("l", 2)), 2)
@@ -143,8 +149,14 @@ def test_handwritten_tiles_on_examples():
 def test_measure_checks_and_times_a_variant():
     target = CpuTarget()
     problem = problem_of(GEMM, m=24, n=24, k=24)
-    config = {"order": ["i", "j"], "collapse": 1, "tile_i": 8, "tile_j": 16, "tile_l": 4,
-              "inner": 1}
+    config = {
+        "order": ["i", "j"],
+        "collapse": 1,
+        "tile_i": 8,
+        "tile_j": 16,
+        "tile_l": 4,
+        "inner": 1,
+    }
     handle = target.compile(statement_task(problem, 0), config)
     assert Path(handle).exists() and target.compile(statement_task(problem, 0), config) == handle
     timing = target.measure(statement_task(problem, 0), config, handle, 3, 1)
@@ -163,8 +175,14 @@ def test_model_prefers_reuse_and_stays_finite():
     assert all(math.isfinite(c) and c > 0 for c in costs.values())
     default = target.model_cost(task, target.default_config(task))
     assert min(costs.values()) < default / 2
-    blocked = {"order": ["i", "j"], "collapse": 2, "tile_i": 32, "tile_j": 64, "tile_l": 64,
-               "inner": 1}
+    blocked = {
+        "order": ["i", "j"],
+        "collapse": 2,
+        "tile_i": 32,
+        "tile_j": 64,
+        "tile_l": 64,
+        "inner": 1,
+    }
     assert target.model_cost(task, blocked) < default
 
 

@@ -26,16 +26,30 @@ from einkern.tuning.tuner import TuneOptions, tune_problem
 from einkern.tuning.verdict import ROUNDS, Verdict, canonical_text
 
 
-def record(identity, config: dict, median: float | None, status: str = "ok",
-           default: bool = False, stamp: float = 1.0) -> TuningRecord:
+def record(
+    identity,
+    config: dict,
+    median: float | None,
+    status: str = "ok",
+    default: bool = False,
+    stamp: float = 1.0,
+) -> TuningRecord:
     times = (median,) * 5 if median is not None else ()
-    return TuningRecord(identity, json.dumps(config, sort_keys=True, separators=(",", ":")),
-                        default, status, "" if status == "ok" else "boom", median, times,
-                        0.0 if median is not None else None, (), stamp)
+    return TuningRecord(
+        identity,
+        json.dumps(config, sort_keys=True, separators=(",", ":")),
+        default,
+        status,
+        "" if status == "ok" else "boom",
+        median,
+        times,
+        0.0 if median is not None else None,
+        (),
+        stamp,
+    )
 
 
-def fill(db: TuningDB, n: int, best: dict, best_time: float = 1e-3,
-         confirmed: bool = True) -> None:
+def fill(db: TuningDB, n: int, best: dict, best_time: float = 1e-3, confirmed: bool = True) -> None:
     """Records of problem size ``n`` and, when ``confirmed``, the verdict of a run in
     which ``best`` beat the default side by side."""
     identity = identify(Synthetic(), statement_task(fake_problem(n), 0))
@@ -44,9 +58,21 @@ def fill(db: TuningDB, n: int, best: dict, best_time: float = 1e-3,
     db.add(record(identity, best, best_time))
     db.add(record(identity, {"a": 5, "b": 5, "c": 0}, None, status="crash"))
     if confirmed:
-        db.add_verdict(Verdict(identity.key, identity.family, canonical_text(best),
-                               canonical_text(default), True, 5e-3 / best_time, "faster",
-                               (5e-3,) * 3, (best_time,) * 3, ((5e-3, best_time),), 2.0))
+        db.add_verdict(
+            Verdict(
+                identity.key,
+                identity.family,
+                canonical_text(best),
+                canonical_text(default),
+                True,
+                5e-3 / best_time,
+                "faster",
+                (5e-3,) * 3,
+                (best_time,) * 3,
+                ((5e-3, best_time),),
+                2.0,
+            )
+        )
 
 
 def snapshot(path: Path) -> tuple[bytes, int]:
@@ -69,8 +95,9 @@ def test_records_round_trip_and_first_record_wins(tmp_path):
         assert db.records() == stored
         assert db.best(identity.key).config == {"a": 1, "b": 0, "c": 0}
         assert db.get(identity.key, stored[0].config_key) == stored[0]
-    assert sqlite3.connect(tmp_path / "t.sqlite").execute("PRAGMA journal_mode").fetchone()[0] \
-        == "wal"
+    assert (
+        sqlite3.connect(tmp_path / "t.sqlite").execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    )
 
 
 def test_failed_and_wrong_records_are_never_best(tmp_path):
@@ -160,8 +187,7 @@ def test_two_processes_write_one_database(tmp_path):
     path = tmp_path / "shared.sqlite"
     tests = str(Path(__file__).parent)
     writers = [
-        subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(n), tests])
-        for n in (32, 48)
+        subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(n), tests]) for n in (32, 48)
     ]
     assert [w.wait(timeout=120) for w in writers] == [0, 0]
     with TuningDB(path) as db:
@@ -175,9 +201,12 @@ def test_prune(tmp_path):
         fill(db, 64, {"a": 1, "b": 1, "c": 1})
         identity = identify(Synthetic(), statement_task(fake_problem(64), 0))
         db.add(record(identity, {"a": 2, "b": 2, "c": 2}, 3e-3))
-        old = TuningRecord(**{**record(identity, {"a": 3, "b": 0, "c": 0}, 1e-4).__dict__,
-                              "identity": identity.__class__(**{**identity.__dict__,
-                                                               "version": "0.0.1"})})
+        old = TuningRecord(
+            **{
+                **record(identity, {"a": 3, "b": 0, "c": 0}, 1e-4).__dict__,
+                "identity": identity.__class__(**{**identity.__dict__, "version": "0.0.1"}),
+            }
+        )
         db.add(old)
         assert db.prune(failed=True) == 1
         assert db.prune(failed=False, stale_version=identity.version) == 1
@@ -195,10 +224,10 @@ def test_identity_keys_and_families():
     large = identify(target, statement_task(fake_problem(4000), 0))
     assert small.family == large.family and small.key != large.key
     assert dict(small.extents) == {"i": 64, "j": 64, "k": 64}
-    assert small.tensors == ("A[n, n] float64 row", "B[n, n] float64 row",
-                             "C[n, n] float64 row")
+    assert small.tensors == ("A[n, n] float64 row", "B[n, n] float64 row", "C[n, n] float64 row")
     assert size_distance(small.extents, large.extents) > size_distance(
-        small.extents, identify(target, statement_task(fake_problem(128), 0)).extents)
+        small.extents, identify(target, statement_task(fake_problem(128), 0)).extents
+    )
     single = statement_task(fake_problem(), 0).view
     assert single.program.inputs == ("A", "B") and len(single.program.statements) == 1
 
@@ -211,31 +240,44 @@ def test_cached_policy_exact_then_nearest_then_default(tmp_path):
         fill(db, 4000, {"a": 4, "b": 4, "c": 2})
         fill(db, 80, {"a": 2, "b": 2, "c": 2}, confirmed=False)  # never beat the default
     assert choose_config(target, statement_task(fake_problem(64), 0), "cached", path) == (
-        C(a=1, b=1, c=1), "exact record")
+        C(a=1, b=1, c=1),
+        "exact record",
+    )
     # its own records unconfirmed, size 80 takes the nearest confirmed winner (64)
     assert choose_config(target, statement_task(fake_problem(80), 0), "cached", path) == (
-        C(a=1, b=1, c=1), "nearest record i=64, j=64, k=64")
+        C(a=1, b=1, c=1),
+        "nearest record i=64, j=64, k=64",
+    )
     config, source = choose_config(target, statement_task(fake_problem(3000), 0), True, path)
     assert config == C(a=4, b=4, c=2)
     assert source == "nearest record i=4000, j=4000, k=4000"
-    assert choose_config(target, statement_task(fake_problem(100), 0), "cached",
-                         path)[0] == C(a=1, b=1, c=1)
+    assert choose_config(target, statement_task(fake_problem(100), 0), "cached", path)[0] == C(
+        a=1, b=1, c=1
+    )
     # a recorded configuration invalid for the problem at hand is skipped: (4, 4, 2)
     # breaks a + b + c <= 9, so the next nearest size is used, then the default
     strict = Synthetic(limit=9)
     assert choose_config(strict, statement_task(fake_problem(3000), 0), "cached", path) == (
-        C(a=1, b=1, c=1), "nearest record i=64, j=64, k=64")
+        C(a=1, b=1, c=1),
+        "nearest record i=64, j=64, k=64",
+    )
     stricter = Synthetic(limit=2)
     assert choose_config(stricter, statement_task(fake_problem(3000), 0), "cached", path) == (
-        C(a=0, b=0, c=0), "default mapping")
+        C(a=0, b=0, c=0),
+        "default mapping",
+    )
     assert choose_config(target, statement_task(fake_problem(64), 0), False, path) == (
-        C(a=0, b=0, c=0), "default mapping")
+        C(a=0, b=0, c=0),
+        "default mapping",
+    )
 
 
 def test_cached_policy_without_database_uses_the_default(tmp_path):
     missing = tmp_path / "none.sqlite"
     assert choose_config(Synthetic(), statement_task(fake_problem(), 0), "cached", missing) == (
-        C(a=0, b=0, c=0), "default mapping")
+        C(a=0, b=0, c=0),
+        "default mapping",
+    )
     assert not missing.exists()
 
 
@@ -262,15 +304,14 @@ def test_resume_from_database_measures_nothing_twice(tmp_path):
             return super().measure(task, config, *rest)
 
     target, problem = Counting(), fake_problem()
-    options = TuneOptions(strategy="genetic", budget=Budget(evaluations=25), seed=7,
-                          isolate=False)
+    options = TuneOptions(strategy="genetic", budget=Budget(evaluations=25), seed=7, isolate=False)
     with TuningDB(tmp_path / "t.sqlite") as db:
         first = tune_problem(target, problem, options, db)[0]
         measured = list(calls)
         again = tune_problem(target, problem, options, db)[0]
         # nothing measured again but the final side-by-side of default and winner
-        side_by_side = calls[len(measured):]
-        assert again.resumed == 25 and calls[:len(measured)] == measured
+        side_by_side = calls[len(measured) :]
+        assert again.resumed == 25 and calls[: len(measured)] == measured
         assert set(side_by_side) == {(0, 0, 0), point(again.best.config)}
         assert len(side_by_side) == 2 * ROUNDS and len(db.verdicts()) == 2
         assert again.best.config_key == first.best.config_key
@@ -296,15 +337,22 @@ def test_simulated_target_replays_a_recorded_search(tmp_path):
     assert len(recorded.records) == count == 181
     simulated = SimulatedTarget(recorded.records)  # no base target: space from the records
     assert [(p.name, p.values) for p in simulated.parameters(statement_task(problem, 0))] == [
-        (name, tuple(range(6))) for name in "abc"]
+        (name, tuple(range(6))) for name in "abc"
+    ]
     assert simulated.default_config(statement_task(problem, 0)) == C(a=0, b=0, c=0)
     with pytest.raises(VariantError) as raised:
         simulated.measure(statement_task(problem, 0), C(a=5, b=5, c=5), None, 10, 0)
     assert raised.value.failure == "invalid"  # never recorded
     options = TuneOptions(strategy="annealing", budget=Budget(evaluations=90), isolate=False)
     with Evaluator(simulated, isolate=False) as evaluator:
-        result = tune_task(simulated, statement_task(problem, 0), evaluator, options, MemoryStore(),
-                                identity=recorded.identity)
+        result = tune_task(
+            simulated,
+            statement_task(problem, 0),
+            evaluator,
+            options,
+            MemoryStore(),
+            identity=recorded.identity,
+        )
     assert point(result.best.config) == (4, 1, 3)
     with TuningDB(tmp_path / "t.sqlite") as db:
         assert len(db.records()) == count  # a replay writes nothing
@@ -322,8 +370,7 @@ def test_records_written_before_tasks_are_found_by_task(tmp_path, monkeypatch):
     root = Path(__file__).resolve().parent
     written = json.loads((root / "data" / "tuning_records_d1db560.json").read_text())
     monkeypatch.setattr(canonical, "einkern_version", lambda: "0.9.0")
-    problem = einkern.make_problem(einkern.load(root.parent / written["program"]),
-                                   written["sizes"])
+    problem = einkern.make_problem(einkern.load(root.parent / written["program"]), written["sizes"])
     tasks = tasks_of(problem)
     assert len(tasks) == len(written["records"]) == 2
     for task, old in zip(tasks, written["records"], strict=True):
@@ -353,10 +400,21 @@ def test_records_written_before_tasks_are_found_by_task(tmp_path, monkeypatch):
         db.add(old)
         # an old record is used only once a run confirmed it beat the default
         assert lookup(Recorded(), tasks[1], db) is None
-        db.add_verdict(Verdict(old.identity.key, old.identity.family, old.config_key,
-                               canonical_text({"a": 0, "b": 0}), True, 1.5, "faster"))
+        db.add_verdict(
+            Verdict(
+                old.identity.key,
+                old.identity.family,
+                old.config_key,
+                canonical_text({"a": 0, "b": 0}),
+                True,
+                1.5,
+                "faster",
+            )
+        )
         assert lookup(Recorded(), tasks[1], db) == (
-            ParameterConfig.from_values({"a": 1, "b": 2}), "exact record")
+            ParameterConfig.from_values({"a": 1, "b": 2}),
+            "exact record",
+        )
         assert lookup(Recorded(), tasks[0], db) is None
 
 
@@ -367,8 +425,10 @@ def test_a_task_of_two_statements_has_its_own_key():
     from einkern.ir.task import Task
     from einkern.tuning.canonical import make_identity
 
-    problem = einkern.make_problem(einkern.load(Path(__file__).resolve().parent.parent
-                                                / "examples" / "norms.ein"), {"nb": 8, "d": 4})
+    problem = einkern.make_problem(
+        einkern.load(Path(__file__).resolve().parent.parent / "examples" / "norms.ein"),
+        {"nb": 8, "d": 4},
+    )
     both = make_identity("fake", {}, 0, Task(problem, (0, 1)))
     first, second = (make_identity("fake", {}, 0, t) for t in tasks_of(problem))
     assert both.statement == f"{first.statement}; {second.statement}"

@@ -86,8 +86,7 @@ class Synthetic:
         oa, ob, oc = self.optimum
         return 1e-3 * (1 + (a - oa) ** 2 + 2 * (b - ob) ** 2 + 0.5 * (c - oc) ** 2)
 
-    def measure(self, task: Task, config: Config, compiled: Any,
-                repeats: int, seed: int) -> Timing:
+    def measure(self, task: Task, config: Config, compiled: Any, repeats: int, seed: int) -> Timing:
         here = point(config)
         if here in self.exits:
             os._exit(3)
@@ -141,8 +140,7 @@ class Noisy:
     def compile(self, task: Task, config: Config) -> Any:
         return canonical(config)
 
-    def measure(self, task: Task, config: Config, compiled: Any, repeats: int,
-                seed: int) -> Timing:
+    def measure(self, task: Task, config: Config, compiled: Any, repeats: int, seed: int) -> Timing:
         burst = self.first_load if not self.measured else 1.0
         self.measured.append(config["v"])
         cost = 1e-3 * self.costs[config["v"]] * burst
@@ -159,7 +157,9 @@ def test_synthetic_optimum_is_valid_and_unique():
     assert target.violation(statement_task(problem, 0), best) is None
     others = [
         {"a": a, "b": b, "c": c}
-        for a in range(6) for b in range(6) for c in range(6)
+        for a in range(6)
+        for b in range(6)
+        for c in range(6)
         if (a, b, c) != (4, 1, 3)
     ]
     assert all(target.cost(other) > target.cost(best) for other in others)

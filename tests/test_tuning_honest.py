@@ -53,7 +53,9 @@ def test_two_tuners_sharing_a_database_keep_the_really_faster_variant(tmp_path, 
         assert "noise" in second.verdict.reason
         assert db.champion(key).config == {"v": 2}
     assert choose_config(quiet, statement_task(problem, 0), "cached", path) == (
-        C(v=2), "exact record")
+        C(v=2),
+        "exact record",
+    )
     with TuningDB(path, create=False) as db:
         print_database(db)
     shown = capsys.readouterr().out
@@ -73,21 +75,24 @@ def test_default_measured_under_load_claims_no_speedup(tmp_path):
     assert result.speedup == pytest.approx(1.0)  # the same-run ratio
     assert not result.beats_default
     assert choose_config(Noisy(), statement_task(problem, 0), "cached", path) == (
-        C(v=0), "default mapping")
+        C(v=0),
+        "default mapping",
+    )
 
 
 def test_full_policy_keeps_the_default_when_no_variant_beats_it(tmp_path):
-    chosen = choose_configs(Noisy(first_load=40.0), fake_problem(), "full",
-                            tmp_path / "t.sqlite", options=options(6))
-    assert chosen == [(C(v=0), "default mapping (no variant beat it side by side, "
-                        "6 variants)")]
+    chosen = choose_configs(
+        Noisy(first_load=40.0), fake_problem(), "full", tmp_path / "t.sqlite", options=options(6)
+    )
+    assert chosen == [(C(v=0), "default mapping (no variant beat it side by side, 6 variants)")]
 
 
 def test_default_and_winner_are_measured_interleaved():
     target = Noisy(costs=COSTS, model=MODEL)
     with Evaluator(target, isolate=False) as evaluator:
-        result = tune_task(target, statement_task(fake_problem(), 0), evaluator, options(2),
-                           MemoryStore())
+        result = tune_task(
+            target, statement_task(fake_problem(), 0), evaluator, options(2), MemoryStore()
+        )
     assert target.measured[:2] == [0, 2]  # the search
     assert target.measured[2:] == [0, 2, 2, 0, 0, 2][: 2 * ROUNDS]  # ABBA…
     verdict = result.verdict
@@ -130,10 +135,14 @@ def test_database_written_before_verdicts_loads_and_is_confirmed_by_a_rerun(tmp_
     with sqlite3.connect(path) as connection:  # what an older einkern wrote
         connection.execute("DROP TABLE verdicts")
     assert choose_config(target, statement_task(problem, 0), "cached", path) == (
-        C(v=0), "default mapping")
+        C(v=0),
+        "default mapping",
+    )
     with TuningDB(path) as db:
         assert len(db.records()) == 2 and db.verdicts() == []
         [again] = tune_problem(target, problem, options(2), db)
         assert again.resumed == 2 and again.beats_default
     assert choose_config(target, statement_task(problem, 0), "cached", path) == (
-        C(v=2), "exact record")
+        C(v=2),
+        "exact record",
+    )

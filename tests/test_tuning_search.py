@@ -26,8 +26,9 @@ def run(target, strategy: str, budget: Budget, seed: int = 0, store=None):
     problem = fake_problem()
     options = TuneOptions(strategy=strategy, budget=budget, seed=seed, isolate=False)
     with Evaluator(target, workers=2, isolate=False) as evaluator:
-        return tune_task(target, statement_task(problem, 0), evaluator, options,
-                         store or MemoryStore())
+        return tune_task(
+            target, statement_task(problem, 0), evaluator, options, store or MemoryStore()
+        )
 
 
 # ---- the space ------------------------------------------------------------------
@@ -159,7 +160,7 @@ def test_resumed_outcomes_are_not_measured_again():
     assert set(calls[12:]) == {first.default.config_key, first.best.config_key}
     calls.clear()
     result = run(Counting(), "annealing", Budget(evaluations=20), seed=4, store=store)
-    searched = calls[:-2 * ROUNDS]
+    searched = calls[: -2 * ROUNDS]
     assert result.resumed == 12 and len(searched) == 8  # same proposals first, then new ones
     assert len(set(searched) & set(store.outcomes)) == 8
     assert len(store.verdicts) == 2  # one per run
@@ -235,8 +236,10 @@ def test_large_spaces_are_never_counted():
     from einkern.tuning.search import ENUMERATION_LIMIT
 
     values = tuple(range(40))
-    space = SearchSpace(tuple(Parameter(n, values) for n in "pqrs"),
-                        lambda c: None if (c["p"] + c["q"]) % 7 == 0 else "sparse")
+    space = SearchSpace(
+        tuple(Parameter(n, values) for n in "pqrs"),
+        lambda c: None if (c["p"] + c["q"]) % 7 == 0 else "sparse",
+    )
     assert space.raw_size() > ENUMERATION_LIMIT and space.bounded_size() is None
     picked = space.candidates(random.Random(1), 50)
     assert len(picked) == 50 and all(c in space for c in picked)
@@ -258,7 +261,10 @@ def test_large_spaces_are_never_counted():
 
     for strategy in strategy_names():
         with Evaluator(Huge(), isolate=False) as evaluator:
-            result = tune_task(Huge(), statement_task(target_problem, 0), evaluator,
-                                    TuneOptions(strategy=strategy,
-                                                budget=Budget(evaluations=25)))
+            result = tune_task(
+                Huge(),
+                statement_task(target_problem, 0),
+                evaluator,
+                TuneOptions(strategy=strategy, budget=Budget(evaluations=25)),
+            )
         assert result.evaluations == 25 and result.space_size is None, strategy

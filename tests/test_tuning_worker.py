@@ -13,8 +13,9 @@ from einkern.tuning.worker import Job, ProcessMeasurer
 
 
 def test_crashing_variants_are_recorded_and_the_run_continues():
-    target = Synthetic(exits=((0, 0, 1),), segfaults=((0, 0, 2),), hangs=((0, 0, 3),),
-                       raises=((0, 0, 4),))
+    target = Synthetic(
+        exits=((0, 0, 1),), segfaults=((0, 0, 2),), hangs=((0, 0, 3),), raises=((0, 0, 4),)
+    )
     problem = fake_problem()
     store = MemoryStore()
     options = TuneOptions(strategy="exhaustive", budget=Budget(evaluations=8))
@@ -45,8 +46,9 @@ def test_worker_is_reused_between_variants():
             assert measurer.measure(job, 30.0).timing is not None
         assert measurer.restarts == 0
         dead = C(a=0, b=0, c=1)
-        killer = Job(Synthetic(exits=((0, 0, 1),)), statement_task(problem, 0), dead,
-                     canonical(dead), 10, 0)
+        killer = Job(
+            Synthetic(exits=((0, 0, 1),)), statement_task(problem, 0), dead, canonical(dead), 10, 0
+        )
         assert measurer.measure(killer, 30.0).failure == "crash"
         config = C(a=2, b=2, c=2)
         job = Job(target, statement_task(problem, 0), config, canonical(config), 10, 0)

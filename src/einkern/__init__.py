@@ -13,7 +13,7 @@ True
 
 from ._version import __version__
 from .api import Kernel, compile, load
-from .einsum import einsum
+from .einsum import einsum, einsum_plan
 from .errors import EinkernError
 from .ir.bind import make_problem
 from .ir.nodes import Problem, Program
@@ -26,6 +26,7 @@ __all__ = [
     "Program",
     "compile",
     "einsum",
+    "einsum_plan",
     "evaluate",
     "load",
     "make_problem",

@@ -72,8 +72,9 @@ class Kernel:
     call returns the program's outputs (one array, or a tuple in order of first
     write)."""
 
-    def __init__(self, problem: Problem, backend: Backend,
-                 mappings: Mapping[int, Any] | str | None = None):
+    def __init__(
+        self, problem: Problem, backend: Backend, mappings: Mapping[int, Any] | str | None = None
+    ):
         self.problem = problem
         self.program = problem.program
         self.backend = backend
@@ -81,8 +82,10 @@ class Kernel:
         self.tuning_sources: tuple[str, ...] = ()
         self._binder = Binder(problem, backend)  # the one argument check
         if isinstance(mappings, Mapping | str) and backend.name != "cuda":
-            raise ArgumentError("mappings apply to the cuda backend only",
-                                hint="drop mappings=, or use backend='cuda'")
+            raise ArgumentError(
+                "mappings apply to the cuda backend only",
+                hint="drop mappings=, or use backend='cuda'",
+            )
         if mappings is None:
             self.executable = backend.build(problem)
         else:

@@ -43,16 +43,30 @@ def dtype_name(dtype: Any) -> str:
         return str(dtype)
 
 
+_NUMPY_LAYOUTS: dict[tuple[tuple[int, ...], np.dtype], tuple[str, tuple[int, ...]]] = {}
+
+
 def describe_numpy(array: np.ndarray) -> ArrayInfo:
     """ArrayInfo of a NumPy array (host memory); called on every kernel call, so kept
-    cheap."""
+    cheap (the dtype's name and the strides in elements are remembered per byte
+    strides and dtype)."""
     dtype = array.dtype
-    itemsize = dtype.itemsize
-    name = _DTYPE_NAMES.get(dtype)
+    key = (array.strides, dtype)
+    known = _NUMPY_LAYOUTS.get(key)
+    if known is None:
+        itemsize = dtype.itemsize
+        name = _DTYPE_NAMES.get(dtype)
+        known = (
+            name if name is not None else str(dtype),
+            tuple(s // itemsize if s % itemsize == 0 else -1 for s in array.strides),
+        )
+        if len(_NUMPY_LAYOUTS) >= 4096:
+            _NUMPY_LAYOUTS.clear()
+        _NUMPY_LAYOUTS[key] = known
     return ArrayInfo(
         array.shape,
-        name if name is not None else str(dtype),
-        tuple(s // itemsize if s % itemsize == 0 else -1 for s in array.strides),
+        known[0],
+        known[1],
         "cpu",
         array.ctypes.data,
         "numpy",
@@ -78,8 +92,9 @@ def strides_match(info: ArrayInfo, layout: str) -> bool:
     return all(size == 1 or got == want for size, got, want in pairs)
 
 
-def random_arrays(problem: Problem, seed: int = 0,
-                  names: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+def random_arrays(
+    problem: Problem, seed: int = 0, names: Iterable[str] | None = None
+) -> dict[str, np.ndarray]:
     """Random inputs: :func:`einkern.testing.random_arrays` (kept here for callers
     of this name)."""
     from .testing import random_arrays as draw

@@ -72,8 +72,7 @@ def evaluate(
         stored = NUMPY_DTYPE[program.tensor(name).dtype]  # one rounding, at the store
         values[name] = values[name].astype(stored, copy=False).astype(np.float64, copy=False)
     return {
-        name: value.astype(program.tensor(name).dtype, copy=False)
-        for name, value in values.items()
+        name: value.astype(program.tensor(name).dtype, copy=False) for name, value in values.items()
     }
 
 

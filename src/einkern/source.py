@@ -57,8 +57,11 @@ class Span:
         width = max(1, width)
         if len(text) > _WIDEST:  # a window around the caret, marked with "..."
             first = max(0, min(col - 1 - _WIDEST // 4, len(text) - _WIDEST))
-            text = ("..." if first else "") + text[first:first + _WIDEST] + (
-                "..." if first + _WIDEST < len(text) else "")
+            text = (
+                ("..." if first else "")
+                + text[first : first + _WIDEST]
+                + ("..." if first + _WIDEST < len(text) else "")
+            )
             col = col - first + (3 if first else 0)
             width = min(width, _WIDEST - (col - 1) + 3)
         gutter = f"{line:>4} | "

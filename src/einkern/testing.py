@@ -56,8 +56,9 @@ __all__ = [
 LOW, HIGH = 0.5, 1.5
 
 
-def random_array(rng: np.random.Generator, shape: tuple[int, ...], dtype: str,
-                 layout: str = "row") -> np.ndarray:
+def random_array(
+    rng: np.random.Generator, shape: tuple[int, ...], dtype: str, layout: str = "row"
+) -> np.ndarray:
     """An array of ``shape`` uniform in [0.5, 1.5], drawn in ``dtype`` itself (no
     float64 intermediate) and dense in ``layout`` (column: first index stride 1).
 
@@ -75,13 +76,15 @@ def random_array(rng: np.random.Generator, shape: tuple[int, ...], dtype: str,
         raise AllocationError(
             f"cannot allocate a random {dtype} array of shape {shape}: "
             f"{count * ITEMSIZE[dtype]} bytes asked for",
-            hint="choose smaller extents") from None
+            hint="choose smaller extents",
+        ) from None
     data += LOW  # in place, in the array's own dtype (float32 may round up to 1.5)
     return data
 
 
-def random_arrays(problem: Problem, seed: int = 0,
-                  names: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+def random_arrays(
+    problem: Problem, seed: int = 0, names: Iterable[str] | None = None
+) -> dict[str, np.ndarray]:
     """Fresh random values (uniform in [0.5, 1.5]) for the tensors ``names`` of
     ``problem`` (all of them when None), each in its declared dtype and layout."""
     rng = np.random.default_rng(seed)
@@ -93,8 +96,9 @@ def random_arrays(problem: Problem, seed: int = 0,
     return arrays
 
 
-def random_scalars(problem: Problem, seed: int = 0,
-                   given: Mapping[str, float] | None = None) -> dict[str, float]:
+def random_scalars(
+    problem: Problem, seed: int = 0, given: Mapping[str, float] | None = None
+) -> dict[str, float]:
     """A value for every scalar of ``problem``: ``given`` first, else its declared
     default, else uniform in [0.5, 1.5).  One value is drawn (from a generator
     seeded ``seed + 1``, apart from the arrays') for each scalar without a
@@ -145,22 +149,29 @@ def assert_matches_reference(
         outputs = _run(kernel, problem, inputs, scalars)
     reference = evaluate(problem, inputs, scalars)
     errors = {name: relative_error(outputs[name], reference[name]) for name in outputs}
-    failed = [f"{name}: relative error {error:.3e} > {output_tolerance(problem, name):.0e}"
-              for name, error in errors.items() if not error <= output_tolerance(problem, name)]
+    failed = [
+        f"{name}: relative error {error:.3e} > {output_tolerance(problem, name):.0e}"
+        for name, error in errors.items()
+        if not error <= output_tolerance(problem, name)
+    ]
     if failed:
-        raise AssertionError(f"{problem.program.name} differs from the reference: "
-                             + "; ".join(failed))
+        raise AssertionError(
+            f"{problem.program.name} differs from the reference: " + "; ".join(failed)
+        )
     return errors
 
 
-def _run(kernel: Any, problem: Problem, inputs: Mapping[str, np.ndarray],
-         scalars: Mapping[str, float]) -> dict[str, np.ndarray]:
+def _run(
+    kernel: Any, problem: Problem, inputs: Mapping[str, np.ndarray], scalars: Mapping[str, float]
+) -> dict[str, np.ndarray]:
     """Call ``kernel`` on copies of ``inputs``; its outputs by name."""
     work = {name: np.array(array, copy=True, order="K") for name, array in inputs.items()}
     result = kernel(**work, **scalars)
     names = problem.program.outputs
     results = result if isinstance(result, tuple) else (result,)
     if len(results) != len(names):
-        raise AssertionError(f"the kernel returned {len(results)} arrays for the "
-                             f"{len(names)} outputs {', '.join(names)}")
+        raise AssertionError(
+            f"the kernel returned {len(results)} arrays for the "
+            f"{len(names)} outputs {', '.join(names)}"
+        )
     return {name: np.asarray(value) for name, value in zip(names, results, strict=True)}

@@ -60,10 +60,13 @@ class EinkernOp:
         self.created = tuple(t for t in program.outputs if t not in set(self.inputs))
         self._scalars = program.scalars
         self._parameters = {t: f"t_{t}" for t in self.inputs} | {
-            s.name: f"s_{s.name}" for s in self._scalars}
+            s.name: f"s_{s.name}" for s in self._scalars
+        }
         self.op = torch.library.custom_op(
-            self.name, self._implementation(), mutates_args=tuple(
-                self._parameters[t] for t in self.mutated))
+            self.name,
+            self._implementation(),
+            mutates_args=tuple(self._parameters[t] for t in self.mutated),
+        )
         self.op.register_fake(self._fake())
 
     # -- calling -------------------------------------------------------------------
@@ -81,8 +84,10 @@ class EinkernOp:
     def _arguments(self, args, kwargs) -> tuple[list[Any], list[float]]:
         program = self.kernel.program
         if len(args) > len(self.inputs):
-            raise ArgumentError(f"{self.name} takes {len(self.inputs)} positional tensors "
-                                f"({', '.join(self.inputs)}), got {len(args)}")
+            raise ArgumentError(
+                f"{self.name} takes {len(self.inputs)} positional tensors "
+                f"({', '.join(self.inputs)}), got {len(args)}"
+            )
         given = dict(zip(self.inputs, args, strict=False))
         scalars: dict[str, float] = {}
         known = {s.name: s for s in self._scalars}
@@ -95,11 +100,13 @@ class EinkernOp:
                 raise ArgumentError(
                     f"{self.name} takes no argument {key!r} (or it was given twice)",
                     hint=f"tensors: {', '.join(self.inputs)}; scalars: "
-                    f"{', '.join(known) or 'none'}; outputs it only writes are returned")
+                    f"{', '.join(known) or 'none'}; outputs it only writes are returned",
+                )
         missing = [t for t in self.inputs if t not in given]
         if missing:
-            raise ArgumentError(f"{self.name}: missing tensor {missing[0]!r}",
-                                program.tensor(missing[0]).span)
+            raise ArgumentError(
+                f"{self.name}: missing tensor {missing[0]!r}", program.tensor(missing[0]).span
+            )
         values = []
         for scalar in self._scalars:
             if scalar.name in scalars:
@@ -114,13 +121,18 @@ class EinkernOp:
 
     def _signature(self) -> inspect.Signature:
         kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
-        parameters = [inspect.Parameter(self._parameters[t], kind, annotation=torch.Tensor)
-                      for t in self.inputs]
-        parameters += [inspect.Parameter(self._parameters[s.name], kind, annotation=float)
-                       for s in self._scalars]
+        parameters = [
+            inspect.Parameter(self._parameters[t], kind, annotation=torch.Tensor)
+            for t in self.inputs
+        ]
+        parameters += [
+            inspect.Parameter(self._parameters[s.name], kind, annotation=float)
+            for s in self._scalars
+        ]
         count = len(self.created)
-        returns: Any = None if count == 0 else torch.Tensor if count == 1 else \
-            typing.Tuple[(torch.Tensor,) * count]  # noqa: UP006 - torch's schema reader
+        returns: Any = None if count == 0 else torch.Tensor
+        if count > 1:  # torch's schema reader takes typing.Tuple, not tuple[...]
+            returns = typing.Tuple[(torch.Tensor,) * count]  # noqa: UP006
         return inspect.Signature(parameters, return_annotation=returns)
 
     def _implementation(self) -> Any:
@@ -129,7 +141,7 @@ class EinkernOp:
 
         def implementation(*args: Any) -> Any:
             tensors = dict(zip(self.inputs, args, strict=False))
-            values = args[len(self.inputs):]
+            values = args[len(self.inputs) :]
             for name in self.inputs:
                 if name not in self.mutated:
                     tensors[name] = _in_layout(tensors[name], program.tensor(name).layout)
@@ -160,11 +172,17 @@ class EinkernOp:
         problem = self.kernel.problem
         declared = problem.program.tensor(name)
         shape = problem.shape(name)
-        device = like.device if like is not None else ("cuda" if
-                                                       self.kernel.backend.name == "cuda"
-                                                       else "cpu")
-        return torch.empty_strided(shape, contiguous_strides(shape, declared.layout),
-                                   dtype=_DTYPES[declared.dtype], device=device)
+        device = (
+            like.device
+            if like is not None
+            else ("cuda" if self.kernel.backend.name == "cuda" else "cpu")
+        )
+        return torch.empty_strided(
+            shape,
+            contiguous_strides(shape, declared.layout),
+            dtype=_DTYPES[declared.dtype],
+            device=device,
+        )
 
 
 def _in_layout(tensor: Any, layout: str) -> Any:
@@ -177,8 +195,9 @@ def _in_layout(tensor: Any, layout: str) -> Any:
     info = ArrayInfo(shape, "", tuple(tensor.stride()), "", 0, "torch")
     if strides_match(info, layout):
         return tensor
-    copy = torch.empty_strided(shape, contiguous_strides(shape, layout), dtype=tensor.dtype,
-                               device=tensor.device)
+    copy = torch.empty_strided(
+        shape, contiguous_strides(shape, layout), dtype=tensor.dtype, device=tensor.device
+    )
     return copy.copy_(tensor)
 
 
@@ -197,18 +216,24 @@ def op(kernel: Kernel, name: str | None = None) -> EinkernOp:
     program's name and a digest of its problem, backend and mappings) and return
     it; registering the same kernel again returns the same operator."""
     if not isinstance(kernel, Kernel):
-        raise ArgumentError(f"einkern.torch.op takes an einkern.Kernel, got "
-                            f"{type(kernel).__name__}", hint="einkern.compile(...) makes one")
+        raise ArgumentError(
+            f"einkern.torch.op takes an einkern.Kernel, got {type(kernel).__name__}",
+            hint="einkern.compile(...) makes one",
+        )
     chosen = name if name is not None else _op_name(kernel)
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", chosen):
         raise ArgumentError(f"operator name {chosen!r} is not an identifier")
     with _LOCK:
         found = _OPS.get(chosen)
         if found is not None:
-            if found.kernel.problem != kernel.problem or \
-                    found.kernel.backend.name != kernel.backend.name:
-                raise ArgumentError(f"operator {NAMESPACE}::{chosen} is already registered "
-                                    "for another kernel", hint="choose another name")
+            if (
+                found.kernel.problem != kernel.problem
+                or found.kernel.backend.name != kernel.backend.name
+            ):
+                raise ArgumentError(
+                    f"operator {NAMESPACE}::{chosen} is already registered for another kernel",
+                    hint="choose another name",
+                )
             return found
         _OPS[chosen] = EinkernOp(kernel, chosen)
         return _OPS[chosen]

@@ -75,8 +75,9 @@ def register_backend(name: str, factory: Callable[[], Backend]) -> None:
 
 def _add(name: str, factory: Callable[[], Backend]) -> None:
     if name in _REGISTRY or name == "auto":
-        raise RegistrationError(f"a backend named {name!r} is already registered",
-                                hint="choose another name")
+        raise RegistrationError(
+            f"a backend named {name!r} is already registered", hint="choose another name"
+        )
     _REGISTRY[name] = factory
 
 

@@ -63,14 +63,19 @@ def scalar_value(scalar: Scalar, value: Any) -> float:
     int or float, a NumPy number, or a 0-d array) that fits the scalar's dtype."""
     kind = type(value)
     if kind is float or kind is int:  # the common case, checked cheaply
-        number = float(value) if kind is float or -2**53 <= value <= 2**53 else None
-        if number is not None and (scalar.dtype == "float64" or not math.isfinite(number)
-                                   or abs(number) <= _LARGEST["float32"]):
+        number = float(value) if kind is float or -(2**53) <= value <= 2**53 else None
+        if number is not None and (
+            scalar.dtype == "float64"
+            or not math.isfinite(number)
+            or abs(number) <= _LARGEST["float32"]
+        ):
             return number
     accepted = "a real number (int, float or a NumPy number)"
-    if isinstance(value, str | bytes | bool | np.bool_) or not (
-        isinstance(value, numbers.Real) or hasattr(value, "__float__")
-    ) or isinstance(value, complex | np.complexfloating):
+    if (
+        isinstance(value, str | bytes | bool | np.bool_)
+        or not (isinstance(value, numbers.Real) or hasattr(value, "__float__"))
+        or isinstance(value, complex | np.complexfloating)
+    ):
         raise ArgumentError(
             f"scalar {scalar.name!r} must be {accepted}, got {article(type_name(value))}",
             scalar.span,
@@ -115,8 +120,11 @@ class Binder:
         # What a correct array of each tensor looks like, computed once: a call whose
         # arrays match exactly skips the detailed checks (and their messages).
         self._accepted = {
-            t.name: (problem.shape(t.name), t.dtype,
-                     contiguous_strides(problem.shape(t.name), t.layout))
+            t.name: (
+                problem.shape(t.name),
+                t.dtype,
+                contiguous_strides(problem.shape(t.name), t.layout),
+            )
             for t in self.program.tensors
         }
         self._nbytes = {t.name: problem.nbytes(t.name) for t in self.program.tensors}
@@ -129,11 +137,22 @@ class Binder:
         arrays, given_scalars = self._split(args, kwargs)
         return self.check(arrays, given_scalars, stream)
 
-    def check(self, arrays: Mapping[str, Any], scalars: Mapping[str, Any],
-              stream: Any = None, *, ignore_unknown: bool = False) -> Call:
+    def check(
+        self,
+        arrays: Mapping[str, Any],
+        scalars: Mapping[str, Any],
+        stream: Any = None,
+        *,
+        ignore_unknown: bool = False,
+        described: Mapping[str, ArrayInfo | None] | None = None,
+    ) -> Call:
         """A :class:`Call` from arrays and scalars by name; outputs and untouched
         tensors that are missing are allocated like the given arrays.  Names the
-        program does not have are refused, or dropped with ``ignore_unknown``."""
+        program does not have are refused, or dropped with ``ignore_unknown``.
+        ``described``: what ``backend.describe`` said of some of the arrays (None:
+        not asked), when the caller has already asked (einsum does, for its cache
+        key); used instead of describing them again when the call launches on no
+        stream."""
         if ignore_unknown:
             arrays = {n: a for n, a in arrays.items() if n in self._tensor_names}
             scalars = {n: v for n, v in scalars.items() if n in self._scalar_names}
@@ -150,7 +169,11 @@ class Binder:
         values = self._scalars(scalars)
         arrays = dict(arrays)
         launch = self._stream(arrays, stream)
-        infos = {name: self._check_array(name, array, launch) for name, array in arrays.items()}
+        known = described if described is not None and launch is None else {}
+        infos = {
+            name: self._check_array(name, array, launch, known.get(name))
+            for name, array in arrays.items()
+        }
         self._check_devices(infos)
         if len(infos) > 1:
             self._check_overlap(infos)
@@ -224,17 +247,28 @@ class Binder:
         tensor = self.program.tensor(name)
         return f"shape {self.problem.shape(name)}, {tensor.dtype}, {tensor.layout}-major"
 
-    def _check_array(self, name: str, array: Any, stream: Any) -> ArrayInfo:
-        info = self.backend.describe(array, stream) if stream is not None \
-            else self.backend.describe(array)
-        if info is not None and (info.shape, info.dtype, info.strides) == self._accepted[name] \
-                and not (info.readonly and name in self._written):
+    def _check_array(
+        self, name: str, array: Any, stream: Any, info: ArrayInfo | None = None
+    ) -> ArrayInfo:
+        if info is None:
+            info = (
+                self.backend.describe(array, stream)
+                if stream is not None
+                else self.backend.describe(array)
+            )
+        if (
+            info is not None
+            and (info.shape, info.dtype, info.strides) == self._accepted[name]
+            and not (info.readonly and name in self._written)
+        ):
             return info  # the common case: exactly as declared
         tensor = self.program.tensor(name)
         if info is None:
             accepted = "NumPy arrays" + (
-                " and GPU arrays (torch, CuPy, JAX)" if self.backend.name == "cuda" else
-                " and host arrays (torch CPU tensors, DLPack)")
+                " and GPU arrays (torch, CuPy, JAX)"
+                if self.backend.name == "cuda"
+                else " and host arrays (torch CPU tensors, DLPack)"
+            )
             raise ArgumentError(
                 f"{name!r}: the {self.backend.name} backend cannot use "
                 f"{article(type_name(array))}; it accepts {accepted}",
@@ -264,8 +298,11 @@ class Binder:
                 hint=f"pass {fix}, or declare the tensor `{other}` if that is its layout",
             )
         if info.readonly and name in self._written:
-            raise ArgumentError(f"{name!r} is written by the program but is read-only", tensor.span,
-                                hint="pass a writable array (a copy)")
+            raise ArgumentError(
+                f"{name!r} is written by the program but is read-only",
+                tensor.span,
+                hint="pass a writable array (a copy)",
+            )
         return info
 
     def _check_devices(self, infos: Mapping[str, ArrayInfo]) -> None:
@@ -280,8 +317,9 @@ class Binder:
                     self.program.tensor(name).span,
                 )
             if gpu is not None:
-                raise ArgumentError(f"arrays on several GPUs ({gpu}, {device})",
-                                    hint="move them to one device")
+                raise ArgumentError(
+                    f"arrays on several GPUs ({gpu}, {device})", hint="move them to one device"
+                )
             gpu = device
 
     def _check_overlap(self, infos: Mapping[str, ArrayInfo]) -> None:
@@ -296,8 +334,11 @@ class Binder:
                 if other == name or infos[other].device != device:
                     continue
                 if start < other_end and other_start < end:
-                    how = "are the same memory" if (start, end) == (other_start, other_end) \
+                    how = (
+                        "are the same memory"
+                        if (start, end) == (other_start, other_end)
                         else "overlap in memory"
+                    )
                     raise ArgumentError(
                         f"{name!r} and {other!r} {how}, and {name!r} is written",
                         hint="pass a copy",
@@ -320,9 +361,14 @@ def _extent(info: ArrayInfo) -> tuple[int, int]:
     return info.pointer + low * itemsize, info.pointer + (high + 1) * itemsize
 
 
-def bind_arguments(problem: Problem, backend: Any, arrays: Mapping[str, Any],
-                   scalars: Mapping[str, Any], stream: Any = None, *,
-                   ignore_unknown: bool = False) -> Call:
+def bind_arguments(
+    problem: Problem,
+    backend: Any,
+    arrays: Mapping[str, Any],
+    scalars: Mapping[str, Any],
+    stream: Any = None,
+    *,
+    ignore_unknown: bool = False,
+) -> Call:
     """:meth:`Binder.check` once, for callers that hold arrays and scalars by name."""
-    return Binder(problem, backend).check(arrays, scalars, stream,
-                                          ignore_unknown=ignore_unknown)
+    return Binder(problem, backend).check(arrays, scalars, stream, ignore_unknown=ignore_unknown)

@@ -59,10 +59,15 @@ def directory(kind: str) -> Path:
 def _hint(path: Path, status: os.stat_result, uid: int) -> str:
     """The fix: narrow the mode of one's own private directory or entry; else (a
     shared directory such as /tmp, another user's) use another directory."""
-    elsewhere = ("set EINKERN_CACHE_DIR to a directory only you can write (einkern creates "
-                 "a missing one with mode 0700)")
-    if status.st_uid == uid and not status.st_mode & stat.S_ISVTX \
-            and not stat.S_ISLNK(status.st_mode):
+    elsewhere = (
+        "set EINKERN_CACHE_DIR to a directory only you can write (einkern creates "
+        "a missing one with mode 0700)"
+    )
+    if (
+        status.st_uid == uid
+        and not status.st_mode & stat.S_ISVTX
+        and not stat.S_ISLNK(status.st_mode)
+    ):
         return f"if it is yours alone, `chmod go-w {path}`; or {elsewhere}"
     return elsewhere
 
@@ -77,17 +82,21 @@ def check_private(path: Path, what: str = "cache directory") -> None:
         return
     uid = getuid()
     if stat.S_ISLNK(status.st_mode):
-        raise CacheSecurityError(f"the einkern {what} {path} is a symbolic link",
-                                 hint=_hint(path, status, uid))
+        raise CacheSecurityError(
+            f"the einkern {what} {path} is a symbolic link", hint=_hint(path, status, uid)
+        )
     if status.st_uid != uid:
         raise CacheSecurityError(
             f"the einkern {what} {path} belongs to another user (uid {status.st_uid}); "
-            "einkern will not load code from it", hint=_hint(path, status, uid))
+            "einkern will not load code from it",
+            hint=_hint(path, status, uid),
+        )
     if status.st_mode & _UNSAFE_BITS:
         raise CacheSecurityError(
             f"the einkern {what} {path} can be written by other users (mode "
             f"{stat.S_IMODE(status.st_mode):03o}); einkern will not load code from it",
-            hint=_hint(path, status, uid))
+            hint=_hint(path, status, uid),
+        )
 
 
 def private_directory(path: Path) -> Path:
@@ -110,8 +119,10 @@ def private_directory(path: Path) -> Path:
                 continue  # another process made it meanwhile: checked below
             os.chmod(folder, 0o700)  # the umask may have narrowed it, never widened
     except OSError as error:
-        raise BackendError(f"cannot create the kernel cache {path}: {error}",
-                           hint="set EINKERN_CACHE_DIR to a writable directory") from error
+        raise BackendError(
+            f"cannot create the kernel cache {path}: {error}",
+            hint="set EINKERN_CACHE_DIR to a writable directory",
+        ) from error
     check_private(path)
     if path.parent != path and path.parent == cache_root():
         check_private(path.parent)
@@ -135,8 +146,7 @@ def digest(data: bytes) -> str:
 
 def write_atomic(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file (mode 0600) and a rename."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.",
-                                         suffix=".tmp")
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(handle, "wb") as file:
             file.write(data)

@@ -36,9 +36,13 @@ def random_inputs(problem: Problem, seed: int) -> dict[str, np.ndarray]:
     return random_arrays(problem, seed)
 
 
-def emulate_problem(problem: Problem, mappings: MappingType[int, Mapping],
-                    arrays: MappingType[str, np.ndarray], scalars: MappingType[str, float],
-                    kernels=None):
+def emulate_problem(
+    problem: Problem,
+    mappings: MappingType[int, Mapping],
+    arrays: MappingType[str, np.ndarray],
+    scalars: MappingType[str, float],
+    kernels=None,
+):
     """Run every statement (its plan of launches: see :mod:`.plan`) in the emulator
     on copies of ``arrays``.  Returns (final arrays, refused accesses, their count).
     ``kernels`` (one per statement) replaces the plans, for fault injection."""
@@ -46,8 +50,7 @@ def emulate_problem(problem: Problem, mappings: MappingType[int, Mapping],
     values = {f"s_{name}": v for name, v in scalars.items()}
     launches = []
     if kernels is not None:
-        launches = [Launch(k, tuple(p.name[2:] for p in k.params if p.is_array))
-                    for k in kernels]
+        launches = [Launch(k, tuple(p.name[2:] for p in k.params if p.is_array)) for k in kernels]
     else:
         for task in tasks_of(problem):
             position = task.position
@@ -59,21 +62,27 @@ def emulate_problem(problem: Problem, mappings: MappingType[int, Mapping],
     bad = 0
     for launch in launches:
         params = [p.name for p in launch.kernel.params if p.is_array]
-        bound = {param: work[buffer] for param, buffer in zip(params, launch.buffers,
-                                                               strict=True)}
+        bound = {param: work[buffer] for param, buffer in zip(params, launch.buffers, strict=True)}
         report = emulate([launch.kernel], bound, values)
         errors.extend(report.errors)
         bad += sum(report.counts)
     return {name: work[name] for name in arrays}, tuple(errors), bad
 
 
-def verify(problem: Problem, mappings: MappingType[int, Mapping], seed: int = 0,
-           scalars: MappingType[str, float] | None = None, kernels=None) -> Verification:
+def verify(
+    problem: Problem,
+    mappings: MappingType[int, Mapping],
+    seed: int = 0,
+    scalars: MappingType[str, float] | None = None,
+    kernels=None,
+) -> Verification:
     """Emulate the problem under ``mappings`` and compare with the reference."""
     arrays = random_inputs(problem, seed)
     scalars = random_scalars(problem, seed, scalars)
     reference = evaluate(problem, arrays, scalars)
     result, errors, bad = emulate_problem(problem, mappings, arrays, scalars, kernels)
-    worst = max((relative_error(result[name], reference[name])
-                 for name in problem.program.outputs), default=0.0)
+    worst = max(
+        (relative_error(result[name], reference[name]) for name in problem.program.outputs),
+        default=0.0,
+    )
     return Verification(worst, errors, bad)

@@ -55,8 +55,10 @@ class CudaEventTimer:
 
     def time(self, fn: Callable[[], Any], runs: int) -> list[float]:
         torch = self.torch
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(runs)]
+        events = [
+            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            for _ in range(runs)
+        ]
         for start, end in events:
             self.flush_buffer.fill_(1)
             start.record()
@@ -85,8 +87,10 @@ class CudaDevice:
 
     def describe(self) -> str:
         p = self.properties
-        return (f"{p.name}, {p.multi_processor_count} SMs, {p.total_memory / 2**30:.0f} GiB, "
-                f"L2 {self.l2_bytes / 2**20:.0f} MiB (flushed with {self.flush_bytes >> 20} MiB)")
+        return (
+            f"{p.name}, {p.multi_processor_count} SMs, {p.total_memory / 2**30:.0f} GiB, "
+            f"L2 {self.l2_bytes / 2**20:.0f} MiB (flushed with {self.flush_bytes >> 20} MiB)"
+        )
 
     # -- arrays -----------------------------------------------------------------
 
@@ -99,15 +103,18 @@ class CudaDevice:
         try:
             if column:
                 order = tuple(range(len(shape) - 1, -1, -1))
-                storage = torch.empty(tuple(reversed(shape)), dtype=self.dtypes[dtype],
-                                      device="cuda")
+                storage = torch.empty(
+                    tuple(reversed(shape)), dtype=self.dtypes[dtype], device="cuda"
+                )
                 return storage.permute(order)
             return torch.empty(shape, dtype=self.dtypes[dtype], device="cuda")
         except torch.cuda.OutOfMemoryError:
             nbytes = int(np.prod(shape, dtype=np.int64)) * ITEMSIZE[dtype]
             raise AllocationError(
                 f"cannot allocate a {dtype} tensor of shape {tuple(shape)} on the GPU: "
-                f"{nbytes} bytes asked for", hint="choose smaller extents") from None
+                f"{nbytes} bytes asked for",
+                hint="choose smaller extents",
+            ) from None
 
     def random_inputs(self, problem: Problem, seed: int) -> dict[str, Any]:
         generator = self.torch.Generator(device="cuda")
@@ -136,8 +143,10 @@ class CudaDevice:
         nbytes = (256 if quick else 1024) << 20
         bandwidth = self.bandwidth(nbytes)
         n = 4096 if quick else 8192
-        peak = {name: (2 * n - 1) * n * n / self._matmul_time(n, dtype)
-                for name, dtype in self.dtypes.items()}
+        peak = {
+            name: (2 * n - 1) * n * n / self._matmul_time(n, dtype)
+            for name, dtype in self.dtypes.items()
+        }
         torch.cuda.empty_cache()
         method = {
             "bandwidth": f"torch copy_ of {nbytes >> 20} MiB device to device, median of 10 "
@@ -146,8 +155,9 @@ class CudaDevice:
             "host": "numpy.copyto of 256 MiB and numpy.matmul 2048^3 (fp64), to size the "
             "NumPy reference",
         }
-        return Calibration(bandwidth, peak, method,
-                           host_bandwidth(256 << 20), host_peak(2048, "float64"))
+        return Calibration(
+            bandwidth, peak, method, host_bandwidth(256 << 20), host_peak(2048, "float64")
+        )
 
     def bandwidth(self, nbytes: int = 1 << 30) -> float:
         """Bytes read + written per second by a device-to-device copy of ``nbytes``,

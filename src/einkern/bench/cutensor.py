@@ -10,7 +10,8 @@ two-operand product and CuPy doing the elementwise rest.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import string
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..ir.nodes import Access, Binary, Expr, Problem, Statement, Sum, signed_terms
@@ -26,11 +27,26 @@ def _modules():
     return cupy, cutensor
 
 
+def mode_characters(names: Iterable[str]) -> dict[str, str]:
+    """A distinct single character for each index name: ``cupyx.cutensor`` modes are
+    characters, and einkern's index names (``h1``, ``p4``) are not.  A one-character
+    name keeps its own character; the others take, in order of first appearance,
+    the first ASCII letters no name uses, then characters from U+0100 on."""
+    names = list(dict.fromkeys(names))
+    taken = {name for name in names if len(name) == 1}
+    spare = (c for c in [*string.ascii_letters, *map(chr, range(0x100, 0x10000))] if c not in taken)
+    return {name: name if len(name) == 1 else next(spare) for name in names}
+
+
 def _product(expr: Expr) -> tuple[Access, Access] | None:
     """The two accesses of ``A * B`` or ``sum(A * B)``, else None."""
     body = expr.body if isinstance(expr, Sum) else expr
-    if (isinstance(body, Binary) and body.op == "*" and isinstance(body.left, Access)
-            and isinstance(body.right, Access)):
+    if (
+        isinstance(body, Binary)
+        and body.op == "*"
+        and isinstance(body.left, Access)
+        and isinstance(body.right, Access)
+    ):
         pair = (body.left, body.right)
         if all(len(set(a.indices)) == len(a.indices) for a in pair):
             return pair
@@ -57,13 +73,17 @@ class CutensorPeer:
         return None
 
     def prepare(
-        self, case: Case, problem: Problem, arrays: Mapping[str, Any],
+        self,
+        case: Case,
+        problem: Problem,
+        arrays: Mapping[str, Any],
         scalars: Mapping[str, float],
     ) -> Run:
         cupy, cutensor = _modules()
         values = {name: cupy.from_dlpack(array) for name, array in arrays.items()}
-        steps = [self._direct(problem, statement, values)
-                 for statement in problem.program.statements]
+        steps = [
+            self._direct(problem, statement, values) for statement in problem.program.statements
+        ]
         if any(step is None for step in steps):
             run_generic = lower(problem, self._ops())
 
@@ -76,8 +96,9 @@ class CutensorPeer:
 
         def direct() -> Mapping[str, Any]:
             for alpha, a, mode_a, b, mode_b, beta, name, mode_c in calls:
-                cutensor.contraction(alpha, values[a], mode_a, values[b], mode_b,
-                                     beta, values[name], mode_c)
+                cutensor.contraction(
+                    alpha, values[a], mode_a, values[b], mode_b, beta, values[name], mode_c
+                )
             return {name: values[name] for name in problem.program.outputs}
 
         return direct
@@ -98,16 +119,32 @@ class CutensorPeer:
         if statement.op == "=":
             tensor = problem.program.tensor(output.tensor)
             values[output.tensor] = cupy.empty(
-                problem.shape(output.tensor), dtype=tensor.dtype,
-                order="F" if tensor.layout == "column" else "C")
+                problem.shape(output.tensor),
+                dtype=tensor.dtype,
+                order="F" if tensor.layout == "column" else "C",
+            )
         sign = -1.0 if statement.op == "-=" else 1.0
         beta = 0.0 if statement.op == "=" else 1.0
-        mode_c = cutensor.create_mode(*output.indices)
+        characters = mode_characters(statement.indices)
+
+        def mode(access: Access) -> Any:
+            return cutensor.create_mode(*(characters[i] for i in access.indices))
+
+        mode_c = mode(output)
         calls = []
         for term_sign, (a, b) in products:
-            calls.append((float(sign * term_sign), a.tensor, cutensor.create_mode(*a.indices),
-                          b.tensor, cutensor.create_mode(*b.indices), beta, output.tensor,
-                          mode_c))
+            calls.append(
+                (
+                    float(sign * term_sign),
+                    a.tensor,
+                    mode(a),
+                    b.tensor,
+                    mode(b),
+                    beta,
+                    output.tensor,
+                    mode_c,
+                )
+            )
         return calls
 
     def _ops(self) -> ArrayOps:
@@ -117,12 +154,14 @@ class CutensorPeer:
             inputs, result = equation.split("->")
             if len(operands) != 2:
                 raise NotImplementedError(
-                    f"cuTENSOR peer: {len(operands)}-operand product {equation}")
+                    f"cuTENSOR peer: {len(operands)}-operand product {equation}"
+                )
             mode_a, mode_b = inputs.split(",")
             sizes = dict(zip(mode_a, operands[0].shape, strict=True))
             sizes.update(zip(mode_b, operands[1].shape, strict=True))
             out = cupy.empty(tuple(sizes[m] for m in result), dtype=operands[0].dtype)
-            return cutensor.contraction(1.0, operands[0], tuple(mode_a), operands[1],
-                                        tuple(mode_b), 0.0, out, tuple(result))
+            return cutensor.contraction(
+                1.0, operands[0], tuple(mode_a), operands[1], tuple(mode_b), 0.0, out, tuple(result)
+            )
 
         return module_ops("cuTENSOR", cupy, einsum)

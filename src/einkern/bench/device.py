@@ -49,6 +49,7 @@ class Device(Protocol):
     """Arrays, timing and ceilings of one backend."""
 
     backend: str
+
     @property
     def timer(self) -> Timer:
         """How this device times a callable."""

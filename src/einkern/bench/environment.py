@@ -95,7 +95,8 @@ def collect(backend: str, argv: list[str] | None = None) -> dict[str, Any]:
         "nvrtc": _try(_nvrtc_version),
         "c_compiler": _first_line([os.environ.get("CC", "cc"), "--version"]),
         "driver": _first_line(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]),
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+        ),
     }
     env["torch"] = _version("torch")
     if backend == "cuda":

@@ -120,7 +120,8 @@ def _lower_statement(problem: Problem, statement: Statement, ops: ArrayOps):
         node = lowering.expr(statement.rhs, want=output.indices)
         if set(node.labels) != set(output.indices):
             raise NotImplementedError(
-                f"{ops.name}: {statement} broadcasts its right-hand side into the output")
+                f"{ops.name}: {statement} broadcasts its right-hand side into the output"
+            )
         compute = lowering.arrange(node, output.indices)
 
         def assign(values: Values, scalars: Scalars) -> None:
@@ -201,8 +202,9 @@ class _Lowering:
         if isinstance(expr, Binary):
             return self.elementwise(_BINARY[expr.op], (expr.left, expr.right), want)
         if isinstance(expr, Call):
-            return self.elementwise(self.ops.functions[expr.func], expr.args, want,
-                                    _NUMPY.functions[expr.func])
+            return self.elementwise(
+                self.ops.functions[expr.func], expr.args, want, _NUMPY.functions[expr.func]
+            )
         raise TypeError(f"unknown expression node {expr!r}")
 
     def access(self, expr: Access) -> _Node:
@@ -214,8 +216,13 @@ class _Lowering:
         einsum = self.ops.einsum
         return _Node(unique, lambda values, scalars: einsum(equation, values[name]))
 
-    def elementwise(self, function: Callable[..., Any], operands, want,
-                    on_numbers: Callable[..., Any] | None = None) -> _Node:
+    def elementwise(
+        self,
+        function: Callable[..., Any],
+        operands,
+        want,
+        on_numbers: Callable[..., Any] | None = None,
+    ) -> _Node:
         """``function`` of the operands, aligned; ``on_numbers`` instead when every
         operand is a plain number (torch.sqrt takes tensors only)."""
         nodes = [self.expr(operand, want) for operand in operands]
@@ -258,8 +265,11 @@ class _Lowering:
             contract = tensors[0].compute
         else:
             every = tuple(dict.fromkeys(keep + labels))
-            equation = (",".join(_letters(node.labels, every) for node in tensors)
-                        + "->" + _letters(keep, every))
+            equation = (
+                ",".join(_letters(node.labels, every) for node in tensors)
+                + "->"
+                + _letters(keep, every)
+            )
             einsum, operands = self.ops.einsum, [node.compute for node in tensors]
 
             def contract(values: Values, scalars: Scalars) -> Any:
@@ -267,8 +277,9 @@ class _Lowering:
 
         if not numbers and absent == 1:
             return _Node(keep, contract)
-        return _Node(keep, lambda values, scalars: contract(values, scalars)
-                     * factor(values, scalars))
+        return _Node(
+            keep, lambda values, scalars: contract(values, scalars) * factor(values, scalars)
+        )
 
 
 _NUMPY = module_ops("numpy", np)

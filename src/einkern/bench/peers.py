@@ -37,7 +37,10 @@ class Peer(Protocol):
     def available(self) -> str | None: ...
 
     def prepare(
-        self, case: Case, problem: Problem, arrays: Mapping[str, Any],
+        self,
+        case: Case,
+        problem: Problem,
+        arrays: Mapping[str, Any],
         scalars: Mapping[str, float],
     ) -> Run: ...
 
@@ -45,8 +48,13 @@ class Peer(Protocol):
 class EinsumPeer:
     """A peer that runs every product through one library's einsum."""
 
-    def __init__(self, name: str, backend: str, make_ops: Callable[[], ArrayOps],
-                 convert: Callable[[Any], Any] | None = None):
+    def __init__(
+        self,
+        name: str,
+        backend: str,
+        make_ops: Callable[[], ArrayOps],
+        convert: Callable[[Any], Any] | None = None,
+    ):
         self.name = name
         self.backend = backend
         self.make_ops = make_ops
@@ -172,9 +180,13 @@ def _matmul_operands(statement) -> tuple[Access, Access, str, str]:
     """(A, B, i, k) of ``C[i,j] = sum_k A[i|k] * B[k|j]``, else NotApplicable."""
     rhs, output = statement.rhs, statement.output
     plain = (
-        statement.op == "=" and isinstance(rhs, Sum) and len(rhs.indices) == 1
-        and isinstance(rhs.body, Binary) and rhs.body.op == "*"
-        and isinstance(rhs.body.left, Access) and isinstance(rhs.body.right, Access)
+        statement.op == "="
+        and isinstance(rhs, Sum)
+        and len(rhs.indices) == 1
+        and isinstance(rhs.body, Binary)
+        and rhs.body.op == "*"
+        and isinstance(rhs.body.left, Access)
+        and isinstance(rhs.body.right, Access)
         and len(output.indices) == 2
     )
     if not plain:
@@ -197,6 +209,8 @@ def builtin_peers() -> list[tuple[str, Callable[[], Peer]]]:
         (MatmulPeer.name, MatmulPeer),
         ("torch.einsum", lambda: EinsumPeer("torch.einsum", "cuda", _torch_ops)),
         ("cupy.einsum", lambda: EinsumPeer("cupy.einsum", "cuda", _cupy_ops, _to_cupy)),
-        ("opt_einsum (torch)",
-         lambda: EinsumPeer("opt_einsum (torch)", "cuda", _opt_einsum_torch_ops)),
+        (
+            "opt_einsum (torch)",
+            lambda: EinsumPeer("opt_einsum (torch)", "cuda", _opt_einsum_torch_ops),
+        ),
     ]

@@ -26,8 +26,9 @@ def _pyplot():
     try:
         import matplotlib
     except ImportError as error:
-        raise ImportError("the PNG figures need matplotlib: pip install 'einkern[bench]'"
-                          ) from error
+        raise ImportError(
+            "the PNG figures need matplotlib: pip install 'einkern[bench]'"
+        ) from error
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -70,8 +71,14 @@ def gflops_figure(result: BenchResult, group: str, rows: Sequence[Measurement], 
                 continue
             xs, ys = zip(*sized, strict=True)
             label = name if len(workloads) == 1 else f"{name} · {workload}"
-            axes.plot(xs, ys, marker=marker, linestyle=_STYLES[number % len(_STYLES)],
-                      color=colors[name], label=label)
+            axes.plot(
+                xs,
+                ys,
+                marker=marker,
+                linestyle=_STYLES[number % len(_STYLES)],
+                color=colors[name],
+                label=label,
+            )
     if categorical:
         axes.set_xticks(range(len(workloads)))
         axes.set_xticklabels(workloads, rotation=45, ha="right", fontsize=7)
@@ -98,14 +105,18 @@ def speedup_figure(result: BenchResult, title: str, rows: Sequence[Measurement],
     peers = [name for name in result.implementations() if name != EINKERN and name in timed]
     cases = list(dict.fromkeys((row.workload, row.label, row.extents) for row in rows))
     height = 0.8 / max(len(peers), 1)
-    figure, axes = plt.subplots(figsize=(7, 1.2 + 0.32 * len(cases) * max(1, len(peers)) / 3),
-                                dpi=DPI)
+    figure, axes = plt.subplots(
+        figsize=(7, 1.2 + 0.32 * len(cases) * max(1, len(peers)) / 3), dpi=DPI
+    )
     for number, peer in enumerate(peers):
         ys, widths = [], []
         for position, key in enumerate(cases):
             for row in rows:
-                if (row.workload, row.label, row.extents) == key and row.implementation == peer \
-                        and row.einkern_speedup:
+                if (
+                    (row.workload, row.label, row.extents) == key
+                    and row.implementation == peer
+                    and row.einkern_speedup
+                ):
                     ys.append(position + number * height)
                     widths.append(row.einkern_speedup)
         if ys:
@@ -143,7 +154,7 @@ def write_plots(result: BenchResult, directory: Path) -> list[Path]:
         if not timed:
             continue
         cases = list(dict.fromkeys((row.workload, row.extents) for row in timed))
-        chunks = [cases[i:i + CASES_PER_CHART] for i in range(0, len(cases), CASES_PER_CHART)]
+        chunks = [cases[i : i + CASES_PER_CHART] for i in range(0, len(cases), CASES_PER_CHART)]
         for number, chunk in enumerate(chunks, start=1):
             keep = set(chunk)
             part = [row for row in timed if (row.workload, row.extents) in keep]

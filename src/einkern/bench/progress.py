@@ -22,9 +22,12 @@ class Progress:
         from rich.progress import Progress as RichProgress
 
         self._bar = RichProgress(
-            TextColumn("[progress.description]{task.description}"), BarColumn(),
-            MofNCompleteColumn(), TimeElapsedColumn(),
-            console=Console(stderr=True), transient=False,
+            TextColumn("[progress.description]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=False,
         )
         self._bar.start()
         self._task = self._bar.add_task("starting", total=total)

@@ -34,8 +34,9 @@ def get_suite(name: str) -> Suite:
     """The suite called ``name``."""
     _load_builtin_suites()
     if name not in _SUITES:
-        raise UsageError(f"unknown benchmark suite {name!r}",
-                         hint=f"choose from: all, {', '.join(_SUITES)}")
+        raise UsageError(
+            f"unknown benchmark suite {name!r}", hint=f"choose from: all, {', '.join(_SUITES)}"
+        )
     return _SUITES[name]()
 
 
@@ -59,8 +60,9 @@ def peers_for(backend: str, names: Sequence[str] | None = None) -> list[Peer]:
     """The registered peers of a backend (all, or those named), in registry order."""
     _load_builtin_peers()
     peers = [factory() for factory in _PEERS.values()]
-    return [peer for peer in peers
-            if peer.backend == backend and (names is None or peer.name in names)]
+    return [
+        peer for peer in peers if peer.backend == backend and (names is None or peer.name in names)
+    ]
 
 
 def peer_names() -> tuple[str, ...]:
@@ -82,8 +84,9 @@ def get_device(backend: str) -> Device:
 
 def _add(registry: dict, kind: str, name: str, factory: Callable) -> None:
     if name in registry:
-        raise RegistrationError(f"a {kind} named {name!r} is already registered",
-                                hint="choose another name")
+        raise RegistrationError(
+            f"a {kind} named {name!r} is already registered", hint="choose another name"
+        )
     registry[name] = factory
 
 

@@ -35,8 +35,9 @@ def write_csv(result: BenchResult, path: Path) -> None:
         writer = csv.DictWriter(stream, fieldnames=Measurement.columns())
         writer.writeheader()
         for measurement in result.measurements:
-            writer.writerow({key: "" if value is None else value
-                             for key, value in asdict(measurement).items()})
+            writer.writerow(
+                {key: "" if value is None else value for key, value in asdict(measurement).items()}
+            )
 
 
 def _cases(rows: Sequence[Measurement]) -> list[list[Measurement]]:
@@ -72,8 +73,17 @@ def markdown_table(result: BenchResult) -> str:
     einkern's speedup over each peer (peer time / einkern time; ✗ marks an error
     above tolerance)."""
     peers = [name for name in result.implementations() if name != EINKERN]
-    header = ["suite", "workload", "size", "dtype", "einkern ms", "GFLOP/s", "% floor",
-              "max rel. error", *(f"× vs {peer}" for peer in peers)]
+    header = [
+        "suite",
+        "workload",
+        "size",
+        "dtype",
+        "einkern ms",
+        "GFLOP/s",
+        "% floor",
+        "max rel. error",
+        *(f"× vs {peer}" for peer in peers),
+    ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for rows in _cases(result.measurements):
         by_name = {row.implementation: row for row in rows}
@@ -84,16 +94,30 @@ def markdown_table(result: BenchResult) -> str:
             if base.error_ok is False:
                 error += " ✗"
             fraction = base.floor_fraction
-            cells = [_ms(base.median_s), f"{base.gflops:.4g}",
-                     "" if fraction is None else f"{100 * fraction:.3g}", error]
+            cells = [
+                _ms(base.median_s),
+                f"{base.gflops:.4g}",
+                "" if fraction is None else f"{100 * fraction:.3g}",
+                error,
+            ]
         else:
             reason = base.reason if base is not None else "not run"
             status = base.status if base is not None else "missing"
             cells = [f"{status}: {_short(reason)}", "", "", ""]
-        lines.append("| " + " | ".join([
-            first.suite, first.workload, first.label, first.dtype, *cells,
-            *(_peer_cell(by_name.get(peer), base) for peer in peers),
-        ]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    first.suite,
+                    first.workload,
+                    first.label,
+                    first.dtype,
+                    *cells,
+                    *(_peer_cell(by_name.get(peer), base) for peer in peers),
+                ]
+            )
+            + " |"
+        )
     return "\n".join(lines)
 
 

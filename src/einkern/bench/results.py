@@ -63,8 +63,19 @@ class Measurement:
     def for_case(cls, case: Case, implementation: str, status: str, **values: Any):
         extents = ",".join(f"{name}={value}" for name, value in case.extents)
         note = "; ".join(part for part in (case.note, values.pop("note", "")) if part)
-        return cls(case.suite, case.workload, case.group, case.label, case.size, extents,
-                   values.pop("dtype", ""), implementation, status, note=note, **values)
+        return cls(
+            case.suite,
+            case.workload,
+            case.group,
+            case.label,
+            case.size,
+            extents,
+            values.pop("dtype", ""),
+            implementation,
+            status,
+            note=note,
+            **values,
+        )
 
 
 @dataclass(frozen=True)

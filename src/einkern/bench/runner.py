@@ -83,8 +83,14 @@ def _reason(error: BaseException) -> str:
 class Runner:
     """Runs cases on one device against a fixed set of peers."""
 
-    def __init__(self, options: BenchOptions, device: Device, calibration: Calibration,
-                 peers: Sequence[Peer], log: Log):
+    def __init__(
+        self,
+        options: BenchOptions,
+        device: Device,
+        calibration: Calibration,
+        peers: Sequence[Peer],
+        log: Log,
+    ):
         self.options = options
         self.device = device
         self.calibration = calibration
@@ -106,23 +112,30 @@ class Runner:
 
     # -- one case ---------------------------------------------------------------
 
-    def run_case(self, case: Case, step: Callable[[str], None] = lambda name: None
-                 ) -> list[Measurement]:
+    def run_case(
+        self, case: Case, step: Callable[[str], None] = lambda name: None
+    ) -> list[Measurement]:
         from .. import api
         from ..ir.bind import make_problem
 
         try:
             problem = make_problem(api.load(case.program), case.extent_map)
         except Exception as error:  # noqa: BLE001 - recorded in every row
-            return [Measurement.for_case(case, name, "failed", reason=f"program: {_reason(error)}")
-                    for name in self.implementations]
+            return [
+                Measurement.for_case(case, name, "failed", reason=f"program: {_reason(error)}")
+                for name in self.implementations
+            ]
         program = problem.program
         dtype = program.tensor(program.outputs[0]).dtype
         flops, nbytes = program_flops(problem), kernel_floor_bytes(problem)
-        common = dict(dtype=dtype, flops=flops, min_bytes=nbytes,
-                      fused_min_bytes=fused_floor_bytes(problem),
-                      floor_s=self.calibration.floor(flops, nbytes, dtype),
-                      tolerance=tolerance(dtype))
+        common: dict[str, Any] = dict(
+            dtype=dtype,
+            flops=flops,
+            min_bytes=nbytes,
+            fused_min_bytes=fused_floor_bytes(problem),
+            floor_s=self.calibration.floor(flops, nbytes, dtype),
+            tolerance=tolerance(dtype),
+        )
         seed = zlib.crc32(f"{self.options.seed}/{case.key}".encode())
         scalars = random_scalars(problem, seed)
         inputs = self.device.random_inputs(problem, seed)
@@ -137,49 +150,72 @@ class Runner:
             options: dict[str, Any] = {**case.extent_map, **self.compile_options}
             kernel = api.compile(program, backend=self.device.backend, **options)
         except Exception as error:  # noqa: BLE001
-            rows.append(Measurement.for_case(case, EINKERN, "failed",
-                                             reason=f"compile: {_reason(error)}", **common))
+            rows.append(
+                Measurement.for_case(
+                    case, EINKERN, "failed", reason=f"compile: {_reason(error)}", **common
+                )
+            )
         else:
             compile_s = time.perf_counter() - started
-            rows.append(self._measure(case, EINKERN, _einkern_run(kernel, scalars), problem,
-                                      inputs, reference, dict(common, compile_s=compile_s)))
+            rows.append(
+                self._measure(
+                    case,
+                    EINKERN,
+                    _einkern_run(kernel, scalars),
+                    problem,
+                    inputs,
+                    reference,
+                    dict(common, compile_s=compile_s),
+                )
+            )
         for peer in self.peers:
             step(peer.name)
             reason = self.unavailable[peer.name]
             if reason:
-                rows.append(Measurement.for_case(case, peer.name, "unavailable", reason=reason,
-                                                 **common))
+                rows.append(
+                    Measurement.for_case(case, peer.name, "unavailable", reason=reason, **common)
+                )
                 continue
 
             def prepare(work, peer=peer):
                 return peer.prepare(case, problem, work, scalars)
 
-            rows.append(self._measure(case, peer.name, prepare, problem, inputs, reference,
-                                      common))
+            rows.append(self._measure(case, peer.name, prepare, problem, inputs, reference, common))
         return rows
 
-    def _reference(self, problem: Problem, inputs: Mapping[str, Any],
-                   scalars: Mapping[str, float]) -> tuple[dict[str, Any], str]:
+    def _reference(
+        self, problem: Problem, inputs: Mapping[str, Any], scalars: Mapping[str, float]
+    ) -> tuple[dict[str, Any], str]:
         from ..reference import evaluate
 
         calibration = self.calibration
         estimate = 0.0
         if calibration.host_peak and calibration.host_bandwidth:
             # evaluate() copies to float64, contracts, permutes and adds: ~10 passes
-            estimate = (program_flops(problem) / calibration.host_peak
-                        + 10 * kernel_floor_bytes(problem) / calibration.host_bandwidth)
+            estimate = (
+                program_flops(problem) / calibration.host_peak
+                + 10 * kernel_floor_bytes(problem) / calibration.host_bandwidth
+            )
         if estimate > self.options.reference_limit_s:
             on_device = self.device.device_reference(problem, inputs, scalars)
             if on_device is not None:
-                return on_device, (f"torch.einsum float64 on the GPU (NumPy reference estimated "
-                                   f"{estimate:.0f} s)")
+                return on_device, (
+                    f"torch.einsum float64 on the GPU (NumPy reference estimated {estimate:.0f} s)"
+                )
         host = {name: self.device.to_host(array) for name, array in inputs.items()}
         values = evaluate(problem, host, scalars)
         return {name: values[name] for name in problem.program.outputs}, "numpy"
 
-    def _measure(self, case: Case, name: str, prepare: Callable[[dict[str, Any]], Run],
-                 problem: Problem, inputs: Mapping[str, Any],
-                 reference: Mapping[str, Any] | None, common: dict[str, Any]) -> Measurement:
+    def _measure(
+        self,
+        case: Case,
+        name: str,
+        prepare: Callable[[dict[str, Any]], Run],
+        problem: Problem,
+        inputs: Mapping[str, Any],
+        reference: Mapping[str, Any] | None,
+        common: dict[str, Any],
+    ) -> Measurement:
         device, options = self.device, self.options
         try:
             work = {key: device.copy(array) for key, array in inputs.items()}
@@ -188,8 +224,10 @@ class Runner:
             device.synchronize()
             error = None
             if reference is not None:
-                error = max(device.relative_error(outputs[key], reference[key])
-                            for key in problem.program.outputs)
+                error = max(
+                    device.relative_error(outputs[key], reference[key])
+                    for key in problem.program.outputs
+                )
             for _ in range(options.warmup):
                 run()
             device.synchronize()
@@ -209,10 +247,20 @@ class Runner:
         seconds = median(times)
         tolerance = common["tolerance"]
         return Measurement.for_case(
-            case, name, "ok", runs=len(times), median_s=seconds, min_s=min(times),
-            max_s=max(times), gflops=common["flops"] / seconds / 1e9,
-            floor_fraction=common["floor_s"] / seconds, error=error,
-            error_ok=None if error is None else error <= tolerance, note=note, **common)
+            case,
+            name,
+            "ok",
+            runs=len(times),
+            median_s=seconds,
+            min_s=min(times),
+            max_s=max(times),
+            gflops=common["flops"] / seconds / 1e9,
+            floor_fraction=common["floor_s"] / seconds,
+            error=error,
+            error_ok=None if error is None else error <= tolerance,
+            note=note,
+            **common,
+        )
 
 
 def _einkern_run(kernel, scalars: Mapping[str, float]) -> Callable[[dict[str, Any]], Run]:
@@ -235,8 +283,11 @@ def _einkern_run(kernel, scalars: Mapping[str, float]) -> Callable[[dict[str, An
 
 def with_speedups(rows: Sequence[Measurement]) -> list[Measurement]:
     """Every timed row with ``einkern_speedup`` (its median / einkern's on the case)."""
-    einkern = {(m.suite, m.workload, m.extents): m.median_s
-               for m in rows if m.implementation == EINKERN and m.median_s}
+    einkern = {
+        (m.suite, m.workload, m.extents): m.median_s
+        for m in rows
+        if m.implementation == EINKERN and m.median_s
+    }
     result = []
     for m in rows:
         base = einkern.get((m.suite, m.workload, m.extents))
@@ -245,9 +296,15 @@ def with_speedups(rows: Sequence[Measurement]) -> list[Measurement]:
     return result
 
 
-def run_suites(suites: Sequence[Suite], options: BenchOptions, *, device: Device | None = None,
-               log: Log | None = None, progress=None,
-               argv: list[str] | None = None) -> BenchResult:
+def run_suites(
+    suites: Sequence[Suite],
+    options: BenchOptions,
+    *,
+    device: Device | None = None,
+    log: Log | None = None,
+    progress=None,
+    argv: list[str] | None = None,
+) -> BenchResult:
     """Run every case of ``suites``; ``progress`` is a :class:`~einkern.bench.progress.Progress`
     or None.  Messages (unavailable peers, skipped suites) go to ``log`` and into the
     result's notes."""
@@ -275,12 +332,18 @@ def run_suites(suites: Sequence[Suite], options: BenchOptions, *, device: Device
         if progress is not None:
             progress.stop()
     environment["duration_s"] = round(time.perf_counter() - run_started, 1)
-    return BenchResult(environment, calibration, dataclasses.asdict(options),
-                       tuple(with_speedups(rows)), tuple(notes))
+    return BenchResult(
+        environment,
+        calibration,
+        dataclasses.asdict(options),
+        tuple(with_speedups(rows)),
+        tuple(notes),
+    )
 
 
-def _run_suite(runner: Runner, name: str, cases: Sequence[Case], progress, note: Log
-               ) -> list[Measurement]:
+def _run_suite(
+    runner: Runner, name: str, cases: Sequence[Case], progress, note: Log
+) -> list[Measurement]:
     """The rows of one suite; cases past its time limit are recorded as skipped."""
     implementations = runner.implementations
     limit = runner.options.suite_timeout(name)
@@ -289,14 +352,19 @@ def _run_suite(runner: Runner, name: str, cases: Sequence[Case], progress, note:
     ran = 0
     for case in cases:
         if limit is not None and time.perf_counter() - started > limit:
-            rows.extend(Measurement.for_case(
-                case, implementation, "skipped", reason=f"suite time limit {limit:g} s reached")
-                for implementation in implementations)
+            rows.extend(
+                Measurement.for_case(
+                    case, implementation, "skipped", reason=f"suite time limit {limit:g} s reached"
+                )
+                for implementation in implementations
+            )
         else:
+
             def step(implementation: str, case=case) -> None:
                 if progress is not None:
-                    progress.describe(f"{case.suite} {case.workload} {case.label} · "
-                                      f"{implementation}")
+                    progress.describe(
+                        f"{case.suite} {case.workload} {case.label} · {implementation}"
+                    )
 
             rows.extend(runner.run_case(case, step))
             ran += 1

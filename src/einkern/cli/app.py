@@ -27,20 +27,32 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=Parser, required=True)
 
     def program_args(p: argparse.ArgumentParser, many: bool = False) -> None:
-        p.add_argument("program", nargs="+" if many else None,
-                       help="a .ein, tensor (.tensor) or mapped-function (.mapped) file"
-                       + (" (several: each is run in turn)" if many else ""))
         p.add_argument(
-            "--extent", "-e", action="append", default=[], type=extent_arg,
-            metavar="NAME=VALUE", help="set an extent (repeatable)",
+            "program",
+            nargs="+" if many else None,
+            help="a .ein, tensor (.tensor) or mapped-function (.mapped) file"
+            + (" (several: each is run in turn)" if many else ""),
+        )
+        p.add_argument(
+            "--extent",
+            "-e",
+            action="append",
+            default=[],
+            type=extent_arg,
+            metavar="NAME=VALUE",
+            help="set an extent (repeatable)",
         )
 
-    check = sub.add_parser("check", help="parse, validate and describe a program "
-                           "('-' reads it from standard input)")
+    check = sub.add_parser(
+        "check", help="parse, validate and describe a program ('-' reads it from standard input)"
+    )
     program_args(check)
     check.add_argument("-v", "--verbose", action="store_true", help="also print isl domains")
-    check.add_argument("--dependences", action="store_true",
-                       help="list every dependence between statements (default: a summary)")
+    check.add_argument(
+        "--dependences",
+        action="store_true",
+        help="list every dependence between statements (default: a summary)",
+    )
 
     run = sub.add_parser("run", help="run programs on random inputs and time them")
     program_args(run, many=True)
@@ -53,18 +65,23 @@ def _parser() -> argparse.ArgumentParser:
     program_args(emit)
     emit.add_argument("--backend", "-b", default="auto", choices=["auto", "cpu", "cuda"])
     emit.add_argument(
-        "--resources", action="store_true",
+        "--resources",
+        action="store_true",
         help="(cuda) compile with NVRTC and print registers, shared memory and spills",
     )
     emit.add_argument("--arch", default=None, help="(cuda) target, e.g. sm_90 (default: device)")
     for p in (run, emit):
         p.add_argument(
-            "--mapping", default=None, metavar="FILE.json",
-            help="(cuda) mapping of statement 0, or {\"N\": mapping, ...} per statement",
+            "--mapping",
+            default=None,
+            metavar="FILE.json",
+            help='(cuda) mapping of statement 0, or {"N": mapping, ...} per statement',
         )
-    emit.add_argument("--explain", action="store_true",
-                      help="print each statement's mapping (cuda) or loop schedule (cpu) "
-                           "and why it was chosen")
+    emit.add_argument(
+        "--explain",
+        action="store_true",
+        help="print each statement's mapping (cuda) or loop schedule (cpu) and why it was chosen",
+    )
     from .bench import add_bench_parser
     from .tune import add_tune_parsers
 
@@ -157,8 +174,9 @@ def command_check(args) -> int:
     print(f"extents  {sizes or '(none)'}")
     inputs, outputs = set(program.inputs), set(program.outputs)
     for tensor in program.tensors:
-        role = [word for word, names in (("input", inputs), ("output", outputs))
-                if tensor.name in names]
+        role = [
+            word for word, names in (("input", inputs), ("output", outputs)) if tensor.name in names
+        ]
         print(
             f"tensor   {tensor.name}[{', '.join(tensor.shape)}] = {problem.shape(tensor.name)} "
             f"{tensor.dtype} {tensor.layout}-major  {' '.join(role) or 'unused'}"
@@ -209,8 +227,9 @@ def _print_dependences(found, every: bool) -> None:
         return
     counts = {kind: sum(d.kind == kind for d in found) for kind in ("flow", "anti", "output")}
     detail = ", ".join(f"{count} {kind}" for kind, count in counts.items() if count)
-    print(f"dependences: {len(found)}" + (f" ({detail}; --dependences lists them)"
-                                           if found else ""))
+    print(
+        f"dependences: {len(found)}" + (f" ({detail}; --dependences lists them)" if found else "")
+    )
 
 
 def command_run(args) -> int:
@@ -283,8 +302,9 @@ def command_emit(args) -> int:
 
     problem = load_problem(args)
     backend = get_backend(args.backend)
-    cuda_only = [flag for flag, on in (("--resources", args.resources),
-                                       ("--mapping", args.mapping)) if on]
+    cuda_only = [
+        flag for flag, on in (("--resources", args.resources), ("--mapping", args.mapping)) if on
+    ]
     if cuda_only and backend.name != "cuda":
         raise UsageError(f"{cuda_only[0]} needs --backend cuda")
     mappings = _mappings(args, problem)
@@ -327,8 +347,10 @@ def _explain_cpu(problem) -> None:
         print(f"//   loops: {describe_loops(decision.schedule)}")
         for reason in decision.reasons:
             print(f"//   why: {reason}")
-        print(f"//   cost model: about {seconds * 1e3:.3g} ms on {threads()} threads (it ranks "
-              "schedules for the tuner; it does not predict times closely)")
+        print(
+            f"//   cost model: about {seconds * 1e3:.3g} ms on {threads()} threads (it ranks "
+            "schedules for the tuner; it does not predict times closely)"
+        )
 
 
 def command_bench(args) -> int:
@@ -349,8 +371,14 @@ def command_db(args) -> int:
     return run_db(args)
 
 
-COMMANDS = {"check": command_check, "run": command_run, "emit": command_emit,
-            "bench": command_bench, "tune": command_tune, "db": command_db}
+COMMANDS = {
+    "check": command_check,
+    "run": command_run,
+    "emit": command_emit,
+    "bench": command_bench,
+    "tune": command_tune,
+    "db": command_db,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

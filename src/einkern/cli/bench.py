@@ -21,35 +21,70 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     from ..bench.registry import suite_names
 
     parser = subparsers.add_parser(
-        "bench", help="benchmark einkern against library peers on standard suites",
+        "bench",
+        help="benchmark einkern against library peers on standard suites",
         description="Run benchmark suites, check every result against a reference and "
-        "write results.json/csv/md and PNG figures.")
-    parser.add_argument("suites", nargs="*", metavar="SUITE",
-                        help=f"suites to run: all, {', '.join(suite_names())}")
-    parser.add_argument("--backend", "-b", default="auto", choices=["auto", "cpu", "cuda"],
-                        help="where to run (auto: cuda when a GPU is usable)")
-    parser.add_argument("--quick", action="store_true",
-                        help="small sizes (CI: the whole CPU run takes well under 2 minutes)")
-    parser.add_argument("--full", action="store_true",
-                        help="the GPU sizes on the CPU backend too (hours); without it the "
-                        "CPU backend runs the --quick sizes")
-    parser.add_argument("--tuned", action="store_true",
-                        help="compile with tune='cached' (the tuning database) where available")
-    parser.add_argument("--out", "-o", default="bench-out", metavar="DIR",
-                        help="output folder (default: bench-out)")
-    parser.add_argument("--runs", type=int, default=20,
-                        help="timed runs per row after warm-up, median reported (default 20)")
+        "write results.json/csv/md and PNG figures.",
+    )
+    parser.add_argument(
+        "suites", nargs="*", metavar="SUITE", help=f"suites to run: all, {', '.join(suite_names())}"
+    )
+    parser.add_argument(
+        "--backend",
+        "-b",
+        default="auto",
+        choices=["auto", "cpu", "cuda"],
+        help="where to run (auto: cuda when a GPU is usable)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes (CI: the whole CPU run takes well under 2 minutes)",
+    )
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="the GPU sizes on the CPU backend too (hours); without it the "
+        "CPU backend runs the --quick sizes",
+    )
+    parser.add_argument(
+        "--tuned",
+        action="store_true",
+        help="compile with tune='cached' (the tuning database) where available",
+    )
+    parser.add_argument(
+        "--out", "-o", default="bench-out", metavar="DIR", help="output folder (default: bench-out)"
+    )
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=20,
+        help="timed runs per row after warm-up, median reported (default 20)",
+    )
     parser.add_argument("--warmup", type=int, default=2, help="untimed runs first (default 2)")
-    parser.add_argument("--row-budget", type=float, default=30.0, metavar="SECONDS",
-                        help="most seconds of timed runs per row; slower rows get fewer "
-                        "runs (at least 3) and say so (default 30)")
-    parser.add_argument("--suite-timeout", type=_timeouts, default=(), metavar="LIMITS",
-                        help="skip a suite's remaining cases after this many seconds "
-                        "(recorded as skipped): SECONDS for every suite, or "
-                        "SUITE=SECONDS,... (e.g. gemm=180,ccsdt=150)")
-    parser.add_argument("--peers", default=None, metavar="NAMES",
-                        help="comma-separated peers to compare with (default: all of the "
-                        "backend's)")
+    parser.add_argument(
+        "--row-budget",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="most seconds of timed runs per row; slower rows get fewer "
+        "runs (at least 3) and say so (default 30)",
+    )
+    parser.add_argument(
+        "--suite-timeout",
+        type=_timeouts,
+        default=(),
+        metavar="LIMITS",
+        help="skip a suite's remaining cases after this many seconds "
+        "(recorded as skipped): SECONDS for every suite, or "
+        "SUITE=SECONDS,... (e.g. gemm=180,ccsdt=150)",
+    )
+    parser.add_argument(
+        "--peers",
+        default=None,
+        metavar="NAMES",
+        help="comma-separated peers to compare with (default: all of the backend's)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     parser.add_argument("--list", action="store_true", help="list suites and peers, then exit")
     parser.set_defaults(handler=command_bench)
@@ -65,7 +100,8 @@ def _timeouts(text: str) -> tuple[tuple[str, float], ...]:
             seconds = float(value)
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"expected SECONDS or SUITE=SECONDS, got {part!r}") from None
+                f"expected SECONDS or SUITE=SECONDS, got {part!r}"
+            ) from None
         if seconds < 0:
             raise argparse.ArgumentTypeError(f"a time limit cannot be negative: {part!r}")
         limits.append((name.strip() or "*", seconds))
@@ -95,20 +131,30 @@ def _options(args):
         peers = tuple(name.strip() for name in args.peers.split(",") if name.strip())
         unknown = [name for name in peers if name not in peer_names()]
         if unknown:
-            raise UsageError(f"unknown peer(s): {', '.join(unknown)}",
-                             hint=f"peers: {', '.join(peer_names())}")
+            raise UsageError(
+                f"unknown peer(s): {', '.join(unknown)}", hint=f"peers: {', '.join(peer_names())}"
+            )
     backend = args.backend
     if backend == "auto":
         backend = get_backend("auto").name
     quick = args.quick
     if backend == "cpu" and not quick and not args.full:
-        print("einkern bench: CPU backend, so the --quick sizes (pass --full for the GPU "
-              "sizes)", file=sys.stderr)
+        print(
+            "einkern bench: CPU backend, so the --quick sizes (pass --full for the GPU sizes)",
+            file=sys.stderr,
+        )
         quick = True
     return BenchOptions(
-        backend=backend, quick=quick, tuned=args.tuned, runs=args.runs,
-        warmup=args.warmup, row_budget_s=args.row_budget, suite_timeouts=args.suite_timeout,
-        seed=args.seed, peers=peers)
+        backend=backend,
+        quick=quick,
+        tuned=args.tuned,
+        runs=args.runs,
+        warmup=args.warmup,
+        row_budget_s=args.row_budget,
+        suite_timeouts=args.suite_timeout,
+        seed=args.seed,
+        peers=peers,
+    )
 
 
 def command_bench(args) -> int:
@@ -123,8 +169,11 @@ def command_bench(args) -> int:
     from ..bench.runner import run_suites
 
     if not args.suites:
-        raise UsageError("name at least one suite", hint="e.g. `einkern bench gemm --quick`, "
-                         "`einkern bench all`; `einkern bench --list` lists them")
+        raise UsageError(
+            "name at least one suite",
+            hint="e.g. `einkern bench gemm --quick`, "
+            "`einkern bench all`; `einkern bench --list` lists them",
+        )
     suites = resolve_suites(args.suites)
     options = _options(args)
     out = Path(args.out)
@@ -138,13 +187,17 @@ def command_bench(args) -> int:
     except ImportError as error:  # matplotlib missing: the numbers still stand
         print(f"figures not written: {error}", file=sys.stderr)
         figures = []
-    bad = [m for m in result.measurements if m.implementation == EINKERN
-           and (m.status == "failed" or m.error_ok is False)]
-    print(f"wrote {out}/results.json, results.csv, results.md and {len(figures)} figure(s)",
-          file=sys.stderr)
+    bad = [
+        m
+        for m in result.measurements
+        if m.implementation == EINKERN and (m.status == "failed" or m.error_ok is False)
+    ]
+    print(
+        f"wrote {out}/results.json, results.csv, results.md and {len(figures)} figure(s)",
+        file=sys.stderr,
+    )
     if bad:
-        print(f"{len(bad)} einkern row(s) failed or exceeded the error tolerance",
-              file=sys.stderr)
+        print(f"{len(bad)} einkern row(s) failed or exceeded the error tolerance", file=sys.stderr)
     sys.stderr.flush()
     print(table)
     return 1 if bad else 0

@@ -45,27 +45,56 @@ def add_tune_parsers(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``tune`` and ``db`` sub-commands."""
     tune = subparsers.add_parser("tune", help="autotune a program's kernels")
     tune.add_argument("program", help="a .ein, tensor or mapped-function file")
-    tune.add_argument("--extent", "-e", action="append", default=[], type=extent_arg,
-                      metavar="NAME=VALUE", help="set an extent (repeatable)")
+    tune.add_argument(
+        "--extent",
+        "-e",
+        action="append",
+        default=[],
+        type=extent_arg,
+        metavar="NAME=VALUE",
+        help="set an extent (repeatable)",
+    )
     tune.add_argument("--backend", "-b", default="auto", choices=["auto", "cpu", "cuda"])
     tune.add_argument("--strategy", "-s", default=DEFAULT_STRATEGY, choices=strategy_names())
     limit = tune.add_mutually_exclusive_group()
-    limit.add_argument("--budget", "-n", type=_positive(int), metavar="N",
-                       help=f"variants per statement (default {DEFAULT_BUDGET})")
-    limit.add_argument("--time", "-t", type=_positive(float), metavar="SECONDS",
-                       help="wall time per statement")
+    limit.add_argument(
+        "--budget",
+        "-n",
+        type=_positive(int),
+        metavar="N",
+        help=f"variants per statement (default {DEFAULT_BUDGET})",
+    )
+    limit.add_argument(
+        "--time", "-t", type=_positive(float), metavar="SECONDS", help="wall time per statement"
+    )
     tune.add_argument("--db", metavar="PATH", help=f"tuning database (default {default_path()})")
     tune.add_argument("--seed", type=int, default=0, help="random seed of the search")
-    tune.add_argument("--statement", type=int, action="append", metavar="N",
-                      help="tune only statement N (repeatable; default all)")
+    tune.add_argument(
+        "--statement",
+        type=int,
+        action="append",
+        metavar="N",
+        help="tune only statement N (repeatable; default all)",
+    )
     tune.add_argument("--explain", action="store_true", help="print the best configurations")
-    tune.add_argument("--simulate", metavar="PATH",
-                      help="replay the timings recorded in this database (no device needed)")
+    tune.add_argument(
+        "--simulate",
+        metavar="PATH",
+        help="replay the timings recorded in this database (no device needed)",
+    )
     tune.add_argument("--workers", type=_positive(int), help="compile threads")
-    tune.add_argument("--timeout", type=_positive(float), default=DEFAULT_TIMEOUT_S,
-                      help="seconds allowed to measure one variant")
-    tune.add_argument("--repeats", type=_positive(int), default=DEFAULT_REPEATS,
-                      help="timed runs per variant (at least 10)")
+    tune.add_argument(
+        "--timeout",
+        type=_positive(float),
+        default=DEFAULT_TIMEOUT_S,
+        help="seconds allowed to measure one variant",
+    )
+    tune.add_argument(
+        "--repeats",
+        type=_positive(int),
+        default=DEFAULT_REPEATS,
+        help="timed runs per variant (at least 10)",
+    )
 
     db = subparsers.add_parser("db", help="inspect and manage the tuning database")
     actions = db.add_subparsers(dest="db_command", required=True)
@@ -83,10 +112,14 @@ def add_tune_parsers(subparsers: argparse._SubParsersAction) -> None:
     prune.add_argument("path", nargs="?", help="database (default: --db, else the default)")
     prune.add_argument("--db", metavar="PATH")
     prune.add_argument("--failed", action="store_true", help="delete failed variants")
-    prune.add_argument("--stale", action="store_true",
-                       help="delete records of other einkern versions")
-    prune.add_argument("--keep-best", action="store_true",
-                       help="keep only each problem's best and default variants")
+    prune.add_argument(
+        "--stale", action="store_true", help="delete records of other einkern versions"
+    )
+    prune.add_argument(
+        "--keep-best",
+        action="store_true",
+        help="keep only each problem's best and default variants",
+    )
 
 
 def _positions(args: argparse.Namespace, problem) -> tuple[int, ...]:
@@ -113,29 +146,39 @@ def command_tune(args: argparse.Namespace) -> int:
 
     problem = load_problem(args)
     positions = _positions(args, problem)
-    evaluations = args.budget if args.budget is not None else (
-        None if args.time is not None else DEFAULT_BUDGET)
-    options = TuneOptions(strategy=args.strategy, budget=Budget(evaluations, args.time),
-                          seed=args.seed, workers=args.workers, timeout=args.timeout,
-                          repeats=args.repeats)
+    evaluations = (
+        args.budget
+        if args.budget is not None
+        else (None if args.time is not None else DEFAULT_BUDGET)
+    )
+    options = TuneOptions(
+        strategy=args.strategy,
+        budget=Budget(evaluations, args.time),
+        seed=args.seed,
+        workers=args.workers,
+        timeout=args.timeout,
+        repeats=args.repeats,
+    )
     backend = _backend_name(args.backend)
     display = ProgressDisplay(problem, positions)
     if args.simulate:
         with TuningDB(args.simulate, create=False) as db, display:
-            results, best_recorded, rules = _simulate(db, backend, problem, positions,
-                                                      options, display)
-        print_results(problem, results, simulated=best_recorded, explain=args.explain,
-                      rules=rules)
+            results, best_recorded, rules = _simulate(
+                db, backend, problem, positions, options, display
+            )
+        print_results(problem, results, simulated=best_recorded, explain=args.explain, rules=rules)
         return 0
     try:
         target = get_target(backend)
     except ImportError as error:
-        raise BackendError(f"the {backend} backend cannot be tuned here: {error}",
-                           hint="try --backend cpu") from error
+        raise BackendError(
+            f"the {backend} backend cannot be tuned here: {error}", hint="try --backend cpu"
+        ) from error
     with TuningDB(args.db, create=True) as db:
         with display:
-            results = tune_problem(target, problem, options, db, display.update,
-                                   _tasks(problem, positions))
+            results = tune_problem(
+                target, problem, options, db, display.update, _tasks(problem, positions)
+            )
         rules = None
         if args.explain and isinstance(target, ExplainsDefault):
             rules = [target.explain_default(task) for task in _tasks(problem, positions)]
@@ -167,13 +210,26 @@ def _simulate(db: TuningDB, backend: str, problem, positions, options, display):
         pass
     results, best = [], []
     for task, (target, recorded) in zip(
-            tasks, simulated_targets(db, backend, base, tasks), strict=True):
+        tasks, simulated_targets(db, backend, base, tasks), strict=True
+    ):
         with Evaluator(target, workers=1, isolate=False) as evaluator:
-            results.append(tune_task(target, task, evaluator, options,
-                                     MemoryStore(), display.update, recorded.identity))
+            results.append(
+                tune_task(
+                    target,
+                    task,
+                    evaluator,
+                    options,
+                    MemoryStore(),
+                    display.update,
+                    recorded.identity,
+                )
+            )
         best.append(pick_best(r for r in recorded.records if r.ok))
-    rules = [base.explain_default(task) for task in tasks] \
-        if isinstance(base, ExplainsDefault) else None
+    rules = (
+        [base.explain_default(task) for task in tasks]
+        if isinstance(base, ExplainsDefault)
+        else None
+    )
     return tuple(results), tuple(best), rules
 
 
@@ -209,24 +265,35 @@ def command_db(args: argparse.Namespace) -> int:
     if not (failed or stale or args.keep_best):
         failed = stale = True
     with TuningDB(path, create=False) as db:
-        deleted = db.prune(failed=failed, stale_version=einkern_version() if stale else None,
-                           keep_best_only=args.keep_best)
+        deleted = db.prune(
+            failed=failed,
+            stale_version=einkern_version() if stale else None,
+            keep_best_only=args.keep_best,
+        )
         print(f"deleted {deleted} records from {db.path}")
     return 0
 
 
-def _write_wisdom(path: str, records: Sequence[TuningRecord],
-                  verdicts: Sequence[Verdict] = ()) -> None:
-    text = json.dumps({"format": WISDOM_FORMAT, "version": WISDOM_VERSION,
-                       "records": [record.to_json() for record in records],
-                       "verdicts": [verdict.to_json() for verdict in verdicts]}, indent=1)
+def _write_wisdom(
+    path: str, records: Sequence[TuningRecord], verdicts: Sequence[Verdict] = ()
+) -> None:
+    text = json.dumps(
+        {
+            "format": WISDOM_FORMAT,
+            "version": WISDOM_VERSION,
+            "records": [record.to_json() for record in records],
+            "verdicts": [verdict.to_json() for verdict in verdicts],
+        },
+        indent=1,
+    )
     if path == "-":
         sys.stdout.write(text + "\n")
         return
     target = Path(path)
     try:
-        descriptor, temporary = tempfile.mkstemp(dir=target.parent or ".",
-                                                 prefix=f".{target.name}.", suffix=".tmp")
+        descriptor, temporary = tempfile.mkstemp(
+            dir=target.parent or ".", prefix=f".{target.name}.", suffix=".tmp"
+        )
         with os.fdopen(descriptor, "w", encoding="utf-8") as file:
             file.write(text + "\n")
         os.replace(temporary, target)
@@ -246,8 +313,10 @@ def _read_wisdom(path: str) -> tuple[list[TuningRecord], list[Verdict]]:
     if not isinstance(data, dict) or data.get("format") != WISDOM_FORMAT:
         raise UsageError(f"{path} is not an einkern wisdom file")
     if not isinstance(data.get("version"), int) or data["version"] > WISDOM_VERSION:
-        raise UsageError(f"{path} has wisdom format version {data.get('version')!r}; "
-                         f"this einkern reads up to {WISDOM_VERSION}")
+        raise UsageError(
+            f"{path} has wisdom format version {data.get('version')!r}; "
+            f"this einkern reads up to {WISDOM_VERSION}"
+        )
     records = []
     for number, item in enumerate(data.get("records", [])):
         try:

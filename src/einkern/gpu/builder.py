@@ -90,8 +90,9 @@ class KernelBuilder:
     access text)`` → :class:`StagedArray`) and the counter behind :meth:`fresh`.
     """
 
-    def __init__(self, task: Task, mapping: Mapping, name: str, dtype: str,
-                 index_type: str, preload: int):
+    def __init__(
+        self, task: Task, mapping: Mapping, name: str, dtype: str, index_type: str, preload: int
+    ):
         self.task = task
         self.problem = task.problem
         self.program = task.problem.program

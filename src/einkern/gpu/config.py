@@ -63,13 +63,18 @@ class StagingConfig:
 
     def __post_init__(self) -> None:
         _require(self.stage in STAGES, f"staging stage {self.stage!r} (use {', '.join(STAGES)})")
-        _require(_is_int(self.k_step) and self.k_step >= 1,
-                 f"staging k_step {self.k_step!r} (a positive integer)")
+        _require(
+            _is_int(self.k_step) and self.k_step >= 1,
+            f"staging k_step {self.k_step!r} (a positive integer)",
+        )
         _require(isinstance(self.prefetch, bool), f"staging prefetch {self.prefetch!r} (a bool)")
-        _require(_is_int(self.padding) and self.padding >= 0,
-                 f"staging padding {self.padding!r} (an integer >= 0)")
-        _require(self.layout in LAYOUTS,
-                 f"staging layout {self.layout!r} (use {', '.join(LAYOUTS)})")
+        _require(
+            _is_int(self.padding) and self.padding >= 0,
+            f"staging padding {self.padding!r} (an integer >= 0)",
+        )
+        _require(
+            self.layout in LAYOUTS, f"staging layout {self.layout!r} (use {', '.join(LAYOUTS)})"
+        )
 
     @property
     def staged(self) -> bool:
@@ -83,8 +88,9 @@ class StagingConfig:
     def from_json(cls, data: Any) -> StagingConfig:
         """Inverse of :meth:`to_json` (ValueError/TypeError when malformed)."""
         if not isinstance(data, list | tuple) or len(data) != 5:
-            raise TypeError(f"staging must be [stage, k_step, prefetch, padding, layout], "
-                            f"got {data!r}")
+            raise TypeError(
+                f"staging must be [stage, k_step, prefetch, padding, layout], got {data!r}"
+            )
         return cls(*data)
 
 
@@ -108,24 +114,36 @@ class CudaConfig:
     preload: bool | None = None
 
     def __post_init__(self) -> None:
-        _require(isinstance(self.x, str) and isinstance(self.y, str),
-                 f"x and y are index names, got {self.x!r} and {self.y!r}")
+        _require(
+            isinstance(self.x, str) and isinstance(self.y, str),
+            f"x and y are index names, got {self.x!r} and {self.y!r}",
+        )
         for name, count in (("block", 2), ("regs", 3)):
             value = getattr(self, name)
-            _require(isinstance(value, tuple) and len(value) == count
-                     and all(_is_int(v) and v >= 0 for v in value),
-                     f"{name} must be {count} integers >= 0, got {value!r}")
-        _require(self.assign in ASSIGNMENTS,
-                 f"assign {self.assign!r} (use {', '.join(ASSIGNMENTS)})")
+            _require(
+                isinstance(value, tuple)
+                and len(value) == count
+                and all(_is_int(v) and v >= 0 for v in value),
+                f"{name} must be {count} integers >= 0, got {value!r}",
+            )
+        _require(
+            self.assign in ASSIGNMENTS, f"assign {self.assign!r} (use {', '.join(ASSIGNMENTS)})"
+        )
         _require(isinstance(self.staging, StagingConfig), f"staging {self.staging!r}")
-        _require(_is_int(self.unroll) and self.unroll in (1, -1),
-                 f"unroll {self.unroll!r} (1 or -1)")
-        _require(self.boundary in BOUNDARIES,
-                 f"boundary {self.boundary!r} (use {', '.join(BOUNDARIES)})")
-        _require(self.spread is None or (_is_int(self.spread) and self.spread >= 0),
-                 f"spread {self.spread!r} (an integer >= 0)")
-        _require(self.preload is None or isinstance(self.preload, bool),
-                 f"preload {self.preload!r} (a bool)")
+        _require(
+            _is_int(self.unroll) and self.unroll in (1, -1), f"unroll {self.unroll!r} (1 or -1)"
+        )
+        _require(
+            self.boundary in BOUNDARIES, f"boundary {self.boundary!r} (use {', '.join(BOUNDARIES)})"
+        )
+        _require(
+            self.spread is None or (_is_int(self.spread) and self.spread >= 0),
+            f"spread {self.spread!r} (an integer >= 0)",
+        )
+        _require(
+            self.preload is None or isinstance(self.preload, bool),
+            f"preload {self.preload!r} (a bool)",
+        )
 
     # -- named values (what the tuner's search space lists) -------------------
 
@@ -184,6 +202,7 @@ def parse_config(data: Any, source: str = "configuration") -> CudaConfig:
         return CudaConfig.from_json(data)
     except (KeyError, TypeError, ValueError) as error:
         detail = f"missing {error}" if isinstance(error, KeyError) else str(error)
-        raise MappingError(f"{source}: not a mapping configuration ({detail})",
-                           hint="see `einkern emit PROGRAM --explain`") from None
-
+        raise MappingError(
+            f"{source}: not a mapping configuration ({detail})",
+            hint="see `einkern emit PROGRAM --explain`",
+        ) from None

@@ -115,6 +115,7 @@ def mangle(prefix: str, name: str) -> str:
         return f"{prefix}_{name}"
     return f"{prefix}q_{name.encode().hex()}"
 
+
 # ---- literals and types ------------------------------------------------------
 
 

@@ -115,12 +115,14 @@ def start_config(task: Task) -> CudaConfig:
     statement = task.statement
     if not statement.parallel_indices:
         return SCALAR_CONFIG
-    return replace(SCALAR_CONFIG, spread=0 if spreads(statement) else None,
-                   preload=False if preload_applies(statement) else None)
+    return replace(
+        SCALAR_CONFIG,
+        spread=0 if spreads(statement) else None,
+        preload=False if preload_applies(statement) else None,
+    )
 
 
-def explain(task: Task, limits: DeviceLimits = H100,
-            rules: tuple[Rule, ...] = RULES) -> Decision:
+def explain(task: Task, limits: DeviceLimits = H100, rules: tuple[Rule, ...] = RULES) -> Decision:
     """Apply ``rules`` in order; the configuration and the (rule, reason) pairs."""
     facts = Facts(task, limits)
     config = start_config(task)

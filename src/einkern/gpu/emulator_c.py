@@ -189,8 +189,7 @@ class EmulationText(CText):
     def element(self, info: ArrayInfo, index: str, access: str) -> str:
         site, base = self._site(info, access)
         return (
-            f"(*{PREFIX}at_{SUFFIX[info.ctype]}({base}, {index}, {info.size}LL, "
-            f"{site}, {PREFIX}c))"
+            f"(*{PREFIX}at_{SUFFIX[info.ctype]}({base}, {index}, {info.size}LL, {site}, {PREFIX}c))"
         )
 
     def lane(self, vector: str, lane: int) -> str:

@@ -33,7 +33,9 @@ from ..semantics import C_TYPE, ITEMSIZE
 
 #: Bytes of each C type a kernel declares (the floating ones from the table of meaning).
 ELEMENT_BYTES: dict[str, int] = {
-    **{C_TYPE[d]: ITEMSIZE[d] for d in C_TYPE}, "int": 4, "long long": 8,
+    **{C_TYPE[d]: ITEMSIZE[d] for d in C_TYPE},
+    "int": 4,
+    "long long": 8,
 }
 
 
@@ -274,10 +276,21 @@ def without_barriers(kernel: Kernel) -> Kernel:
             if isinstance(section, Barrier):
                 continue
             if isinstance(section, Uniform):
-                section = Uniform(section.var, section.start, section.stop, section.step,
-                                  strip(section.body))
+                section = Uniform(
+                    section.var, section.start, section.stop, section.step, strip(section.body)
+                )
             out.append(section)
         return tuple(out)
 
-    return Kernel(kernel.name, kernel.params, kernel.threads, kernel.blocks, kernel.thread_vars,
-                  kernel.shared, strip(kernel.body), kernel.index_type, kernel.comment, kernel.meta)
+    return Kernel(
+        kernel.name,
+        kernel.params,
+        kernel.threads,
+        kernel.blocks,
+        kernel.thread_vars,
+        kernel.shared,
+        strip(kernel.body),
+        kernel.index_type,
+        kernel.comment,
+        kernel.meta,
+    )

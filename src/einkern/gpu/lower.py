@@ -55,8 +55,9 @@ def compute_dtype(task: Task) -> str:
     """The dtype the task's statement computes in (:func:`einkern.semantics.compute_dtype`)."""
     statement = task.statement
     dtype = task.program.tensor
-    return semantics.compute_dtype(dtype(statement.output.tensor).dtype,
-                                   [dtype(a.tensor).dtype for a in statement.reads()])
+    return semantics.compute_dtype(
+        dtype(statement.output.tensor).dtype, [dtype(a.tensor).dtype for a in statement.reads()]
+    )
 
 
 def preload_sign(statement) -> int:
@@ -93,8 +94,9 @@ def new_builder(task: Task, mapping: Mapping, name: str) -> KernelBuilder:
     """A :class:`~.builder.KernelBuilder` for ``task`` under ``mapping`` (unchecked:
     :func:`lower` checks the mapping first)."""
     preload = preload_sign(task.statement) if mapping.preload_output else 0
-    return KernelBuilder(task, mapping, name, compute_dtype(task), index_type(task.problem),
-                         preload)
+    return KernelBuilder(
+        task, mapping, name, compute_dtype(task), index_type(task.problem), preload
+    )
 
 
 def build_kernel(builder: KernelBuilder) -> kir.Kernel:
@@ -109,11 +111,15 @@ def build_kernel(builder: KernelBuilder) -> kir.Kernel:
     params = []
     for tensor in builder.program.tensors:
         if tensor.name in tensors:
-            params.append(kir.Param(
-                f"p_{tensor.name}", CTYPE[tensor.dtype], True,
-                builder.problem.numel(tensor.name),
-                readonly=tensor.name != statement.output.tensor,
-            ))
+            params.append(
+                kir.Param(
+                    f"p_{tensor.name}",
+                    CTYPE[tensor.dtype],
+                    True,
+                    builder.problem.numel(tensor.name),
+                    readonly=tensor.name != statement.output.tensor,
+                )
+            )
     for scalar in builder.program.scalars:
         params.append(kir.Param(f"s_{scalar.name}", "double", False))
     return kir.Kernel(
@@ -179,8 +185,7 @@ def value(b: KernelBuilder, expr, ctx: Context, group: int | None = None) -> kir
     if isinstance(expr, Neg):
         return kir.Neg(value(b, expr.operand, ctx, group))
     if isinstance(expr, Binary):
-        return kir.Op(expr.op, value(b, expr.left, ctx, group),
-                      value(b, expr.right, ctx, group))
+        return kir.Op(expr.op, value(b, expr.left, ctx, group), value(b, expr.right, ctx, group))
     if isinstance(expr, Call):
         args = tuple(value(b, a, ctx, group) for a in expr.args)
         if expr.func in ("max", "min"):  # the printers' NaN-propagating max/min
@@ -256,8 +261,9 @@ def accumulate(b: KernelBuilder, number: int, group: Group, ctx: Context) -> lis
         for r, slot in enumerate(b.slots):
             slot_ctx = b.slot_context(slot, ctx)
             term_value = value(b, term, slot_ctx, number)
-            ctx.statements.append(kir.Store(f"acc{number}", E.const(r), term_value,
-                                            "+=" if add else "-="))
+            ctx.statements.append(
+                kir.Store(f"acc{number}", E.const(r), term_value, "+=" if add else "-=")
+            )
     return ctx.statements
 
 
@@ -278,8 +284,9 @@ def serial_group(b: KernelBuilder, number: int, group: Group) -> list[kir.Stmt]:
     body: tuple[kir.Stmt, ...] = tuple(accumulate(b, number, group, ctx))
     for depth, index in enumerate(reversed(indices)):
         unroll = b.mapping.unroll if depth == 0 and b.mapping.unroll > 1 else 0
-        body = (kir.For(loop_vars[index], E.const(0), E.const(b.size(index)), 1, body,
-                        unroll=unroll),)
+        body = (
+            kir.For(loop_vars[index], E.const(0), E.const(b.size(index)), 1, body, unroll=unroll),
+        )
     return [kir.Comment(f"reduction over {', '.join(indices)}"), *body]
 
 
@@ -298,7 +305,8 @@ def epilogue(b: KernelBuilder) -> list[kir.Stmt]:
         ctx.local["__slot__"] = E.const(r)
         conditions = [
             E.less(ctx.coords[d], E.const(b.size(d)))
-            for d in b.parallel if b.ragged(d) and b.mapping.boundary != "exact"
+            for d in b.parallel
+            if b.ragged(d) and b.mapping.boundary != "exact"
         ]
         # Elementwise reads at ragged edges may be out of range: always guard them
         # (redirect clamps them instead).
@@ -307,23 +315,28 @@ def epilogue(b: KernelBuilder) -> list[kir.Stmt]:
             op = "="
         else:
             result = value(b, b.reduction.epilogue, ctx)
-        offset = E.linear([(ctx.coords[d], s) for d, s in zip(out.indices, strides,
-                                                                strict=True)])
+        offset = E.linear([(ctx.coords[d], s) for d, s in zip(out.indices, strides, strict=True)])
         store = kir.Store(f"p_{out.tensor}", offset, result, op)
         condition = E.conj(conditions)
         block = (*ctx.statements, store)
-        statements.append(block[0] if len(block) == 1 and condition is None else
-                          kir.If(condition or kir.Int(1), tuple(block)))
+        statements.append(
+            block[0]
+            if len(block) == 1 and condition is None
+            else kir.If(condition or kir.Int(1), tuple(block))
+        )
     return statements
 
 
-def lower(task: Task, mapping: Mapping, name: str | None = None,
-          max_shared_bytes: int = 48 * 1024) -> kir.Kernel:
+def lower(
+    task: Task, mapping: Mapping, name: str | None = None, max_shared_bytes: int = 48 * 1024
+) -> kir.Kernel:
     """Kernel IR for ``task`` (one statement) under ``mapping`` (validated first)."""
     problems = check_mapping(task, mapping, max_shared_bytes)
     if mapping.boundary == "pad":
-        problems.append("boundary 'pad' is planned as copies around an exact kernel: "
-                        "use einkern.gpu.plan.plan_task")
+        problems.append(
+            "boundary 'pad' is planned as copies around an exact kernel: "
+            "use einkern.gpu.plan.plan_task"
+        )
     if problems:
         raise MappingError(
             f"mapping does not fit statement S{task.position}: " + "; ".join(problems),
@@ -332,8 +345,9 @@ def lower(task: Task, mapping: Mapping, name: str | None = None,
     return build_kernel(new_builder(task, mapping, name or f"einkern_s{task.position}"))
 
 
-def check_mapping(task: Task, mapping: Mapping, max_shared_bytes: int | None = None,
-                  limits: DeviceLimits = H100) -> list[str]:
+def check_mapping(
+    task: Task, mapping: Mapping, max_shared_bytes: int | None = None, limits: DeviceLimits = H100
+) -> list[str]:
     """Every reason why ``mapping`` cannot be lowered for this statement on a device
     with ``limits`` (empty: fine).  ``max_shared_bytes`` is the shared memory a block
     may use (default: ``limits.shared_per_block``, the amount without opt-in)."""
@@ -351,17 +365,23 @@ def check_mapping(task: Task, mapping: Mapping, max_shared_bytes: int | None = N
             problems.append(f"{tile.index!r} listed twice")
         seen.add(tile.index)
         if tile.tile < 1 or tile.threads < 1 or tile.tile % tile.threads:
-            problems.append(f"{tile.index}: tile {tile.tile} is not a multiple of "
-                            f"threads {tile.threads}")
+            problems.append(
+                f"{tile.index}: tile {tile.tile} is not a multiple of threads {tile.threads}"
+            )
         elif tile.chunk < 1 or (tile.cyclic and tile.per_thread % tile.chunk):
-            problems.append(f"{tile.index}: runs of {tile.chunk} do not divide the "
-                            f"{tile.per_thread} elements per thread")
+            problems.append(
+                f"{tile.index}: runs of {tile.chunk} do not divide the "
+                f"{tile.per_thread} elements per thread"
+            )
     if not 1 <= mapping.threads <= limits.max_threads_per_block:
-        problems.append(f"{mapping.threads} threads per block "
-                        f"(limit {limits.max_threads_per_block})")
+        problems.append(
+            f"{mapping.threads} threads per block (limit {limits.max_threads_per_block})"
+        )
     if mapping.register_tile > limits.max_register_tile:
-        problems.append(f"register tile of {mapping.register_tile} outputs per thread "
-                        f"(max {limits.max_register_tile})")
+        problems.append(
+            f"register tile of {mapping.register_tile} outputs per thread "
+            f"(max {limits.max_register_tile})"
+        )
     for index in mapping.grid_order:
         if index not in parallel:
             problems.append(f"grid order names {index!r}, not an output index")
@@ -372,24 +392,31 @@ def check_mapping(task: Task, mapping: Mapping, max_shared_bytes: int | None = N
         if index not in reductions or step < 1:
             problems.append(f"k-step {index}={step} is not valid")
     if mapping.preload_output and not preload_applies(statement):
-        problems.append("preload_output needs an update (+= or -=) of one sum that does "
-                        "not read its own output")
+        problems.append(
+            "preload_output needs an update (+= or -=) of one sum that does not read its own output"
+        )
     if mapping.boundary not in BOUNDARY_POLICIES:
-        problems.append(f"boundary policy {mapping.boundary!r} "
-                        f"(use {', '.join(BOUNDARY_POLICIES)})")
+        problems.append(
+            f"boundary policy {mapping.boundary!r} (use {', '.join(BOUNDARY_POLICIES)})"
+        )
     if mapping.unroll < 1:
         problems.append("unroll must be at least 1")
     if not 0 <= mapping.min_blocks <= limits.max_blocks_per_sm:
-        problems.append(f"min_blocks {mapping.min_blocks} "
-                        f"(0 to {limits.max_blocks_per_sm} blocks per SM)")
+        problems.append(
+            f"min_blocks {mapping.min_blocks} (0 to {limits.max_blocks_per_sm} blocks per SM)"
+        )
     elif mapping.min_blocks * mapping.threads > limits.max_threads_per_sm:
-        problems.append(f"{mapping.min_blocks} blocks of {mapping.threads} threads exceed "
-                        f"{limits.max_threads_per_sm} threads per SM")
+        problems.append(
+            f"{mapping.min_blocks} blocks of {mapping.threads} threads exceed "
+            f"{limits.max_threads_per_sm} threads per SM"
+        )
     if mapping.boundary == "exact":
         for tile in mapping.parallel:
             if tile.index in parallel and problem.index_size(statement, tile.index) % tile.tile:
-                problems.append(f"boundary 'exact' but tile {tile.tile} does not divide "
-                                f"{tile.index} = {problem.index_size(statement, tile.index)}")
+                problems.append(
+                    f"boundary 'exact' but tile {tile.tile} does not divide "
+                    f"{tile.index} = {problem.index_size(statement, tile.index)}"
+                )
     blocks = math.prod(
         math.ceil(problem.index_size(statement, d) / mapping.tile_of(d).tile) for d in parallel
     )

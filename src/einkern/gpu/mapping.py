@@ -175,8 +175,10 @@ class Mapping:
 
     def describe(self) -> str:
         """One line per decision, for ``--explain``."""
-        lines = [f"strategy {self.strategy}: {self.threads} threads/block, "
-                 f"{self.register_tile} outputs/thread"]
+        lines = [
+            f"strategy {self.strategy}: {self.threads} threads/block, "
+            f"{self.register_tile} outputs/thread"
+        ]
         for tile in self.parallel:
             how = "cyclic" if tile.cyclic else "adjacent"
             if tile.cyclic and tile.chunk > 1:

@@ -32,8 +32,9 @@ from .normalize import reduction_of
 from .space import products_per_output
 
 
-def occupancy(mapping: Mapping, registers: int, shared_bytes: int,
-              limits: DeviceLimits = H100) -> int:
+def occupancy(
+    mapping: Mapping, registers: int, shared_bytes: int, limits: DeviceLimits = H100
+) -> int:
     """Resident blocks per SM."""
     threads = mapping.threads
     by_threads = limits.max_threads_per_sm // max(threads, 1)
@@ -51,16 +52,16 @@ def estimated_registers(task: Task, mapping: Mapping) -> int:
     return min(255, words * (groups * tile + operands + prefetch) + 24)
 
 
-def predicted_time(task: Task, mapping: Mapping,
-                   limits: DeviceLimits = H100) -> float:
+def predicted_time(task: Task, mapping: Mapping, limits: DeviceLimits = H100) -> float:
     """Predicted seconds for ``task`` under ``mapping``."""
     problem = task.problem
     statement = task.statement
     dtype = compute_dtype(task)
     itemsize = 8 if dtype == "float64" else 4
     sizes = {i: problem.index_size(statement, i) for i in statement.indices}
-    blocks = math.prod(math.ceil(sizes[d] / mapping.tile_of(d).tile)
-                       for d in statement.parallel_indices)
+    blocks = math.prod(
+        math.ceil(sizes[d] / mapping.tile_of(d).tile) for d in statement.parallel_indices
+    )
     outputs = math.prod(sizes[d] for d in statement.parallel_indices)
     padded = blocks * math.prod(mapping.tile_of(d).tile for d in statement.parallel_indices)
 
@@ -79,12 +80,21 @@ def predicted_time(task: Task, mapping: Mapping,
         k = math.prod(sizes[i] for i in group.indices)
         for access in group.accesses():
             tensor_bytes = problem.nbytes(access.tensor)
-            lines, waste = (1, 1.0) if str(access) in staged else warp_footprint(
-                problem, statement, mapping, access)
+            lines, waste = (
+                (1, 1.0)
+                if str(access) in staged
+                else warp_footprint(problem, statement, mapping, access)
+            )
             compulsory += tensor_bytes * (waste if tensor_bytes > limits.l2_bytes / 2 else 1.0)
-            wavefronts += k * (lines - 1) * math.prod(
-                mapping.tile_of(i).per_thread for i in set(access.indices)
-                if i in statement.parallel_indices)
+            wavefronts += (
+                k
+                * (lines - 1)
+                * math.prod(
+                    mapping.tile_of(i).per_thread
+                    for i in set(access.indices)
+                    if i in statement.parallel_indices
+                )
+            )
             footprint = itemsize * math.prod(
                 mapping.tile_of(i).tile if i in statement.parallel_indices else sizes[i]
                 for i in set(access.indices)
@@ -93,10 +103,13 @@ def predicted_time(task: Task, mapping: Mapping,
             if tensor_bytes > limits.l2_bytes / 2:
                 reread += max(0.0, traffic - tensor_bytes) * 0.25
     if mapping.boundary == "pad" and any(
-            sizes[d] % mapping.tile_of(d).tile for d in statement.parallel_indices):
+        sizes[d] % mapping.tile_of(d).tile for d in statement.parallel_indices
+    ):
         # pad and crop copies: every tensor read once more and written padded
-        compulsory += 2 * (output_bytes * output_passes + sum(
-            problem.nbytes(a.tensor) for g in groups for a in g.accesses()))
+        compulsory += 2 * (
+            output_bytes * output_passes
+            + sum(problem.nbytes(a.tensor) for g in groups for a in g.accesses())
+        )
     dram = (compulsory + reread) / limits.dram_bandwidth
 
     # Load instructions after register reuse (shared/L1 throughput: 32 lanes per clock).
@@ -109,9 +122,9 @@ def predicted_time(task: Task, mapping: Mapping,
             # a staged operand's runs of adjacent elements are single vector loads
             staged_runs = str(access) in staged
             loads_per_point += k * math.prod(
-                mapping.tile_of(i).per_thread // (mapping.tile_of(i).chunk
-                                                  if staged_runs else 1)
-                for i in set(access.indices) if i in statement.parallel_indices
+                mapping.tile_of(i).per_thread // (mapping.tile_of(i).chunk if staged_runs else 1)
+                for i in set(access.indices)
+                if i in statement.parallel_indices
             )
     threads_total = padded / max(1, mapping.register_tile)
     load_instructions = threads_total * (loads_per_point + wavefronts) / 32
@@ -174,8 +187,9 @@ def warp_footprint(problem: Problem, statement, mapping: Mapping, access) -> tup
             elements.add(offset)
             continue
         # the thread's elements relative to its first (the same for every thread)
-        elements.update(offset + along.local(0, step) - along.local(0, 0)
-                        for step in range(along.per_thread))
+        elements.update(
+            offset + along.local(0, step) - along.local(0, 0) for step in range(along.per_thread)
+        )
     lines = len({o * itemsize // 128 for o in offsets})
     sectors = len({e * itemsize // 32 for e in elements})
     return max(1, lines), max(1.0, sectors * 32 / (len(elements) * itemsize))

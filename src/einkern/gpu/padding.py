@@ -34,8 +34,10 @@ def pad_multiples(task: Task, mapping: Mapping) -> dict[str, int]:
     statement = task.statement
     multiples: dict[str, int] = {}
     staged_groups = {
-        i for g in reduction_of(statement).groups
-        if any(mapping.staging_of(str(a)) for a in g.accesses()) for i in g.indices
+        i
+        for g in reduction_of(statement).groups
+        if any(mapping.staging_of(str(a)) for a in g.accesses())
+        for i in g.indices
     }
     for index in statement.indices:
         extent = statement.extent_of(index)
@@ -70,8 +72,9 @@ def _tie_extents(problem: Problem, statement, multiples: dict[str, int]) -> dict
     for access in (statement.output, *statement.reads()):
         shape = problem.program.tensor(access.tensor).shape
         for index, extent in zip(access.indices, shape, strict=True):
-            group = tied.get(extent, {extent}) | tied.get(statement.extent_of(index),
-                                                          {statement.extent_of(index)})
+            group = tied.get(extent, {extent}) | tied.get(
+                statement.extent_of(index), {statement.extent_of(index)}
+            )
             for member in group:
                 tied[member] = group
     for extent in list(multiples):
@@ -98,8 +101,11 @@ def padding_problems(task: Task, mapping: Mapping) -> list[str]:
     """Why ``pad`` cannot be used here (empty: it can)."""
     problem = task.problem
     multiples = pad_multiples(task, mapping)
-    problems = [f"literal extent {e} cannot be padded" for e, m in multiples.items()
-                if e.isdigit() and problem.size(e) % m]
+    problems = [
+        f"literal extent {e} cannot be padded"
+        for e, m in multiples.items()
+        if e.isdigit() and problem.size(e) % m
+    ]
     statement = task.statement
     if problems:
         return problems
@@ -107,15 +113,18 @@ def padding_problems(task: Task, mapping: Mapping) -> list[str]:
     for tensor in dict.fromkeys(a.tensor for a in (statement.output, *statement.reads())):
         before, after = problem.numel(tensor), grown.numel(tensor)
         if after > MAX_GROWTH * before:
-            problems.append(f"padding grows {tensor} from {before} to {after} elements "
-                            f"(over {MAX_GROWTH}x)")
+            problems.append(
+                f"padding grows {tensor} from {before} to {after} elements (over {MAX_GROWTH}x)"
+            )
     for group in reduction_of(statement).groups:
-        padded = [i for i in group.indices
-                  if problem.size(statement.extent_of(i)) % multiples[statement.extent_of(i)]]
+        padded = [
+            i
+            for i in group.indices
+            if problem.size(statement.extent_of(i)) % multiples[statement.extent_of(i)]
+        ]
         for _, term in signed_terms(group.body):
             factors = [f for f in product_factors(term) if isinstance(f, Access)]
             for index in padded:
                 if not any(index in f.indices for f in factors):
-                    problems.append(f"padding {index} would add terms of {term} that are not "
-                                    "zero")
+                    problems.append(f"padding {index} would add terms of {term} that are not zero")
     return problems

@@ -41,10 +41,18 @@ def temporary(plan: str, tensor: str) -> str:
     return f"{plan}:pad:{tensor}"
 
 
-def copy_kernel(name: str, ctype: str, shape: tuple[int, ...], source_strides: tuple[int, ...],
-                padded_shape: tuple[int, ...], padded_strides: tuple[int, ...],
-                source_elements: int, padded_elements: int, into_padded: bool,
-                itype: str) -> kir.Kernel:
+def copy_kernel(
+    name: str,
+    ctype: str,
+    shape: tuple[int, ...],
+    source_strides: tuple[int, ...],
+    padded_shape: tuple[int, ...],
+    padded_strides: tuple[int, ...],
+    source_elements: int,
+    padded_elements: int,
+    into_padded: bool,
+    itype: str,
+) -> kir.Kernel:
     """One thread per element of the destination, in its memory order: into the
     padded buffer (zeros where the source has no element), or back out of it (crop)."""
     dims = padded_shape if into_padded else shape
@@ -59,31 +67,49 @@ def copy_kernel(name: str, ctype: str, shape: tuple[int, ...], source_strides: t
     for dim in sorted(range(len(dims)), key=lambda d: (target_strides[d], -d)):
         coords[dim] = E.mod(E.div(element, stride), dims[dim])
         stride *= dims[dim]
-    source_offset = E.linear(list(zip(coords, source_strides if into_padded else padded_strides,
-                                      strict=True)))
-    target_offset = E.linear(list(zip(coords, padded_strides if into_padded else source_strides,
-                                      strict=True)))
+    source_offset = E.linear(
+        list(zip(coords, source_strides if into_padded else padded_strides, strict=True))
+    )
+    target_offset = E.linear(
+        list(zip(coords, padded_strides if into_padded else source_strides, strict=True))
+    )
     value: kir.Expr = kir.Load("p_src", source_offset)
     if into_padded:
-        inside = E.conj([E.less(c, E.const(n))
-                         for c, n, p in zip(coords, shape, padded_shape, strict=True) if n < p])
+        inside = E.conj(
+            [
+                E.less(c, E.const(n))
+                for c, n, p in zip(coords, shape, padded_shape, strict=True)
+                if n < p
+            ]
+        )
         if inside is not None:
             value = kir.Select(inside, value, kir.Float(0.0))
-    body = (kir.If(E.less(element, E.const(total)),
-                   (kir.Store("p_dst", target_offset, value),)),)
+    body = (kir.If(E.less(element, E.const(total)), (kir.Store("p_dst", target_offset, value),)),)
     params = (
         kir.Param("p_src", ctype, True, source_elements if into_padded else padded_elements),
-        kir.Param("p_dst", ctype, True, padded_elements if into_padded else source_elements,
-                  readonly=False),
+        kir.Param(
+            "p_dst",
+            ctype,
+            True,
+            padded_elements if into_padded else source_elements,
+            readonly=False,
+        ),
     )
-    return kir.Kernel(name, params, threads, max(1, -(-total // threads)), (), (),
-                      (kir.PerThread(body),), itype,
-                      comment=("pad" if into_padded else "crop") + f" {name}",
-                      meta=(("compute_type", ctype),))
+    return kir.Kernel(
+        name,
+        params,
+        threads,
+        max(1, -(-total // threads)),
+        (),
+        (),
+        (kir.PerThread(body),),
+        itype,
+        comment=("pad" if into_padded else "crop") + f" {name}",
+        meta=(("compute_type", ctype),),
+    )
 
 
-def plan_task(task: Task, mapping: Mapping, name: str,
-              max_shared_bytes: int = 48 * 1024) -> Plan:
+def plan_task(task: Task, mapping: Mapping, name: str, max_shared_bytes: int = 48 * 1024) -> Plan:
     """Launches for one task: one kernel, or pad → exact kernel → crop."""
     problem = task.problem
     if mapping.boundary != "pad":
@@ -96,26 +122,45 @@ def plan_task(task: Task, mapping: Mapping, name: str,
     itype = max(index_type(problem), index_type(padded), key=len)
     launches: list[Launch] = []
     temporaries = []
-    copied_in = [t.name for t in problem.program.tensors
-                 if t.name in {a.tensor for a in statement.reads()}]
+    copied_in = [
+        t.name for t in problem.program.tensors if t.name in {a.tensor for a in statement.reads()}
+    ]
     output = statement.output.tensor
     for tensor in dict.fromkeys([*copied_in, output]):
         ctype = CTYPE[problem.program.tensor(tensor).dtype]
         temporaries.append((temporary(name, tensor), ctype, padded.numel(tensor)))
         if tensor in copied_in:
-            launches.append(Launch(
-                _copy(problem, padded, tensor, f"{name}_pad_{tensor}", True, itype),
-                (tensor, temporary(name, tensor))))
-    launches.append(Launch(main, tuple(temporary(name, p.name[2:]) for p in main.params
-                                       if p.is_array)))
-    launches.append(Launch(_copy(problem, padded, output, f"{name}_crop_{output}", False, itype),
-                           (temporary(name, output), output)))
+            launches.append(
+                Launch(
+                    _copy(problem, padded, tensor, f"{name}_pad_{tensor}", True, itype),
+                    (tensor, temporary(name, tensor)),
+                )
+            )
+    launches.append(
+        Launch(main, tuple(temporary(name, p.name[2:]) for p in main.params if p.is_array))
+    )
+    launches.append(
+        Launch(
+            _copy(problem, padded, output, f"{name}_crop_{output}", False, itype),
+            (temporary(name, output), output),
+        )
+    )
     return Plan(tuple(launches), tuple(temporaries))
 
 
-def _copy(problem: Problem, padded: Problem, tensor: str, name: str, into_padded: bool,
-          itype: str) -> kir.Kernel:
+def _copy(
+    problem: Problem, padded: Problem, tensor: str, name: str, into_padded: bool, itype: str
+) -> kir.Kernel:
     ctype = CTYPE[problem.program.tensor(tensor).dtype]
-    return copy_kernel(name, ctype, problem.shape(tensor), problem.strides(tensor),
-                       padded.shape(tensor), padded.strides(tensor), problem.numel(tensor),
-                       padded.numel(tensor), into_padded, itype)
+    return copy_kernel(
+        name,
+        ctype,
+        problem.shape(tensor),
+        problem.strides(tensor),
+        padded.shape(tensor),
+        padded.strides(tensor),
+        problem.numel(tensor),
+        padded.numel(tensor),
+        into_padded,
+        itype,
+    )

@@ -93,8 +93,7 @@ class Facts:
     def blocks(self, config: CudaConfig) -> int:
         """Thread blocks of the mapping ``config`` describes."""
         mapping = config_to_mapping(self.task, config)
-        return math.prod(math.ceil(self.size[d] / mapping.tile_of(d).tile)
-                         for d in self.parallel)
+        return math.prod(math.ceil(self.size[d] / mapping.tile_of(d).tile) for d in self.parallel)
 
 
 @dataclass(frozen=True)
@@ -120,11 +119,15 @@ def rank0_output(facts: Facts, config: CudaConfig) -> Change | None:
 def coalesced_x(facts: Facts, config: CudaConfig) -> Change:
     """coalesced-x: the output's contiguous index on threadIdx.x."""
     contiguous = facts.roles.output_contiguous
-    x = contiguous if contiguous and facts.size[contiguous] > 1 else (
-        facts.largest(facts.parallel) or facts.parallel[0])
+    x = (
+        contiguous
+        if contiguous and facts.size[contiguous] > 1
+        else (facts.largest(facts.parallel) or facts.parallel[0])
+    )
     out = facts.task.statement.output.tensor
-    return Change({"x": x}, f"{x} → threadIdx.x: contiguous index of the output {out} "
-                            "(coalesced stores)")
+    return Change(
+        {"x": x}, f"{x} → threadIdx.x: contiguous index of the output {out} (coalesced stores)"
+    )
 
 
 def coalescing_weights_note(facts: Facts, config: CudaConfig) -> Change | None:
@@ -133,8 +136,11 @@ def coalescing_weights_note(facts: Facts, config: CudaConfig) -> Change | None:
     if not weights:
         return None
     ranked = sorted(weights.items(), key=lambda item: -item[1])
-    return Change({}, "accesses whose stride-1 dimension each index walks × their executions "
-                      "(R-Stream tuples): " + ", ".join(f"{i} {w:.3g}" for i, w in ranked))
+    return Change(
+        {},
+        "accesses whose stride-1 dimension each index walks × their executions "
+        "(R-Stream tuples): " + ", ".join(f"{i} {w:.3g}" for i, w in ranked),
+    )
 
 
 def second_index(facts: Facts, config: CudaConfig) -> Change | None:
@@ -143,8 +149,7 @@ def second_index(facts: Facts, config: CudaConfig) -> Change | None:
     following = facts.following(x)
     itemsize = 8 if facts.double else 4
     if size[x] * itemsize < 128 and following and 1 < size[following] <= 64:
-        y, why = following, "next index in the output's memory order: a warp covers " \
-                            "contiguous rows"
+        y, why = following, "next index in the output's memory order: a warp covers contiguous rows"
     elif x in r.m or x in r.n:
         other = r.n if x in r.m else r.m
         y = facts.largest(other) or facts.largest(facts.parallel, (x,))
@@ -159,8 +164,11 @@ def block_shape(facts: Facts, config: CudaConfig) -> Change:
     x, y, size = config.x, config.y, facts.size
     tx = min(32, _pow2(size[x])) if y else min(256, _pow2(size[x]))
     ty = max(1, min(256 // tx, _pow2(size[y]))) if y else 1
-    shape = "up to a warp along x, 256 threads in all" if y else \
-        "up to 256 threads along x (no second index)"
+    shape = (
+        "up to a warp along x, 256 threads in all"
+        if y
+        else "up to 256 threads along x (no second index)"
+    )
     return Change({"block": (tx, ty)}, f"{tx} × {ty} threads: {shape}")
 
 
@@ -169,8 +177,10 @@ def whole_small_extents(facts: Facts, config: CudaConfig) -> Change | None:
     x, y, size = config.x, config.y, facts.size
     if not (size[x] < 32 and size[x] != config.block[0] and y and size[y] <= 64):
         return None
-    return Change({"block": (0, 0)},
-                  f"{x} = {size[x]} and {y} = {size[y]} are small: the block covers them whole")
+    return Change(
+        {"block": (0, 0)},
+        f"{x} = {size[x]} and {y} = {size[y]} are small: the block covers them whole",
+    )
 
 
 def unrolled_reduction(facts: Facts, config: CudaConfig) -> Change | None:
@@ -190,15 +200,20 @@ def gemm_register_tile(facts: Facts, config: CudaConfig) -> Change | None:
         return None
     regs = ((4, 4, 1) if facts.double else (8, 8, 1)) if y else (4, 1, 1)
     values: dict[str, Any] = {
-        "regs": regs, "staging": StagingConfig("all", 8, True, 0, "compute"),
-        "assign": "chunked" if y else "cyclic"}
+        "regs": regs,
+        "staging": StagingConfig("all", 8, True, 0, "compute"),
+        "assign": "chunked" if y else "cyclic",
+    }
     if y:
         values["block"] = (16, 16)
-    return Change(values, f"reduction of {facts.reduction} terms with operands on both sides: "
-                          f"register tile {regs[0]}×{regs[1]} (x cyclic in runs of one vector: "
-                          "coalesced stores and vector loads from shared memory; y adjacent), "
-                          "inputs staged in shared memory per k-step of 8 with the threaded "
-                          "index innermost, prefetching")
+    return Change(
+        values,
+        f"reduction of {facts.reduction} terms with operands on both sides: "
+        f"register tile {regs[0]}×{regs[1]} (x cyclic in runs of one vector: "
+        "coalesced stores and vector loads from shared memory; y adjacent), "
+        "inputs staged in shared memory per k-step of 8 with the threaded "
+        "index innermost, prefetching",
+    )
 
 
 def _short(facts: Facts, config: CudaConfig) -> bool:
@@ -216,11 +231,18 @@ def product_family(facts: Facts, config: CudaConfig) -> Change | None:
         y = following
     ty = max(1, min(config.block[1], _pow2(size[y])) // 2)
     return Change(
-        {"y": y, "block": (config.block[0], ty), "regs": (1, 2, 2), "spread": 2, "unroll": 1,
-         "staging": StagingConfig("all", 4, False, 1, "natural")},
+        {
+            "y": y,
+            "block": (config.block[0], ty),
+            "regs": (1, 2, 2),
+            "spread": 2,
+            "unroll": 1,
+            "staging": StagingConfig("all", 4, False, 1, "natural"),
+        },
         f"short reduction ({facts.reduction} terms) in {facts.products} products: {y} → second "
         "thread index, two outputs per thread along every output index but x, every input's "
-        "block slice staged in shared memory per k-step")
+        "block slice staged in shared memory per k-step",
+    )
 
 
 def broadcast_operand(facts: Facts, config: CudaConfig) -> Change | None:
@@ -234,11 +256,18 @@ def broadcast_operand(facts: Facts, config: CudaConfig) -> Change | None:
     ty = max(1, min(config.block[1], _pow2(facts.size[y])) // 2)
     whole = min([k for k in K_STEPS if k >= facts.reduction] or [K_STEPS[-1]])
     return Change(
-        {"y": y, "block": (config.block[0], ty), "unroll": 1, "regs": (1, 2, 4),
-         "assign": "adjacent", "staging": StagingConfig(stage, whole, True, 0, "compute")},
+        {
+            "y": y,
+            "block": (config.block[0], ty),
+            "unroll": 1,
+            "regs": (1, 2, 4),
+            "assign": "adjacent",
+            "staging": StagingConfig(stage, whole, True, 0, "compute"),
+        },
         f"short reduction ({facts.reduction} terms), one product: {y} → second thread index "
         f"(next in the output's memory order), the operand read by neither {config.x} nor "
-        f"{y} staged whole in shared memory (broadcast), 2 × 4 outputs per thread")
+        f"{y} staged whole in shared memory (broadcast), 2 × 4 outputs per thread",
+    )
 
 
 def _broadcast_shape(r: Roles, x: str, following: str) -> tuple[str, str] | None:
@@ -247,8 +276,12 @@ def _broadcast_shape(r: Roles, x: str, following: str) -> tuple[str, str] | None
     if not (r.a and r.b and following) or len(r.k) != 1:
         return None
     for name, same, other in (("B", r.a, r.b), ("A", r.b, r.a)):
-        if x in same.indices and following in same.indices and \
-                x not in other.indices and following not in other.indices:
+        if (
+            x in same.indices
+            and following in same.indices
+            and x not in other.indices
+            and following not in other.indices
+        ):
             return following, name
     return None
 
@@ -264,34 +297,42 @@ def short_reduction_registers(facts: Facts, config: CudaConfig) -> Change | None
         f"short reduction ({facts.reduction} terms"
         + (f", {products} products" if products > 1 else "")
         + f"): 4 × {regs[2]} outputs per thread along y and a register-only index that gives "
-        "the other operand reuse; reads through the cache")
+        "the other operand reuse; reads through the cache",
+    )
 
 
 def staged_faces(facts: Facts, config: CudaConfig) -> Change | None:
     """staged-faces: whole small faces, every input slice staged once."""
-    if not (facts.reduction >= 2 and config.y and config.block == (0, 0)
-            and facts.products == 1):
+    if not (facts.reduction >= 2 and config.y and config.block == (0, 0) and facts.products == 1):
         return None
     z = z_index(facts.task, config.x, config.y)
     whole = bool(z) and facts.size[z] <= 16
     return Change(
-        {"regs": (1, 1, facts.size[z] if whole else 4),
-         "staging": StagingConfig("all", 16, False, 1, "natural")},
+        {
+            "regs": (1, 1, facts.size[z] if whole else 4),
+            "staging": StagingConfig("all", 16, False, 1, "natural"),
+        },
         f"short reduction ({facts.reduction} terms) over whole small faces: "
-        + (f"all {facts.size[z]} outputs along {z} per thread" if whole
-           else "4 outputs per thread along a register-only index")
+        + (
+            f"all {facts.size[z]} outputs along {z} per thread"
+            if whole
+            else "4 outputs per thread along a register-only index"
+        )
         + ", every input's slice staged in shared memory once (each is read by a whole row "
-        "of threads)")
+        "of threads)",
+    )
 
 
 def short_reduction_cache(facts: Facts, config: CudaConfig) -> Change | None:
     """short-reduction-cache: a register-only tile of 4, reads through the cache."""
     if not (facts.reduction >= 2 and config.y):
         return None
-    return Change({"regs": (1, 1, 4)},
-                  f"short reduction ({facts.reduction} terms): 4 outputs per thread along a "
-                  "register-only index that gives the other operand reuse; reads through the "
-                  "cache (no staging)")
+    return Change(
+        {"regs": (1, 1, 4)},
+        f"short reduction ({facts.reduction} terms): 4 outputs per thread along a "
+        "register-only index that gives the other operand reuse; reads through the "
+        "cache (no staging)",
+    )
 
 
 def no_reuse(facts: Facts, config: CudaConfig) -> Change:
@@ -315,18 +356,22 @@ def clip_register_tile(facts: Facts, config: CudaConfig) -> Change | None:
         ry //= 2
     if (rx, ry, rz) == config.regs:
         return None
-    return Change({"regs": (rx, ry, rz)},
-                  f"register tile {rx}×{ry}: no larger than the extents of {x}"
-                  + (f" and {y}" if y else ""))
+    return Change(
+        {"regs": (rx, ry, rz)},
+        f"register tile {rx}×{ry}: no larger than the extents of {x}" + (f" and {y}" if y else ""),
+    )
 
 
 def preload_output(facts: Facts, config: CudaConfig) -> Change | None:
     """preload-output: several products update the output: read it first."""
     if not (config.preload is not None and facts.spreads):
         return None
-    return Change({"preload": True}, "an update of one sum of several products: the output is "
-                                     "read into the accumulators before the reduction (its "
-                                     "latency overlaps the arithmetic)")
+    return Change(
+        {"preload": True},
+        "an update of one sum of several products: the output is "
+        "read into the accumulators before the reduction (its "
+        "latency overlaps the arithmetic)",
+    )
 
 
 def fill_machine(facts: Facts, config: CudaConfig) -> Change | None:
@@ -344,11 +389,11 @@ def fill_machine(facts: Facts, config: CudaConfig) -> Change | None:
         return None
     reasons = []
     if config != start:
-        reasons.append(f"register tile shrunk to {config.regs[0]}×{config.regs[1]} for more "
-                       "blocks")
+        reasons.append(f"register tile shrunk to {config.regs[0]}×{config.regs[1]} for more blocks")
     if blocks < target:
-        reasons.append(f"only {blocks} blocks for {facts.limits.sm_count} SMs: the problem "
-                       "is small")
+        reasons.append(
+            f"only {blocks} blocks for {facts.limits.sm_count} SMs: the problem is small"
+        )
     return Change({"regs": config.regs}, "; ".join(reasons))
 
 
@@ -359,8 +404,10 @@ def vector_runs_fit(facts: Facts, config: CudaConfig) -> Change | None:
         return None
     assign = "mixed" if ry > 1 else "cyclic"
     elements = f"{rx} element{'s' if rx > 1 else ''}"
-    return Change({"assign": assign}, f"{elements} per thread along x make no runs of one "
-                                      f"vector: {assign} assignment")
+    return Change(
+        {"assign": assign},
+        f"{elements} per thread along x make no runs of one vector: {assign} assignment",
+    )
 
 
 def boundary(facts: Facts, config: CudaConfig) -> Change | None:
@@ -372,12 +419,18 @@ def boundary(facts: Facts, config: CudaConfig) -> Change | None:
             if choice == "exact":
                 return Change({}, "the tiles divide every extent: no edges", final=True)
             if choice == "guard":
-                return Change({"boundary": "guard"},
-                              "tiles do not divide every extent: guarded edges", final=True)
-            return Change({"boundary": "pad"},
-                          f"tiles do not divide every extent, and padded copies cost about "
-                          f"{share:.0%} of the kernel: run on padded copies (aligned, "
-                          "unguarded loads)", final=True)
+                return Change(
+                    {"boundary": "guard"},
+                    "tiles do not divide every extent: guarded edges",
+                    final=True,
+                )
+            return Change(
+                {"boundary": "pad"},
+                f"tiles do not divide every extent, and padded copies cost about "
+                f"{share:.0%} of the kernel: run on padded copies (aligned, "
+                "unguarded loads)",
+                final=True,
+            )
     return None
 
 
@@ -405,8 +458,9 @@ def simplify(facts: Facts, config: CudaConfig) -> Change | None:
         for choice in ("exact", "guard"):
             candidate = {**values, "boundary": choice}
             if violation(facts.task, replace(config, **candidate), facts.limits) is None:
-                return Change(candidate, "the preferred mapping does not fit: simplified",
-                              final=True)
+                return Change(
+                    candidate, "the preferred mapping does not fit: simplified", final=True
+                )
     return None
 
 
@@ -416,8 +470,14 @@ def direct_fallback(facts: Facts, config: CudaConfig) -> Change:
     ``preload`` knobs."""
     x, y = config.x, config.y
     why: list[str] = []
-    for block, y_index in (((0, 0), y), ((32, 1), ""), ((64, 1), ""), ((128, 1), ""),
-                           ((256, 1), ""), ((0, 1), "")):
+    for block, y_index in (
+        ((0, 0), y),
+        ((32, 1), ""),
+        ((64, 1), ""),
+        ((128, 1), ""),
+        ((256, 1), ""),
+        ((0, 1), ""),
+    ):
         if block == (0, 0) and not y:
             continue
         for choice in ("exact", "guard"):
@@ -428,7 +488,10 @@ def direct_fallback(facts: Facts, config: CudaConfig) -> Change:
                 return Change(values, "fallback: direct mapping", final=True)
             why.append(problem)
     statement = facts.task.statement
-    raise BackendError(f"no CUDA mapping fits statement {facts.task.position} ({statement}) on "
-                       f"{facts.limits.name}: even one output per thread fails "
-                       f"({'; '.join(dict.fromkeys(why))})", statement.span,
-                       hint="use smaller extents, or --backend cpu")
+    raise BackendError(
+        f"no CUDA mapping fits statement {facts.task.position} ({statement}) on "
+        f"{facts.limits.name}: even one output per thread fails "
+        f"({'; '.join(dict.fromkeys(why))})",
+        statement.span,
+        hint="use smaller extents, or --backend cpu",
+    )

@@ -45,9 +45,34 @@ from .staging import natural_order
 
 #: Threads along x and y; 0 stands for "the whole extent of the index" (e.g. 12
 #: threads for p = 12: a warp then covers contiguous rows of a 12×12 face).
-BLOCKS = ((32, 1), (64, 1), (128, 1), (256, 1), (0, 1), (8, 8), (16, 4), (32, 2), (16, 8),
-          (32, 4), (64, 2), (8, 16), (16, 16), (32, 8), (64, 4), (128, 2), (16, 32), (32, 16),
-          (64, 8), (32, 32), (0, 0), (0, 4), (0, 8), (0, 16), (16, 0), (32, 0))
+BLOCKS = (
+    (32, 1),
+    (64, 1),
+    (128, 1),
+    (256, 1),
+    (0, 1),
+    (8, 8),
+    (16, 4),
+    (32, 2),
+    (16, 8),
+    (32, 4),
+    (64, 2),
+    (8, 16),
+    (16, 16),
+    (32, 8),
+    (64, 4),
+    (128, 2),
+    (16, 32),
+    (32, 16),
+    (64, 8),
+    (32, 32),
+    (0, 0),
+    (0, 4),
+    (0, 8),
+    (0, 16),
+    (16, 0),
+    (32, 0),
+)
 #: Register tile along x, y and z (z: an output index on no thread, register-only).
 REGS = tuple((a, b, c) for a in (1, 2, 4, 8) for b in (1, 2, 4, 8) for c in (1, 2, 4))
 K_STEPS = (8, 16, 32)
@@ -87,8 +112,7 @@ def roles(task: Task) -> Roles:
     groups = reduction_of(statement).groups
     if not groups:
         return Roles(None, None, (), (), (), (), contiguous)
-    main = max(groups, key=lambda g: math.prod(problem.index_size(statement, i)
-                                                  for i in g.indices))
+    main = max(groups, key=lambda g: math.prod(problem.index_size(statement, i) for i in g.indices))
     factors = _product_accesses(main.body)
     a = factors[0] if factors else None
     b = factors[1] if len(factors) > 1 else None
@@ -96,7 +120,8 @@ def roles(task: Task) -> Roles:
     ib = set(b.indices) if b else set()
     parallel = statement.parallel_indices
     return Roles(
-        a, b,
+        a,
+        b,
         batch=tuple(i for i in parallel if i in ia and i in ib),
         m=tuple(i for i in parallel if i in ia and i not in ib),
         n=tuple(i for i in parallel if i in ib and i not in ia),
@@ -126,6 +151,7 @@ def _candidates(task: Task) -> list[str]:
 
 #: ``spread`` stops adding register-only indices at this many outputs per thread.
 SPREAD_OUTPUTS = 32
+
 
 def parameters(task: Task) -> dict[str, tuple]:
     """Candidate values of every configuration parameter (before constraints), by
@@ -260,15 +286,18 @@ def _compute_layout(problem: Problem, access: Access, tiles) -> tuple[str, ...]:
     return tuple(threaded + rest)
 
 
-def config_to_mapping(task: Task, config: CudaConfig,
-                      reasons: tuple[str, ...] = ()) -> Mapping:
+def config_to_mapping(task: Task, config: CudaConfig, reasons: tuple[str, ...] = ()) -> Mapping:
     """The mapping ``config`` describes for ``task`` (``reasons``: why it was chosen)."""
     problem = task.problem
     statement = task.statement
     r = roles(task)
     stage, k_step, prefetch, padding, layout = (
-        config.staging.stage, config.staging.k_step, config.staging.prefetch,
-        config.staging.padding, config.staging.layout)
+        config.staging.stage,
+        config.staging.k_step,
+        config.staging.prefetch,
+        config.staging.padding,
+        config.staging.layout,
+    )
     tiles = _tiles(task, config)
     staged: list[Staging] = []
     if stage != "none":
@@ -276,7 +305,8 @@ def config_to_mapping(task: Task, config: CudaConfig,
         main = [g for g in groups if set(g.indices) == set(r.k)]
         accesses = main[0].accesses() if main else ()
         chosen: list[Access | None] = (
-            [r.a] if stage == "A" else [r.b] if stage == "B" else list(accesses))
+            [r.a] if stage == "A" else [r.b] if stage == "B" else list(accesses)
+        )
         for access in chosen:
             if access is None or not access.indices:  # a rank-0 read has no tile to stage
                 continue
@@ -315,14 +345,14 @@ def _grid_order(task: Task) -> tuple[str, ...]:
     lacks) run close in time and find it in L2."""
     problem = task.problem
     statement = task.statement
-    ordered = [i for i in natural_order(problem, statement.output)
-               if i in statement.parallel_indices]
+    ordered = [
+        i for i in natural_order(problem, statement.output) if i in statement.parallel_indices
+    ]
     ordered += statement.parallel_indices
     return tuple(dict.fromkeys(ordered))  # once each (d[i,i] names i twice)
 
 
-def violation(task: Task, config: CudaConfig,
-              limits: DeviceLimits = H100) -> str | None:
+def violation(task: Task, config: CudaConfig, limits: DeviceLimits = H100) -> str | None:
     """Why a configuration is not in the space (None: valid).  Cheap checks first."""
     problem = task.problem
     statement = task.statement

@@ -70,8 +70,7 @@ def vector_width_for(task: Task, mapping: Mapping, access: Access) -> int:
     return max(width, 1)
 
 
-def check_staging(task: Task, mapping: Mapping,
-                  max_shared_bytes: int) -> list[str]:
+def check_staging(task: Task, mapping: Mapping, max_shared_bytes: int) -> list[str]:
     problem = task.problem
     statement = task.statement
     problems: list[str] = []
@@ -83,8 +82,9 @@ def check_staging(task: Task, mapping: Mapping,
     for staging in mapping.staged:
         found = _find_access(task, staging.access)
         if found is None:
-            problems.append(f"staged input {staging.access!r} is not read inside a sum of "
-                            f"S{task.position}")
+            problems.append(
+                f"staged input {staging.access!r} is not read inside a sum of S{task.position}"
+            )
             continue
         _, group, access = found
         if group.has_nested_sum():
@@ -95,8 +95,9 @@ def check_staging(task: Task, mapping: Mapping,
         if not set(access.indices) <= allowed:
             problems.append(f"{staging.access}: uses an index of a nested sum")
         if staging.order and sorted(staging.order) != sorted(access.indices):
-            problems.append(f"{staging.access}: layout {staging.order} is not a permutation "
-                            f"of its indices")
+            problems.append(
+                f"{staging.access}: layout {staging.order} is not a permutation of its indices"
+            )
         if staging.padding < 0:
             problems.append(f"{staging.access}: negative padding")
         elements = 1
@@ -108,20 +109,28 @@ def check_staging(task: Task, mapping: Mapping,
         order = staging.order or natural_order(problem, access)
         inner = order[0] if order else None
         if inner is not None:
-            inner_extent = (mapping.tile_of(inner).tile if inner in statement.parallel_indices
-                            else mapping.step_of(inner, problem.index_size(statement, inner)))
+            inner_extent = (
+                mapping.tile_of(inner).tile
+                if inner in statement.parallel_indices
+                else mapping.step_of(inner, problem.index_size(statement, inner))
+            )
             elements = elements // max(inner_extent, 1) * (inner_extent + staging.padding)
-        dtype = "float64" if any(
-            problem.program.tensor(t).dtype == "float64"
-            for t in {statement.output.tensor, *(a.tensor for a in statement.reads())}
-        ) else "float32"
+        dtype = (
+            "float64"
+            if any(
+                problem.program.tensor(t).dtype == "float64"
+                for t in {statement.output.tensor, *(a.tensor for a in statement.reads())}
+            )
+            else "float32"
+        )
         total += elements * (8 if dtype == "float64" else 4)
         if mapping.boundary == "exact":
             for index in group.indices:
                 size = problem.index_size(statement, index)
                 if size % mapping.step_of(index, size):
-                    problems.append(f"boundary 'exact' but k-step of {index} does not divide "
-                                    f"{size}")
+                    problems.append(
+                        f"boundary 'exact' but k-step of {index} does not divide {size}"
+                    )
     if total > max_shared_bytes:
         problems.append(f"{total} bytes of shared memory (limit {max_shared_bytes})")
     return problems
@@ -148,8 +157,7 @@ class Chunks:
         origin = {}
         stride = 1
         for k in reversed(self.indices):  # the innermost reduction index advances fastest
-            origin[k] = E.mul(E.mod(E.div(chunk, stride), self.counts[k]),
-                              E.const(self.steps[k]))
+            origin[k] = E.mul(E.mod(E.div(chunk, stride), self.counts[k]), E.const(self.steps[k]))
             stride *= self.counts[k]
         return origin
 
@@ -163,8 +171,9 @@ def chunks_of(b: KernelBuilder, group: Group) -> Chunks:
     return Chunks(indices, sizes, steps, counts)
 
 
-def staged_group_sections(b: KernelBuilder, number: int, group: Group,
-                          staged: list[Access], accumulate: Accumulate) -> list[kir.Section]:
+def staged_group_sections(
+    b: KernelBuilder, number: int, group: Group, staged: list[Access], accumulate: Accumulate
+) -> list[kir.Section]:
     """Sections of a staged reduction group (see the module docstring): the tiles
     of ``staged`` declared on the builder, the chunk loop, and ``accumulate`` over
     each chunk's shared tiles."""
@@ -182,8 +191,9 @@ def staged_group_sections(b: KernelBuilder, number: int, group: Group,
         sections.append(kir.PerThread((kir.Comment("prefetch the first chunk"), *first)))
         commit = copies(chunk, "commit")
         following = copies(E.add(chunk, E.const(1)), "registers")
-        prefetch_next = kir.If(E.less(E.add(chunk, E.const(1)), E.const(chunks.total)),
-                               tuple(following))
+        prefetch_next = kir.If(
+            E.less(E.add(chunk, E.const(1)), E.const(chunks.total)), tuple(following)
+        )
         compute = chunk_compute(b, number, group, chunks, chunk, accumulate)
         loop_body: tuple[kir.Section, ...] = (
             kir.PerThread(tuple(commit)),
@@ -203,8 +213,9 @@ def staged_group_sections(b: KernelBuilder, number: int, group: Group,
     return sections
 
 
-def declare_tiles(b: KernelBuilder, number: int, staged: list[Access],
-                  chunks: Chunks) -> list[StagedArray]:
+def declare_tiles(
+    b: KernelBuilder, number: int, staged: list[Access], chunks: Chunks
+) -> list[StagedArray]:
     """A shared tile for each staged access of group ``number`` (block tile along
     output indices, k-step along reduction indices), declared on the builder."""
     arrays = []
@@ -213,19 +224,18 @@ def declare_tiles(b: KernelBuilder, number: int, staged: list[Access],
         assert staging is not None  # the caller passes the staged accesses
         order = staging.order or natural_order(b.problem, access)
         extents = tuple(
-            (i, b.tiles[i].tile if i in b.parallel else chunks.steps[i])
-            for i in access.indices
+            (i, b.tiles[i].tile if i in b.parallel else chunks.steps[i]) for i in access.indices
         )
-        array = StagedArray(b.fresh(f"sh{number}_"), access, tuple(order), extents,
-                            staging.padding)
+        array = StagedArray(b.fresh(f"sh{number}_"), access, tuple(order), extents, staging.padding)
         b.staged_arrays[(number, str(access))] = array
         b.shared.append(kir.SharedArray(array.name, b.ctype, array.size()))
         arrays.append(array)
     return arrays
 
 
-def tile_copy(b: KernelBuilder, array: StagedArray, chunks: Chunks, chunk: kir.Expr,
-              target: str) -> list[kir.Stmt]:
+def tile_copy(
+    b: KernelBuilder, array: StagedArray, chunks: Chunks, chunk: kir.Expr, target: str
+) -> list[kir.Stmt]:
     """Copy the chunk's tile of ``array`` from global memory to ``target``:
     ``"shared"`` or ``"registers"`` (prefetch), or registers → shared (``"commit"``)."""
     access = array.access
@@ -251,10 +261,17 @@ def tile_copy(b: KernelBuilder, array: StagedArray, chunks: Chunks, chunk: kir.E
         body: list[kir.Stmt] = []
         if target == "commit":
             for lane in range(width):
-                lane_local = {**local, memory_order[0]: E.add(local[memory_order[0]],
-                                                              E.const(lane))}
-                body.append(kir.Store(array.name, array.offset(lane_local),
-                                      kir.Load(register, E.const(q * width + lane))))
+                lane_local = {
+                    **local,
+                    memory_order[0]: E.add(local[memory_order[0]], E.const(lane)),
+                }
+                body.append(
+                    kir.Store(
+                        array.name,
+                        array.offset(lane_local),
+                        kir.Load(register, E.const(q * width + lane)),
+                    )
+                )
         else:
             body.extend(_global_to(b, array, chunks, local, origin, width, target, q))
         if vectors % b.nthreads and q == rounds - 1:
@@ -264,9 +281,16 @@ def tile_copy(b: KernelBuilder, array: StagedArray, chunks: Chunks, chunk: kir.E
     return statements
 
 
-def _global_to(b: KernelBuilder, array: StagedArray, chunks: Chunks,
-               local: dict[str, kir.Expr], origin: dict[str, kir.Expr], width: int,
-               target: str, q: int) -> list[kir.Stmt]:
+def _global_to(
+    b: KernelBuilder,
+    array: StagedArray,
+    chunks: Chunks,
+    local: dict[str, kir.Expr],
+    origin: dict[str, kir.Expr],
+    width: int,
+    target: str,
+    q: int,
+) -> list[kir.Stmt]:
     """Round ``q`` of a tile copy from global memory: one (vector) load per thread,
     stored to the shared tile or the prefetch registers, zeros past ragged edges."""
     access = array.access
@@ -278,8 +302,11 @@ def _global_to(b: KernelBuilder, array: StagedArray, chunks: Chunks,
         base = kir.Var(f"b_{index}") if index in b.parallel else origin[index]
         coordinate = E.add(base, local[index])
         limit = chunks.sizes.get(index) or b.size(index)
-        ragged = (b.ragged(index) if index in b.parallel
-                  else chunks.sizes[index] % chunks.steps[index] != 0)
+        ragged = (
+            b.ragged(index)
+            if index in b.parallel
+            else chunks.sizes[index] % chunks.steps[index] != 0
+        )
         if ragged and b.mapping.boundary == "redirect":
             # Clamp to the last valid element (the last whole vector along the
             # contiguous index, which stays aligned since width divides the extent).
@@ -296,8 +323,9 @@ def _global_to(b: KernelBuilder, array: StagedArray, chunks: Chunks,
     if width > 1:
         vector = b.fresh("vec")
         element = CTYPE[b.problem.program.tensor(access.tensor).dtype]  # the array's type
-        load: list[kir.Stmt] = [kir.VectorLoad(vector, element,
-                                               f"p_{access.tensor}", offset, width)]
+        load: list[kir.Stmt] = [
+            kir.VectorLoad(vector, element, f"p_{access.tensor}", offset, width)
+        ]
         values = [kir.Lane(vector, lane) for lane in range(width)]
     else:
         load = []
@@ -323,8 +351,14 @@ def _global_to(b: KernelBuilder, array: StagedArray, chunks: Chunks,
     return out
 
 
-def chunk_compute(b: KernelBuilder, number: int, group: Group, chunks: Chunks,
-                  chunk: kir.Expr, accumulate: Accumulate) -> list[kir.Stmt]:
+def chunk_compute(
+    b: KernelBuilder,
+    number: int,
+    group: Group,
+    chunks: Chunks,
+    chunk: kir.Expr,
+    accumulate: Accumulate,
+) -> list[kir.Stmt]:
     """Loops over one chunk's reduction indices around ``accumulate`` (reads of the
     staged accesses come from their shared tiles), the innermost unrolled."""
     origin = chunks.origin(chunk)

@@ -43,8 +43,9 @@ def make_problem(program: Program, sizes: Mapping[str, object] | None = None) ->
     problem = Problem(program, tuple(bound))
     by_name = dict(bound)
     for tensor in program.tensors:
-        check_tensor_size(tensor.name, (by_name[e] for e in tensor.shape),
-                          tensor.itemsize, tensor.span)
+        check_tensor_size(
+            tensor.name, (by_name[e] for e in tensor.shape), tensor.itemsize, tensor.span
+        )
     _check_index_ranges(problem)
     return problem
 
@@ -53,15 +54,15 @@ def _positive_int(name: str, value: object) -> int:
     if isinstance(value, bool):
         raise ExtentError(f"extent {name!r} must be a positive integer, got {value!r}")
     if isinstance(value, str) and len(value.strip().lstrip("+0")) > 19:
-        raise ExtentError(f"extent {name!r} must be at most 2**63 - 1 = {MAX_ELEMENTS}, "
-                          f"got a number of {len(value.strip())} characters",
-                          hint="generated kernels index elements with 64-bit signed offsets")
+        raise ExtentError(
+            f"extent {name!r} must be at most 2**63 - 1 = {MAX_ELEMENTS}, "
+            f"got a number of {len(value.strip())} characters",
+            hint="generated kernels index elements with 64-bit signed offsets",
+        )
     try:
         number = int(str(value)) if isinstance(value, str) else value
     except ValueError:
-        raise ExtentError(
-            f"extent {name!r} must be a positive integer, got {value!r}"
-        ) from None
+        raise ExtentError(f"extent {name!r} must be a positive integer, got {value!r}") from None
     if not isinstance(number, int) and hasattr(number, "__index__"):
         number = number.__index__()
     if not isinstance(number, int) or number <= 0:
@@ -99,6 +100,8 @@ def _check_depth(program: Program) -> None:
             if depth > MAX_IR_DEPTH:
                 raise SemanticError(
                     f"statement {number} is more than {MAX_IR_DEPTH} levels deep once its "
-                    "sums are made explicit", statement.span,
-                    hint="split it into several statements")
+                    "sums are made explicit",
+                    statement.span,
+                    hint="split it into several statements",
+                )
             stack.extend((child, depth + 1) for child in children(node))

@@ -32,6 +32,7 @@ from ..errors import (
 from ..lang import ast
 from ..lang.limits import check_scalar_default
 from ..semantics import ARITY, DTYPES, LAYOUTS
+from ..source import Span
 from .nodes import (
     Access,
     Binary,
@@ -54,9 +55,7 @@ def build_program(node: ast.ProgramNode) -> Program:
     extents = _build_extents(node)
     tensors = _build_tensors(node, extents)
     scalars = _build_scalars(node, tensors)
-    builder = _StatementBuilder(
-        {t.name: t for t in tensors}, {s.name: s for s in scalars}, extents
-    )
+    builder = _StatementBuilder({t.name: t for t in tensors}, {s.name: s for s in scalars}, extents)
     statements = tuple(builder.build(s) for s in node.statements)
     if not statements:
         raise SemanticError(
@@ -78,7 +77,7 @@ def _suggest(name: str, known: Iterable[str], what: str) -> str:
 
 def _build_extents(node: ast.ProgramNode) -> dict[str, Extent]:
     extents: dict[str, Extent] = {}
-    spans = {}
+    spans: dict[str, Span] = {}
     for decl in node.extents:
         if decl.name.name in extents:
             first = spans[decl.name.name]
@@ -98,7 +97,7 @@ def _build_extents(node: ast.ProgramNode) -> dict[str, Extent]:
 
 def _build_tensors(node: ast.ProgramNode, extents: dict[str, Extent]) -> tuple[Tensor, ...]:
     tensors: dict[str, Tensor] = {}
-    spans = {}
+    spans: dict[str, Span] = {}
     for decl in node.tensors:
         name = decl.name.name
         if name in tensors:
@@ -201,8 +200,7 @@ def _product_factors(node: ast.ExprNode) -> list[ast.ExprNode]:
 
 
 def _all_indices(node: ast.ExprNode) -> set[str]:
-    return {i.name for n in _nodes(node, True) if isinstance(n, ast.AccessNode)
-            for i in n.indices}
+    return {i.name for n in _nodes(node, True) if isinstance(n, ast.AccessNode) for i in n.indices}
 
 
 class _StatementBuilder:
@@ -243,7 +241,8 @@ class _StatementBuilder:
         if name not in self.tensors:
             if name in self.scalars:
                 raise SemanticError(
-                    f"{name!r} is a scalar, not a tensor", access.tensor.span,
+                    f"{name!r} is a scalar, not a tensor",
+                    access.tensor.span,
                     hint=f"write {name} without brackets",
                 )
             raise UnknownNameError(
@@ -259,7 +258,7 @@ class _StatementBuilder:
                 f"but is used with {len(access.indices)} ind"
                 + ("ex" if len(access.indices) == 1 else "ices"),
                 access.span,
-                hint=f"write {name}[{', '.join(['_'] * tensor.rank) }] with {tensor.rank} indices",
+                hint=f"write {name}[{', '.join(['_'] * tensor.rank)}] with {tensor.rank} indices",
             )
         return tensor
 

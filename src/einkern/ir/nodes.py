@@ -332,8 +332,12 @@ class Program:
 
     def __str__(self) -> str:
         lines = [f"program {self.name}"]
-        lines.append("dims " + ", ".join(
-            e.name if e.default is None else f"{e.name}={e.default}" for e in self.extents))
+        lines.append(
+            "dims "
+            + ", ".join(
+                e.name if e.default is None else f"{e.name}={e.default}" for e in self.extents
+            )
+        )
         for t in self.tensors:
             lines.append(f"tensor {t.name}[{', '.join(t.shape)}] {t.dtype} {t.layout}")
         for s in self.scalars:

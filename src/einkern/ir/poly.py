@@ -49,13 +49,16 @@ class _StatementPolyhedra:
         extents = dict.fromkeys(statement.extent_of(i) for i in statement.indices)
         params = [_bound(e) for e in extents if not e.isdigit()]
         self.params = "[" + ", ".join(params) + "]"
-        self.space = (f"{statement_name(position)}"
-                      f"[{', '.join(_index(i) for i in statement.indices)}]")
+        self.space = (
+            f"{statement_name(position)}[{', '.join(_index(i) for i in statement.indices)}]"
+        )
         constraints = [f"{p} >= 1" for p in params]
-        constraints += [f"0 <= {_index(i)} < {_bound(statement.extent_of(i))}"
-                        for i in statement.indices]
-        self.domain = isl.Set(f"{self.params} -> {{ {self.space} : "
-                              f"{' and '.join(constraints) or 'true'} }}")
+        constraints += [
+            f"0 <= {_index(i)} < {_bound(statement.extent_of(i))}" for i in statement.indices
+        ]
+        self.domain = isl.Set(
+            f"{self.params} -> {{ {self.space} : {' and '.join(constraints) or 'true'} }}"
+        )
         self._maps: dict[Access, isl.Map] = {}
         self.write = self.access_map(statement.output)
         self.reads: dict[str, list[Access]] = {}
@@ -99,7 +102,7 @@ class Polyhedra:
         result: list[set[int]] = [set() for _ in self.program.statements]
         for positions in touching.values():
             for number, a in enumerate(positions):
-                result[a].update(positions[number + 1:])
+                result[a].update(positions[number + 1 :])
         return [sorted(found) for found in result]
 
     def dependences(self) -> tuple[Dependence, ...]:
@@ -113,8 +116,7 @@ class Polyhedra:
                 found.extend(self._pair(first, a, tensor_a, b))
         return tuple(found)
 
-    def _pair(self, first: _StatementPolyhedra, a: int, tensor_a: str,
-              b: int) -> list[Dependence]:
+    def _pair(self, first: _StatementPolyhedra, a: int, tensor_a: str, b: int) -> list[Dependence]:
         second = self.of(b)
         statements = self.program.statements
         write_a, write_b = statements[a].output, statements[b].output

@@ -33,10 +33,19 @@ from .ast import (
 )
 from .limits import MAX_ELEMENTS, MAX_NAME_LENGTH, check_name, check_size, check_statement
 
-_DTYPE_ALIASES = {"double": "float64", "float": "float32", "real": "float64", "f64": "float64",
-                  "f32": "float32", "fp64": "float64", "fp32": "float32"}
-_DTYPE_LIKE = re.compile(r"^(u?int\d*|float\d*|f\d+|fp\d+|double|half|real|bf\d+|bfloat\d*|"
-                         r"complex\d*|bool|tf32)$")
+_DTYPE_ALIASES = {
+    "double": "float64",
+    "float": "float32",
+    "real": "float64",
+    "f64": "float64",
+    "f32": "float32",
+    "fp64": "float64",
+    "fp32": "float32",
+}
+_DTYPE_LIKE = re.compile(
+    r"^(u?int\d*|float\d*|f\d+|fp\d+|double|half|real|bf\d+|bfloat\d*|"
+    r"complex\d*|bool|tf32)$"
+)
 
 
 def looks_like_dtype(word: str) -> bool:
@@ -76,20 +85,23 @@ def check_extent_value(text: str, span: Span, name: str | None) -> int:
         what = "a dimension" if name is None else f"extent '{name}'"
         if len(text.lstrip("0")) > 19:  # more than 2**63 - 1, and int() could refuse it
             raise ExtentError(
-                f"{what} has {len(text.lstrip('0'))} digits, more than 2**63 - 1 = "
-                f"{MAX_ELEMENTS}", span,
-                hint="generated kernels index elements with 64-bit signed offsets")
+                f"{what} has {len(text.lstrip('0'))} digits, more than 2**63 - 1 = {MAX_ELEMENTS}",
+                span,
+                hint="generated kernels index elements with 64-bit signed offsets",
+            )
         return check_size(int(text), span, what)
     if len(text) > 40:
         text = text[:20] + "..."
     if name is None:
-        raise ExtentError(f"a dimension must be a positive integer, not {text}", span,
-                          hint="write a size of at least 1, or an extent name")
+        raise ExtentError(
+            f"a dimension must be a positive integer, not {text}",
+            span,
+            hint="write a size of at least 1, or an extent name",
+        )
     raise ExtentError(
         f"extent '{name}' must be a positive integer, not {text}",
         span,
-        hint=f"write e.g. `dims {name} = 16`, or leave the value out to give it at "
-        "compile time",
+        hint=f"write e.g. `dims {name} = 16`, or leave the value out to give it at compile time",
     )
 
 
@@ -141,7 +153,9 @@ class DeclCollector:
         if self.name_span is not None:
             raise DuplicateDeclarationError(
                 f"the program is named twice (first '{self.name}' on line {self.name_span.line})",
-                name.span, hint="keep a single `program NAME` line")
+                name.span,
+                hint="keep a single `program NAME` line",
+            )
         check_name(name.name, name.span, "the program name")
         self.name, self.name_span = name.name, name.span
 
@@ -150,16 +164,19 @@ class DeclCollector:
         if self.default_dtype_span is not None:
             raise DuplicateDeclarationError(
                 f"the default dtype is set twice (first on line {self.default_dtype_span.line})",
-                span, hint="keep a single dtype line; give single tensors their own dtype")
+                span,
+                hint="keep a single dtype line; give single tensors their own dtype",
+            )
         self.default_dtype, self.default_dtype_span = dtype, span
 
     def set_default_layout(self, word: str, span: Span) -> None:
         layout = check_layout(word, span)
         if self.default_layout_span is not None:
             raise DuplicateDeclarationError(
-                f"the default layout is set twice (first on line "
-                f"{self.default_layout_span.line})",
-                span, hint="keep a single layout line; give single tensors their own layout")
+                f"the default layout is set twice (first on line {self.default_layout_span.line})",
+                span,
+                hint="keep a single layout line; give single tensors their own layout",
+            )
         self.default_layout, self.default_layout_span = layout, span
 
     # ---- declarations ------------------------------------------------------------
@@ -168,13 +185,18 @@ class DeclCollector:
         self._claim(name, "an extent")
         self.extents.append(ExtentDeclNode(name, value, span))
 
-    def add_tensor(self, name: Ident, shape: tuple[DimRef, ...], dtype: str | None,
-                   layout: str | None, span: Span) -> None:
+    def add_tensor(
+        self,
+        name: Ident,
+        shape: tuple[DimRef, ...],
+        dtype: str | None,
+        layout: str | None,
+        span: Span,
+    ) -> None:
         self._claim(name, "a tensor")
         self.tensors.append(TensorDeclNode(name, shape, dtype, layout, span))
 
-    def add_scalar(self, name: Ident, dtype: str | None, value: float | None,
-                   span: Span) -> None:
+    def add_scalar(self, name: Ident, dtype: str | None, value: float | None, span: Span) -> None:
         self._claim(name, "a scalar")
         self.scalars.append(ScalarDeclNode(name, dtype, value, span))
 
@@ -192,15 +214,20 @@ class DeclCollector:
                     continue
                 other = self.declared.get(dim.name)
                 if other is not None:
-                    hint = (f"'{dim.name}' is {other[0]} (line {other[1].line}); a shape "
-                            "lists extents declared with `dims` or integer sizes")
+                    hint = (
+                        f"'{dim.name}' is {other[0]} (line {other[1].line}); a shape "
+                        "lists extents declared with `dims` or integer sizes"
+                    )
                 else:
                     close = difflib.get_close_matches(dim.name, sorted(extents), n=1)
-                    hint = (f"did you mean '{close[0]}'? " if close else "") + \
-                        f"declare it with `dims {dim.name} = ...`"
+                    hint = (
+                        f"did you mean '{close[0]}'? " if close else ""
+                    ) + f"declare it with `dims {dim.name} = ...`"
                 raise UnknownNameError(
                     f"unknown extent '{dim.name}' in the shape of tensor '{tensor.name.name}'",
-                    dim.span, hint=hint)
+                    dim.span,
+                    hint=hint,
+                )
 
     def finish(self, fallback_name: str = "program") -> ProgramNode:
         """Check the shapes and return the program."""

@@ -61,8 +61,9 @@ class TokenCursor:
     def expect_op(self, text: str, what: str, hint: str | None = None) -> Token:
         token = self.peek()
         if not token.is_op(text):
-            raise ParseError(f"expected '{text}' {what}, found {token.describe()}", token.span,
-                             hint=hint)
+            raise ParseError(
+                f"expected '{text}' {what}, found {token.describe()}", token.span, hint=hint
+            )
         return self.advance()
 
     def expect_name(self, what: str, hint: str | None = None) -> Token:
@@ -109,8 +110,10 @@ class ExprParser(TokenCursor):
         if self.nesting > MAX_NESTING:
             raise ParseError(
                 f"expression nested too deeply (more than {MAX_NESTING} levels of "
-                "parentheses, signs and calls)", token.span,
-                hint="split the expression into several statements")
+                "parentheses, signs and calls)",
+                token.span,
+                hint="split the expression into several statements",
+            )
 
     # ---- accesses ------------------------------------------------------------
 
@@ -130,8 +133,11 @@ class ExprParser(TokenCursor):
             if token.kind != NAME:
                 if token.kind in (NEWLINE, EOF) or token.is_op("=", "+=", "-=", ";"):
                     self._unclosed(opener, token)
-                raise ParseError(f"expected an {what} name, found {token.describe()}",
-                                 token.span, hint="indices are names separated by commas")
+                raise ParseError(
+                    f"expected an {what} name, found {token.describe()}",
+                    token.span,
+                    hint="indices are names separated by commas",
+                )
             indices.append(ident(self.advance()))
             if self.accept_op("]"):
                 return tuple(indices)
@@ -151,8 +157,9 @@ class ExprParser(TokenCursor):
 
     def parse_access(self) -> AccessNode:
         name = self.expect_name("a tensor name")
-        opener = self.expect_op("[", f"after '{name.text}'",
-                                hint=f"a tensor access reads like {name.text}[i, j]")
+        opener = self.expect_op(
+            "[", f"after '{name.text}'", hint=f"a tensor access reads like {name.text}[i, j]"
+        )
         indices = self.parse_index_list(opener)
         return AccessNode(ident(name), indices, name.span.join(self.tokens[self.pos - 1].span))
 
@@ -169,8 +176,11 @@ class ExprParser(TokenCursor):
         left = self.parse_unary(after)
         while True:
             if self.peek().is_op("**"):
-                raise ParseError("there is no power operator '**'", self.peek().span,
-                                 hint="use pow(a, b), or write the product out")
+                raise ParseError(
+                    "there is no power operator '**'",
+                    self.peek().span,
+                    hint="use pow(a, b), or write the product out",
+                )
             op = self.accept_op("*", "/")
             if op is None:
                 break
@@ -230,11 +240,14 @@ class ExprParser(TokenCursor):
         if found.is_op("**") or (found.is_op("*") and after is not None and after.is_op("*")):
             hint = "there is no power operator: use pow(a, b)"
         else:
-            hint = "an expression is a number, a scalar name, a tensor access like A[i, j], " \
+            hint = (
+                "an expression is a number, a scalar name, a tensor access like A[i, j], "
                 "a call like sqrt(x) or an expression in parentheses"
+            )
         where = "" if after is None else f" after '{after.text}'"
-        raise ParseError(f"expected an expression{where}, found {found.describe()}",
-                         found.span, hint=hint)
+        raise ParseError(
+            f"expected an expression{where}, found {found.describe()}", found.span, hint=hint
+        )
 
     # ---- statements ----------------------------------------------------------
 
@@ -242,11 +255,16 @@ class ExprParser(TokenCursor):
         target = self.parse_access()
         op = self.peek()
         if op.is_op("*=", "/=", "=="):
-            raise ParseError(f"unknown assignment operator '{op.text}'", op.span,
-                             hint="use =, += or -=")
+            raise ParseError(
+                f"unknown assignment operator '{op.text}'", op.span, hint="use =, += or -="
+            )
         if not op.is_op(*ASSIGN_OPS):
-            raise ParseError(f"expected an assignment (=, += or -=) after {_show(target)}, "
-                             f"found {op.describe()}", op.span, hint="use =, += or -=")
+            raise ParseError(
+                f"expected an assignment (=, += or -=) after {_show(target)}, "
+                f"found {op.describe()}",
+                op.span,
+                hint="use =, += or -=",
+            )
         self.advance()
         rhs = self.parse_expr(op)
         return StatementNode(target, op.text, rhs, target.span.join(rhs.span))
@@ -254,4 +272,3 @@ class ExprParser(TokenCursor):
 
 def _show(access: AccessNode) -> str:
     return f"'{access.tensor.name}[{', '.join(i.name for i in access.indices)}]'"
-

@@ -114,16 +114,20 @@ class Library:
             elif known.shape != typedef.shape:
                 raise DuplicateDeclarationError(
                     f"type '{typedef.name}' is already defined as {list(known.shape)} "
-                    f"at {known.span.location()}", typedef.span,
-                    hint="give the type another name")
+                    f"at {known.span.location()}",
+                    typedef.span,
+                    hint="give the type another name",
+                )
         functions = list(self.functions)
         for func in other.functions:
             known_func = self.function(func.name.name)
             if known_func is not None:
                 raise DuplicateDeclarationError(
                     f"function '{func.name.name}' is already defined at "
-                    f"{known_func.name.span.location()}", func.name.span,
-                    hint="give the function another name")
+                    f"{known_func.name.span.location()}",
+                    func.name.span,
+                    hint="give the function another name",
+                )
             functions.append(func)
         return Library(tuple(types), tuple(functions))
 
@@ -147,8 +151,11 @@ class _LibraryParser(ExprParser):
                 self.advance()
                 self._function()
             else:
-                raise ParseError(f"expected `type` or `function`, found {word.describe()}",
-                                 word.span, hint="a library holds type and function definitions")
+                raise ParseError(
+                    f"expected `type` or `function`, found {word.describe()}",
+                    word.span,
+                    hint="a library holds type and function definitions",
+                )
             self.end_statement("definition")
             self.skip_blank()
         merged = self.base.merge(self.own)
@@ -157,8 +164,9 @@ class _LibraryParser(ExprParser):
         return merged
 
     def _type(self) -> None:
-        name = self.expect_name("a type name after 'type'",
-                                hint="write e.g. `type MATRIX3x3 = [3, 3]`")
+        name = self.expect_name(
+            "a type name after 'type'", hint="write e.g. `type MATRIX3x3 = [3, 3]`"
+        )
         self.expect_op("=", f"after type '{name.text}'", hint="write e.g. `= [3, 3]`")
         opener = self.expect_op("[", "before the sizes", hint="write e.g. `[3, 3]`, or `[]`")
         sizes: list[int] = []
@@ -167,26 +175,34 @@ class _LibraryParser(ExprParser):
                 self._unclosed(opener, self.peek())
             token = self.peek()
             if token.kind != INT:
-                raise ParseError(f"expected a positive integer size, found {token.describe()}",
-                                 token.span, hint="element types have fixed sizes, e.g. [3, 3]")
+                raise ParseError(
+                    f"expected a positive integer size, found {token.describe()}",
+                    token.span,
+                    hint="element types have fixed sizes, e.g. [3, 3]",
+                )
             sizes.append(check_extent_value(self.advance().text, token.span, None))
         typedef = TypeDef(name.text, tuple(sizes), name.span.join(self.tokens[self.pos - 1].span))
         self.own = self.own.merge(Library((typedef,), ()))
 
     def _function(self) -> None:
         name = self.expect_name("a function name after 'function'")
-        opener = self.expect_op("(", f"after function '{name.text}'",
-                                hint="write e.g. `function f(A: MATRIX3x3) -> MATRIX3x3 {`")
+        opener = self.expect_op(
+            "(",
+            f"after function '{name.text}'",
+            hint="write e.g. `function f(A: MATRIX3x3) -> MATRIX3x3 {`",
+        )
         params: list[tuple[Token, Token]] = []
         while not self.accept_op(")"):
             if params and not self.accept_op(","):
                 self._unclosed(opener, self.peek())
             pname = self.expect_name("a parameter name", hint="write `NAME: TYPE`")
-            self.expect_op(":", f"and a type after parameter '{pname.text}'",
-                           hint=f"write `{pname.text}: MATRIX3x3`")
+            self.expect_op(
+                ":",
+                f"and a type after parameter '{pname.text}'",
+                hint=f"write `{pname.text}: MATRIX3x3`",
+            )
             params.append((pname, self.expect_name("a type name")))
-        self.expect_op("->", "and the result type after the parameters",
-                       hint="write `-> TYPE {`")
+        self.expect_op("->", "and the result type after the parameters", hint="write `-> TYPE {`")
         result = self.expect_name("the result type after '->'")
         self.skip_blank()
         brace = self.expect_op("{", "to open the function body")
@@ -194,32 +210,49 @@ class _LibraryParser(ExprParser):
         self.skip_blank()
         while not self.accept_op("}"):
             if self.peek().kind == EOF:
-                raise ParseError(f"expected '}}' to close the body of function '{name.text}' "
-                                 "opened here", brace.span, hint="add '}'")
+                raise ParseError(
+                    f"expected '}}' to close the body of function '{name.text}' opened here",
+                    brace.span,
+                    hint="add '}'",
+                )
             body.append(self.parse_statement())
             check_statement(body[-1])
             self.end_statement("statement", closers=("}",))
             self.skip_blank()
         if not body:
-            raise ParseError(f"function '{name.text}' has an empty body", brace.span,
-                             hint=f"assign the result, e.g. `{RESULT}[i] = ...`")
+            raise ParseError(
+                f"function '{name.text}' has an empty body",
+                brace.span,
+                hint=f"assign the result, e.g. `{RESULT}[i] = ...`",
+            )
         self.pending.append((name, params, result, body))
 
     # ---- checks -------------------------------------------------------------------
 
-    def _resolve(self, library: Library, name: Token, params: list[tuple[Token, Token]],
-                 result: Token, body: list[StatementNode]) -> FunctionDef:
+    def _resolve(
+        self,
+        library: Library,
+        name: Token,
+        params: list[tuple[Token, Token]],
+        result: Token,
+        body: list[StatementNode],
+    ) -> FunctionDef:
         resolved: list[Param] = []
         for pname, ptype in params:
             if pname.text == RESULT:
-                raise ParseError(f"'{RESULT}' names the result and cannot be a parameter",
-                                 pname.span, hint="rename the parameter")
+                raise ParseError(
+                    f"'{RESULT}' names the result and cannot be a parameter",
+                    pname.span,
+                    hint="rename the parameter",
+                )
             if any(p.name.name == pname.text for p in resolved):
-                raise DuplicateDeclarationError(f"parameter '{pname.text}' is declared twice",
-                                                pname.span, hint="rename one of them")
+                raise DuplicateDeclarationError(
+                    f"parameter '{pname.text}' is declared twice",
+                    pname.span,
+                    hint="rename one of them",
+                )
             resolved.append(Param(ident(pname), _lookup_type(library, ptype)))
-        func = FunctionDef(ident(name), tuple(resolved), _lookup_type(library, result),
-                           tuple(body))
+        func = FunctionDef(ident(name), tuple(resolved), _lookup_type(library, result), tuple(body))
         _check_body(func)
         return func
 
@@ -228,8 +261,11 @@ def _lookup_type(library: Library, token: Token) -> TypeDef:
     typedef = library.type(token.text)
     if typedef is None:
         known = ", ".join(t.name for t in library.types) or "none"
-        raise UnknownNameError(f"unknown type '{token.text}' (known: {known})", token.span,
-                               hint=f"define it first, e.g. `type {token.text} = [3, 3]`")
+        raise UnknownNameError(
+            f"unknown type '{token.text}' (known: {known})",
+            token.span,
+            hint=f"define it first, e.g. `type {token.text} = [3, 3]`",
+        )
     return typedef
 
 
@@ -243,29 +279,40 @@ def _check_body(func: FunctionDef) -> None:
         if statement.target.tensor.name != RESULT:
             raise SemanticError(
                 f"function '{func.name.name}' assigns '{statement.target.tensor.name}'; "
-                f"a body assigns only '{RESULT}'", statement.target.tensor.span,
-                hint=f"write the result to {RESULT}[...]")
+                f"a body assigns only '{RESULT}'",
+                statement.target.tensor.span,
+                hint=f"write the result to {RESULT}[...]",
+            )
         if number == 0 and statement.op != "=":
-            raise SemanticError(f"the first statement of '{func.name.name}' must assign "
-                                f"'{RESULT}' with '='", statement.span,
-                                hint=f"write {RESULT}[...] = ... first")
+            raise SemanticError(
+                f"the first statement of '{func.name.name}' must assign '{RESULT}' with '='",
+                statement.span,
+                hint=f"write {RESULT}[...] = ... first",
+            )
         sizes: dict[str, int] = {}
         for access in (statement.target, *_accesses(statement.rhs, func)):
             shape = shapes.get(access.tensor.name)
             if shape is None:
                 raise UnknownNameError(
                     f"'{access.tensor.name}' is not a parameter of '{func.name.name}'",
-                    access.tensor.span, hint="use the parameter names, and out for the result")
+                    access.tensor.span,
+                    hint="use the parameter names, and out for the result",
+                )
             if len(shape) != len(access.indices):
-                raise RankError(f"'{access.tensor.name}' has rank {len(shape)} but is used "
-                                f"with {len(access.indices)} indices", access.span,
-                                hint="use one index per dimension ([] for a scalar)")
+                raise RankError(
+                    f"'{access.tensor.name}' has rank {len(shape)} but is used "
+                    f"with {len(access.indices)} indices",
+                    access.span,
+                    hint="use one index per dimension ([] for a scalar)",
+                )
             for index, size in zip(access.indices, shape, strict=True):
                 if sizes.setdefault(index.name, size) != size:
                     raise IndexBindingError(
                         f"index '{index.name}' ranges over {sizes[index.name]} elsewhere in "
-                        f"this statement, but over {size} here", index.span,
-                        hint="use different index names for dimensions of different size")
+                        f"this statement, but over {size} here",
+                        index.span,
+                        hint="use different index names for dimensions of different size",
+                    )
 
 
 def _accesses(expr: ExprNode, func: FunctionDef) -> list[AccessNode]:
@@ -278,16 +325,22 @@ def _accesses(expr: ExprNode, func: FunctionDef) -> list[AccessNode]:
     if isinstance(expr, CallNode):
         arity = ARITY.get(expr.func.name)
         if arity is None:
-            raise UnknownNameError(f"unknown function '{expr.func.name}'", expr.func.span,
-                                   hint="known: " + ", ".join(sorted(ARITY)))
+            raise UnknownNameError(
+                f"unknown function '{expr.func.name}'",
+                expr.func.span,
+                hint="known: " + ", ".join(sorted(ARITY)),
+            )
         if arity != len(expr.args):
-            raise SemanticError(f"{expr.func.name} takes {arity} argument(s), "
-                                f"got {len(expr.args)}", expr.span)
+            raise SemanticError(
+                f"{expr.func.name} takes {arity} argument(s), got {len(expr.args)}", expr.span
+            )
         return [a for arg in expr.args for a in _accesses(arg, func)]
     if isinstance(expr, NameNode):
-        raise UnknownNameError(f"bare name '{expr.name}' in function '{func.name.name}'",
-                               expr.span, hint=f"read parameters with indices, e.g. "
-                               f"{expr.name}[] for a scalar")
+        raise UnknownNameError(
+            f"bare name '{expr.name}' in function '{func.name.name}'",
+            expr.span,
+            hint=f"read parameters with indices, e.g. {expr.name}[] for a scalar",
+        )
     return []
 
 

@@ -58,24 +58,30 @@ def check_name(name: str, span: Span | None, what: str = "name") -> str:
     if is_identifier(name):
         return name
     if len(name) > MAX_NAME_LENGTH:
-        raise ParseError(f"{what} is {len(name)} characters long (the limit is "
-                         f"{MAX_NAME_LENGTH})", span, hint="use a shorter name")
+        raise ParseError(
+            f"{what} is {len(name)} characters long (the limit is {MAX_NAME_LENGTH})",
+            span,
+            hint="use a shorter name",
+        )
     bad = next((c for c in name if not (c.isascii() and (c.isalnum() or c == "_"))), None)
     shown = f"'{name}'" if name.isprintable() else repr(name)
     detail = f" (it contains {bad!r})" if bad is not None else ""
     raise ParseError(
-        f"{what} {shown} is not an ASCII identifier{detail}", span,
+        f"{what} {shown} is not an ASCII identifier{detail}",
+        span,
         hint="names are ASCII letters, digits and '_', not starting with a digit "
-        "(every backend must be able to spell them)")
+        "(every backend must be able to spell them)",
+    )
 
 
 def check_size(value: int, span: Span | None, what: str) -> int:
     """``value`` if it is at most :data:`MAX_ELEMENTS`, else an :class:`ExtentError`."""
     if value > MAX_ELEMENTS:
         raise ExtentError(
-            f"{what} is {_short(value)}, more than 2**63 - 1 = {MAX_ELEMENTS}", span,
-            hint="generated kernels index elements with 64-bit signed offsets; use "
-            "smaller extents")
+            f"{what} is {_short(value)}, more than 2**63 - 1 = {MAX_ELEMENTS}",
+            span,
+            hint="generated kernels index elements with 64-bit signed offsets; use smaller extents",
+        )
     return value
 
 
@@ -96,8 +102,10 @@ def check_scalar_default(name: str, value: float, dtype: str, span: Span | None)
     if not math.isfinite(value) or abs(value) > FLOAT_MAX[dtype]:
         raise SemanticError(
             f"the default of scalar '{name}' does not fit in {dtype} (largest finite "
-            f"value {FLOAT_MAX[dtype]:.7g})", span,
-            hint="write a smaller number, or make the scalar float64")
+            f"value {FLOAT_MAX[dtype]:.7g})",
+            span,
+            hint="write a smaller number, or make the scalar float64",
+        )
 
 
 def _short(value: int) -> str:
@@ -138,8 +146,10 @@ def check_statement(statement: StatementNode) -> None:
     if depth > MAX_EXPRESSION_DEPTH:
         raise SemanticError(
             f"expression too deep: {depth} levels (the limit is {MAX_EXPRESSION_DEPTH}; "
-            "each term of a sum and each factor of a product is a level)", leaf.span,
-            hint="split it into several statements, e.g. accumulate parts with +=")
+            "each term of a sum and each factor of a product is a level)",
+            leaf.span,
+            hint="split it into several statements, e.g. accumulate parts with +=",
+        )
     stack: list[ExprNode] = [statement.target, statement.rhs]
     while stack:
         node = stack.pop()

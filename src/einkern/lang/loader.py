@@ -34,12 +34,16 @@ def register_front_end(front_end: FrontEnd) -> None:
     """Add an input format; a name or an extension already taken is refused with
     :class:`~einkern.errors.RegistrationError`."""
     if front_end.name in _FRONT_ENDS:
-        raise RegistrationError(f"a front end named {front_end.name!r} is already registered",
-                                hint="choose another name")
+        raise RegistrationError(
+            f"a front end named {front_end.name!r} is already registered",
+            hint="choose another name",
+        )
     taken = [ext for ext in front_end.extensions if ext.lower() in EXTENSIONS]
     if taken:
-        raise RegistrationError(f"extension {taken[0]!r} already belongs to the "
-                                f"{EXTENSIONS[taken[0].lower()]!r} front end")
+        raise RegistrationError(
+            f"extension {taken[0]!r} already belongs to the "
+            f"{EXTENSIONS[taken[0].lower()]!r} front end"
+        )
     _FRONT_ENDS[front_end.name] = front_end
     EXTENSIONS.update({ext.lower(): front_end.name for ext in front_end.extensions})
 
@@ -100,13 +104,15 @@ def load_program_node(text_or_path: str | os.PathLike[str]) -> ProgramNode:
     a missing file and a :class:`~einkern.errors.UsageError` says so.
     """
     if isinstance(text_or_path, os.PathLike) or (
-        isinstance(text_or_path, str) and "\n" not in text_or_path
+        isinstance(text_or_path, str)
+        and "\n" not in text_or_path
         and (_pathlike(text_or_path.strip()) or os.path.isfile(text_or_path))
     ):
         path = Path(text_or_path)
         if not path.is_file():
-            raise UsageError(f"no such file: {path}",
-                             hint="check the path, or pass the program text itself")
+            raise UsageError(
+                f"no such file: {path}", hint="check the path, or pass the program text itself"
+            )
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:

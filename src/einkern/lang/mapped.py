@@ -81,8 +81,11 @@ class MappedReader(TokenCursor):
         while self.peek().kind != EOF:
             first = self.peek()
             if self.result is not None:
-                raise ParseError("nothing may follow the return statement", first.span,
-                                 hint="a mapped function ends with `return VARIABLE;`")
+                raise ParseError(
+                    "nothing may follow the return statement",
+                    first.span,
+                    hint="a mapped function ends with `return VARIABLE;`",
+                )
             if first.kind == NAME and first.text == "input":
                 self._input()
             elif first.kind == NAME and first.text == "return":
@@ -92,15 +95,19 @@ class MappedReader(TokenCursor):
             elif first.kind == NAME and self.peek(1).is_op("="):
                 self._call()
             else:
-                raise ParseError(f"expected a declaration, input, a call or return, found "
-                                 f"{first.describe()}", first.span,
-                                 hint="e.g. `MATRIX3x3 A, B;`, `input A;`, `B = mtrans33(A);`"
-                                 ", `return B;`")
+                raise ParseError(
+                    f"expected a declaration, input, a call or return, found {first.describe()}",
+                    first.span,
+                    hint="e.g. `MATRIX3x3 A, B;`, `input A;`, `B = mtrans33(A);`, `return B;`",
+                )
             self.end_statement("statement")
             self.skip_blank()
         if self.result is None:
-            raise ParseError("the mapped function has no return statement",
-                             self.peek().span, hint="end it with `return VARIABLE;`")
+            raise ParseError(
+                "the mapped function has no return statement",
+                self.peek().span,
+                hint="end it with `return VARIABLE;`",
+            )
         return self._expand()
 
     # ---- statements --------------------------------------------------------------
@@ -111,15 +118,20 @@ class MappedReader(TokenCursor):
         if typedef is None:
             known = ", ".join(t.name for t in self.library.types)
             raise UnknownNameError(
-                f"unknown type '{type_token.text}' (known: {known})", type_token.span,
-                hint=f"define it in a library file, e.g. `type {type_token.text} = [4, 4]`")
+                f"unknown type '{type_token.text}' (known: {known})",
+                type_token.span,
+                hint=f"define it in a library file, e.g. `type {type_token.text} = [4, 4]`",
+            )
         while True:
             name = self.expect_name("a variable name")
             previous = self.variables.get(name.text)
             if previous is not None:
                 raise DuplicateDeclarationError(
                     f"variable '{name.text}' is declared twice (first on line "
-                    f"{previous[0].span.line})", name.span, hint="remove one declaration")
+                    f"{previous[0].span.line})",
+                    name.span,
+                    hint="remove one declaration",
+                )
             self.variables[name.text] = (name, typedef)
             if not self.accept_op(","):
                 return
@@ -131,11 +143,16 @@ class MappedReader(TokenCursor):
             name = self._declared(self.expect_name("an input variable name"))
             if name.text in self.inputs:
                 raise DuplicateDeclarationError(
-                    f"'{name.text}' is already an input (line "
-                    f"{self.inputs[name.text].span.line})", name.span, hint="list it once")
+                    f"'{name.text}' is already an input (line {self.inputs[name.text].span.line})",
+                    name.span,
+                    hint="list it once",
+                )
             if name.text in self.assigned:
-                raise SemanticError(f"'{name.text}' is assigned before it is declared input",
-                                    name.span, hint="declare the inputs before the calls")
+                raise SemanticError(
+                    f"'{name.text}' is assigned before it is declared input",
+                    name.span,
+                    hint="declare the inputs before the calls",
+                )
             self.inputs[name.text] = name
             if not self.accept_op(","):
                 return
@@ -151,9 +168,11 @@ class MappedReader(TokenCursor):
         self.advance()
         fname = self.peek()
         if fname.kind != NAME or not self.peek(1).is_op("("):
-            raise ParseError(f"expected a call of an elementary function after '=', found "
-                             f"{fname.describe()}", fname.span,
-                             hint="each line calls one function, e.g. `M = mmul33(A, B);`")
+            raise ParseError(
+                f"expected a call of an elementary function after '=', found {fname.describe()}",
+                fname.span,
+                hint="each line calls one function, e.g. `M = mmul33(A, B);`",
+            )
         self.advance()
         func = self._function(fname)
         opener = self.advance()
@@ -163,43 +182,59 @@ class MappedReader(TokenCursor):
                 self._unclosed(opener)
             arg = self.peek()
             if arg.kind != NAME or self.peek(1).is_op("(", "["):
-                raise ParseError(f"expected a variable as argument, found {arg.describe()}",
-                                 arg.span, hint="arguments are variables: assign nested "
-                                 "calls and expressions to a variable first")
+                raise ParseError(
+                    f"expected a variable as argument, found {arg.describe()}",
+                    arg.span,
+                    hint="arguments are variables: assign nested "
+                    "calls and expressions to a variable first",
+                )
             args.append(self._ready(self._declared(self.advance())))
         call_span = fname.span.join(self.tokens[self.pos - 1].span)
         self._check_arguments(target, func, args, call_span)
         if target.text in self.inputs:
-            raise SemanticError(f"cannot assign the input '{target.text}'", target.span,
-                                hint="assign the result to a new variable")
+            raise SemanticError(
+                f"cannot assign the input '{target.text}'",
+                target.span,
+                hint="assign the result to a new variable",
+            )
         if target.text in self.assigned:
-            raise SemanticError(f"'{target.text}' is assigned twice (first on line "
-                                f"{self.assigned[target.text].span.line})", target.span,
-                                hint="every variable is assigned once: use a new variable")
+            raise SemanticError(
+                f"'{target.text}' is assigned twice (first on line "
+                f"{self.assigned[target.text].span.line})",
+                target.span,
+                hint="every variable is assigned once: use a new variable",
+            )
         self.assigned[target.text] = target
-        self.calls.append(_Call(target, func, tuple(args), call_span,
-                                target.span.join(call_span)))
+        self.calls.append(_Call(target, func, tuple(args), call_span, target.span.join(call_span)))
 
     def _unclosed(self, opener: Token) -> NoReturn:
         found = self.peek()
-        raise ParseError(f"expected ')' to close the argument list opened here, found "
-                         f"{found.describe()} at line {found.span.line}, column "
-                         f"{found.span.column}", opener.span,
-                         hint="separate the arguments with ',' and close the list with ')'")
+        raise ParseError(
+            f"expected ')' to close the argument list opened here, found "
+            f"{found.describe()} at line {found.span.line}, column "
+            f"{found.span.column}",
+            opener.span,
+            hint="separate the arguments with ',' and close the list with ')'",
+        )
 
     # ---- checks ----------------------------------------------------------------------
 
     def _declared(self, name: Token) -> Token:
         if name.text not in self.variables:
-            raise UnknownNameError(f"variable '{name.text}' is not declared", name.span,
-                                   hint=f"declare it with its type, e.g. `MATRIX3x3 "
-                                   f"{name.text};`")
+            raise UnknownNameError(
+                f"variable '{name.text}' is not declared",
+                name.span,
+                hint=f"declare it with its type, e.g. `MATRIX3x3 {name.text};`",
+            )
         return name
 
     def _ready(self, name: Token) -> Token:
         if name.text not in self.inputs and name.text not in self.assigned:
-            raise SemanticError(f"variable '{name.text}' is used before it is assigned",
-                                name.span, hint="assign it first, or list it in `input`")
+            raise SemanticError(
+                f"variable '{name.text}' is used before it is assigned",
+                name.span,
+                hint="assign it first, or list it in `input`",
+            )
         return name
 
     def _function(self, fname: Token) -> FunctionDef:
@@ -210,25 +245,37 @@ class MappedReader(TokenCursor):
         close = difflib.get_close_matches(fname.text, names, n=1)
         suggestion = f"did you mean '{close[0]}'? " if close else ""
         raise UnknownNameError(
-            f"no elementary function '{fname.text}'; known: {', '.join(names)}", fname.span,
-            hint=suggestion + "define it in a library file (see docs/language.md)")
+            f"no elementary function '{fname.text}'; known: {', '.join(names)}",
+            fname.span,
+            hint=suggestion + "define it in a library file (see docs/language.md)",
+        )
 
-    def _check_arguments(self, target: Token, func: FunctionDef, args: list[Token],
-                         call_span: Span) -> None:
+    def _check_arguments(
+        self, target: Token, func: FunctionDef, args: list[Token], call_span: Span
+    ) -> None:
         if len(args) != len(func.params):
-            raise SemanticError(f"{func.name.name} takes {len(func.params)} argument(s), "
-                                f"got {len(args)}", call_span, hint=func.signature())
+            raise SemanticError(
+                f"{func.name.name} takes {len(func.params)} argument(s), got {len(args)}",
+                call_span,
+                hint=func.signature(),
+            )
         for number, (arg, param) in enumerate(zip(args, func.params, strict=True), start=1):
             argtype = self.variables[arg.text][1]
             if argtype.shape != param.type.shape:
                 raise SemanticError(
                     f"argument {number} of {func.name.name} must be a {param.type.name}, "
-                    f"but '{arg.text}' is a {argtype.name}", arg.span, hint=func.signature())
+                    f"but '{arg.text}' is a {argtype.name}",
+                    arg.span,
+                    hint=func.signature(),
+                )
         own = self.variables[target.text][1]
         if own.shape != func.result.shape:
-            raise SemanticError(f"{func.name.name} returns a {func.result.name}, but "
-                                f"'{target.text}' is a {own.name}", target.span,
-                                hint=func.signature())
+            raise SemanticError(
+                f"{func.name.name} returns a {func.result.name}, but "
+                f"'{target.text}' is a {own.name}",
+                target.span,
+                hint=func.signature(),
+            )
 
     # ---- expansion --------------------------------------------------------------------
 
@@ -241,7 +288,8 @@ class MappedReader(TokenCursor):
         for name, (token, typedef) in self.variables.items():
             if name in self.inputs or name in self.assigned:
                 shape = (DimRef(extent, None, token.span),) + tuple(
-                    DimRef(None, size, token.span) for size in typedef.shape)
+                    DimRef(None, size, token.span) for size in typedef.shape
+                )
                 decls.add_tensor(ident(token), shape, None, None, token.span)
         for call in self.calls:
             for statement in _inline(call, taken | {extent}):
@@ -272,11 +320,13 @@ def _inline(call: _Call, taken: set[str]) -> list[StatementNode]:
             if name in taken or name == batch:
                 renames[name] = _fresh(name, used | taken | {batch} | set(renames.values()))
 
-        def access(node: AccessNode, batch: str = batch,
-                   renames: dict[str, str] = renames) -> AccessNode:
+        def access(
+            node: AccessNode, batch: str = batch, renames: dict[str, str] = renames
+        ) -> AccessNode:
             token = tensors[node.tensor.name]
             indices = (Ident(batch, where),) + tuple(
-                Ident(renames.get(i.name, i.name), where) for i in node.indices)
+                Ident(renames.get(i.name, i.name), where) for i in node.indices
+            )
             return AccessNode(Ident(token.text, token.span), indices, where)
 
         def expr(node: ExprNode) -> ExprNode:
@@ -314,8 +364,9 @@ def _index_names(statement: StatementNode) -> set[str]:
     return names
 
 
-def parse_mapped(text: str, name: str = "<string>", *, batch: int | None = None,
-                 library: Library | None = None) -> ProgramNode:
+def parse_mapped(
+    text: str, name: str = "<string>", *, batch: int | None = None, library: Library | None = None
+) -> ProgramNode:
     """Parse a mapped function and expand it over a batch of ``batch`` elements
     (default 31744) using ``library`` (default: :func:`builtin_library`; to add
     your own functions pass ``load_library(path)``, which includes the built-in
@@ -323,6 +374,8 @@ def parse_mapped(text: str, name: str = "<string>", *, batch: int | None = None,
     lib = builtin_library() if library is None else library
     size = DEFAULT_BATCH if batch is None else batch
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise ExtentError(f"the batch size must be a positive integer, not {size!r}",
-                          hint="pass batch=N with N >= 1")
+        raise ExtentError(
+            f"the batch size must be a positive integer, not {size!r}",
+            hint="pass batch=N with N >= 1",
+        )
     return MappedReader(Source(name, text), lib, size).parse()

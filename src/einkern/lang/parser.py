@@ -58,13 +58,18 @@ class EinParser(ExprParser):
         if first.kind == NAME:
             close = difflib.get_close_matches(first.text, KEYWORDS, n=1)
             if close:
-                raise ParseError(f"unknown declaration '{first.text}'", first.span,
-                                 hint=f"did you mean '{close[0]}'?")
+                raise ParseError(
+                    f"unknown declaration '{first.text}'",
+                    first.span,
+                    hint=f"did you mean '{close[0]}'?",
+                )
         if first.is_op("+", "-", "*", "/"):
             raise ParseError(
-                f"a line cannot start with '{first.text}'", first.span,
+                f"a line cannot start with '{first.text}'",
+                first.span,
                 hint="to continue a statement on the next line, end the previous line with "
-                "the operator (or wrap the expression in parentheses)")
+                "the operator (or wrap the expression in parentheses)",
+            )
         raise ParseError(
             f"expected a declaration or a statement, found {first.describe()}",
             first.span,
@@ -75,8 +80,9 @@ class EinParser(ExprParser):
     # ---- declarations ---------------------------------------------------------
 
     def _decl_program(self, keyword: Token) -> None:
-        name = self.expect_name("the program name after 'program'",
-                                hint="write e.g. `program matmul`")
+        name = self.expect_name(
+            "the program name after 'program'", hint="write e.g. `program matmul`"
+        )
         self.decls.set_name(ident(name))
 
     def _decl_dims(self, keyword: Token) -> None:
@@ -88,9 +94,12 @@ class EinParser(ExprParser):
                 sign = self.accept_op("-", "+")
                 token = self.peek()
                 if token.kind not in (INT, FLOAT, NAME):
-                    raise ParseError(f"expected the value of extent '{name.text}' after '=', "
-                                     f"found {token.describe()}", token.span,
-                                     hint="write e.g. `dims n = 64`")
+                    raise ParseError(
+                        f"expected the value of extent '{name.text}' after '=', "
+                        f"found {token.describe()}",
+                        token.span,
+                        hint="write e.g. `dims n = 64`",
+                    )
                 self.advance()
                 span = token.span if sign is None else sign.span.join(token.span)
                 text = token.text if sign is None or sign.text == "+" else "-" + token.text
@@ -118,8 +127,10 @@ class EinParser(ExprParser):
             if not opener.is_op("["):
                 raise ParseError(
                     f"expected '[' and the shape after tensor '{name.text}', found "
-                    f"{opener.describe()}", opener.span,
-                    hint=f"write {name.text}[n, m] (a rank-0 tensor is {name.text}[])")
+                    f"{opener.describe()}",
+                    opener.span,
+                    hint=f"write {name.text}[n, m] (a rank-0 tensor is {name.text}[])",
+                )
             self.advance()
             shape = self._shape(opener)
             entries.append((name, shape, self.tokens[self.pos - 1]))
@@ -141,9 +152,12 @@ class EinParser(ExprParser):
                 value = check_extent_value(token.text, token.span, None)
                 dims.append(DimRef(None, value, token.span))
             elif token.kind == FLOAT or token.is_op("-"):
-                raise ExtentError(f"a dimension must be a positive integer or an extent name, "
-                                  f"found {token.describe()}", token.span,
-                                  hint="write e.g. [n, 3]")
+                raise ExtentError(
+                    f"a dimension must be a positive integer or an extent name, "
+                    f"found {token.describe()}",
+                    token.span,
+                    hint="write e.g. [n, 3]",
+                )
             else:
                 self._unclosed(opener, token)
             self.advance()
@@ -160,24 +174,35 @@ class EinParser(ExprParser):
             if word.text in DTYPES or looks_like_dtype(word.text):
                 value = check_dtype(word.text, word.span)
                 if dtype is not None and dtype.text != value:
-                    raise DtypeError(f"two dtypes given: {dtype.text} and {word.text}",
-                                     word.span, hint="keep one")
+                    raise DtypeError(
+                        f"two dtypes given: {dtype.text} and {word.text}",
+                        word.span,
+                        hint="keep one",
+                    )
                 dtype = word
             elif word.text in LAYOUTS or _looks_like_layout(word.text):
                 check_layout(word.text, word.span)
                 if layout is not None and layout.text != word.text:
-                    raise LayoutError(f"two layouts given: {layout.text} and {word.text}",
-                                      word.span, hint="keep one")
+                    raise LayoutError(
+                        f"two layouts given: {layout.text} and {word.text}",
+                        word.span,
+                        hint="keep one",
+                    )
                 layout = word
             else:
                 raise ParseError(
-                    f"unknown tensor attribute '{word.text}'", word.span,
+                    f"unknown tensor attribute '{word.text}'",
+                    word.span,
                     hint="after the shapes come a dtype (float32, float64) and/or a layout "
-                    "(row, column)")
+                    "(row, column)",
+                )
         if self.peek().is_op(","):
-            raise ParseError("dtype and layout go at the end of the line", self.peek().span,
-                             hint="they apply to every tensor on the line; declare tensors "
-                             "with other attributes on a line of their own")
+            raise ParseError(
+                "dtype and layout go at the end of the line",
+                self.peek().span,
+                hint="they apply to every tensor on the line; declare tensors "
+                "with other attributes on a line of their own",
+            )
         return (None if dtype is None else dtype.text, None if layout is None else layout.text)
 
     def _decl_scalar(self, keyword: Token) -> None:
@@ -192,11 +217,12 @@ class EinParser(ExprParser):
                 if token.kind not in (INT, FLOAT):
                     raise ParseError(
                         f"expected a number as the default of scalar '{name.text}', found "
-                        f"{token.describe()}", token.span,
-                        hint="a default is a number literal such as 1.5 or -2")
+                        f"{token.describe()}",
+                        token.span,
+                        hint="a default is a number literal such as 1.5 or -2",
+                    )
                 self.advance()
-                value = float(token.text) * (-1.0 if sign is not None and sign.text == "-"
-                                             else 1.0)
+                value = float(token.text) * (-1.0 if sign is not None and sign.text == "-" else 1.0)
                 end = token
             entries.append((name, value, end))
             if not self.accept_op(","):
@@ -205,8 +231,9 @@ class EinParser(ExprParser):
         if self.peek().kind == NAME:
             word = self.advance()
             if word.text in LAYOUTS:
-                raise LayoutError(f"a scalar has no layout ('{word.text}')", word.span,
-                                  hint="remove it")
+                raise LayoutError(
+                    f"a scalar has no layout ('{word.text}')", word.span, hint="remove it"
+                )
             dtype = check_dtype(word.text, word.span)
         for name, value, end in entries:
             self.decls.add_scalar(ident(name), dtype, value, name.span.join(end.span))
@@ -216,8 +243,12 @@ class EinParser(ExprParser):
 
 def _looks_like_layout(word: str) -> bool:
     lowered = word.lower()
-    return "row" in lowered or "col" in lowered or "major" in lowered or bool(
-        difflib.get_close_matches(lowered, LAYOUTS, n=1, cutoff=0.7))
+    return (
+        "row" in lowered
+        or "col" in lowered
+        or "major" in lowered
+        or bool(difflib.get_close_matches(lowered, LAYOUTS, n=1, cutoff=0.7))
+    )
 
 
 def parse_program(text: str, name: str = "<string>") -> ProgramNode:
@@ -229,4 +260,3 @@ def parse_program(text: str, name: str = "<string>") -> ProgramNode:
     declaration errors documented in docs/language.md.
     """
     return EinParser(Source(name, text)).parse()
-

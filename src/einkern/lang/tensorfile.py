@@ -34,7 +34,8 @@ from .lexer import EOF, INT, NAME, NEWLINE, Token, tokenize
 SECTIONS = ("define", "variables", "operations")
 _ACCESS = ("multidimensional", "linearized", "linearize")
 _PATTERN = ("contiguous", "strided")
-_TYPES = {**DTYPE_OF_C_TYPE, **{dtype: dtype for dtype in DTYPES}}  # C or NumPy spellings
+#: Element types by their C or NumPy spelling.
+_TYPES: dict[str, str] = {**DTYPE_OF_C_TYPE, **{dtype: dtype for dtype in DTYPES}}
 _ORDER = re.compile(r"^order([0-9]+)$")
 #: Largest N in ``orderN`` (each dimension becomes an extent of its own).
 MAX_ORDER = 64
@@ -69,17 +70,23 @@ class TensorFileReader(TokenCursor):
         if first.kind != NAME or self.peek(1).is_op(":", "="):
             raise ParseError(
                 f"expected the function name on the first line, found {first.describe()}",
-                first.span, hint="a tensor file starts with the name of the function, "
-                "e.g. `local_grad3`")
+                first.span,
+                hint="a tensor file starts with the name of the function, e.g. `local_grad3`",
+            )
         self.advance()
         self.decls.set_name(ident(first))
         self.end_statement("function name")
 
     def _is_option(self) -> bool:
         key, colon, value = self.peek(), self.peek(1), self.peek(2)
-        return (key.kind == NAME and key.text in ("access", "memory", "pattern", "type")
-                and colon.is_op(":") and value.kind == NAME and not _ORDER.match(value.text)
-                and self.peek(3).kind in (NEWLINE, EOF))
+        return (
+            key.kind == NAME
+            and key.text in ("access", "memory", "pattern", "type")
+            and colon.is_op(":")
+            and value.kind == NAME
+            and not _ORDER.match(value.text)
+            and self.peek(3).kind in (NEWLINE, EOF)
+        )
 
     def _option(self) -> None:
         key = self.advance()
@@ -87,30 +94,39 @@ class TensorFileReader(TokenCursor):
         value = self.advance()
         previous = self.options.get(key.text)
         if previous is not None and key.text != "memory" and key.text != "type":
-            raise ParseError(f"option '{key.text}' given twice (first on line "
-                             f"{previous.span.line})", key.span, hint="keep one")
+            raise ParseError(
+                f"option '{key.text}' given twice (first on line {previous.span.line})",
+                key.span,
+                hint="keep one",
+            )
         self.options[key.text] = key
         if key.text == "memory":
             check_layout(value.text, value.span)
             self.decls.set_default_layout(value.text, value.span)
         elif key.text == "type":
             if value.text not in _TYPES:
-                raise DtypeError(f"unknown type '{value.text}'", value.span,
-                                 hint="write float or double")
+                raise DtypeError(
+                    f"unknown type '{value.text}'", value.span, hint="write float or double"
+                )
             self.decls.set_default_dtype(_TYPES[value.text], value.span)
         else:
             allowed = _ACCESS if key.text == "access" else _PATTERN
             if value.text not in allowed:
                 shown = " or ".join(allowed[:2])
-                raise ParseError(f"unknown {key.text} '{value.text}'", value.span,
-                                 hint=f"write {shown}")
+                raise ParseError(
+                    f"unknown {key.text} '{value.text}'", value.span, hint=f"write {shown}"
+                )
 
     # ---- lines -------------------------------------------------------------------
 
     def _line(self) -> None:
         first = self.peek()
-        if (first.kind == NAME and first.text in SECTIONS and self.peek(1).is_op(":")
-                and self.peek(2).kind in (NEWLINE, EOF)):
+        if (
+            first.kind == NAME
+            and first.text in SECTIONS
+            and self.peek(1).is_op(":")
+            and self.peek(2).kind in (NEWLINE, EOF)
+        ):
             self.section = first.text
             self.advance()
             self.advance()
@@ -128,20 +144,24 @@ class TensorFileReader(TokenCursor):
                 close = difflib.get_close_matches(first.text, SECTIONS, n=1)
                 if close:
                     hint = f"did you mean '{close[0]}:'? " + hint
-            raise ParseError(f"expected a section header, found {first.describe()}",
-                             first.span, hint=hint)
+            raise ParseError(
+                f"expected a section header, found {first.describe()}", first.span, hint=hint
+            )
         self.end_statement("line")
 
     def _define(self) -> None:
-        name = self.expect_name("a name in the define section",
-                               hint="write `name = value`, e.g. `lx = 10`")
-        self.expect_op("=", f"after '{name.text}' in the define section",
-                       hint=f"write `{name.text} = 10`")
+        name = self.expect_name(
+            "a name in the define section", hint="write `name = value`, e.g. `lx = 10`"
+        )
+        self.expect_op(
+            "=", f"after '{name.text}' in the define section", hint=f"write `{name.text} = 10`"
+        )
         sign = self.accept_op("-", "+")
         value = self.peek()
         if value.kind in (NEWLINE, EOF):
-            raise ParseError(f"expected the value of '{name.text}'", value.span,
-                             hint=f"write `{name.text} = 10`")
+            raise ParseError(
+                f"expected the value of '{name.text}'", value.span, hint=f"write `{name.text} = 10`"
+            )
         self.advance()
         text = value.text if sign is None else sign.text + value.text
         span = value.span if sign is None else sign.span.join(value.span)
@@ -149,27 +169,32 @@ class TensorFileReader(TokenCursor):
         self.decls.add_extent(ident(name), number, name.span.join(value.span))
 
     def _variable(self) -> None:
-        name = self.expect_name("a variable name",
-                               hint="write `Name: (size, ...)` or `Name: order3`")
+        name = self.expect_name(
+            "a variable name", hint="write `Name: (size, ...)` or `Name: order3`"
+        )
         self.accept_op(":")
         token = self.peek()
         order = _ORDER.match(token.text) if token.kind == NAME else None
         if order is not None:
             self.advance()
             if len(order.group(1)) > 3 or int(order.group(1)) > MAX_ORDER:
-                raise ParseError(f"order {order.group(1)} is more than {MAX_ORDER}",
-                                 token.span, hint="a tensor has at most "
-                                 f"{MAX_ORDER} dimensions here")
+                raise ParseError(
+                    f"order {order.group(1)} is more than {MAX_ORDER}",
+                    token.span,
+                    hint=f"a tensor has at most {MAX_ORDER} dimensions here",
+                )
             shape: list[DimRef] = []
             for dim in range(int(order.group(1))):
                 extent = Ident(f"{name.text}_d{dim}", token.span)
                 self.decls.add_extent(extent, None, token.span)
                 shape.append(DimRef(extent.name, None, token.span))
-            self.decls.add_tensor(ident(name), tuple(shape), None, None,
-                                  name.span.join(token.span))
+            self.decls.add_tensor(ident(name), tuple(shape), None, None, name.span.join(token.span))
             return
-        opener = self.expect_op("(", f"or orderN after '{name.text}:'",
-                                hint="write `Name: (size, ...)` or `Name: order3`")
+        opener = self.expect_op(
+            "(",
+            f"or orderN after '{name.text}:'",
+            hint="write `Name: (size, ...)` or `Name: order3`",
+        )
         dims: list[DimRef] = []
         while not self.accept_op(")"):
             if dims and not self.accept_op(","):
@@ -178,40 +203,48 @@ class TensorFileReader(TokenCursor):
             if size.kind == NAME:
                 dims.append(DimRef(size.text, None, size.span))
             elif size.kind == INT:
-                dims.append(DimRef(None, check_extent_value(size.text, size.span, None),
-                                   size.span))
+                dims.append(DimRef(None, check_extent_value(size.text, size.span, None), size.span))
             else:
-                raise ParseError(f"expected a size (a define name or an integer), found "
-                                 f"{size.describe()}", size.span,
-                                 hint="write e.g. `u: (nelt, lx, 10)`")
+                raise ParseError(
+                    f"expected a size (a define name or an integer), found {size.describe()}",
+                    size.span,
+                    hint="write e.g. `u: (nelt, lx, 10)`",
+                )
             self.advance()
         close = self.tokens[self.pos - 1]
         self.decls.add_tensor(ident(name), tuple(dims), None, None, name.span.join(close.span))
 
     def _unclosed_paren(self, opener: Token) -> NoReturn:
         found = self.peek()
-        raise ParseError(f"expected ')' to close the list opened here, found "
-                         f"{found.describe()} at line {found.span.line}, column "
-                         f"{found.span.column}", opener.span,
-                         hint="separate the entries with ',' and close the list with ')'")
+        raise ParseError(
+            f"expected ')' to close the list opened here, found "
+            f"{found.describe()} at line {found.span.line}, column "
+            f"{found.span.column}",
+            opener.span,
+            hint="separate the entries with ',' and close the list with ')'",
+        )
 
     # ---- operations ----------------------------------------------------------------
 
     def _access(self) -> AccessNode:
-        name = self.expect_name("a variable name",
-                               hint="an operation reads like `C: (i, j) += A: (i, k) * "
-                               "B: (k, j)`")
+        name = self.expect_name(
+            "a variable name", hint="an operation reads like `C: (i, j) += A: (i, k) * B: (k, j)`"
+        )
         self.accept_op(":")
-        opener = self.expect_op("(", f"and the index list after '{name.text}'",
-                                hint=f"write `{name.text}: (i, j)`")
+        opener = self.expect_op(
+            "(", f"and the index list after '{name.text}'", hint=f"write `{name.text}: (i, j)`"
+        )
         indices: list[Ident] = []
         while not self.accept_op(")"):
             if indices and not self.accept_op(","):
                 self._unclosed_paren(opener)
             index = self.peek()
             if index.kind != NAME:
-                raise ParseError(f"expected an index name, found {index.describe()}",
-                                 index.span, hint="indices are names such as i, j, k")
+                raise ParseError(
+                    f"expected an index name, found {index.describe()}",
+                    index.span,
+                    hint="indices are names such as i, j, k",
+                )
             indices.append(ident(self.advance()))
         close = self.tokens[self.pos - 1]
         return AccessNode(ident(name), tuple(indices), name.span.join(close.span))
@@ -220,8 +253,11 @@ class TensorFileReader(TokenCursor):
         target = self._access()
         op = self.peek()
         if not op.is_op(*ASSIGN_OPS):
-            raise ParseError(f"expected an assignment (+=, -= or =), found {op.describe()}",
-                             op.span, hint="the sums are written with += or -=")
+            raise ParseError(
+                f"expected an assignment (+=, -= or =), found {op.describe()}",
+                op.span,
+                hint="the sums are written with += or -=",
+            )
         self.advance()
         rhs: ExprNode = self._access()
         while self.accept_op("*"):
@@ -229,9 +265,11 @@ class TensorFileReader(TokenCursor):
             rhs = BinaryNode("*", rhs, factor, rhs.span.join(factor.span))
         if not self.at_end_of_line():
             found = self.peek()
-            raise ParseError(f"expected '*' or the end of the operation, found "
-                             f"{found.describe()}", found.span,
-                             hint="an operation is a product of variables: A: (i, k) * B: (k, j)")
+            raise ParseError(
+                f"expected '*' or the end of the operation, found {found.describe()}",
+                found.span,
+                hint="an operation is a product of variables: A: (i, k) * B: (k, j)",
+            )
         return StatementNode(target, op.text, rhs, target.span.join(rhs.span))
 
 

@@ -92,8 +92,9 @@ def identify(target: TuningTarget, task: Task) -> ProblemIdentity:
     return make_identity(target.backend, target.device_key(), int(alignment), task)
 
 
-def make_identity(backend: str, device: dict[str, str], alignment: int,
-                  task: Task) -> ProblemIdentity:
+def make_identity(
+    backend: str, device: dict[str, str], alignment: int, task: Task
+) -> ProblemIdentity:
     """The identity of ``task`` for an explicit backend and device: its statements'
     text (joined by ``; ``), the tensors it touches in declaration order, and the
     size of each index of each statement (once per name and size)."""
@@ -105,9 +106,13 @@ def make_identity(backend: str, device: dict[str, str], alignment: int,
         version=einkern_version(),
         statement="; ".join(str(statement) for statement in task.statements),
         tensors=tuple(f"{t.name}[{', '.join(t.shape)}] {t.dtype} {t.layout}" for t in tensors),
-        extents=tuple(dict.fromkeys((index, problem.index_size(statement, index))
-                                    for statement in task.statements
-                                    for index in statement.indices)),
+        extents=tuple(
+            dict.fromkeys(
+                (index, problem.index_size(statement, index))
+                for statement in task.statements
+                for index in statement.indices
+            )
+        ),
         dtypes=tuple(t.dtype for t in tensors),
         layouts=tuple(t.layout for t in tensors),
         strides=tuple(problem.strides(t.name) for t in tensors),

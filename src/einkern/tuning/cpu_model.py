@@ -118,8 +118,12 @@ def predicted_seconds(problem: Problem, statement: Statement, loops: LoopSchedul
     spans: dict[str, int] = {}
     for depth in range(len(nest) - 1, -1, -1):
         loop = nest[depth]
-        trial = {**spans, loop.index: min(spans.get(loop.index, 1) * loop.trip,
-                                          problem.index_size(statement, loop.index))}
+        trial = {
+            **spans,
+            loop.index: min(
+                spans.get(loop.index, 1) * loop.trip, problem.index_size(statement, loop.index)
+            ),
+        }
         if sum(_footprint(problem, a, trial) for a in accesses) > CACHE_BYTES:
             break
         spans, level = trial, depth

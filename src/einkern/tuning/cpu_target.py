@@ -24,7 +24,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -66,20 +66,22 @@ def loop_schedule(config: Config | Mapping[str, Any]) -> LoopSchedule:
     """The loop schedule a configuration (or its JSON form) describes
     (ValueError/KeyError/TypeError if malformed)."""
     values = dict(config) if isinstance(config, Mapping) else config.values()
-    tiles = tuple(sorted(
-        (name[len("tile_"):], int(value))
-        for name, value in values.items()
-        if name.startswith("tile_") and value
-    ))
+    tiles = tuple(
+        sorted(
+            (name[len("tile_") :], int(value))
+            for name, value in values.items()
+            if name.startswith("tile_") and value
+        )
+    )
     order = values["order"]
     if not isinstance(order, (list, tuple)) or not all(isinstance(i, str) for i in order):
         raise TypeError(f"order must be a list of index names, got {order!r}")
-    return LoopSchedule(tuple(order), int(values["collapse"]), tiles,
-                        int(values.get("inner", 0)))
+    return LoopSchedule(tuple(order), int(values["collapse"]), tiles, int(values.get("inner", 0)))
 
 
-def schedule_from_configs(problem: Problem,
-                          configs: Sequence[Config | Mapping[str, Any] | None]) -> CpuSchedule:
+def schedule_from_configs(
+    problem: Problem, configs: Sequence[Config | Mapping[str, Any] | None]
+) -> CpuSchedule:
     """A CPU schedule with one loop schedule per statement: from its configuration,
     or the default when it is None.  Raises ValueError for an invalid one."""
     statements = problem.program.statements
@@ -119,12 +121,14 @@ def _tile_values(extent: int) -> tuple[int, ...]:
     return (0, *sizes[-MAX_TILE_CHOICES:])
 
 
-def _largest(problem: Problem, statement: Statement, indices: Sequence[str],
-             count: int) -> list[str]:
+def _largest(
+    problem: Problem, statement: Statement, indices: Sequence[str], count: int
+) -> list[str]:
     """Up to ``count`` of ``indices`` worth tiling, largest extent first (ties: inner first)."""
     worth = [i for i in indices if problem.index_size(statement, i) > TILE_SIZES[0]]
-    ranked = sorted(worth, key=lambda i: (-problem.index_size(statement, i),
-                                          -list(indices).index(i)))
+    ranked = sorted(
+        worth, key=lambda i: (-problem.index_size(statement, i), -list(indices).index(i))
+    )
     chosen = set(ranked[:count])
     return [i for i in indices if i in chosen]
 
@@ -170,16 +174,18 @@ class CpuTarget:
         statement = task.statement
         indices = parallel_indices(statement)
         default = default_loop_schedule(problem, statement)
-        orders = sorted(itertools.permutations(indices),
-                        key=lambda o: _order_rank(problem, statement, o))
+        orders = sorted(
+            itertools.permutations(indices), key=lambda o: _order_rank(problem, statement, o)
+        )
         if len(orders) > MAX_ORDERS:
             kept = orders[:MAX_ORDERS]
             if default.order not in kept:
                 kept[-1] = default.order
             orders = sorted(kept, key=lambda o: _order_rank(problem, statement, o))
         parallel = _largest(problem, statement, default.order, MAX_TILED_PARALLEL)
-        reduction = _largest(problem, statement, tileable_reduction_indices(statement),
-                             MAX_TILED_REDUCTION)
+        reduction = _largest(
+            problem, statement, tileable_reduction_indices(statement), MAX_TILED_REDUCTION
+        )
         most = min(MAX_COLLAPSE, len(indices) + len(parallel))
         collapse = sorted(set(range(most + 1)) | {default.collapse})
         result = [
@@ -190,8 +196,9 @@ class CpuTarget:
         for index in tiled:  # the default's own tiles are always tunable
             extent = problem.index_size(statement, index)
             values = _tile_values(extent)
-            if default.tile(index) and default.tile(index) not in values:
-                values = tuple(sorted({*values, default.tile(index)}))
+            own = default.tile(index)
+            if own and own not in values:
+                values = tuple(sorted({*values, own}))
             result.append(Parameter(f"tile_{index}", values))
         if top_level_sums(statement.rhs) and indices:
             result.append(Parameter("inner", tuple(range(min(MAX_INNER, len(indices)) + 1))))
@@ -212,7 +219,7 @@ class CpuTarget:
         values: dict[str, Any] = {"order": list(loops.order), "collapse": loops.collapse}
         for parameter in self.parameters(task):
             if parameter.name.startswith("tile_"):
-                values[parameter.name] = loops.tile(parameter.name[len("tile_"):]) or 0
+                values[parameter.name] = loops.tile(parameter.name[len("tile_") :]) or 0
             elif parameter.name == "inner":
                 values["inner"] = 0
         return ParameterConfig.from_values(values)
@@ -232,8 +239,7 @@ class CpuTarget:
             path = compile_library(source, chain, directory)
         return str(path)
 
-    def measure(self, task: Task, config: Config, compiled: Any,
-                repeats: int, seed: int) -> Timing:
+    def measure(self, task: Task, config: Config, compiled: Any, repeats: int, seed: int) -> Timing:
         """Run once on random inputs drawn from ``seed`` and compare with the reference
         (computed once per worker and seed), warm up, then time ``max(repeats, 10)``
         calls of the kernel itself (more for short kernels, up to :data:`MIN_TIMED_S`)."""
@@ -247,15 +253,18 @@ class CpuTarget:
         arrays = {name: array.copy(order="K") for name, array in inputs.items()}
         for tensor in program.tensors:
             if tensor.name not in arrays:
-                order = "C" if tensor.layout == "row" else "F"
+                order: Literal["C", "F"] = "C" if tensor.layout == "row" else "F"
                 arrays[tensor.name] = np.zeros(single.shape(tensor.name), tensor.dtype, order=order)
         executable.run(arrays, scalars)
-        error = max((relative_error(arrays[name], expected[name]) for name in program.outputs),
-                    default=0.0)
+        error = max(
+            (relative_error(arrays[name], expected[name]) for name in program.outputs), default=0.0
+        )
         pointers = (ctypes.c_void_p * len(program.tensors))(
-            *(arrays[t.name].ctypes.data for t in program.tensors))
+            *(arrays[t.name].ctypes.data for t in program.tensors)
+        )
         values = (ctypes.c_double * max(1, len(program.scalars)))(
-            *(scalars[s.name] for s in program.scalars))
+            *(scalars[s.name] for s in program.scalars)
+        )
         function = executable.function
         began = time.perf_counter()
         while time.perf_counter() - began < WARMUP_S:

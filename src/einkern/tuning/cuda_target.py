@@ -44,12 +44,12 @@ class CompiledVariant:
     resources: tuple[tuple[str, Any], ...]
 
 
-
 def _own(config: Config) -> CudaConfig:
     """``config`` as the CUDA target's record (the tuner hands back what it was given)."""
     if not isinstance(config, CudaConfig):
         raise VariantError("invalid", f"not a CUDA configuration: {config!r}")
     return config
+
 
 class CudaTarget:
     """:class:`~einkern.tuning.target.TuningTarget` of the ``cuda`` backend."""
@@ -107,8 +107,9 @@ class CudaTarget:
         mapping = config_to_mapping(task, _own(config))
         name = f"ek_tune_s{task.positions[0]}"
         plan = plan_task(task, mapping, name, max_shared_bytes=limits.shared_per_block_optin)
-        module = compile_cubin(print_cuda_module([launch.kernel for launch in plan.launches]),
-                               limits.arch)
+        module = compile_cubin(
+            print_cuda_module([launch.kernel for launch in plan.launches]), limits.arch
+        )
         found = [r for r in module.resources if r.name == name]
         resources = found[0] if found else None
         if resources is not None and resources.spill_stores > 0:
@@ -116,21 +117,33 @@ class CudaTarget:
         launches = []
         for launch in plan.launches:
             shape = launch_shape(launch.kernel)
-            launches.append(VariantLaunch(
-                launch.kernel.name, shape.grid, shape.block, shape.dynamic_shared_bytes,
-                launch.buffers, tuple(a.name[2:] for a in shape.arguments if not a.is_array)))
+            launches.append(
+                VariantLaunch(
+                    launch.kernel.name,
+                    shape.grid,
+                    shape.block,
+                    shape.dynamic_shared_bytes,
+                    launch.buffers,
+                    tuple(a.name[2:] for a in shape.arguments if not a.is_array),
+                )
+            )
         return CompiledVariant(
             cubin=module.cubin,
             launches=tuple(launches),
-            temporaries=tuple((buffer, elements * (4 if ctype == "float" else 8))
-                              for buffer, ctype, elements in plan.temporaries),
-            resources=() if resources is None else (
-                ("registers", resources.registers), ("shared", resources.shared_memory),
-                ("spill_stores", resources.spill_stores)),
+            temporaries=tuple(
+                (buffer, elements * (4 if ctype == "float" else 8))
+                for buffer, ctype, elements in plan.temporaries
+            ),
+            resources=()
+            if resources is None
+            else (
+                ("registers", resources.registers),
+                ("shared", resources.shared_memory),
+                ("spill_stores", resources.spill_stores),
+            ),
         )
 
-    def measure(self, task: Task, config: Config, compiled: Any,
-                repeats: int, seed: int) -> Timing:
+    def measure(self, task: Task, config: Config, compiled: Any, repeats: int, seed: int) -> Timing:
         return _measure(task.view, compiled, repeats, seed)
 
     def model_cost(self, task: Task, config: Config) -> float:
@@ -147,17 +160,19 @@ def _measure(problem: Problem, compiled: CompiledVariant, repeats: int, seed: in
     from ..backends.cuda import driver
     from ..backends.verify import random_inputs
     from ..reference import evaluate, relative_error
+    from ..testing import random_scalars
 
     driver.activate(0)
     key = (problem, seed)
     if key not in _REFERENCE:
-        from ..testing import random_scalars  # (module level after the move to tuning/)
-
         arrays = random_inputs(problem, seed)
         scalars = random_scalars(problem, seed)
         _REFERENCE.clear()
-        _REFERENCE[key] = {"arrays": arrays, "scalars": scalars,
-                           "expected": evaluate(problem, arrays, scalars)}
+        _REFERENCE[key] = {
+            "arrays": arrays,
+            "scalars": scalars,
+            "expected": evaluate(problem, arrays, scalars),
+        }
     data = _REFERENCE[key]
     arrays, scalars = data["arrays"], data["scalars"]
     module = driver.load_module(compiled.cubin, [launch.name for launch in compiled.launches])
@@ -170,10 +185,19 @@ def _measure(problem: Problem, compiled: CompiledVariant, repeats: int, seed: in
             driver.copy_to_device(pointers[name], array.ctypes.data, array.nbytes)
         for buffer, nbytes in compiled.temporaries:
             pointers[buffer] = driver.alloc(nbytes)
-        calls = [(module.functions[launch.name], launch.grid, launch.block,
-                  [pointers[b] for b in launch.buffers],
-                  [float(scalars[s]) for s in launch.scalars], 0, launch.name,
-                  launch.shared_bytes) for launch in compiled.launches]
+        calls = [
+            (
+                module.functions[launch.name],
+                launch.grid,
+                launch.block,
+                [pointers[b] for b in launch.buffers],
+                [float(scalars[s]) for s in launch.scalars],
+                0,
+                launch.name,
+                launch.shared_bytes,
+            )
+            for launch in compiled.launches
+        ]
 
         def run() -> None:
             for call in calls:

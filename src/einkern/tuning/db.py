@@ -140,11 +140,13 @@ class TuningDB:
         """Store the verdict of one tuning run (every run's verdict is kept)."""
         marks = ", ".join("?" * len(VERDICT_COLUMNS))
         with self._transaction() as cursor:
-            cursor.execute(f"INSERT OR REPLACE INTO verdicts VALUES ({marks})",
-                           verdict_to_row(verdict))
+            cursor.execute(
+                f"INSERT OR REPLACE INTO verdicts VALUES ({marks})", verdict_to_row(verdict)
+            )
 
-    def prune(self, *, failed: bool = True, stale_version: str | None = None,
-              keep_best_only: bool = False) -> int:
+    def prune(
+        self, *, failed: bool = True, stale_version: str | None = None, keep_best_only: bool = False
+    ) -> int:
         """Delete failed records, records of einkern versions other than
         ``stale_version`` (when given) and, with ``keep_best_only``, every successful
         record but each problem's best and default.  Returns how many were deleted."""
@@ -165,8 +167,12 @@ class TuningDB:
                     records = [from_row(row) for row in rows]
                     best = pick_best(r for r in records if r.ok)
                     keep = {r.config_key for r in records if r.default}
-                    keep |= {row[0] for row in cursor.execute(
-                        "SELECT config FROM verdicts WHERE key = ? AND beats = 1", (key,))}
+                    keep |= {
+                        row[0]
+                        for row in cursor.execute(
+                            "SELECT config FROM verdicts WHERE key = ? AND beats = 1", (key,)
+                        )
+                    }
                     if best is not None:
                         keep.add(best.config_key)
                     for record in records:
@@ -218,8 +224,9 @@ class TuningDB:
         return champion(self.verdicts(key))
 
     def _select_verdicts(self, where: str, parameters: tuple[Any, ...]) -> list[Verdict]:
-        query = (f"SELECT {', '.join(VERDICT_COLUMNS)} FROM verdicts {where} "
-                 "ORDER BY timestamp, config")
+        query = (
+            f"SELECT {', '.join(VERDICT_COLUMNS)} FROM verdicts {where} ORDER BY timestamp, config"
+        )
         with self._lock:
             try:
                 rows = self._connection.execute(query, parameters).fetchall()

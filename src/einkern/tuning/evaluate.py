@@ -134,12 +134,20 @@ class MemoryStore:
 def record_outcome(record: TuningRecord) -> Outcome:
     timing = None
     if record.times or record.error is not None:
-        timing = Timing(record.times, record.error if record.error is not None else math.nan,
-                        record.resources)
+        timing = Timing(
+            record.times, record.error if record.error is not None else math.nan, record.resources
+        )
     # the record's JSON form, as generic named values: a session puts the target's
     # own record in its place (Session.evaluate)
-    return Outcome(ParameterConfig.from_json(record.config), record.config_key, record.status,
-                   record.reason, timing, resumed=True, default=record.default)
+    return Outcome(
+        ParameterConfig.from_json(record.config),
+        record.config_key,
+        record.status,
+        record.reason,
+        timing,
+        resumed=True,
+        default=record.default,
+    )
 
 
 @dataclass(frozen=True)
@@ -155,12 +163,20 @@ class DbStore:
 
     def put(self, outcome: Outcome) -> None:
         timing = outcome.timing
-        self.db.add(TuningRecord(
-            identity=self.identity, config_key=outcome.config_key, default=outcome.default,
-            status=outcome.status, reason=outcome.reason, median=outcome.median,
-            times=outcome.times, error=None if timing is None else timing.max_relative_error,
-            resources=outcome.resources, timestamp=time.time(),
-        ))
+        self.db.add(
+            TuningRecord(
+                identity=self.identity,
+                config_key=outcome.config_key,
+                default=outcome.default,
+                status=outcome.status,
+                reason=outcome.reason,
+                median=outcome.median,
+                times=outcome.times,
+                error=None if timing is None else timing.max_relative_error,
+                resources=outcome.resources,
+                timestamp=time.time(),
+            )
+        )
 
     def put_verdict(self, verdict: Verdict) -> None:
         self.db.add_verdict(verdict)
@@ -170,16 +186,24 @@ class Evaluator:
     """Compiles in a thread pool and measures in a worker process (``isolate``) or
     in this one.  Use as a context manager."""
 
-    def __init__(self, target: TuningTarget, *, workers: int | None = None,
-                 isolate: bool = True, timeout: float = DEFAULT_TIMEOUT_S,
-                 repeats: int = DEFAULT_REPEATS, seed: int = 0):
+    def __init__(
+        self,
+        target: TuningTarget,
+        *,
+        workers: int | None = None,
+        isolate: bool = True,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        repeats: int = DEFAULT_REPEATS,
+        seed: int = 0,
+    ):
         self.target = target
         self.timeout = timeout
         self.repeats = repeats
         self.seed = seed
         self.workers = workers or default_workers()
-        self._pool = ThreadPoolExecutor(max_workers=self.workers,
-                                        thread_name_prefix="einkern-compile")
+        self._pool = ThreadPoolExecutor(
+            max_workers=self.workers, thread_name_prefix="einkern-compile"
+        )
         self._measurer: Measurer = ProcessMeasurer() if isolate else InProcessMeasurer()
 
     def __enter__(self) -> Evaluator:
@@ -192,8 +216,7 @@ class Evaluator:
         self._pool.shutdown(wait=True)
         self._measurer.close()
 
-    def compile(self, task: Task,
-                configs: Sequence[Config]) -> list[tuple[Any, str | None, str]]:
+    def compile(self, task: Task, configs: Sequence[Config]) -> list[tuple[Any, str | None, str]]:
         """Compile configurations in parallel: ``(handle, failure, reason)`` each."""
 
         def one(config: Config) -> tuple[Any, str | None, str]:
@@ -211,24 +234,33 @@ class Evaluator:
         """Measure one compiled variant.  Its inputs are drawn from a seed fixed per
         run and statement, so every variant of a statement is checked on the same
         inputs and targets may compute the reference once per worker."""
-        job = Job(self.target, task, config, compiled, self.repeats,
-                  self.seed * 1_000_003 + task.positions[0])
+        job = Job(
+            self.target,
+            task,
+            config,
+            compiled,
+            self.repeats,
+            self.seed * 1_000_003 + task.positions[0],
+        )
         return self._measurer.measure(job, self.timeout)
 
-    def side_by_side(self, task: Task, default: Config, winner: Config,
-                     rounds: int = ROUNDS) -> tuple[bool, float | None, str, SideBySide]:
+    def side_by_side(
+        self, task: Task, default: Config, winner: Config, rounds: int = ROUNDS
+    ) -> tuple[bool, float | None, str, SideBySide]:
         """Measure ``default`` and ``winner`` in ``rounds`` interleaved rounds (the
         order alternating) and judge them (:func:`.verdict.judge`): ``(beats,
         speedup, reason, times)``.  A winner that fails now does not beat the
         default; a default that fails now is beaten by a winner that works."""
         configs = {"default": default, "winner": winner}
-        compiled = dict(zip(configs, self.compile(task, list(configs.values())),
-                            strict=True))
+        compiled = dict(zip(configs, self.compile(task, list(configs.values())), strict=True))
         for name, (_, failure, reason) in compiled.items():
             if failure is not None:
-                return (name == "default", None,
-                        f"the {name} failed to compile again ({failure}: {reason})",
-                        SideBySide())
+                return (
+                    name == "default",
+                    None,
+                    f"the {name} failed to compile again ({failure}: {reason})",
+                    SideBySide(),
+                )
         times: dict[str, list[float]] = {name: [] for name in configs}
         medians: list[tuple[float, float]] = []
         for number in range(rounds):
@@ -238,10 +270,15 @@ class Evaluator:
                 measured = self.measure(task, configs[name], compiled[name][0])
                 if measured.timing is None or not measured.timing.times:
                     why = measured.reason or measured.failure or "no timed runs"
-                    partial = SideBySide(tuple(times["default"]), tuple(times["winner"]),
-                                         tuple(medians))
-                    return (name == "default", None,
-                            f"the {name} failed when measured again ({why})", partial)
+                    partial = SideBySide(
+                        tuple(times["default"]), tuple(times["winner"]), tuple(medians)
+                    )
+                    return (
+                        name == "default",
+                        None,
+                        f"the {name} failed when measured again ({why})",
+                        partial,
+                    )
                 times[name].extend(measured.timing.times)
                 this_round[name] = measured.timing.median
             medians.append((this_round["default"], this_round["winner"]))
@@ -253,9 +290,16 @@ class Evaluator:
 class Session:
     """Evaluations of one statement: what strategies call."""
 
-    def __init__(self, evaluator: Evaluator, task: Task,
-                 space: SearchSpace, store: Store, budget: Budget, default_key: str = "",
-                 on_outcome: Callable[[Outcome], None] | None = None):
+    def __init__(
+        self,
+        evaluator: Evaluator,
+        task: Task,
+        space: SearchSpace,
+        store: Store,
+        budget: Budget,
+        default_key: str = "",
+        on_outcome: Callable[[Outcome], None] | None = None,
+    ):
         self.evaluator = evaluator
         self.task = task
         self.space = space
@@ -307,7 +351,8 @@ class Session:
         for key, config in wanted.items():
             if key in self.outcomes:
                 continue
-            if self.remaining() is not None and len(to_compile) >= self.remaining():
+            remaining = self.remaining()
+            if remaining is not None and len(to_compile) >= remaining:
                 break
             if self.out_of_time():
                 break
@@ -323,8 +368,7 @@ class Session:
         limit = self.remaining()
         if limit is not None:
             to_compile = to_compile[:limit]
-        compiled = self.evaluator.compile(self.task,
-                                          [config for _, config in to_compile])
+        compiled = self.evaluator.compile(self.task, [config for _, config in to_compile])
         for (key, config), (handle, failure, reason) in zip(to_compile, compiled, strict=True):
             if self.remaining() == 0 or self.out_of_time():
                 break
@@ -346,14 +390,26 @@ class Session:
             return Outcome(config, key, "crash", "no valid timed runs", timing)
         error = timing.max_relative_error
         if not math.isfinite(error) or error > self.tolerance:
-            return Outcome(config, key, "wrong",
-                           f"max relative error {error:.3g} > tolerance {self.tolerance:g}", timing)
+            return Outcome(
+                config,
+                key,
+                "wrong",
+                f"max relative error {error:.3g} > tolerance {self.tolerance:g}",
+                timing,
+            )
         return Outcome(config, key, "ok", "", timing)
 
     def _finish(self, outcome: Outcome) -> None:
         if outcome.config_key == self.default_key and not outcome.default:
-            outcome = Outcome(outcome.config, outcome.config_key, outcome.status, outcome.reason,
-                              outcome.timing, outcome.resumed, default=True)
+            outcome = Outcome(
+                outcome.config,
+                outcome.config_key,
+                outcome.status,
+                outcome.reason,
+                outcome.timing,
+                outcome.resumed,
+                default=True,
+            )
         self.outcomes[outcome.config_key] = outcome
         if not outcome.resumed:
             self.store.put(outcome)

@@ -54,12 +54,13 @@ def normalize_policy(policy: Policy) -> str | None:
         return "cached"
     if isinstance(policy, str) and policy in POLICIES:
         return policy
-    raise UsageError(f"unknown tuning policy {policy!r}",
-                     hint="tune= takes False, True, 'cached', 'model' or 'full'")
+    raise UsageError(
+        f"unknown tuning policy {policy!r}",
+        hint="tune= takes False, True, 'cached', 'model' or 'full'",
+    )
 
 
-def _recorded(target: TuningTarget,
-              record: TuningRecord | Timed | Verdict | None) -> Config | None:
+def _recorded(target: TuningTarget, record: TuningRecord | Timed | Verdict | None) -> Config | None:
     """The record's configuration as the target's own type (None: not one of its)."""
     if record is None:
         return None
@@ -69,10 +70,12 @@ def _recorded(target: TuningTarget,
         return None
 
 
-def _usable(target: TuningTarget, task: Task, config: Config | None,
-            default: Config) -> bool:
-    return config is not None and set(config.values()) == set(default.values()) and \
-        target.violation(task, config) is None
+def _usable(target: TuningTarget, task: Task, config: Config | None, default: Config) -> bool:
+    return (
+        config is not None
+        and set(config.values()) == set(default.values())
+        and target.violation(task, config) is None
+    )
 
 
 def _open(db: DatabaseArg, create: bool) -> tuple[TuningDB | None, bool]:
@@ -86,8 +89,7 @@ def _open(db: DatabaseArg, create: bool) -> tuple[TuningDB | None, bool]:
     return TuningDB(path, create=create), True
 
 
-def lookup(target: TuningTarget, task: Task,
-           db: TuningDB) -> tuple[Config, str] | None:
+def lookup(target: TuningTarget, task: Task, db: TuningDB) -> tuple[Config, str] | None:
     """The confirmed winner usable for this task, exact or of the nearest size
     (see :meth:`~.db.TuningDB.champion`)."""
     identity = identify(target, task)
@@ -101,8 +103,14 @@ def lookup(target: TuningTarget, task: Task,
         found = _recorded(target, champion(db.verdicts(key)))
         records = db.records(key)
         if found is not None and records:
-            nearest.append((size_distance(records[0].identity.extents, identity.extents), key,
-                            found, records[0].identity))
+            nearest.append(
+                (
+                    size_distance(records[0].identity.extents, identity.extents),
+                    key,
+                    found,
+                    records[0].identity,
+                )
+            )
     for _, _, found, other in sorted(nearest, key=lambda item: item[:2]):
         if _usable(target, task, found, default):
             return found, f"nearest record {other.describe_sizes()}"
@@ -118,8 +126,9 @@ def model_choice(target: TuningTarget, task: Task, seed: int = 0) -> Config:
     return min(candidates, key=lambda c: target.model_cost(task, c))
 
 
-def choose_config(target: TuningTarget, task: Task, policy: Policy,
-                  db: DatabaseArg = None) -> tuple[Config, str]:
+def choose_config(
+    target: TuningTarget, task: Task, policy: Policy, db: DatabaseArg = None
+) -> tuple[Config, str]:
     """The configuration of ``task`` under ``policy``, and its source.
 
     ``db`` is an open :class:`~.db.TuningDB`, a path, or None for the default
@@ -128,10 +137,14 @@ def choose_config(target: TuningTarget, task: Task, policy: Policy,
     return choose_configs(target, task.problem, policy, db, tasks=(task,))[0]
 
 
-def choose_configs(target: TuningTarget, problem: Problem, policy: Policy,
-                   db: DatabaseArg = None,
-                   tasks: Sequence[Task] | None = None,
-                   options: TuneOptions | None = None) -> list[tuple[Config, str]]:
+def choose_configs(
+    target: TuningTarget,
+    problem: Problem,
+    policy: Policy,
+    db: DatabaseArg = None,
+    tasks: Sequence[Task] | None = None,
+    options: TuneOptions | None = None,
+) -> list[tuple[Config, str]]:
     """:func:`choose_config` for every task of ``problem`` (or those given); with
     ``"full"`` all of them are tuned in one session (one measuring process)."""
     mode = normalize_policy(policy)
@@ -145,19 +158,25 @@ def choose_configs(target: TuningTarget, problem: Problem, policy: Policy,
     try:
         if mode == "full":
             assert database is not None
-            results = tune_problem(target, problem, options or TuneOptions(), database,
-                                   tasks=tasks)
+            results = tune_problem(target, problem, options or TuneOptions(), database, tasks=tasks)
             chosen = []
             for task, result in zip(tasks, results, strict=True):
                 if result.best is None:
-                    chosen.append((defaults[task], f"{DEFAULT_SOURCE} (tuning found no "
-                                   "working variant)"))
+                    chosen.append(
+                        (defaults[task], f"{DEFAULT_SOURCE} (tuning found no working variant)")
+                    )
                 elif not result.beats_default:
-                    chosen.append((defaults[task], f"{DEFAULT_SOURCE} (no variant beat it "
-                                   f"side by side, {result.evaluations} variants)"))
+                    chosen.append(
+                        (
+                            defaults[task],
+                            f"{DEFAULT_SOURCE} (no variant beat it "
+                            f"side by side, {result.evaluations} variants)",
+                        )
+                    )
                 else:
-                    chosen.append((result.best.config,
-                                   f"tuned now ({result.evaluations} variants)"))
+                    chosen.append(
+                        (result.best.config, f"tuned now ({result.evaluations} variants)")
+                    )
             return chosen
         chosen = []
         for task in tasks:
@@ -171,8 +190,9 @@ def choose_configs(target: TuningTarget, problem: Problem, policy: Policy,
             database.close()
 
 
-def tuned_build_argument(backend: str, problem: Problem, policy: Policy,
-                         db: DatabaseArg = None) -> tuple[Any, tuple[str, ...]]:
+def tuned_build_argument(
+    backend: str, problem: Problem, policy: Policy, db: DatabaseArg = None
+) -> tuple[Any, tuple[str, ...]]:
     """What ``Kernel`` passes to ``backend.build(problem, ...)`` under ``policy``, and
     the source of each statement's configuration: a
     :class:`~einkern.backends.cpu.schedule.CpuSchedule` for ``cpu``, a

@@ -12,9 +12,27 @@ from .canonical import ProblemIdentity
 
 #: Columns of the ``records`` table, in order.
 COLUMNS = (
-    "key", "family", "backend", "device", "version", "statement", "tensors", "extents",
-    "dtypes", "layouts", "strides", "alignment", "config", "is_default", "status", "reason",
-    "median", "times", "error", "resources", "timestamp",
+    "key",
+    "family",
+    "backend",
+    "device",
+    "version",
+    "statement",
+    "tensors",
+    "extents",
+    "dtypes",
+    "layouts",
+    "strides",
+    "alignment",
+    "config",
+    "is_default",
+    "status",
+    "reason",
+    "median",
+    "times",
+    "error",
+    "resources",
+    "timestamp",
 )
 
 
@@ -47,14 +65,25 @@ class TuningRecord:
         """A portable dict (the wisdom-file form)."""
         i = self.identity
         return {
-            "backend": i.backend, "device": dict(i.device), "version": i.version,
-            "statement": i.statement, "tensors": list(i.tensors),
-            "extents": [list(p) for p in i.extents], "dtypes": list(i.dtypes),
-            "layouts": list(i.layouts), "strides": [list(s) for s in i.strides],
-            "alignment": i.alignment, "config": json.loads(self.config_key),
-            "default": self.default, "status": self.status, "reason": self.reason,
-            "median": self.median, "times": list(self.times), "error": self.error,
-            "resources": dict(self.resources), "timestamp": self.timestamp,
+            "backend": i.backend,
+            "device": dict(i.device),
+            "version": i.version,
+            "statement": i.statement,
+            "tensors": list(i.tensors),
+            "extents": [list(p) for p in i.extents],
+            "dtypes": list(i.dtypes),
+            "layouts": list(i.layouts),
+            "strides": [list(s) for s in i.strides],
+            "alignment": i.alignment,
+            "config": json.loads(self.config_key),
+            "default": self.default,
+            "status": self.status,
+            "reason": self.reason,
+            "median": self.median,
+            "times": list(self.times),
+            "error": self.error,
+            "resources": dict(self.resources),
+            "timestamp": self.timestamp,
         }
 
     @staticmethod
@@ -63,10 +92,12 @@ class TuningRecord:
         identity = ProblemIdentity(
             backend=str(data["backend"]),
             device=tuple(sorted((str(k), str(v)) for k, v in dict(data["device"]).items())),
-            version=str(data["version"]), statement=str(data["statement"]),
+            version=str(data["version"]),
+            statement=str(data["statement"]),
             tensors=tuple(map(str, data["tensors"])),
             extents=tuple((str(n), int(v)) for n, v in data["extents"]),
-            dtypes=tuple(map(str, data["dtypes"])), layouts=tuple(map(str, data["layouts"])),
+            dtypes=tuple(map(str, data["dtypes"])),
+            layouts=tuple(map(str, data["layouts"])),
             strides=tuple(tuple(int(x) for x in s) for s in data["strides"]),
             alignment=int(data["alignment"]),
         )
@@ -78,7 +109,8 @@ class TuningRecord:
         return TuningRecord(
             identity=identity,
             config_key=json.dumps(config, sort_keys=True, separators=(",", ":")),
-            default=bool(data.get("default", False)), status=str(data["status"]),
+            default=bool(data.get("default", False)),
+            status=str(data["status"]),
             reason=str(data.get("reason", "")),
             median=None if median is None else float(median),
             times=tuple(float(t) for t in data.get("times", ())),
@@ -92,13 +124,27 @@ def to_row(record: TuningRecord) -> tuple[Any, ...]:
     """The record as a row of the ``records`` table (:data:`COLUMNS` order)."""
     i = record.identity
     return (
-        i.key, i.family, i.backend, i.device_text, i.version, i.statement,
-        json.dumps(list(i.tensors)), json.dumps([list(p) for p in i.extents]),
-        json.dumps(list(i.dtypes)), json.dumps(list(i.layouts)),
-        json.dumps([list(s) for s in i.strides]), i.alignment, record.config_key,
-        int(record.default), record.status, record.reason, record.median,
-        json.dumps(list(record.times)), record.error,
-        json.dumps(dict(record.resources), sort_keys=True), record.timestamp,
+        i.key,
+        i.family,
+        i.backend,
+        i.device_text,
+        i.version,
+        i.statement,
+        json.dumps(list(i.tensors)),
+        json.dumps([list(p) for p in i.extents]),
+        json.dumps(list(i.dtypes)),
+        json.dumps(list(i.layouts)),
+        json.dumps([list(s) for s in i.strides]),
+        i.alignment,
+        record.config_key,
+        int(record.default),
+        record.status,
+        record.reason,
+        record.median,
+        json.dumps(list(record.times)),
+        record.error,
+        json.dumps(dict(record.resources), sort_keys=True),
+        record.timestamp,
     )
 
 
@@ -108,17 +154,24 @@ def from_row(row: Sequence[Any]) -> TuningRecord:
     identity = ProblemIdentity(
         backend=values["backend"],
         device=tuple(sorted(json.loads(values["device"]).items())),
-        version=values["version"], statement=values["statement"],
+        version=values["version"],
+        statement=values["statement"],
         tensors=tuple(json.loads(values["tensors"])),
         extents=tuple((n, v) for n, v in json.loads(values["extents"])),
-        dtypes=tuple(json.loads(values["dtypes"])), layouts=tuple(json.loads(values["layouts"])),
+        dtypes=tuple(json.loads(values["dtypes"])),
+        layouts=tuple(json.loads(values["layouts"])),
         strides=tuple(tuple(s) for s in json.loads(values["strides"])),
         alignment=values["alignment"],
     )
     return TuningRecord(
-        identity=identity, config_key=values["config"], default=bool(values["is_default"]),
-        status=values["status"], reason=values["reason"], median=values["median"],
-        times=tuple(json.loads(values["times"])), error=values["error"],
+        identity=identity,
+        config_key=values["config"],
+        default=bool(values["is_default"]),
+        status=values["status"],
+        reason=values["reason"],
+        median=values["median"],
+        times=tuple(json.loads(values["times"])),
+        error=values["error"],
         resources=tuple(sorted(json.loads(values["resources"]).items())),
         timestamp=values["timestamp"],
     )

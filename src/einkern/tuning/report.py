@@ -17,6 +17,7 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -61,8 +62,9 @@ def seconds_text(value: float | None) -> str:
 
 def _console(stream) -> Console:
     terminal = stream.isatty()
-    return Console(file=stream, width=None if terminal else 160, no_color=not terminal,
-                   highlight=False)
+    return Console(
+        file=stream, width=None if terminal else 160, no_color=not terminal, highlight=False
+    )
 
 
 class ProgressDisplay:
@@ -82,7 +84,7 @@ class ProgressDisplay:
             console=Console(file=sys.stderr),
             disable=not self.enabled,
         )
-        self._tasks: dict[int, int] = {}
+        self._tasks: dict[int, TaskID] = {}
         self.positions = tuple(positions)
 
     def __enter__(self) -> ProgressDisplay:
@@ -97,8 +99,7 @@ class ProgressDisplay:
             return
         task = self._tasks.get(event.position)
         if task is None:
-            task = self._progress.add_task("", total=event.total, position=event.position,
-                                           best="")
+            task = self._progress.add_task("", total=event.total, position=event.position, best="")
             self._tasks[event.position] = task
         best = ""
         if event.best is not None:
@@ -112,17 +113,30 @@ def _failures(pairs: Sequence[tuple[str, int]]) -> str:
     return ", ".join(f"{kind} {count}" for kind, count in pairs) or "-"
 
 
-def print_results(problem: Problem, results: Sequence[StatementResult], *,
-                  explain: bool = False, database: Path | None = None,
-                  simulated: Sequence[Timed | None] | None = None,
-                  rules: Sequence[tuple[tuple[str, str], ...]] | None = None) -> None:
+def print_results(
+    problem: Problem,
+    results: Sequence[StatementResult],
+    *,
+    explain: bool = False,
+    database: Path | None = None,
+    simulated: Sequence[Timed | None] | None = None,
+    rules: Sequence[tuple[tuple[str, str], ...]] | None = None,
+) -> None:
     """The summary table of a tuning run (``simulated``: the best recorded per statement;
     ``rules``: with ``explain``, the (rule, reason) pairs of each default configuration)."""
     console = _console(sys.stdout)
     title = f"{problem.program.name}: tuning" + (" (simulated)" if simulated is not None else "")
     table = Table(title=Text(title))
-    for column in ("#", "statement", "default", "best", "speedup", "evaluations",
-                   "failures", "time"):
+    for column in (
+        "#",
+        "statement",
+        "default",
+        "best",
+        "speedup",
+        "evaluations",
+        "failures",
+        "time",
+    ):
         table.add_column(column, overflow="fold")
     if simulated is not None:
         table.add_column("best recorded")
@@ -135,16 +149,22 @@ def print_results(problem: Problem, results: Sequence[StatementResult], *,
             evaluations += f" of ≈{estimate:,} (±{spread:,}, sampled)"
         if result.resumed:
             evaluations += f" ({result.resumed} resumed)"
-        default = result.default.median if result.default is not None and result.default.ok \
-            else None
+        default = (
+            result.default.median if result.default is not None and result.default.ok else None
+        )
         best = result.best.median if result.best is not None else None
         verdict = result.verdict
         if verdict is not None and verdict.winner_times:  # the side-by-side medians
             default, best = _median(verdict.default_times), _median(verdict.winner_times)
         row = [
-            str(result.position), result.statement, seconds_text(default), seconds_text(best),
+            str(result.position),
+            result.statement,
+            seconds_text(default),
+            seconds_text(best),
             speedup_text(verdict),
-            evaluations, _failures(result.failures), seconds_text(result.seconds),
+            evaluations,
+            _failures(result.failures),
+            seconds_text(result.seconds),
         ]
         if simulated is not None:
             recorded = simulated[number]
@@ -156,17 +176,20 @@ def print_results(problem: Problem, results: Sequence[StatementResult], *,
     if explain:
         for number, result in enumerate(results):
             if result.default is not None:
-                default = json.dumps(result.default.config.to_json(), sort_keys=True)
-                console.print(f"S{result.position} default configuration: {default}",
-                              markup=False)
+                config = json.dumps(result.default.config.to_json(), sort_keys=True)
+                console.print(f"S{result.position} default configuration: {config}", markup=False)
             for rule, reason in rules[number] if rules is not None else ():
                 console.print(f"  {rule}: {reason}", markup=False)
-            config = json.dumps(result.best.config.to_json(), sort_keys=True) \
-                if result.best else "-"
+            config = (
+                json.dumps(result.best.config.to_json(), sort_keys=True) if result.best else "-"
+            )
             console.print(f"S{result.position} best configuration: {config}", markup=False)
             if result.verdict is not None:
-                console.print(f"S{result.position} against the default, side by side: "
-                              f"{result.verdict.reason}", markup=False)
+                console.print(
+                    f"S{result.position} against the default, side by side: "
+                    f"{result.verdict.reason}",
+                    markup=False,
+                )
 
 
 def print_database(db: TuningDB, every: bool = False) -> None:
@@ -178,10 +201,19 @@ def print_database(db: TuningDB, every: bool = False) -> None:
         for column in ("statement", "sizes", "config", "status", "median", "reason"):
             table.add_column(column, overflow="fold")
         for record in records:
-            table.add_row(*map(Text, (
-                record.identity.statement, record.identity.describe_sizes(), record.config_key,
-                record.status + (" (default)" * record.default), seconds_text(record.median),
-                record.reason)))
+            table.add_row(
+                *map(
+                    Text,
+                    (
+                        record.identity.statement,
+                        record.identity.describe_sizes(),
+                        record.config_key,
+                        record.status + (" (default)" * record.default),
+                        seconds_text(record.median),
+                        record.reason,
+                    ),
+                )
+            )
         console.print(table)
         return
     problems: dict[str, list[TuningRecord]] = defaultdict(list)
@@ -191,14 +223,25 @@ def print_database(db: TuningDB, every: bool = False) -> None:
     for verdict in db.verdicts():
         verdicts[verdict.key].append(verdict)
     table = Table(title=Text(f"{db.path}: {len(problems)} problems, {len(records)} records"))
-    for column in ("statement", "sizes", "device", "version", "variants", "failed",
-                   "default", "best", "speedup"):
+    for column in (
+        "statement",
+        "sizes",
+        "device",
+        "version",
+        "variants",
+        "failed",
+        "default",
+        "best",
+        "speedup",
+    ):
         table.add_column(column, overflow="fold")
     for group in problems.values():
         identity = group[0].identity
         device = dict(identity.device)
-        name = next((device[k] for k in ("device", "name", "cpu") if device.get(k)),
-                    next(iter(device.values()), "-"))
+        name = next(
+            (device[k] for k in ("device", "name", "cpu") if device.get(k)),
+            next(iter(device.values()), "-"),
+        )
         best = pick_best(r for r in group if r.ok)
         default = next((r for r in group if r.default and r.ok), None)
         default_time = default.median if default else None
@@ -208,8 +251,20 @@ def print_database(db: TuningDB, every: bool = False) -> None:
         speedup = speedup_text(shown) if shown else "unconfirmed" if best is not None else "-"
         if shown is not None and shown.winner_times:  # its side-by-side medians
             default_time, best_time = _median(shown.default_times), _median(shown.winner_times)
-        table.add_row(*map(Text, (
-            identity.statement, identity.describe_sizes(), f"{identity.backend} {name}",
-            identity.version, str(len(group)), str(sum(not r.ok for r in group)),
-            seconds_text(default_time), seconds_text(best_time), speedup)))
+        table.add_row(
+            *map(
+                Text,
+                (
+                    identity.statement,
+                    identity.describe_sizes(),
+                    f"{identity.backend} {name}",
+                    identity.version,
+                    str(len(group)),
+                    str(sum(not r.ok for r in group)),
+                    seconds_text(default_time),
+                    seconds_text(best_time),
+                    speedup,
+                ),
+            )
+        )
     console.print(table)

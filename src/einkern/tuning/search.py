@@ -32,8 +32,7 @@ ENUMERATION_LIMIT = 200_000
 
 def canonical(config: Config) -> str:
     """Canonical JSON text of a configuration's JSON form (sorted keys, no spaces)."""
-    return json.dumps(config.to_json(), sort_keys=True, separators=(",", ":"),
-                      ensure_ascii=True)
+    return json.dumps(config.to_json(), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
 def _same(left: Any, right: Any) -> bool:
@@ -62,8 +61,7 @@ class SearchSpace:
         return self.config_type.from_values(values)
 
     def _draw(self, rng: random.Random) -> Config:
-        return self.make({p.name: p.values[rng.randrange(len(p.values))]
-                          for p in self.parameters})
+        return self.make({p.name: p.values[rng.randrange(len(p.values))] for p in self.parameters})
 
     def runnable(self, config: Config) -> str | None:
         """Why the target cannot run ``config`` (parameters missing or unknown, or its

@@ -95,8 +95,7 @@ class SimulatedTarget:
     def compile(self, task: Task, config: Config) -> str:
         return canonical(config)
 
-    def measure(self, task: Task, config: Config, compiled: Any,
-                repeats: int, seed: int) -> Timing:
+    def measure(self, task: Task, config: Config, compiled: Any, repeats: int, seed: int) -> Timing:
         record = self._by_config().get(canonical(config))
         if record is None:
             raise VariantError("invalid", "not recorded in the simulated database")
@@ -133,8 +132,9 @@ def recorded_task(db: TuningDB, backend: str, task: Task) -> Recorded:
     return Recorded(chosen[0].identity, tuple(chosen))
 
 
-def simulated_targets(db: TuningDB, backend: str, base: TuningTarget | None,
-                      tasks: Sequence[Task]) -> list[tuple[SimulatedTarget, Recorded]]:
+def simulated_targets(
+    db: TuningDB, backend: str, base: TuningTarget | None, tasks: Sequence[Task]
+) -> list[tuple[SimulatedTarget, Recorded]]:
     """One simulated target per task (UsageError when one has no records)."""
     found = []
     for task in tasks:

@@ -71,8 +71,9 @@ class Exhaustive:
         _batches(iter(context.space), session, context.batch)
 
 
-def _unseen_samples(context: SearchContext, session: Session,
-                    rng: random.Random) -> Iterator[Config]:
+def _unseen_samples(
+    context: SearchContext, session: Session, rng: random.Random
+) -> Iterator[Config]:
     """Random valid variants not evaluated yet; once sampling keeps hitting evaluated
     ones, a shuffled enumeration of the rest (small spaces) or the end (large ones)."""
     small = context.space.bounded_size() is not None
@@ -118,8 +119,9 @@ class Annealing:
         temperature = self.start_temperature
         fresh = _unseen_samples(context, session, rng)
         while not session.exhausted:
-            options = [n for n in context.space.neighbours(current.config)
-                       if session.outcome(n) is None]
+            options = [
+                n for n in context.space.neighbours(current.config) if session.outcome(n) is None
+            ]
             if not options:  # stuck: restart from an unseen variant
                 restart = next(fresh, None)
                 if restart is None:
@@ -142,8 +144,7 @@ def _first(outcomes: list[Outcome]) -> Outcome | None:
     return outcomes[0] if outcomes else None
 
 
-def _accept(current: Outcome, candidate: Outcome, temperature: float,
-            rng: random.Random) -> bool:
+def _accept(current: Outcome, candidate: Outcome, temperature: float, rng: random.Random) -> bool:
     if not candidate.ok:
         return False
     if not current.ok or candidate.cost <= current.cost:
@@ -188,15 +189,19 @@ class Genetic:
             born = session.evaluate(children)
             people = people[: self.elite] + born
 
-    def _child(self, context: SearchContext, people: list[Outcome],
-               rng: random.Random) -> Config | None:
+    def _child(
+        self, context: SearchContext, people: list[Outcome], rng: random.Random
+    ) -> Config | None:
         mother = _tournament(people, rng).config
         father = _tournament(people, rng).config
         parents = mother.values(), father.values()
-        child = context.space.make({name: parents[rng.random() >= 0.5][name]
-                                    for name in context.space.names})
-        if rng.random() < self.mutation or canonical(child) in (canonical(mother),
-                                                                canonical(father)):
+        child = context.space.make(
+            {name: parents[rng.random() >= 0.5][name] for name in context.space.names}
+        )
+        if rng.random() < self.mutation or canonical(child) in (
+            canonical(mother),
+            canonical(father),
+        ):
             neighbours = context.space.neighbours(child) if child in context.space else []
             if neighbours:
                 child = rng.choice(neighbours)
@@ -219,8 +224,10 @@ class ModelGuided:
         if context.model is None:
             raise UsageError("the model strategy needs a target with a cost model")
         candidates = context.space.candidates(rng, MODEL_CANDIDATES)
-        scored = sorted(((context.model(c), canonical(c), c) for c in candidates),
-                        key=lambda item: (item[0], item[1]))
+        scored = sorted(
+            ((context.model(c), canonical(c), c) for c in candidates),
+            key=lambda item: (item[0], item[1]),
+        )
         ranked = [context.default] + [config for _, _, config in scored]
         _batches(iter(ranked), session, context.batch)
 
@@ -232,8 +239,9 @@ def register_strategy(name: str, factory: Callable[[], Strategy]) -> None:
     """Make a strategy available under ``name``; a name already taken is refused
     with :class:`~einkern.errors.RegistrationError`."""
     if name in _STRATEGIES:
-        raise RegistrationError(f"a search strategy named {name!r} is already registered",
-                                hint="choose another name")
+        raise RegistrationError(
+            f"a search strategy named {name!r} is already registered", hint="choose another name"
+        )
     _STRATEGIES[name] = factory
 
 
@@ -244,8 +252,9 @@ def strategy_names() -> tuple[str, ...]:
 def get_strategy(name: str) -> Strategy:
     """A new strategy by name; UsageError naming the choices when unknown."""
     if name not in _STRATEGIES:
-        raise UsageError(f"unknown search strategy {name!r}",
-                         hint=f"choose one of: {', '.join(_STRATEGIES)}")
+        raise UsageError(
+            f"unknown search strategy {name!r}", hint=f"choose one of: {', '.join(_STRATEGIES)}"
+        )
     return _STRATEGIES[name]()
 
 

@@ -93,6 +93,7 @@ class ParameterConfig:
     def get(self, name: str, default: Any = None) -> Any:
         return self.values().get(name, default)
 
+
 #: Why a variant has no usable timing.  ``compile``: the compiler rejected it;
 #: ``resources``: it needs more than the device has (registers, shared memory);
 #: ``wrong``: its result differs from the reference; ``timeout``: it ran past the
@@ -144,8 +145,15 @@ class Timing:
 class TuningTarget(Protocol):
     """A backend seen by the tuner."""
 
-    backend: str
-    config_type: ConfigType  # the record type of its configurations
+    @property
+    def backend(self) -> str:
+        """The backend's registry name."""
+        ...
+
+    @property
+    def config_type(self) -> ConfigType:
+        """The record type of its configurations."""
+        ...
 
     def device_key(self) -> dict[str, str]:
         """Identity of the hardware and toolchain: device name, compute capability,
@@ -170,8 +178,7 @@ class TuningTarget(Protocol):
         the source).  May raise CompilationError/MappingError.  Thread-safe."""
         ...
 
-    def measure(self, task: Task, config: Config, compiled: Any,
-                repeats: int, seed: int) -> Timing:
+    def measure(self, task: Task, config: Config, compiled: Any, repeats: int, seed: int) -> Timing:
         """Check the variant against the reference on fresh random inputs, then time
         it.  Runs inside a worker process (it may crash it)."""
         ...
@@ -215,5 +222,7 @@ def get_target(name: str) -> TuningTarget:
         return getattr(importlib.import_module(f"{__package__}.{module}"), cls)()
     from ..errors import BackendError
 
-    raise BackendError(f"backend {name!r} cannot be tuned",
-                       hint=f"tunable backends: {', '.join([*BUILTIN_TARGETS, *_TARGETS])}")
+    raise BackendError(
+        f"backend {name!r} cannot be tuned",
+        hint=f"tunable backends: {', '.join([*BUILTIN_TARGETS, *_TARGETS])}",
+    )

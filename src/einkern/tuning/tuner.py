@@ -132,11 +132,19 @@ def tune_task(
     def report(outcome: Outcome) -> None:
         if progress is not None:
             default_outcome = session.outcomes.get(canonical(default))
-            progress(Progress(position, session.used, total, session.best(), default_outcome,
-                              outcome))
+            progress(
+                Progress(position, session.used, total, session.best(), default_outcome, outcome)
+            )
 
-    session = Session(evaluator, task, space, store, options.budget,
-                      default_key=canonical(default), on_outcome=report)
+    session = Session(
+        evaluator,
+        task,
+        space,
+        store,
+        options.budget,
+        default_key=canonical(default),
+        on_outcome=report,
+    )
 
     def model(config: Config) -> float:
         return target.model_cost(task, config)
@@ -170,17 +178,37 @@ def tune_task(
     )
 
 
-def confirm(evaluator: Evaluator, task: Task, identity: ProblemIdentity, default: Config,
-            winner: Config) -> Verdict:
+def confirm(
+    evaluator: Evaluator, task: Task, identity: ProblemIdentity, default: Config, winner: Config
+) -> Verdict:
     """Measure the default beside the winner and judge them (see :mod:`.verdict`).
     The default itself as winner is recorded as not beating it (speedup 1)."""
     default_key, winner_key = canonical(default), canonical(winner)
     if winner_key == default_key:
-        return Verdict(identity.key, identity.family, winner_key, default_key, False, 1.0,
-                       "the default is the best variant", timestamp=time.time())
+        return Verdict(
+            identity.key,
+            identity.family,
+            winner_key,
+            default_key,
+            False,
+            1.0,
+            "the default is the best variant",
+            timestamp=time.time(),
+        )
     beats, speedup, reason, times = evaluator.side_by_side(task, default, winner)
-    return Verdict(identity.key, identity.family, winner_key, default_key, beats, speedup,
-                   reason, times.default, times.winner, times.rounds, time.time())
+    return Verdict(
+        identity.key,
+        identity.family,
+        winner_key,
+        default_key,
+        beats,
+        speedup,
+        reason,
+        times.default,
+        times.winner,
+        times.rounds,
+        time.time(),
+    )
 
 
 def tune_problem(
@@ -194,12 +222,16 @@ def tune_problem(
     """Tune every task of ``problem`` (or those given), recording into ``db``."""
     tasks = tuple(tasks) if tasks is not None else tasks_of(problem)
     results = []
-    with Evaluator(target, workers=options.workers, isolate=options.isolate,
-                   timeout=options.timeout, repeats=options.repeats,
-                   seed=options.seed) as evaluator:
+    with Evaluator(
+        target,
+        workers=options.workers,
+        isolate=options.isolate,
+        timeout=options.timeout,
+        repeats=options.repeats,
+        seed=options.seed,
+    ) as evaluator:
         for task in tasks:
             identity = identify(target, task)
             store: Store = DbStore(db, identity) if db is not None else MemoryStore()
-            results.append(tune_task(target, task, evaluator, options, store, progress,
-                                     identity))
+            results.append(tune_task(target, task, evaluator, options, store, progress, identity))
     return tuple(results)

@@ -28,8 +28,19 @@ from typing import Any
 from .ranking import NOISE_FLOOR, relative_spread
 
 #: Columns of the database's ``verdicts`` table, in order.
-VERDICT_COLUMNS = ("key", "family", "config", "default_config", "beats", "speedup", "reason",
-                   "default_times", "winner_times", "rounds", "timestamp")
+VERDICT_COLUMNS = (
+    "key",
+    "family",
+    "config",
+    "default_config",
+    "beats",
+    "speedup",
+    "reason",
+    "default_times",
+    "winner_times",
+    "rounds",
+    "timestamp",
+)
 #: Interleaved rounds of the final comparison (each times both variants).
 ROUNDS = 3
 
@@ -57,11 +68,17 @@ class Verdict:
     def to_json(self) -> dict[str, Any]:
         """A portable dict (stored in wisdom files beside the records)."""
         return {
-            "key": self.key, "family": self.family, "config": json.loads(self.config_key),
-            "default_config": json.loads(self.default_key), "beats": self.beats,
-            "speedup": self.speedup, "reason": self.reason,
-            "default_times": list(self.default_times), "winner_times": list(self.winner_times),
-            "rounds": [list(pair) for pair in self.rounds], "timestamp": self.timestamp,
+            "key": self.key,
+            "family": self.family,
+            "config": json.loads(self.config_key),
+            "default_config": json.loads(self.default_key),
+            "beats": self.beats,
+            "speedup": self.speedup,
+            "reason": self.reason,
+            "default_times": list(self.default_times),
+            "winner_times": list(self.winner_times),
+            "rounds": [list(pair) for pair in self.rounds],
+            "timestamp": self.timestamp,
         }
 
     @staticmethod
@@ -69,10 +86,12 @@ class Verdict:
         """Inverse of :meth:`to_json` (raises KeyError/TypeError/ValueError if malformed)."""
         speedup = data.get("speedup")
         return Verdict(
-            key=str(data["key"]), family=str(data["family"]),
+            key=str(data["key"]),
+            family=str(data["family"]),
             config_key=canonical_text(data["config"]),
             default_key=canonical_text(data["default_config"]),
-            beats=bool(data["beats"]), speedup=None if speedup is None else float(speedup),
+            beats=bool(data["beats"]),
+            speedup=None if speedup is None else float(speedup),
             reason=str(data.get("reason", "")),
             default_times=tuple(float(t) for t in data.get("default_times", ())),
             winner_times=tuple(float(t) for t in data.get("winner_times", ())),
@@ -88,8 +107,11 @@ def canonical_text(config: Any) -> str:
     return json.dumps(config, sort_keys=True, separators=(",", ":"))
 
 
-def judge(default_times: Sequence[float], winner_times: Sequence[float],
-          rounds: Sequence[tuple[float, float]]) -> tuple[bool, float | None, str]:
+def judge(
+    default_times: Sequence[float],
+    winner_times: Sequence[float],
+    rounds: Sequence[tuple[float, float]],
+) -> tuple[bool, float | None, str]:
     """``(beats, speedup, reason)`` of a side-by-side measurement (see the module
     docstring); ``rounds`` holds each round's (default, winner) median."""
     if not default_times or not winner_times:
@@ -100,21 +122,37 @@ def judge(default_times: Sequence[float], winner_times: Sequence[float],
     speedup = default_median / winner_median
     noise = max(NOISE_FLOOR, relative_spread(default_times), relative_spread(winner_times))
     if winner_median * (1 + noise) >= default_median:
-        return False, speedup, (f"not faster than the default beyond the noise "
-                                f"({speedup:.2f}x, noise {noise:.1%})")
+        return (
+            False,
+            speedup,
+            (f"not faster than the default beyond the noise ({speedup:.2f}x, noise {noise:.1%})"),
+        )
     faster = sum(winner < default for default, winner in rounds)
     if faster < len(rounds):
         return False, speedup, f"faster in only {faster} of {len(rounds)} rounds"
-    return True, speedup, (f"faster in all {len(rounds)} rounds and beyond the noise "
-                           f"({speedup:.2f}x, noise {noise:.1%})")
+    return (
+        True,
+        speedup,
+        (
+            f"faster in all {len(rounds)} rounds and beyond the noise "
+            f"({speedup:.2f}x, noise {noise:.1%})"
+        ),
+    )
 
 
 def verdict_to_row(verdict: Verdict) -> tuple[Any, ...]:
     """The verdict as a row of the ``verdicts`` table (:data:`VERDICT_COLUMNS` order)."""
     return (
-        verdict.key, verdict.family, verdict.config_key, verdict.default_key, int(verdict.beats),
-        verdict.speedup, verdict.reason, json.dumps(list(verdict.default_times)),
-        json.dumps(list(verdict.winner_times)), json.dumps([list(p) for p in verdict.rounds]),
+        verdict.key,
+        verdict.family,
+        verdict.config_key,
+        verdict.default_key,
+        int(verdict.beats),
+        verdict.speedup,
+        verdict.reason,
+        json.dumps(list(verdict.default_times)),
+        json.dumps(list(verdict.winner_times)),
+        json.dumps([list(p) for p in verdict.rounds]),
         verdict.timestamp,
     )
 
@@ -123,9 +161,13 @@ def verdict_from_row(row: Sequence[Any]) -> Verdict:
     """Inverse of :func:`verdict_to_row`."""
     values = dict(zip(VERDICT_COLUMNS, row, strict=True))
     return Verdict(
-        key=values["key"], family=values["family"], config_key=values["config"],
-        default_key=values["default_config"], beats=bool(values["beats"]),
-        speedup=values["speedup"], reason=values["reason"],
+        key=values["key"],
+        family=values["family"],
+        config_key=values["config"],
+        default_key=values["default_config"],
+        beats=bool(values["beats"]),
+        speedup=values["speedup"],
+        reason=values["reason"],
         default_times=tuple(json.loads(values["default_times"])),
         winner_times=tuple(json.loads(values["winner_times"])),
         rounds=tuple((d, w) for d, w in json.loads(values["rounds"])),

@@ -78,9 +78,7 @@ class Measurer(Protocol):
 def _run(job: Job) -> Measured:
     """Call the target; every exception becomes a failure."""
     try:
-        timing = job.target.measure(
-            job.task, job.config, job.compiled, job.repeats, job.seed
-        )
+        timing = job.target.measure(job.task, job.config, job.compiled, job.repeats, job.seed)
     except VariantError as error:
         return Measured(None, error.failure, error.message)
     except Exception as error:  # noqa: BLE001 - any error of a variant is recorded
@@ -145,8 +143,9 @@ class ProcessMeasurer:
     def _start(self) -> str | None:
         """Start a worker; the reason when it fails to come up."""
         parent, child = self._context.Pipe()
-        process = self._context.Process(target=_serve, args=(child,), daemon=True,
-                                        name="einkern-measure")
+        process = self._context.Process(
+            target=_serve, args=(child,), daemon=True, name="einkern-measure"
+        )
         with _main_hidden():
             process.start()
         child.close()

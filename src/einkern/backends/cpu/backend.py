@@ -46,8 +46,9 @@ class CpuExecutable:
         """Check ``arrays`` and ``scalars`` by name (the one check,
         :class:`~einkern.backends.binding.Binder`; names the program does not have
         are ignored) and run: see :meth:`run_checked`."""
-        self.run_checked(bind_arguments(self.problem, CpuBackend(), arrays, scalars,
-                                        ignore_unknown=True))
+        self.run_checked(
+            bind_arguments(self.problem, CpuBackend(), arrays, scalars, ignore_unknown=True)
+        )
 
     def run_checked(self, call: Call) -> None:
         """Execute every statement in order, in place, on the call's arrays (host
@@ -55,9 +56,11 @@ class CpuExecutable:
         program = self.problem.program
         infos = call.infos
         pointers = (ctypes.c_void_p * max(1, len(program.tensors)))(
-            *(infos[tensor.name].pointer for tensor in program.tensors))
+            *(infos[tensor.name].pointer for tensor in program.tensors)
+        )
         values = (ctypes.c_double * max(1, len(program.scalars)))(
-            *(call.scalars[scalar.name] for scalar in program.scalars))
+            *(call.scalars[scalar.name] for scalar in program.scalars)
+        )
         self.function(pointers, values)
 
 

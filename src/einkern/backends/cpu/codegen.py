@@ -123,8 +123,13 @@ def _header(problem: Problem) -> list[str]:
         )
     for scalar in program.scalars:
         lines.append(f" * scalar {_comment_text(scalar.name)}")
-    lines += [" */", "#include <math.h>", "#include <stdint.h>", C_LITERAL_MACROS,
-              helper_functions("static inline", integers=False)]
+    lines += [
+        " */",
+        "#include <math.h>",
+        "#include <stdint.h>",
+        C_LITERAL_MACROS,
+        helper_functions("static inline", integers=False),
+    ]
     return lines
 
 

@@ -148,8 +148,9 @@ def _toolchain(command: tuple[str, ...], version: str, cpu: str, directory: Path
     if flags is None or not all(isinstance(flag, str) for flag in flags):
         flags = _probe_flags(command)
         try:
-            cache.write_entry(record, json.dumps({"command": command, "flags": flags}).encode(),
-                              identity)
+            cache.write_entry(
+                record, json.dumps({"command": command, "flags": flags}).encode(), identity
+            )
         except cache.CacheSecurityError:
             raise
         except (OSError, BackendError):
@@ -249,8 +250,10 @@ def compile_library(source: str, chain: Toolchain, directory: Path) -> Path:
         try:
             cache.write_entry(library, Path(temporary).read_bytes(), cache_key(source, chain))
         except OSError as error:
-            raise BackendError(f"cannot write to the kernel cache {directory}: {error}",
-                               hint="set EINKERN_CACHE_DIR to a writable directory") from error
+            raise BackendError(
+                f"cannot write to the kernel cache {directory}: {error}",
+                hint="set EINKERN_CACHE_DIR to a writable directory",
+            ) from error
     finally:
         if os.path.exists(temporary):
             os.unlink(temporary)

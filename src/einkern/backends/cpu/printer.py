@@ -26,20 +26,42 @@ INDEX_TYPE = "long long"  # int64_t
 class CpuText(CText):
     """Prints one statement's expressions, computed in ``ctype``."""
 
-    def __init__(self, problem: Problem, statement: Statement, ctype: str,
-                 scalars: Iterable[str], buffers: Iterable[tuple[str, int]] = ()):
+    def __init__(
+        self,
+        problem: Problem,
+        statement: Statement,
+        ctype: str,
+        scalars: Iterable[str],
+        buffers: Iterable[tuple[str, int]] = (),
+    ):
         program = problem.program
         params = [
-            kir.Param(mangle("t", name), C_TYPE[program.tensor(name).dtype], True,
-                      problem.numel(name), name != statement.output.tensor)
+            kir.Param(
+                mangle("t", name),
+                C_TYPE[program.tensor(name).dtype],
+                True,
+                problem.numel(name),
+                name != statement.output.tensor,
+            )
             for name in statement.tensors()
         ]
         params += [kir.Param(mangle("s", name), ctype, False) for name in scalars]
-        loops = [kir.ThreadVar(mangle(prefix, index), INDEX_TYPE)
-                 for index in dict.fromkeys(statement.indices) for prefix in ("i", "b")]
+        loops = [
+            kir.ThreadVar(mangle(prefix, index), INDEX_TYPE)
+            for index in dict.fromkeys(statement.indices)
+            for prefix in ("i", "b")
+        ]
         shared = tuple(kir.SharedArray(name, ctype, size) for name, size in buffers)
-        kernel = kir.Kernel(f"statement_{id(statement)}", tuple(params), 1, 1, tuple(loops),
-                            shared, (), index_type=INDEX_TYPE)
+        kernel = kir.Kernel(
+            f"statement_{id(statement)}",
+            tuple(params),
+            1,
+            1,
+            tuple(loops),
+            shared,
+            (),
+            index_type=INDEX_TYPE,
+        )
         super().__init__(kernel)
         self.ctype = ctype
         self.env: dict[str, str] = dict(self.types)
@@ -81,8 +103,12 @@ def index(problem: Problem, access: Access) -> kir.Expr:
     of more than one element."""
     terms: list[tuple[kir.Expr, int]] = [
         (kir.Var(mangle("i", name)), stride)
-        for name, size, stride in zip(access.indices, problem.shape(access.tensor),
-                                      problem.strides(access.tensor), strict=True)
+        for name, size, stride in zip(
+            access.indices,
+            problem.shape(access.tensor),
+            problem.strides(access.tensor),
+            strict=True,
+        )
         if size != 1  # the index is always 0 there
     ]
     return E.linear(terms)

@@ -154,17 +154,22 @@ def decide_loop_schedule(problem: Problem, statement: Statement) -> LoopDecision
     order = default_loop_order(problem, statement)
     output = statement.output.tensor
     if not order:
-        return LoopDecision(LoopSchedule(order, 0), (
-            f"{output} has no index: one iteration, on one thread",))
+        return LoopDecision(
+            LoopSchedule(order, 0), (f"{output} has no index: one iteration, on one thread",)
+        )
     if len(order) == 1:
         reasons = [f"one loop, {order[0]}, over {output}"]
     else:
-        reasons = [f"loops {', '.join(order)} follow {output}'s memory order (the innermost, "
-                   f"{order[-1]}, walks its smallest stride)"]
+        reasons = [
+            f"loops {', '.join(order)} follow {output}'s memory order (the innermost, "
+            f"{order[-1]}, walks its smallest stride)"
+        ]
     work = statement_work(problem, statement)
     if work < PARALLEL_MIN_WORK:
-        reasons.append(f"about {work:,} operations, under {PARALLEL_MIN_WORK:,}: one thread "
-                       "(starting a parallel region would cost more than it saves)")
+        reasons.append(
+            f"about {work:,} operations, under {PARALLEL_MIN_WORK:,}: one thread "
+            "(starting a parallel region would cost more than it saves)"
+        )
         return LoopDecision(LoopSchedule(order, 0), tuple(reasons))
     if len(order) == 1:
         reasons.append(f"about {work:,} operations: OpenMP over the one loop {order[0]}")
@@ -181,25 +186,32 @@ def decide_loop_schedule(problem: Problem, statement: Statement) -> LoopDecision
                 f"sums of {terms:,} terms (at least {LONG_REDUCTION}): cache tiles of "
                 f"{PARALLEL_TILE} on {', '.join(order[-2:])} and {REDUCTION_TILE} on "
                 f"{', '.join(reductions)}, so operands are reused from cache; OpenMP over "
-                "the two outer tile loops")
+                "the two outer tile loops"
+            )
             return LoopDecision(tiled, tuple(reasons))
         reasons.append(f"sums of {terms:,} terms, but no cache tiles: {refused}")
     outer = math.prod(problem.index_size(statement, index) for index in order[:-1])
     loops = "the outer loop has" if len(order) == 2 else "the outer loops have"
     if outer >= OUTER_PARALLELISM:
-        reasons.append(f"{loops} {outer:,} iterations (at least "
-                       f"{OUTER_PARALLELISM}): OpenMP collapses them and leaves the innermost "
-                       f"loop {order[-1]} whole in each thread, to vectorise")
+        reasons.append(
+            f"{loops} {outer:,} iterations (at least "
+            f"{OUTER_PARALLELISM}): OpenMP collapses them and leaves the innermost "
+            f"loop {order[-1]} whole in each thread, to vectorise"
+        )
         return LoopDecision(LoopSchedule(order, len(order) - 1), tuple(reasons))
-    reasons.append(f"{loops} only {outer:,} iterations (under "
-                   f"{OUTER_PARALLELISM}): OpenMP collapses all {len(order)} loops")
+    reasons.append(
+        f"{loops} only {outer:,} iterations (under "
+        f"{OUTER_PARALLELISM}): OpenMP collapses all {len(order)} loops"
+    )
     return LoopDecision(LoopSchedule(order, len(order)), tuple(reasons))
 
 
 def describe_loops(loops: LoopSchedule) -> str:
     """One line: order, OpenMP collapse, tiles and inner loops of a schedule."""
-    parts = [f"order {', '.join(loops.order) or '-'}",
-             f"OpenMP collapse {loops.collapse}" if loops.collapse else "one thread"]
+    parts = [
+        f"order {', '.join(loops.order) or '-'}",
+        f"OpenMP collapse {loops.collapse}" if loops.collapse else "one thread",
+    ]
     if loops.tiles:
         parts.append("tiles " + ", ".join(f"{index}={size}" for index, size in loops.tiles))
     if loops.inner:

@@ -108,8 +108,9 @@ class CudaBackend:
 
         return driver.device_properties(ordinal)
 
-    def resources(self, problem: Problem, arch: str | None = None,
-                  mappings: MappingSpec = None) -> list[KernelResources]:
+    def resources(
+        self, problem: Problem, arch: str | None = None, mappings: MappingSpec = None
+    ) -> list[KernelResources]:
         """Registers, shared memory, stack and spill bytes of each kernel, for
         ``arch`` (default: GPU 0's architecture, or sm_90 without a GPU)."""
         if arch is None:

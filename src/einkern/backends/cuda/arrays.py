@@ -100,9 +100,11 @@ def describe_view(obj: Any, stream: int | None) -> ArrayInfo:
     return ArrayInfo(
         shape=shape,
         dtype=dtype,
-        strides=tuple(int(s) for s in strides) if strides is not None
+        strides=tuple(int(s) for s in strides)
+        if strides is not None
         else contiguous_strides(shape, "row"),
-        device=f"cuda:{view.device_id}" if view.device_id >= 0 and view.is_device_accessible
+        device=f"cuda:{view.device_id}"
+        if view.device_id >= 0 and view.is_device_accessible
         else "cpu",
         pointer=int(view.ptr),
         library=_library(getattr(obj, "obj", obj) if isinstance(obj, _Version3) else obj),
@@ -130,8 +132,10 @@ def _as_version_3(obj: Any) -> Any:
 
 
 def _unreadable(obj: Any, error: Exception) -> ArgumentError:
-    return ArgumentError(f"cannot read {article(type_name(obj))}: {error}",
-                         hint="pass a plain dense array (for torch: tensor.detach())")
+    return ArgumentError(
+        f"cannot read {article(type_name(obj))}: {error}",
+        hint="pass a plain dense array (for torch: tensor.detach())",
+    )
 
 
 def describe(obj: Any, stream: int | None = None) -> ArrayInfo | None:

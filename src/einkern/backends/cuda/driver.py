@@ -96,8 +96,9 @@ def activate(ordinal: int = 0) -> Any:
     with _LOCK:
         context = _CONTEXTS.get(ordinal)
         if context is None:
-            context = check(_cuda().cuDevicePrimaryCtxRetain(device(ordinal)),
-                            "cuDevicePrimaryCtxRetain")
+            context = check(
+                _cuda().cuDevicePrimaryCtxRetain(device(ordinal)), "cuDevicePrimaryCtxRetain"
+            )
             _CONTEXTS[ordinal] = context
     check(_cuda().cuCtxSetCurrent(context), "cuCtxSetCurrent")
     return context
@@ -181,8 +182,7 @@ def load_module(cubin: bytes, names: Sequence[str], ordinal: int = 0) -> LoadedM
     activate(ordinal)
     handle = check(cuda.cuModuleLoadData(cubin), "cuModuleLoadData")
     functions = {
-        name: check(cuda.cuModuleGetFunction(handle, name.encode()),
-                    f"cuModuleGetFunction({name})")
+        name: check(cuda.cuModuleGetFunction(handle, name.encode()), f"cuModuleGetFunction({name})")
         for name in names
     }
     return LoadedModule(ordinal, handle, functions)
@@ -203,14 +203,17 @@ def launch(
     # Every parameter is 8 bytes: one buffer holds them, the table points into it.
     count = len(pointers) + len(scalars)
     buffer = (ctypes.c_uint64 * max(1, count))(
-        *pointers, *(_DOUBLE_BITS.unpack(_DOUBLE.pack(s))[0] for s in scalars))
+        *pointers, *(_DOUBLE_BITS.unpack(_DOUBLE.pack(s))[0] for s in scalars)
+    )
     base = ctypes.addressof(buffer)
     table = (ctypes.c_void_p * max(1, count))(*range(base, base + 8 * count, 8))
     cuda = _cuda()
     if shared_bytes > 48 * 1024:
         attribute = cuda.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-        check(cuda.cuFuncSetAttribute(function, attribute, shared_bytes),
-              f"cuFuncSetAttribute({name})")
+        check(
+            cuda.cuFuncSetAttribute(function, attribute, shared_bytes),
+            f"cuFuncSetAttribute({name})",
+        )
     check(
         cuda.cuLaunchKernel(
             function, *grid, *block, shared_bytes, stream, ctypes.addressof(table), 0
@@ -238,8 +241,10 @@ def keep_pool_memory(pool: Any) -> None:
     """Let the memory pool ``pool`` keep its freed memory (no release threshold)."""
     cuda = _cuda()
     attribute = cuda.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
-    check(cuda.cuMemPoolSetAttribute(pool, attribute, cuda.cuuint64_t(2**64 - 1)),
-          "cuMemPoolSetAttribute(RELEASE_THRESHOLD)")
+    check(
+        cuda.cuMemPoolSetAttribute(pool, attribute, cuda.cuuint64_t(2**64 - 1)),
+        "cuMemPoolSetAttribute(RELEASE_THRESHOLD)",
+    )
 
 
 def allow_dynamic_shared(kernel: Any, nbytes: int, ordinal: int, name: str = "kernel") -> None:
@@ -248,8 +253,10 @@ def allow_dynamic_shared(kernel: Any, nbytes: int, ordinal: int, name: str = "ke
     cuda = _cuda()
     attribute = cuda.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
     if isinstance(kernel, cuda.CUkernel):
-        check(cuda.cuKernelSetAttribute(attribute, nbytes, kernel, device(ordinal)),
-              f"cuKernelSetAttribute({name})")
+        check(
+            cuda.cuKernelSetAttribute(attribute, nbytes, kernel, device(ordinal)),
+            f"cuKernelSetAttribute({name})",
+        )
     else:
         check(cuda.cuFuncSetAttribute(kernel, attribute, nbytes), f"cuFuncSetAttribute({name})")
 
@@ -305,8 +312,7 @@ class EventTimer:
         cuda = _cuda()
         check(cuda.cuEventRecord(self._end, stream), "cuEventRecord")
         check(cuda.cuEventSynchronize(self._end), "cuEventSynchronize")
-        return float(check(cuda.cuEventElapsedTime(self._start, self._end),
-                           "cuEventElapsedTime"))
+        return float(check(cuda.cuEventElapsedTime(self._start, self._end), "cuEventElapsedTime"))
 
     def close(self) -> None:
         cuda = _cuda()

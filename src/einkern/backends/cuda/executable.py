@@ -42,8 +42,10 @@ def _core() -> Any:
     try:
         import cuda.core as core
     except ImportError as error:  # pragma: no cover - depends on the installation
-        raise BackendError("the CUDA backend needs cuda-core, which is not installed",
-                           hint="pip install 'einkern[cuda]'") from error
+        raise BackendError(
+            "the CUDA backend needs cuda-core, which is not installed",
+            hint="pip install 'einkern[cuda]'",
+        ) from error
     return core
 
 
@@ -64,8 +66,9 @@ class CudaExecutable:
         self._plans: dict[int, tuple] = {}
         self._written = frozenset(problem.program.outputs)
         declared = {t.name for t in problem.program.tensors}  # (kernels also name temporaries)
-        self._used = tuple(dict.fromkeys(t for k in source.kernels for t in k.tensors
-                                         if t in declared))
+        self._used = tuple(
+            dict.fromkeys(t for k in source.kernels for t in k.tensors if t in declared)
+        )
 
     @property
     def resources(self) -> tuple[KernelResources, ...]:
@@ -83,20 +86,23 @@ class CudaExecutable:
             arch = arch_for(*device.compute_capability)
             if arch not in self._compiled:
                 self._compiled[arch] = compile_cubin(self.source.text, arch)
-            code = core.ObjectCode.from_cubin(self._compiled[arch].cubin,
-                                              name=self.problem.program.name)
+            code = core.ObjectCode.from_cubin(
+                self._compiled[arch].cubin, name=self.problem.program.name
+            )
             kernels = {}
             for spec in self.source.kernels:
                 kernel = code.get_kernel(spec.name)
                 if spec.shared_bytes > _STATIC_SHARED_LIMIT:
-                    driver.allow_dynamic_shared(kernel.handle, spec.shared_bytes, ordinal,
-                                                spec.name)
+                    driver.allow_dynamic_shared(
+                        kernel.handle, spec.shared_bytes, ordinal, spec.name
+                    )
                 kernels[spec.name] = kernel
             self._kernels[ordinal] = kernels
         return kernels
 
-    def run(self, arrays: Mapping[str, Any], scalars: Mapping[str, Any], *,
-            stream: Any = None) -> None:
+    def run(
+        self, arrays: Mapping[str, Any], scalars: Mapping[str, Any], *, stream: Any = None
+    ) -> None:
         """Check the arrays and scalars by name (the one check,
         :class:`~einkern.backends.binding.Binder`; names the program does not have
         are ignored) and run: see :meth:`run_checked`."""
@@ -106,8 +112,14 @@ class CudaExecutable:
         """Run every statement in order on the call's stream, in place."""
         self._execute(call, repeat=0)
 
-    def profile(self, arrays: Mapping[str, Any], scalars: Mapping[str, Any],
-                repeat: int = 10, *, stream: Any = None) -> list[float]:
+    def profile(
+        self,
+        arrays: Mapping[str, Any],
+        scalars: Mapping[str, Any],
+        repeat: int = 10,
+        *,
+        stream: Any = None,
+    ) -> list[float]:
         """Check the arguments (as :meth:`run`) and :meth:`profile_checked` them."""
         return self.profile_checked(self._bind(arrays, scalars, stream), repeat)
 
@@ -118,8 +130,7 @@ class CudaExecutable:
         return self._execute(call, repeat=max(1, repeat))
 
     def _bind(self, arrays: Mapping[str, Any], scalars: Mapping[str, Any], stream: Any) -> Call:
-        return bind_arguments(self.problem, READER, arrays, scalars, stream,
-                              ignore_unknown=True)
+        return bind_arguments(self.problem, READER, arrays, scalars, stream, ignore_unknown=True)
 
     # -- implementation ------------------------------------------------------
 
@@ -130,11 +141,16 @@ class CudaExecutable:
             core = _core()
             kernels = self.module(ordinal)
             plan = tuple(
-                (kernels[spec.name],
-                 core.LaunchConfig(grid=spec.grid, block=spec.block,
-                                   shmem_size=spec.shared_bytes),
-                 tuple(spec.tensors), tuple(spec.scalars))
-                for spec in self.source.kernels)
+                (
+                    kernels[spec.name],
+                    core.LaunchConfig(
+                        grid=spec.grid, block=spec.block, shmem_size=spec.shared_bytes
+                    ),
+                    tuple(spec.tensors),
+                    tuple(spec.scalars),
+                )
+                for spec in self.source.kernels
+            )
             self._plans[ordinal] = plan
         return plan
 
@@ -161,15 +177,20 @@ class CudaExecutable:
             for name in host:
                 nbytes = self.problem.nbytes(name)
                 pointers[name] = allocate(nbytes)
-                driver.copy_to_device_async(pointers[name], infos[name].pointer, nbytes,
-                                            stream.handle)
+                driver.copy_to_device_async(
+                    pointers[name], infos[name].pointer, nbytes, stream.handle
+                )
             for name, nbytes in self.source.temporaries:
                 pointers[name] = allocate(nbytes)
             times = _launch(core, stream, plan, pointers, call.scalars, repeat)
             for name in host:
                 if name in self._written:
-                    driver.copy_to_host_async(infos[name].pointer, pointers[name],
-                                              self.problem.nbytes(name), stream.handle)
+                    driver.copy_to_host_async(
+                        infos[name].pointer,
+                        pointers[name],
+                        self.problem.nbytes(name),
+                        stream.handle,
+                    )
             if host or SYNCHRONIZE:
                 # Host arrays must be complete when the call returns; device arrays
                 # follow stream semantics (like torch and CuPy).
@@ -177,8 +198,9 @@ class CudaExecutable:
         return times
 
 
-def _launch(core: Any, stream: Any, plan: tuple, pointers: dict[str, int],
-            scalars: Any, repeat: int) -> list[float]:
+def _launch(
+    core: Any, stream: Any, plan: tuple, pointers: dict[str, int], scalars: Any, repeat: int
+) -> list[float]:
     """Launch (or with ``repeat``, time) every kernel of ``plan`` in order on ``stream``."""
     times = []
     for kernel, config, tensors, names in plan:
@@ -254,8 +276,7 @@ def _device_ordinal(infos: Any) -> int:
     return 0
 
 
-def _time(core: Any, stream: Any, config: Any, kernel: Any, arguments: tuple,
-          repeat: int) -> float:
+def _time(core: Any, stream: Any, config: Any, kernel: Any, arguments: tuple, repeat: int) -> float:
     options = core.EventOptions(timing_enabled=True)
     core.launch(stream, config, kernel, *arguments)  # warm-up
     samples = []
@@ -266,4 +287,3 @@ def _time(core: Any, stream: Any, config: Any, kernel: Any, arguments: tuple,
         end.sync()
         samples.append(float(end - start))
     return statistics.median(samples)
-

@@ -20,7 +20,7 @@ from .limits import device_limits
 MappingSpec = MappingType[int, object] | None
 
 
-def resolve_mappings(problem: Problem, mappings: MappingSpec = None) -> dict[int, object]:
+def resolve_mappings(problem: Problem, mappings: MappingSpec = None) -> dict[int, Mapping]:
     """A Mapping per statement: the given ones (Mapping, CudaConfig, either in JSON
     form, or a JSON file of either), the decision algorithm's default for the others."""
     from ...gpu.config import CudaConfig, parse_config
@@ -28,7 +28,7 @@ def resolve_mappings(problem: Problem, mappings: MappingSpec = None) -> dict[int
     from ...gpu.space import config_to_mapping
 
     limits = device_limits()
-    chosen: dict[int, object] = {}
+    chosen: dict[int, Mapping] = {}
     given = dict(mappings or {})
     for position in range(len(problem.program.statements)):
         spec = given.get(position)
@@ -40,9 +40,13 @@ def resolve_mappings(problem: Problem, mappings: MappingSpec = None) -> dict[int
             chosen[position] = config_to_mapping(statement_task(problem, position), spec)
         elif isinstance(spec, dict):  # a Mapping in JSON form, or a configuration
             chosen[position] = (
-                Mapping.from_json(json.dumps(spec)) if "parallel" in spec
-                else config_to_mapping(statement_task(problem, position),
-                                       parse_config(spec, f"mapping of statement {position}")))
+                Mapping.from_json(json.dumps(spec))
+                if "parallel" in spec
+                else config_to_mapping(
+                    statement_task(problem, position),
+                    parse_config(spec, f"mapping of statement {position}"),
+                )
+            )
         elif isinstance(spec, str | Path):
             path = Path(spec)
             if not path.exists():
@@ -50,9 +54,12 @@ def resolve_mappings(problem: Problem, mappings: MappingSpec = None) -> dict[int
             text = path.read_text()
             data = json.loads(text)
             chosen[position] = (
-                Mapping.from_json(text) if "parallel" in data
-                else config_to_mapping(statement_task(problem, position),
-                                       parse_config(data, str(spec))))
+                Mapping.from_json(text)
+                if "parallel" in data
+                else config_to_mapping(
+                    statement_task(problem, position), parse_config(data, str(spec))
+                )
+            )
         else:
             raise UsageError(f"cannot use {type(spec).__name__} as a mapping")
     return chosen
@@ -72,22 +79,30 @@ def generate(problem: Problem, mappings: MappingSpec = None) -> CudaSource:
     temporaries: list[tuple[str, int]] = []
     for position, statement in enumerate(problem.program.statements):
         name = f"ek_{program}_s{position}"
-        plan = plan_task(statement_task(problem, position), chosen[position], name,
-                         max_shared_bytes=limits.shared_per_block_optin)
-        temporaries.extend((buffer, elements * ELEMENT_BYTES[ctype])
-                           for buffer, ctype, elements in plan.temporaries)
+        plan = plan_task(
+            statement_task(problem, position),
+            chosen[position],
+            name,
+            max_shared_bytes=limits.shared_per_block_optin,
+        )
+        temporaries.extend(
+            (buffer, elements * ELEMENT_BYTES[ctype])
+            for buffer, ctype, elements in plan.temporaries
+        )
         for launch in plan.launches:
             shape = launch_shape(launch.kernel)
             kernels.append(launch.kernel)
-            specs.append(KernelSpec(
-                name=launch.kernel.name,
-                statement=position,
-                tensors=launch.buffers,
-                scalars=tuple(a.name[2:] for a in shape.arguments if not a.is_array),
-                output=statement.output.tensor,
-                grid=shape.grid,
-                block=shape.block,
-                mapping=chosen[position],
-                shared_bytes=shape.dynamic_shared_bytes,
-            ))
+            specs.append(
+                KernelSpec(
+                    name=launch.kernel.name,
+                    statement=position,
+                    tensors=launch.buffers,
+                    scalars=tuple(a.name[2:] for a in shape.arguments if not a.is_array),
+                    output=statement.output.tensor,
+                    grid=shape.grid,
+                    block=shape.block,
+                    mapping=chosen[position],
+                    shared_bytes=shape.dynamic_shared_bytes,
+                )
+            )
     return CudaSource(print_cuda_module(kernels), tuple(specs), tuple(temporaries))

@@ -112,8 +112,13 @@ def cache_directory() -> Path:
 
 def cache_key(source: str, arch: str, options: tuple[str, ...], version: tuple[int, int]) -> str:
     blob = json.dumps(
-        {"format": CACHE_FORMAT, "source": source, "nvrtc": list(version), "arch": arch,
-         "options": list(options)},
+        {
+            "format": CACHE_FORMAT,
+            "source": source,
+            "nvrtc": list(version),
+            "arch": arch,
+            "options": list(options),
+        },
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()
@@ -121,9 +126,7 @@ def cache_key(source: str, arch: str, options: tuple[str, ...], version: tuple[i
 
 _ENTRY = re.compile(r"Compiling entry function '([^']+)' for '")
 _PROPERTIES = re.compile(r"Function properties for (\S+)")
-_STACK = re.compile(
-    r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads"
-)
+_STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _USED = re.compile(r"Used (\d+) registers")
 _BARRIERS = re.compile(r"used (\d+) barriers")
 _SMEM = re.compile(r"(\d+) bytes smem")
@@ -193,8 +196,9 @@ def _store(directory: Path, module: CompiledModule) -> None:
     }
     try:
         cache.write_entry(directory / f"{module.key}.cubin", module.cubin, module.key)
-        cache.write_entry(directory / f"{module.key}.json", json.dumps(meta, indent=1).encode(),
-                          module.key)
+        cache.write_entry(
+            directory / f"{module.key}.json", json.dumps(meta, indent=1).encode(), module.key
+        )
     except cache.CacheSecurityError:
         raise
     except (OSError, BackendError):
@@ -254,8 +258,13 @@ def _compile(source: str, name: str, arch: str, *, no_cache: bool) -> tuple[byte
     except ImportError:  # pragma: no cover
         NVRTCError = RuntimeError  # type: ignore[misc, assignment]
     options = ProgramOptions(
-        name=name, arch=arch, std="c++17", ptxas_options="-v", lineinfo=True,
-        device_as_default_execution_space=True, no_cache=True if no_cache else None,
+        name=name,
+        arch=arch,
+        std="c++17",
+        ptxas_options="-v",
+        lineinfo=True,
+        device_as_default_execution_space=True,
+        no_cache=True if no_cache else None,
     )
     program = Program(source, "c++", options)
     log = io.StringIO()
@@ -276,8 +285,9 @@ def _compile(source: str, name: str, arch: str, *, no_cache: bool) -> tuple[byte
     return bytes(compiled.code), log.getvalue().replace("\0", "").strip()
 
 
-def kernel_resources(problem: Problem, arch: str = DEFAULT_ARCH,
-                     mappings=None) -> list[KernelResources]:
+def kernel_resources(
+    problem: Problem, arch: str = DEFAULT_ARCH, mappings=None
+) -> list[KernelResources]:
     """Registers, shared memory, stack and spills of every kernel of ``problem``
     for ``arch`` (needs NVRTC, not a GPU), in statement order."""
     from .generate import generate

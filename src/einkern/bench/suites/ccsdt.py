@@ -62,35 +62,41 @@ def load_kernels() -> tuple[TriplesKernel, ...]:
     kernels = []
     for entry in json.loads(text)["kernels"]:
         expr, operands = entry["expr"], entry["operands"]
-        kernels.append(TriplesKernel(
-            entry["name"], entry["family"], entry["op"],
-            _operand(operands["out"]), tuple(expr["out"]),
-            _operand(operands["a"]), tuple(expr["a"]),
-            _operand(operands["b"]), tuple(expr["b"]),
-        ))
+        kernels.append(
+            TriplesKernel(
+                entry["name"],
+                entry["family"],
+                entry["op"],
+                _operand(operands["out"]),
+                tuple(expr["out"]),
+                _operand(operands["a"]),
+                tuple(expr["a"]),
+                _operand(operands["b"]),
+                tuple(expr["b"]),
+            )
+        )
     return tuple(kernels)
 
 
 def _header(name: str, tile: int, kernels: list[TriplesKernel]) -> str:
     first = kernels[0]
-    ranks = {first.out: len(first.out_indices), first.a: len(first.a_indices),
-             first.b: len(first.b_indices)}
+    ranks = {
+        first.out: len(first.out_indices),
+        first.a: len(first.a_indices),
+        first.b: len(first.b_indices),
+    }
     tensors = ", ".join(f"{t}[{', '.join(['T'] * rank)}]" for t, rank in ranks.items())
-    return (
-        f"program {name}\n"
-        f"dims T = {tile}\n"
-        "dtype float64\n"
-        "layout column\n"
-        f"tensor {tensors}\n"
-    )
+    return f"program {name}\ndims T = {tile}\ndtype float64\nlayout column\ntensor {tensors}\n"
 
 
 def kernel_program(kernel: TriplesKernel, tile: int) -> str:
     """.ein text of one kernel (column-major, fp64, every extent = ``tile``)."""
-    statement = (f"{kernel.out}[{','.join(kernel.out_indices)}] {kernel.op} "
-                 f"{kernel.term()}\n")
-    return f"# NWChem CCSD(T) triples kernel {kernel.name}\n" + _header(
-        kernel.name, tile, [kernel]) + statement
+    statement = f"{kernel.out}[{','.join(kernel.out_indices)}] {kernel.op} {kernel.term()}\n"
+    return (
+        f"# NWChem CCSD(T) triples kernel {kernel.name}\n"
+        + _header(kernel.name, tile, [kernel])
+        + statement
+    )
 
 
 def family_statement(kernels: list[TriplesKernel]) -> str:
@@ -135,11 +141,27 @@ class CcsdtSuite:
             for family in FAMILIES:
                 group = f"ccsdt {family} T={tile}"
                 for kernel in (k for k in load_kernels() if k.family == family):
-                    cases.append(make_case(
-                        self.name, kernel.name, group, kernel_program(kernel, tile),
-                        {"T": tile}, tile, f"T={tile}"))
-                cases.append(make_case(
-                    self.name, f"sd_t_{family}_all", group, family_program(family, tile),
-                    {"T": tile}, tile, f"T={tile}",
-                    note="nine kernels as one statement"))
+                    cases.append(
+                        make_case(
+                            self.name,
+                            kernel.name,
+                            group,
+                            kernel_program(kernel, tile),
+                            {"T": tile},
+                            tile,
+                            f"T={tile}",
+                        )
+                    )
+                cases.append(
+                    make_case(
+                        self.name,
+                        f"sd_t_{family}_all",
+                        group,
+                        family_program(family, tile),
+                        {"T": tile},
+                        tile,
+                        f"T={tile}",
+                        note="nine kernels as one statement",
+                    )
+                )
         return cases

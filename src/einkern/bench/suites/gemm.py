@@ -20,7 +20,13 @@ PREFIX = {"float32": "s", "float64": "d"}
 
 
 def gemm_program(
-    name: str, m: int, n: int, k: int, dtype: str, op_a: str = "N", op_b: str = "N",
+    name: str,
+    m: int,
+    n: int,
+    k: int,
+    dtype: str,
+    op_a: str = "N",
+    op_b: str = "N",
     layout: str = "row",
 ) -> str:
     """.ein text of ``C[m,n] = op(A)·op(B)``; op ``T`` stores the matrix transposed."""
@@ -37,8 +43,19 @@ def gemm_program(
     )
 
 
-def _case(workload: str, group: str, m: int, n: int, k: int, dtype: str, size: float,
-          label: str, op_a: str = "N", op_b: str = "N", layout: str = "row") -> Case:
+def _case(
+    workload: str,
+    group: str,
+    m: int,
+    n: int,
+    k: int,
+    dtype: str,
+    size: float,
+    label: str,
+    op_a: str = "N",
+    op_b: str = "N",
+    layout: str = "row",
+) -> Case:
     program = gemm_program(workload, m, n, k, dtype, op_a, op_b, layout)
     return make_case("gemm", workload, group, program, {"m": m, "n": n, "k": k}, size, label)
 
@@ -65,16 +82,53 @@ class GemmSuite:
         for op_a in "NT":
             for op_b in "NT":
                 workload = f"sgemm_{op_a}{op_b}"
-                cases.append(_case(workload, "sgemm op(A) op(B)", op_size, op_size, op_size,
-                                   "float32", op_size, f"n={op_size}", op_a, op_b))
+                cases.append(
+                    _case(
+                        workload,
+                        "sgemm op(A) op(B)",
+                        op_size,
+                        op_size,
+                        op_size,
+                        "float32",
+                        op_size,
+                        f"n={op_size}",
+                        op_a,
+                        op_b,
+                    )
+                )
         for dtype in ("float32", "float64"):
             workload = f"{PREFIX[dtype]}gemm_tall_skinny"
-            cases.append(_case(workload, "tall-skinny", tall, tall, thin, dtype, tall,
-                               f"{tall}x{thin}x{tall}"))
+            cases.append(
+                _case(
+                    workload, "tall-skinny", tall, tall, thin, dtype, tall, f"{tall}x{thin}x{tall}"
+                )
+            )
         for bs in blocks:
             for n in lu_sizes:
-                cases.append(_case(f"dgemm_lu_update_bs{bs}", f"block LU BS={bs}", n, n - bs, bs,
-                                   "float64", n, f"N={n}", layout="column"))
-                cases.append(_case(f"dgemm_lu_panel_bs{bs}", f"block LU BS={bs}", n, bs, bs,
-                                   "float64", n, f"N={n}", layout="column"))
+                cases.append(
+                    _case(
+                        f"dgemm_lu_update_bs{bs}",
+                        f"block LU BS={bs}",
+                        n,
+                        n - bs,
+                        bs,
+                        "float64",
+                        n,
+                        f"N={n}",
+                        layout="column",
+                    )
+                )
+                cases.append(
+                    _case(
+                        f"dgemm_lu_panel_bs{bs}",
+                        f"block LU BS={bs}",
+                        n,
+                        bs,
+                        bs,
+                        "float64",
+                        n,
+                        f"N={n}",
+                        layout="column",
+                    )
+                )
         return cases + largest  # the slowest last: a suite time limit cuts them first

@@ -47,7 +47,14 @@ class MappedSuite:
     def cases(self, quick: bool) -> list[Case]:
         count = ELEMENTS_QUICK if quick else ELEMENTS
         return [
-            make_case(self.name, workload, "mapped functions", text, {"nbatch": count}, count,
-                      f"{count} elements")
+            make_case(
+                self.name,
+                workload,
+                "mapped functions",
+                text,
+                {"nbatch": count},
+                count,
+                f"{count} elements",
+            )
             for workload, text in (("fousek_I", FUNCTION_I), ("fousek_II", FUNCTION_II))
         ]

@@ -31,7 +31,14 @@ class NekboneSuite:
     def cases(self, quick: bool) -> list[Case]:
         grid = [(4, 50)] if quick else [(p, n) for n in ELEMENTS for p in ORDERS]
         return [
-            make_case(self.name, "local_grad3", f"local_grad3 nelt={nelt}",
-                      PROGRAM.format(p=p, nelt=nelt), {"p": p, "nelt": nelt}, p, f"p={p}")
+            make_case(
+                self.name,
+                "local_grad3",
+                f"local_grad3 nelt={nelt}",
+                PROGRAM.format(p=p, nelt=nelt),
+                {"p": p, "nelt": nelt},
+                p,
+                f"p={p}",
+            )
             for p, nelt in grid
         ]

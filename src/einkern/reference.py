@@ -201,6 +201,14 @@ def relative_error(result, reference) -> float:
     result = np.asarray(result, dtype=np.float64)
     reference = np.asarray(reference, dtype=np.float64)
     finite = np.isfinite(reference)
+    if finite.all():  # the common case: no masked copies of large arrays
+        if not np.isfinite(result).all():
+            return float("inf")
+        if not reference.size:
+            return 0.0
+        scale = float(np.max(np.abs(reference)))
+        diff = float(np.max(np.abs(result - reference)))
+        return diff / scale if scale > 0 else diff
     if not np.all(np.isfinite(result[finite])):
         return float("inf")
     special = ~finite

@@ -18,7 +18,7 @@ import numpy as np
 from .._version import __version__
 from ..errors import EinkernError, UsageError
 from ..ir.nodes import accesses
-from .common import Parser, extent_arg, load_problem
+from .common import Parser, add_extent_argument, load_problem
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -33,15 +33,7 @@ def _parser() -> argparse.ArgumentParser:
             help="a .ein, tensor (.tensor) or mapped-function (.mapped) file"
             + (" (several: each is run in turn)" if many else ""),
         )
-        p.add_argument(
-            "--extent",
-            "-e",
-            action="append",
-            default=[],
-            type=extent_arg,
-            metavar="NAME=VALUE",
-            help="set an extent (repeatable)",
-        )
+        add_extent_argument(p)
 
     check = sub.add_parser(
         "check", help="parse, validate and describe a program ('-' reads it from standard input)"

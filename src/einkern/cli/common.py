@@ -24,6 +24,20 @@ def extent_arg(text: str) -> tuple[str, str]:
     return name.strip(), value.strip()
 
 
+def add_extent_argument(parser: argparse.ArgumentParser) -> None:
+    """The ``--extent/-e NAME=VALUE`` option (repeatable) of every command that
+    loads a program."""
+    parser.add_argument(
+        "--extent",
+        "-e",
+        action="append",
+        default=[],
+        type=extent_arg,
+        metavar="NAME=VALUE",
+        help="set an extent (repeatable)",
+    )
+
+
 def load_problem(args: argparse.Namespace):
     """The problem of ``args.program`` (a file path) with ``args.extent`` bound."""
     from ..api import load

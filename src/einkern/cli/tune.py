@@ -22,7 +22,7 @@ from ..tuning.report import ProgressDisplay, print_database, print_results
 from ..tuning.strategies import strategy_names
 from ..tuning.tuner import DEFAULT_BUDGET, DEFAULT_STRATEGY, TuneOptions, tune_problem, tune_task
 from ..tuning.verdict import Verdict
-from .common import extent_arg, load_problem
+from .common import add_extent_argument, load_problem
 
 WISDOM_FORMAT = "einkern-wisdom"
 WISDOM_VERSION = 1
@@ -45,15 +45,7 @@ def add_tune_parsers(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``tune`` and ``db`` sub-commands."""
     tune = subparsers.add_parser("tune", help="autotune a program's kernels")
     tune.add_argument("program", help="a .ein, tensor or mapped-function file")
-    tune.add_argument(
-        "--extent",
-        "-e",
-        action="append",
-        default=[],
-        type=extent_arg,
-        metavar="NAME=VALUE",
-        help="set an extent (repeatable)",
-    )
+    add_extent_argument(tune)
     tune.add_argument("--backend", "-b", default="auto", choices=["auto", "cpu", "cuda"])
     tune.add_argument("--strategy", "-s", default=DEFAULT_STRATEGY, choices=strategy_names())
     limit = tune.add_mutually_exclusive_group()

@@ -30,6 +30,20 @@ _CONTEXTS: dict[int, Any] = {}
 
 
 @functools.cache  # imported once; a failed import is not cached, and raises again
+def core() -> Any:
+    """The ``cuda.core`` module (NVRTC programs, launches, streams, buffers), or a
+    :class:`BackendError` saying how to install it."""
+    try:
+        import cuda.core as module
+    except ImportError as error:  # pragma: no cover - depends on the installation
+        raise BackendError(
+            "the CUDA backend needs cuda-core, which is not installed",
+            hint="pip install 'einkern[cuda]'",
+        ) from error
+    return module
+
+
+@functools.cache  # imported once; a failed import is not cached, and raises again
 def _cuda():
     try:
         from cuda.bindings import driver

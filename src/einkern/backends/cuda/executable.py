@@ -15,7 +15,6 @@ concurrent calls on different streams never share them.
 
 from __future__ import annotations
 
-import functools
 import os
 import statistics
 from collections.abc import Iterator, Mapping
@@ -37,21 +36,9 @@ SYNCHRONIZE = os.environ.get("EINKERN_SYNC", "") not in ("", "0")
 _STATIC_SHARED_LIMIT = 48 * 1024
 
 
-@functools.cache
-def _core() -> Any:
-    try:
-        import cuda.core as core
-    except ImportError as error:  # pragma: no cover - depends on the installation
-        raise BackendError(
-            "the CUDA backend needs cuda-core, which is not installed",
-            hint="pip install 'einkern[cuda]'",
-        ) from error
-    return core
-
-
 def as_stream(handle: int) -> Any:
     """The ``cuda.core`` Stream of a handle (0: the legacy default stream)."""
-    core = _core()
+    core = driver.core()
     return core.LEGACY_DEFAULT_STREAM if handle == 0 else core.Stream.from_handle(handle)
 
 
@@ -80,7 +67,7 @@ class CudaExecutable:
         architecture and loaded on first use)."""
         kernels = self._kernels.get(ordinal)
         if kernels is None:
-            core = _core()
+            core = driver.core()
             device = core.Device(ordinal)
             device.set_current()
             arch = arch_for(*device.compute_capability)
@@ -138,7 +125,7 @@ class CudaExecutable:
         """Each kernel with its launch configuration, tensors and scalars, in order."""
         plan = self._plans.get(ordinal)
         if plan is None:
-            core = _core()
+            core = driver.core()
             kernels = self.module(ordinal)
             plan = tuple(
                 (
@@ -155,7 +142,7 @@ class CudaExecutable:
         return plan
 
     def _execute(self, call: Call, repeat: int) -> list[float]:
-        core = _core()
+        core = driver.core()
         infos = call.infos
         used = [infos[name] for name in self._used]
         ordinal = _device_ordinal(used)
@@ -223,7 +210,7 @@ def _buffers(device: Any, stream: Any) -> Iterator[Any]:
     """``allocate(nbytes) -> pointer``: device memory ordered on ``stream`` (from the
     graph's memory while the stream is being captured), freed on the stream after
     the block, so the host never waits and a captured graph owns its memory."""
-    core = _core()
+    core = driver.core()
     resource = None
     taken: list[Any] = []
 
@@ -253,7 +240,7 @@ def _pool(device: Any) -> Any:
     it holds at most the most temporaries and staging memory one call has used."""
     pool = _POOLS.get(device.device_id)
     if pool is None:
-        core = _core()
+        core = driver.core()
         pool = core.DeviceMemoryResource(device, core.DeviceMemoryResourceOptions())
         driver.keep_pool_memory(pool.handle)
         _POOLS[device.device_id] = pool

@@ -246,13 +246,10 @@ def _compile(source: str, name: str, arch: str, *, no_cache: bool) -> tuple[byte
     """NVRTC through ``cuda.core``'s :class:`~cuda.core.Program` with the options that
     :data:`OPTIONS` spells (and the cache key names).  Returns the CUBIN and the
     compiler's log."""
-    try:
-        from cuda.core import Program, ProgramOptions
-    except ImportError as error:  # pragma: no cover - depends on the installation
-        raise BackendError(
-            "NVRTC is not available: cuda-core is not installed",
-            hint="pip install 'einkern[cuda]' (cuda-core, cuda-bindings, nvidia-cuda-nvrtc)",
-        ) from error
+    from . import driver
+
+    core = driver.core()
+    Program, ProgramOptions = core.Program, core.ProgramOptions
     try:  # the error type cuda.core raises (not public API; any error reads the same)
         from cuda.core._utils.cuda_utils import NVRTCError
     except ImportError:  # pragma: no cover

@@ -18,13 +18,20 @@ Fields (see :mod:`einkern.gpu.space` for what each does to the kernel):
 * ``unroll``: 1, or -1 (the k-step loop fully unrolled);
 * ``boundary``: ``exact``, ``guard``, ``redirect`` or ``pad``;
 * ``spread`` and ``preload``: knobs only some statements have (None: not a
-  parameter of this statement's space, and absent from the JSON form).
+  parameter of this statement's space, and absent from the JSON form);
+* ``gett`` (:class:`GettTiling`, None: absent): the general contraction tiling,
+  several output indices per thread dimension (index *groups*) and k-steps over
+  several reduction indices.  When it is set it decides the threads, block and
+  register tiles: ``x`` is then its first threaded index and ``y``, ``block``,
+  ``regs``, ``staging.k_step`` and ``spread`` take their neutral values (they are
+  normalised so, so that one tiling has one JSON form).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from .mapping import MappingError
@@ -99,6 +106,88 @@ NO_STAGING = StagingConfig()
 
 
 @dataclass(frozen=True)
+class GettTiling:
+    """The tiles of a general contraction mapping (GETT): index groups.
+
+    ``tiles``: ``(index, threads, regs)`` per tiled output index, in the order the
+    block's threads are numbered (the first varies fastest: the output's
+    contiguous index, for coalesced stores); the block tile along the index is
+    ``threads × regs``, and an index with one thread is register-only.  Several
+    indices of the M (or N) group together make its block tile, so that small
+    extents (16–24) still give wide tiles.  ``k``: ``(index, step)`` per
+    reduction index, the elements of each staged per chunk (indices not listed
+    step by 1), so that one chunk may span several contracted indices."""
+
+    tiles: tuple[tuple[str, int, int], ...]
+    k: tuple[tuple[str, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        _require(
+            isinstance(self.tiles, tuple)
+            and len(self.tiles) > 0
+            and all(
+                isinstance(t, tuple)
+                and len(t) == 3
+                and isinstance(t[0], str)
+                and t[0]
+                and _is_int(t[1])
+                and _is_int(t[2])
+                and t[1] >= 1
+                and t[2] >= 1
+                for t in self.tiles
+            ),
+            f"gett tiles must be [index, threads, regs] triples, got {self.tiles!r}",
+        )
+        _require(
+            isinstance(self.k, tuple)
+            and all(
+                isinstance(s, tuple)
+                and len(s) == 2
+                and isinstance(s[0], str)
+                and _is_int(s[1])
+                and s[1] >= 1
+                for s in self.k
+            ),
+            f"gett k must be [index, step] pairs, got {self.k!r}",
+        )
+        names = [t[0] for t in self.tiles] + [s[0] for s in self.k]
+        _require(len(set(names)) == len(names), f"gett names an index twice: {names}")
+
+    @property
+    def first(self) -> str:
+        """The first threaded index (the configuration's ``x``)."""
+        return next((t[0] for t in self.tiles if t[1] > 1), self.tiles[0][0])
+
+    @property
+    def threads(self) -> int:
+        return math.prod(t[1] for t in self.tiles)
+
+    @property
+    def register_tile(self) -> int:
+        return math.prod(t[2] for t in self.tiles)
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"tiles": [[index, threads, regs], ...], "k": [[index, step], ...]}``."""
+        return {"tiles": [list(t) for t in self.tiles], "k": [list(s) for s in self.k]}
+
+    @classmethod
+    def from_json(cls, data: Any) -> GettTiling:
+        """Inverse of :meth:`to_json` (ValueError/TypeError when malformed)."""
+        if isinstance(data, GettTiling):
+            return data
+        if not isinstance(data, Mapping) or set(data) - {"tiles", "k"}:
+            raise TypeError(f"gett must be {{tiles, k}}, got {data!r}")
+        tiles = tuple(tuple(t) for t in data.get("tiles", ()))
+        steps = tuple(tuple(s) for s in data.get("k", ()))
+        return cls(tiles, steps)  # type: ignore[arg-type]
+
+    def describe(self) -> str:
+        tiles = " ".join(f"{i}:{t}x{r}" for i, t, r in self.tiles)
+        steps = " ".join(f"{i}:{s}" for i, s in self.k)
+        return f"tiles {tiles}" + (f", k-steps {steps}" if steps else "")
+
+
+@dataclass(frozen=True)
 class CudaConfig:
     """One point of a statement's mapping space (see the module docstring)."""
 
@@ -112,8 +201,12 @@ class CudaConfig:
     boundary: str = "exact"
     spread: int | None = None
     preload: bool | None = None
+    gett: GettTiling | None = None
 
     def __post_init__(self) -> None:
+        if self.gett is not None:
+            _require(isinstance(self.gett, GettTiling), f"gett {self.gett!r}")
+            self._normalise_gett()
         _require(
             isinstance(self.x, str) and isinstance(self.y, str),
             f"x and y are index names, got {self.x!r} and {self.y!r}",
@@ -145,6 +238,22 @@ class CudaConfig:
             f"preload {self.preload!r} (a bool)",
         )
 
+    def _normalise_gett(self) -> None:
+        """With a GETT tiling, the fields it decides take their neutral values."""
+        assert self.gett is not None
+        neutral = {
+            "x": self.gett.first,
+            "y": "",
+            "block": (1, 1),
+            "regs": (1, 1, 1),
+            "staging": replace(self.staging, k_step=1)
+            if isinstance(self.staging, StagingConfig)
+            else self.staging,
+            "spread": None if self.spread is None else 0,
+        }
+        for name, value in neutral.items():
+            object.__setattr__(self, name, value)
+
     # -- named values (what the tuner's search space lists) -------------------
 
     def values(self) -> dict[str, Any]:
@@ -164,6 +273,8 @@ class CudaConfig:
         for name in ("block", "regs"):
             if isinstance(given.get(name), list):
                 given[name] = tuple(given[name])
+        if given.get("gett") is not None:
+            given["gett"] = GettTiling.from_json(given["gett"])
         return cls(**given)
 
     # -- the stored form ---------------------------------------------------------
@@ -174,6 +285,8 @@ class CudaConfig:
         data["block"] = list(self.block)
         data["regs"] = list(self.regs)
         data["staging"] = self.staging.to_json()
+        if self.gett is not None:
+            data["gett"] = self.gett.to_json()
         return data
 
     @classmethod
@@ -187,6 +300,8 @@ class CudaConfig:
             raise KeyError("x")
         if "staging" in values:
             values["staging"] = StagingConfig.from_json(values["staging"])
+        if values.get("gett") is not None:
+            values["gett"] = GettTiling.from_json(values["gett"])
         return cls.from_values(values)
 
 

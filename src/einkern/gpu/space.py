@@ -278,6 +278,22 @@ def _tiles(task: Task, config: CudaConfig) -> tuple[ParallelTile, ...]:
     return tuple(tiles)
 
 
+def gett_tiles(task: Task, config: CudaConfig) -> tuple[ParallelTile, ...]:
+    """The tiles of a GETT configuration: one per ``(index, threads, regs)``, in
+    thread order.  ``cyclic``: every tile cyclic; ``mixed``: the first cyclic, the
+    rest adjacent; ``adjacent``: all adjacent; ``chunked``: the first cyclic in
+    runs of one vector, the rest adjacent."""
+    assert config.gett is not None
+    assign = config.assign
+    tiles = []
+    for number, (index, threads, regs) in enumerate(config.gett.tiles):
+        first = number == 0
+        cyclic = assign == "cyclic" or (first and assign in ("mixed", "chunked"))
+        chunk = vector_runs(task) if first and assign == "chunked" else 1
+        tiles.append(ParallelTile(index, threads * regs, threads, cyclic or threads == 1, chunk))
+    return tuple(tiles)
+
+
 def _compute_layout(problem: Problem, access: Access, tiles) -> tuple[str, ...]:
     """Shared layout that makes a thread's register-tile reads contiguous: the access's
     threaded indices innermost (x first), then the rest in memory order."""
@@ -298,7 +314,7 @@ def config_to_mapping(task: Task, config: CudaConfig, reasons: tuple[str, ...] =
         config.staging.padding,
         config.staging.layout,
     )
-    tiles = _tiles(task, config)
+    tiles = _tiles(task, config) if config.gett is None else gett_tiles(task, config)
     staged: list[Staging] = []
     if stage != "none":
         groups = reduction_of(statement).groups
@@ -315,7 +331,11 @@ def config_to_mapping(task: Task, config: CudaConfig, reasons: tuple[str, ...] =
     parallel = tuple(tiles)
     rx, ry, rz = config.regs
     rz *= max(1, config.spread or 0)  # spread tiles are register-only, like z
-    if stage != "none":
+    k_steps = tuple((k, k_step) for k in r.k[-1:]) if stage != "none" else ()
+    if config.gett is not None:
+        strategy = "gett"
+        k_steps = tuple(s for s in config.gett.k if s[1] > 1) if stage != "none" else ()
+    elif stage != "none":
         strategy = "gett" if rz > 1 or (rx * ry > 1 and r.batch) else "shared"
     elif rx * ry * rz > 1:
         strategy = "register"
@@ -327,7 +347,7 @@ def config_to_mapping(task: Task, config: CudaConfig, reasons: tuple[str, ...] =
         parallel=parallel,
         grid_order=_grid_order(task),
         reduction_order=r.k,
-        k_step=tuple((k, k_step) for k in r.k[-1:]) if stage != "none" else (),
+        k_step=k_steps,
         staged=tuple(staged),
         prefetch=bool(prefetch) and stage != "none",
         unroll=64 if config.unroll == -1 else 1,
@@ -357,6 +377,8 @@ def violation(task: Task, config: CudaConfig, limits: DeviceLimits = H100) -> st
     problem = task.problem
     statement = task.statement
     size = {i: problem.index_size(statement, i) for i in statement.indices}
+    if config.gett is not None:
+        return gett_violation(task, config, size) or _mapping_violation(task, config, limits)
     x, y = config.x, config.y
     if not x:
         if statement.parallel_indices or config != SCALAR_CONFIG:
@@ -413,8 +435,58 @@ def violation(task: Task, config: CudaConfig, limits: DeviceLimits = H100) -> st
         return "tiles divide the extents: boundary is exact"
     if not divisible and boundary == "exact":
         return "tiles do not divide the extents"
+    return _mapping_violation(task, config, limits)
+
+
+def gett_violation(task: Task, config: CudaConfig, size: dict[str, int]) -> str | None:
+    """Why a GETT configuration is not in the space (its own checks; the mapping's
+    follow in :func:`violation`)."""
+    assert config.gett is not None
+    statement = task.statement
+    gett = config.gett
+    for index, threads, regs in gett.tiles:
+        if index not in statement.parallel_indices:
+            return f"gett tile {index!r} is not an output index"
+        if threads * regs > 2 * _pow2(size[index]):
+            return "tile much larger than its extent"
+    r = roles(task)
+    for index, step in gett.k:
+        if index not in r.k:
+            return f"gett k-step {index!r} is not an index of the main reduction"
+        if step > 2 * _pow2(size[index]):
+            return "k-step much larger than the reduction"
+    threads = gett.threads
+    if threads < 16 and threads < math.prod(size[i] for i in statement.parallel_indices):
+        return "fewer than half a warp of threads"
+    if gett.register_tile > 64:
+        return "register tile over 64"
+    regs = [t[2] for t in gett.tiles]
+    if config.assign != "cyclic" and math.prod(regs) == 1:
+        return "assignment irrelevant"
+    if config.assign == "mixed" and math.prod(regs[1:]) == 1:
+        return "assignment irrelevant"
+    if config.assign == "chunked" and not chunk_fits(task, regs[0]):
+        return "register tile along x not a multiple of the vector runs"
+    staged = config.staging.stage != "none"
+    if not staged and config.unroll != 1 and not statement.reduction_indices:
+        return "nothing to unroll"
+    if not staged and gett.k:
+        return "k-steps without staging"
+    divisible = all(size[i] % (t * g) == 0 for i, t, g in gett.tiles)
+    divisible = divisible and all(size[i] % min(s, size[i]) == 0 for i, s in gett.k)
+    if divisible and config.boundary != "exact":
+        return "tiles divide the extents: boundary is exact"
+    if not divisible and config.boundary == "exact":
+        return "tiles do not divide the extents"
+    return None
+
+
+def _mapping_violation(task: Task, config: CudaConfig, limits: DeviceLimits) -> str | None:
+    """The checks of a configuration's mapping: registers, then the lowering's."""
+    boundary = config.boundary
+    tiles = _tiles(task, config) if config.gett is None else gett_tiles(task, config)
     words = 2 if compute_dtype(task) == "float64" else 1
-    per_thread = [t.per_thread for t in _tiles(task, config)]
+    per_thread = [t.per_thread for t in tiles]
     estimated_registers = words * (math.prod(per_thread) + sum(per_thread)) + 32
     if estimated_registers > limits.max_registers_per_thread:
         return "register estimate over the limit"

@@ -1,6 +1,11 @@
-"""The decision algorithm: a good mapping without any timing, as an ordered table
+"""The decision algorithm: a good mapping without any timing.  An ordered table
 of small named rules (:data:`RULES`, the rules themselves in
-:mod:`einkern.gpu.rules`).
+:mod:`einkern.gpu.rules`) proposes one configuration; for a binary contraction
+the GETT generator (:mod:`einkern.gpu.gett`) proposes its points, and the cost
+model (:mod:`einkern.gpu.model`) chooses (:func:`choose`): the rules' proposal
+stays unless a GETT point is predicted at least :data:`MARGIN` times faster
+(the rules' choices were measured near the hardware limit on the workloads they
+were written for, and the model is not yet calibrated on measurements).
 
 :func:`explain` applies the rules in order from :func:`start_config` and records
 each applied rule's name and reason; rules of one ``group`` exclude each other
@@ -15,10 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from ..ir.task import Task
+from . import gett
 from .config import SCALAR_CONFIG, CudaConfig
 from .device import H100, DeviceLimits
 from .lower import preload_applies
 from .mapping import Mapping
+from .model import cost_terms, predicted_time
 from .rules import (
     Change,
     Facts,
@@ -143,13 +150,64 @@ def explain(task: Task, limits: DeviceLimits = H100, rules: tuple[Rule, ...] = R
     return Decision(config, tuple(steps))
 
 
+#: A GETT point replaces the rules' proposal when predicted faster than this
+#: share of the proposal's predicted time.
+MARGIN = 0.8
+
+
+def _predict(task: Task, config: CudaConfig, limits: DeviceLimits) -> float:
+    return predicted_time(task, config_to_mapping(task, config), limits)
+
+
+def _bound(task: Task, config: CudaConfig, limits: DeviceLimits) -> str:
+    """The term that dominates the config's predicted time, in words."""
+    terms = cost_terms(task, config_to_mapping(task, config), limits)
+    return f"{terms.dominant()}-bound"
+
+
+def choose(task: Task, limits: DeviceLimits = H100) -> Decision:
+    """The default configuration of ``task``: the rules' proposal, or the best GETT
+    point under the cost model when it is predicted :data:`MARGIN` times faster;
+    the last step (``model-choice``) says which family won, why, and the runner-up."""
+    proposal = explain(task, limits)
+    points = gett.candidates(task, limits)
+    if not points:
+        return proposal
+    ranked = sorted(
+        ((_predict(task, c, limits), number, c) for number, c in enumerate(points)),
+        key=lambda item: item[:2],
+    )
+    best_time, _, best = ranked[0]
+    rules_time = _predict(task, proposal.config, limits)
+    described = (
+        f"{len(points)} GETT points of {best_time * 1e6:.3g} µs and up "
+        f"(best: {best.gett.describe() if best.gett else ''}, {_bound(task, best, limits)})"
+    )
+    if best_time < MARGIN * rules_time:
+        runner = f"the rules' proposal at {rules_time * 1e6:.3g} µs"
+        if len(ranked) > 1:
+            runner += f"; next GETT point {ranked[1][0] * 1e6:.3g} µs"
+        reason = (
+            f"family gett won: {described} against {runner} (predicted, "
+            f"a GETT point must be {1 / MARGIN:.2g}× faster)"
+        )
+        return Decision(best, ((*proposal.steps, ("model-choice", reason))))
+    reason = (
+        f"family rules kept: predicted {rules_time * 1e6:.3g} µs "
+        f"({_bound(task, proposal.config, limits)}); runner-up: {described}, not "
+        f"{1 / MARGIN:.2g}× faster"
+    )
+    return Decision(proposal.config, (*proposal.steps, ("model-choice", reason)))
+
+
 def default_config(task: Task, limits: DeviceLimits = H100) -> tuple[CudaConfig, list[str]]:
-    """The decision's configuration of ``task`` and its reasons ("rule: reason")."""
-    decision = explain(task, limits)
+    """The default configuration of ``task`` (:func:`choose`) and its reasons
+    ("rule: reason")."""
+    decision = choose(task, limits)
     return decision.config, list(decision.reasons)
 
 
 def decide(task: Task, limits: DeviceLimits = H100) -> Mapping:
     """The default mapping of ``task``, with the reasons for it."""
-    decision = explain(task, limits)
+    decision = choose(task, limits)
     return config_to_mapping(task, decision.config, decision.reasons)

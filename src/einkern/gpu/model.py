@@ -1,35 +1,55 @@
 """Analytic cost of a mapping, for ranking candidates before measuring them
-(Fousek's model-pruned search; R-Stream's cost of data movement).
+(Fousek's model-pruned search; R-Stream's cost of data movement), and the
+default mapping's choice among candidates (:mod:`einkern.gpu.decision`).
 
-The predicted time is the largest of four terms, each a throughput bound, plus
-a quarter of the other three (bottlenecks overlap imperfectly):
+:func:`cost_terms` gives five throughput or latency bounds, each in seconds:
 
-* DRAM: every tensor read once and the output written (read too for ``+=``),
-  times the sector waste of uncoalesced accesses to tensors larger than L2, plus
-  the re-reads that block tiles cause beyond what L2 holds, plus the copies of
-  the ``pad`` boundary policy;
-* L1/shared: load instructions per thread (after register-tile reuse), one
+* ``dram``: every tensor read once and the output written (read too for ``+=``),
+  times the sector waste of uncoalesced accesses to tensors larger than L2, times
+  the cost of short contiguous runs (a block's tile of the output, or of a staged
+  input, that covers a few elements of its contiguous index and then jumps),
+  plus the re-reads that block tiles cause beyond what L2 holds, plus the copies
+  of the ``pad`` boundary policy;
+* ``l2``: what the blocks read from L2 (every block's tiles, the same waste);
+* ``lsu``: load instructions per thread (after register-tile reuse), one
   wavefront per 128-byte line a warp touches, output loads and stores included,
-  over the SMs' load throughput;
-* arithmetic: flops over the peak of the dtype;
-* latency: one reduction chain per thread cannot run faster than the chain.
+  plus the staged tiles' copies and their stores to shared memory;
+* ``arithmetic``: flops over the peak of the dtype;
+* ``latency``: one reduction chain per thread cannot run faster than the chain,
+  once per wave of blocks.
 
-Each is divided by an efficiency from occupancy (threads, registers, shared
-memory per SM) and wave quantisation (the last partial wave of blocks).
+Throughput terms are divided by an efficiency from occupancy (threads,
+registers, shared memory per SM) and wave quantisation (the last partial wave of
+blocks).  A :class:`Calibration` scales each term and combines them: the largest
+plus ``overlap`` times the others (bottlenecks overlap imperfectly).  Its
+factors can be fitted from measurements (:func:`fit_calibration`, JSON lines of
+terms or task and configuration, predicted and measured seconds).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 from ..ir.analysis import statement_flops
-from ..ir.nodes import Problem
+from ..ir.nodes import Access, Problem
 from ..ir.task import Task
 from .device import H100, DeviceLimits
 from .lower import compute_dtype
 from .mapping import Mapping
 from .normalize import reduction_of
 from .space import products_per_output
+from .staging import natural_order
+
+#: The model's terms, in the order :class:`Terms` and :class:`Calibration` hold them.
+TERMS = ("dram", "l2", "lsu", "arithmetic", "latency")
+#: L2 → SM bandwidth, as a multiple of the DRAM bandwidth (H100: sd_t_d1_1 at T = 16
+#: runs in 0.108 ms while its blocks read 4× the DRAM floor's bytes from L2).
+L2_OVER_DRAM = 4.0
+#: Bytes a discontiguous run of DRAM traffic costs beyond its own (partial
+#: 128-byte lines at both ends, row switches): a run of r bytes moves at
+#: r / (r + RUN_OVERHEAD) of the bandwidth.
+RUN_OVERHEAD = 64
 
 
 def occupancy(
@@ -43,49 +63,240 @@ def occupancy(
     return max(0, min(by_threads, by_registers, by_shared, 32))
 
 
+def _staged_elements(task: Task, mapping: Mapping) -> list[tuple[Access, int]]:
+    """Each staged access of the main groups and the elements of its shared tile."""
+    problem = task.problem
+    statement = task.statement
+    found = []
+    for group in reduction_of(statement).groups:
+        for access in group.accesses():
+            if mapping.staging_of(str(access)) is None:
+                continue
+            elements = 1
+            for index in set(access.indices):
+                size = problem.index_size(statement, index)
+                if index in statement.parallel_indices:
+                    elements *= min(mapping.tile_of(index).tile, 2 * size)
+                else:
+                    elements *= mapping.step_of(index, size)
+            found.append((access, elements))
+    return found
+
+
 def estimated_registers(task: Task, mapping: Mapping) -> int:
     words = 2 if compute_dtype(task) == "float64" else 1
     groups = max(1, len(reduction_of(task.statement).groups))
     tile = mapping.register_tile
     operands = sum(t.per_thread for t in mapping.parallel)
-    prefetch = 8 if mapping.prefetch else 0
+    prefetch = 0
+    if mapping.prefetch:
+        threads = max(1, mapping.threads)
+        prefetch = sum(math.ceil(e / threads) for _, e in _staged_elements(task, mapping))
+        prefetch = max(8, min(prefetch, 64))
     return min(255, words * (groups * tile + operands + prefetch) + 24)
 
 
-def predicted_time(task: Task, mapping: Mapping, limits: DeviceLimits = H100) -> float:
+def shared_bytes(task: Task, mapping: Mapping) -> int:
+    """Shared memory of the mapping's staged tiles (padding left out)."""
+    itemsize = 8 if compute_dtype(task) == "float64" else 4
+    return itemsize * sum(e for _, e in _staged_elements(task, mapping))
+
+
+def run_bytes(problem: Problem, statement, mapping: Mapping, access, staged: bool) -> int:
+    """Contiguous bytes of one block's tile of ``access`` in memory: along the
+    access's memory order, each index's tile (the k-step of a staged reduction
+    index, the whole extent of an unstaged one) while the previous tiles cover
+    their whole extents."""
+    itemsize = problem.program.tensor(access.tensor).itemsize
+    run = 1
+    for index in natural_order(problem, access):
+        size = problem.index_size(statement, index)
+        if index in statement.parallel_indices:
+            extent = min(mapping.tile_of(index).tile, size)
+        elif staged:
+            extent = mapping.step_of(index, size)
+        else:
+            extent = size
+        run *= extent
+        if extent < size:
+            break
+    return run * itemsize
+
+
+def run_efficiency(run: int) -> float:
+    """Share of the DRAM bandwidth that runs of ``run`` contiguous bytes reach."""
+    return run / (run + RUN_OVERHEAD)
+
+
+@dataclass(frozen=True)
+class Terms:
+    """The model's bounds for one mapping, in seconds (see the module docstring),
+    and the efficiency the throughput bounds are already divided by."""
+
+    dram: float
+    l2: float
+    lsu: float
+    arithmetic: float
+    latency: float
+    efficiency: float = 1.0
+    factor: float = 1.0  # measured effects applied after combining (preload)
+
+    def values(self) -> tuple[float, ...]:
+        return tuple(getattr(self, name) for name in TERMS)
+
+    def dominant(self) -> str:
+        return max(TERMS, key=lambda name: getattr(self, name))
+
+    def to_json(self) -> dict[str, float]:
+        return {
+            **{name: getattr(self, name) for name in TERMS},
+            "efficiency": self.efficiency,
+            "factor": self.factor,
+        }
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Per-term scale factors and the overlap of the non-dominant terms."""
+
+    scale: tuple[float, ...] = field(default=(1.0,) * len(TERMS))
+    overlap: float = 0.25
+
+    def combine(self, terms: Terms) -> float:
+        scaled = [s * v for s, v in zip(self.scale, terms.values(), strict=True)]
+        if any(math.isinf(v) for v in scaled):
+            return math.inf
+        top = max(scaled)
+        return (top + self.overlap * (sum(scaled) - top)) * terms.factor
+
+    def to_json(self) -> dict[str, object]:
+        return {"scale": dict(zip(TERMS, self.scale, strict=True)), "overlap": self.overlap}
+
+    @staticmethod
+    def from_json(data: dict) -> Calibration:
+        scale = data.get("scale", {})
+        return Calibration(
+            tuple(float(scale.get(name, 1.0)) for name in TERMS), float(data.get("overlap", 0.25))
+        )
+
+
+#: The model as written (not yet fitted to measurements).
+DEFAULT_CALIBRATION = Calibration()
+
+
+def predicted_time(
+    task: Task,
+    mapping: Mapping,
+    limits: DeviceLimits = H100,
+    calibration: Calibration = DEFAULT_CALIBRATION,
+) -> float:
     """Predicted seconds for ``task`` under ``mapping``."""
+    return calibration.combine(cost_terms(task, mapping, limits))
+
+
+def cost_terms(task: Task, mapping: Mapping, limits: DeviceLimits = H100) -> Terms:
+    """The model's bounds for ``task`` under ``mapping`` (see the module docstring)."""
     problem = task.problem
     statement = task.statement
     dtype = compute_dtype(task)
-    itemsize = 8 if dtype == "float64" else 4
     sizes = {i: problem.index_size(statement, i) for i in statement.indices}
     blocks = math.prod(
         math.ceil(sizes[d] / mapping.tile_of(d).tile) for d in statement.parallel_indices
     )
     outputs = math.prod(sizes[d] for d in statement.parallel_indices)
     padded = blocks * math.prod(mapping.tile_of(d).tile for d in statement.parallel_indices)
+    memory = _memory_traffic(task, mapping, blocks, limits)
+    dram = memory.dram / limits.dram_bandwidth
+    l2 = memory.l2 / (L2_OVER_DRAM * limits.dram_bandwidth)
+    lsu = _load_instructions(task, mapping, padded, memory) / (limits.sm_count * limits.clock_hz)
 
-    # DRAM and L2 traffic: compulsory bytes (times the sector waste of uncoalesced
-    # accesses to tensors larger than L2) plus block-tile re-reads beyond L2.
+    peak = limits.fp64_flops if dtype == "float64" else limits.fp32_flops
+    arithmetic = statement_flops(problem, statement) * (padded / max(outputs, 1)) / peak
+    points = sum(math.prod(sizes[i] for i in g.indices) for g in reduction_of(statement).groups)
+
+    registers = estimated_registers(task, mapping)
+    resident = occupancy(mapping, registers, shared_bytes(task, mapping), limits)
+    if resident == 0:
+        return Terms(math.inf, math.inf, math.inf, math.inf, math.inf, 0.0)
+    efficiency, waves = _efficiency(mapping, blocks, resident, limits)
+    # a dependent FMA chain, 4 cycles per step, once per wave of blocks
+    latency = waves * points * 4 / limits.clock_hz
+    factor = 1.0
+    if mapping.preload_output:
+        factor = PRELOAD_FACTOR[products_per_output(statement) >= 3]
+    return Terms(
+        dram / efficiency,
+        l2 / efficiency,
+        lsu / efficiency,
+        arithmetic / efficiency,
+        latency,
+        efficiency,
+        factor,
+    )
+
+
+def _efficiency(
+    mapping: Mapping, blocks: int, resident: int, limits: DeviceLimits
+) -> tuple[float, int]:
+    """The share of the machine's throughput the blocks reach, and the waves.
+
+    The busiest SM runs ``ceil(blocks / SMs)`` blocks, at most ``resident`` at a
+    time; the machine does ``blocks / SMs`` blocks' work per SM on average, so
+    balance is their ratio (a problem of 4 blocks uses 4 SMs of 132).  Latency
+    is hidden with 16 or more warps resident on an SM."""
+    busiest = math.ceil(blocks / limits.sm_count)
+    balance = (blocks / limits.sm_count) / busiest
+    waves = math.ceil(busiest / resident)
+    quantisation = busiest / (waves * resident)  # the last wave's empty slots
+    warps = min(resident, busiest) * mapping.threads / 32
+    hiding = min(1.0, warps / 16)
+    return max(1e-3, balance * hiding * (0.75 + 0.25 * quantisation)), waves
+
+
+@dataclass(frozen=True)
+class _Traffic:
+    """Bytes from DRAM and from L2, and the output's warp footprint."""
+
+    dram: float
+    l2: float
+    output_lines: int
+    wavefronts: float  # L1 wavefronts of the direct (unstaged) loads beyond one, per point
+    staged_vectors: float  # vector loads of the staged tiles' copies, per block
+
+
+def _memory_traffic(task: Task, mapping: Mapping, blocks: int, limits: DeviceLimits) -> _Traffic:
+    """Compulsory DRAM bytes (times the sector waste of uncoalesced accesses to
+    tensors larger than L2, and the cost of short runs), block-tile re-reads
+    beyond L2, the pad copies; and what the blocks read from L2."""
+    problem = task.problem
+    statement = task.statement
+    sizes = {i: problem.index_size(statement, i) for i in statement.indices}
+    itemsize = 8 if compute_dtype(task) == "float64" else 4
+    large = limits.l2_bytes / 2
     staged = {s.access for s in mapping.staged}
     output_bytes = problem.nbytes(statement.output.tensor)
     output_lines, waste = warp_footprint(problem, statement, mapping, statement.output)
-    waste = waste if output_bytes > limits.l2_bytes / 2 else 1.0
+    runs = run_efficiency(run_bytes(problem, statement, mapping, statement.output, False))
+    waste = waste / runs if output_bytes > large else 1.0
     output_passes = 2 if statement.op != "=" else 1  # read and written for += and -=
     compulsory = output_bytes * output_passes * waste
+    l2 = output_bytes * output_passes
     reread = 0.0
-    wavefronts = 0.0  # L1 wavefronts of the direct (unstaged) loads, per point
+    wavefronts = 0.0
+    vectors = 0.0
     groups = reduction_of(statement).groups
     for group in groups:
         k = math.prod(sizes[i] for i in group.indices)
         for access in group.accesses():
             tensor_bytes = problem.nbytes(access.tensor)
-            lines, waste = (
-                (1, 1.0)
-                if str(access) in staged
-                else warp_footprint(problem, statement, mapping, access)
-            )
-            compulsory += tensor_bytes * (waste if tensor_bytes > limits.l2_bytes / 2 else 1.0)
+            is_staged = str(access) in staged
+            if is_staged:
+                run = run_bytes(problem, statement, mapping, access, True)
+                lines, waste = 1, 1 / run_efficiency(run)
+                vectors += _tile_bytes(task, mapping, access) / min(16, max(run, itemsize))
+            else:
+                lines, waste = warp_footprint(problem, statement, mapping, access)
+            compulsory += tensor_bytes * (waste if tensor_bytes > large else 1.0)
             wavefronts += (
                 k
                 * (lines - 1)
@@ -100,7 +311,8 @@ def predicted_time(task: Task, mapping: Mapping, limits: DeviceLimits = H100) ->
                 for i in set(access.indices)
             )
             traffic = footprint * blocks
-            if tensor_bytes > limits.l2_bytes / 2:
+            l2 += traffic * (waste if is_staged else 1.0)
+            if tensor_bytes > large:
                 reread += max(0.0, traffic - tensor_bytes) * 0.25
     if mapping.boundary == "pad" and any(
         sizes[d] % mapping.tile_of(d).tile for d in statement.parallel_indices
@@ -110,14 +322,34 @@ def predicted_time(task: Task, mapping: Mapping, limits: DeviceLimits = H100) ->
             output_bytes * output_passes
             + sum(problem.nbytes(a.tensor) for g in groups for a in g.accesses())
         )
-    dram = (compulsory + reread) / limits.dram_bandwidth
+    return _Traffic(compulsory + reread, l2, output_lines, wavefronts, vectors)
 
-    # Load instructions after register reuse (shared/L1 throughput: 32 lanes per clock).
+
+def _tile_bytes(task: Task, mapping: Mapping, access: Access) -> int:
+    """Bytes of ``access``'s tile over its whole reduction (all chunks)."""
+    problem = task.problem
+    statement = task.statement
+    itemsize = problem.program.tensor(access.tensor).itemsize
+    total = itemsize
+    for index in set(access.indices):
+        if index in statement.parallel_indices:
+            total *= mapping.tile_of(index).tile
+        else:
+            total *= problem.index_size(statement, index)
+    return total
+
+
+def _load_instructions(task: Task, mapping: Mapping, padded: int, memory: _Traffic) -> float:
+    """Warp-wide load and store instructions (after register-tile reuse): shared
+    or L1 reads of every point, the output's loads (+=) and stores, and the
+    staged tiles' copies (a global load and a shared store per vector)."""
+    problem = task.problem
+    statement = task.statement
+    sizes = {i: problem.index_size(statement, i) for i in statement.indices}
+    staged = {s.access for s in mapping.staged}
     loads_per_point = 0
-    points = 0
-    for group in groups:
+    for group in reduction_of(statement).groups:
         k = math.prod(sizes[i] for i in group.indices)
-        points += k
         for access in group.accesses():
             # a staged operand's runs of adjacent elements are single vector loads
             staged_runs = str(access) in staged
@@ -127,33 +359,12 @@ def predicted_time(task: Task, mapping: Mapping, limits: DeviceLimits = H100) ->
                 if i in statement.parallel_indices
             )
     threads_total = padded / max(1, mapping.register_tile)
-    load_instructions = threads_total * (loads_per_point + wavefronts) / 32
+    instructions = threads_total * (loads_per_point + memory.wavefronts) / 32
     # the output's loads (+=) and stores, one wavefront per 128-byte line each
-    load_instructions += padded * output_passes * output_lines / 32
-    lsu = load_instructions / (limits.sm_count * limits.clock_hz)
-
-    peak = limits.fp64_flops if dtype == "float64" else limits.fp32_flops
-    arithmetic = statement_flops(problem, statement) * (padded / max(outputs, 1)) / peak
-    latency = points * 4 / limits.clock_hz  # a dependent FMA chain, 4 cycles per step
-
-    registers = estimated_registers(task, mapping)
-    shared = 4096 * len(mapping.staged)  # rough: staged tiles are a few KB
-    resident = occupancy(mapping, registers, shared, limits)
-    if resident == 0:
-        return math.inf
-    slots = resident * limits.sm_count
-    waves = math.ceil(blocks / slots)
-    wave_efficiency = blocks / (waves * slots)
-    warps_per_sm = min(resident * mapping.threads, limits.max_threads_per_sm) / 32
-    latency_hiding = min(1.0, warps_per_sm / 16)
-    efficiency = max(0.05, wave_efficiency * latency_hiding)
-    terms = (dram, lsu, arithmetic, latency)
-    # The bound that dominates, plus a quarter of the others: bottlenecks do not
-    # overlap perfectly, and it ranks mappings that tie on DRAM by their other costs.
-    time = (max(terms) + 0.25 * (sum(terms) - max(terms))) / efficiency
-    if mapping.preload_output:
-        time *= PRELOAD_FACTOR[products_per_output(statement) >= 3]
-    return time
+    output_passes = 2 if statement.op != "=" else 1
+    instructions += padded * output_passes * memory.output_lines / 32
+    blocks = padded / max(1, math.prod(mapping.tile_of(d).tile for d in statement.parallel_indices))
+    return instructions + 2 * blocks * memory.staged_vectors / 32
 
 
 #: Measured effect of reading an update's output before the reduction (H100):
@@ -166,15 +377,19 @@ def warp_footprint(problem: Problem, statement, mapping: Mapping, access) -> tup
     """How one warp's access to ``access`` touches memory: the 128-byte lines of one
     load instruction (L1 wavefronts), and the waste of its 32-byte sectors, bytes
     fetched over bytes used, counting the elements the same threads take along the
-    access's contiguous index in their register tiles (1.0: fully coalesced)."""
+    access's contiguous index in their register tiles, or walk along it in their
+    reduction loop (1.0: fully coalesced)."""
     itemsize = problem.program.tensor(access.tensor).itemsize
     strides = dict(zip(access.indices, problem.strides(access.tensor), strict=True))
     threaded = [t for t in mapping.parallel if t.threads > 1]
     lanes = min(32, mapping.threads)
     contiguous = next((i for i, s in strides.items() if s == 1), None)
     along = None  # the tile along the contiguous index: the thread's own elements there
+    walked = 1  # elements a thread's reduction loop walks along the contiguous index
     if contiguous is not None and contiguous in statement.parallel_indices:
         along = mapping.tile_of(contiguous)
+    elif contiguous is not None:
+        walked = min(32, problem.index_size(statement, contiguous))
     offsets, elements = set(), set()
     for lane in range(lanes):
         coordinate, rest = {}, lane
@@ -183,8 +398,8 @@ def warp_footprint(problem: Problem, statement, mapping: Mapping, access) -> tup
             coordinate[tile.index] = tile.local(digit, 0)
         offset = sum(strides[i] * coordinate.get(i, 0) for i in strides)
         offsets.add(offset)
-        if along is None:
-            elements.add(offset)
+        if along is None:  # consecutive iterations of the loop use the rest of the sector
+            elements.update(offset + step for step in range(walked))
             continue
         # the thread's elements relative to its first (the same for every thread)
         elements.update(

@@ -1,0 +1,202 @@
+"""GETT points of a statement's mapping space: general contraction tilings over
+index *groups*, generated for any index structure (COGENT/TBLIS style).
+
+The main product's indices are classified as batch, M (output ∩ A), N
+(output ∩ B) and K (contracted) by :func:`einkern.gpu.space.roles`.  The group
+holding the output's contiguous index goes first on the threads (coalesced
+stores); each group's block tile (16 … 128 elements) is split over its indices
+in the output's memory order: an index is taken whole while it fits, the rest
+of the tile goes to the next index, so extents of 16–24 still give 64-wide
+tiles.  The group's threads are spread the same way and the rest of each
+index's tile becomes the thread's register tile.  The K chunk (4 … 32 elements)
+is split over the reduction indices, an index contiguous in one of the inputs
+first (its tile copy is then coalesced).  Batch indices go to the grid
+(or join M when one is the output's contiguous index).
+
+Every point is a :class:`~einkern.gpu.config.CudaConfig` with a
+:class:`~einkern.gpu.config.GettTiling`, staged through shared memory in the
+compute layout, prefetched, the chunk loop unrolled, and filtered by
+:func:`~einkern.gpu.space.violation`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..ir.nodes import Access, Binary, Neg, signed_terms
+from ..ir.task import Task
+from .config import CudaConfig, GettTiling, StagingConfig
+from .device import H100, DeviceLimits
+from .lower import compute_dtype, preload_applies
+from .normalize import reduction_of
+from .space import chunk_fits, roles, spreads, violation
+from .staging import natural_order
+
+#: Block tile of the first (stored) group and of the second, in elements.
+FIRST_TILES = (16, 32, 64, 128)
+SECOND_TILES = (8, 16, 32, 64, 128)
+#: Threads along the first group and the second.
+THREADS = ((16, 4), (16, 8), (16, 16), (32, 2), (32, 4), (32, 8), (64, 2), (64, 4))
+#: Reduction elements staged per chunk.
+K_CHUNKS = (4, 8, 16, 32)
+
+
+def _factors(body) -> list[Access] | None:
+    """The two accesses of a product ``A * B`` (possibly negated), else None."""
+    if isinstance(body, Neg):
+        return _factors(body.operand)
+    if isinstance(body, Binary) and body.op == "*":
+        if isinstance(body.left, Access) and isinstance(body.right, Access):
+            return [body.left, body.right]
+    return None
+
+
+def gett_applies(task: Task) -> bool:
+    """Whether the statement is one binary contraction GETT points are made for:
+    one reduction group whose body is one product of two tensors, and output
+    indices on both sides."""
+    statement = task.statement
+    groups = reduction_of(statement).groups
+    if len(groups) != 1 or spreads(statement):
+        return False
+    terms = signed_terms(groups[0].body)
+    if len(terms) != 1 or _factors(terms[0][1]) is None:
+        return False
+    r = roles(task)
+    if not (r.m and r.n and r.k) or r.output_contiguous not in r.m + r.n + r.batch:
+        return False
+    accesses = [a for a in (r.a, r.b) if a is not None]
+    return all(len(set(a.indices)) == len(a.indices) for a in accesses)
+
+
+def split(extents: list[tuple[str, int]], target: int) -> list[tuple[str, int]]:
+    """``target`` elements spread over ``extents`` (index, extent), in order: an
+    index whole while it fits, else the largest power of two (or divisor of its
+    extent, when that is at least as large) that fits the rest."""
+    found = []
+    rest = target
+    for index, extent in extents:
+        if rest <= 1:
+            break
+        if extent <= rest:
+            take = extent
+        else:
+            power = 1 << (rest.bit_length() - 1)
+            divisor = max(d for d in range(1, rest + 1) if extent % d == 0)
+            take = max(power, divisor)
+        if take > 1:
+            found.append((index, take))
+        rest //= take
+    return found
+
+
+def _threaded(tiles: list[tuple[str, int]], threads: int) -> list[tuple[str, int, int]]:
+    """(index, threads, regs) for a group's tiles, about ``threads`` threads placed
+    from the first index on: a tile's every element on a thread while they fit,
+    else the largest divisor of the tile that fits; the rest of each tile is the
+    thread's register tile."""
+    found = []
+    rest = threads
+    for index, tile in tiles:
+        along = tile if tile <= rest else max(d for d in range(1, rest + 1) if tile % d == 0)
+        found.append((index, along, tile // along))
+        rest //= along
+    return found
+
+
+def _k_order(task: Task) -> list[str]:
+    """The main reduction's indices, those contiguous in an input first."""
+    problem = task.problem
+    r = roles(task)
+    contiguous = [natural_order(problem, a)[0] for a in (r.a, r.b) if a is not None]
+    first = [k for k in contiguous if k in r.k]
+    memory = [i for a in (r.a, r.b) if a is not None for i in natural_order(problem, a)]
+    rest = sorted((k for k in r.k if k not in first), key=memory.index)
+    return list(dict.fromkeys(first + rest))
+
+
+def _group_orders(task: Task) -> tuple[list[list[str]], list[list[str]]]:
+    """Orders to fill the tiles of the stored group (holding the output's
+    contiguous index) and of the other one: the output's memory order, and the
+    same with the contiguous index of the group's input pulled to the front
+    (after the output's), so that the input's tile copy is coalesced too.  When
+    the output's contiguous index is a batch index, the batch indices join M."""
+    problem = task.problem
+    r = roles(task)
+    memory = natural_order(problem, task.statement.output)
+    m = r.m + r.batch if r.output_contiguous in r.batch else r.m
+    found = []
+    for group, access in ((m, r.a), (r.n, r.b)):
+        ordered = [i for i in memory if i in group]
+        inner = natural_order(problem, access)[0] if access is not None else ""
+        head = [i for i in (r.output_contiguous, inner) if i in group]
+        pinned = list(dict.fromkeys(head + ordered))
+        found.append([ordered] if pinned == ordered else [ordered, pinned])
+    first, second = found
+    return (first, second) if r.output_contiguous in m else (second, first)
+
+
+def tilings(task: Task) -> list[GettTiling]:
+    """Every GETT tiling of the generator's grid (unchecked, distinct)."""
+    problem = task.problem
+    statement = task.statement
+    size = {i: problem.index_size(statement, i) for i in statement.indices}
+    memory = natural_order(problem, statement.output)
+    k_order = _k_order(task)
+    limit = 64 if compute_dtype(task) == "float32" else 32
+    found: dict[GettTiling, None] = {}
+    steps = {tuple(split([(k, size[k]) for k in k_order], c)) for c in K_CHUNKS}
+    first_orders, second_orders = _group_orders(task)
+    firsts = {
+        tuple(split([(i, size[i]) for i in order], t)) for order in first_orders for t in FIRST_TILES
+    }
+    seconds = {
+        tuple(split([(i, size[i]) for i in order], t))
+        for order in second_orders
+        for t in SECOND_TILES
+    }
+    for tiles1 in firsts:
+        for tiles2 in seconds:
+            for h1, h2 in THREADS:
+                a = _threaded(list(tiles1), h1)
+                b = _threaded(list(tiles2), h2)
+                threads = math.prod(t[1] for t in a + b)
+                regs = math.prod(t[2] for t in a + b)
+                if regs > limit or not 32 <= threads <= 1024:
+                    continue
+                # threads numbered along the output's memory order, across groups
+                tiles = tuple(sorted(a + b, key=lambda t: memory.index(t[0])))
+                for k in steps:
+                    found[GettTiling(tiles, tuple(k))] = None
+    return sorted(found, key=lambda g: (g.tiles, g.k))
+
+
+def candidates(task: Task, limits: DeviceLimits = H100) -> list[CudaConfig]:
+    """The valid GETT points of ``task`` (empty when :func:`gett_applies` is false)."""
+    if not gett_applies(task):
+        return []
+    statement = task.statement
+    size = {i: task.problem.index_size(statement, i) for i in statement.indices}
+    preload = False if preload_applies(statement) else None
+    found = []
+    for tiling in tilings(task):
+        divisible = all(size[i] % (t * g) == 0 for i, t, g in tiling.tiles) and all(
+            size[i] % s == 0 for i, s in tiling.k
+        )
+        assigns = ["cyclic"]
+        if chunk_fits(task, tiling.tiles[0][2]):
+            assigns.append("chunked")
+        for assign in assigns:
+            config = CudaConfig(
+                x=tiling.first,
+                assign=assign,
+                staging=StagingConfig("all", 1, True, 0, "compute"),
+                unroll=-1,
+                boundary="exact" if divisible else "guard",
+                preload=preload,
+                gett=tiling,
+            )
+            if violation(task, config, limits) is None:
+                found.append(config)
+    return found
+

@@ -200,3 +200,19 @@ def candidates(task: Task, limits: DeviceLimits = H100) -> list[CudaConfig]:
                 found.append(config)
     return found
 
+
+
+def best_points(task: Task, limits: DeviceLimits = H100, count: int = 4) -> list[CudaConfig]:
+    """The ``count`` best GETT points under the cost model, one per tiling (the
+    tuner's space lists them: ``tuning/cuda_target.py``)."""
+    from .model import predicted_time  # the model ranks; it does not generate
+    from .space import config_to_mapping
+
+    ranked = sorted(
+        candidates(task, limits),
+        key=lambda c: predicted_time(task, config_to_mapping(task, c), limits),
+    )
+    found: dict[GettTiling | None, CudaConfig] = {}
+    for config in ranked:
+        found.setdefault(config.gett, config)
+    return list(found.values())[:count]

@@ -13,7 +13,8 @@ import numpy as np
 
 from ..backends.cuda.limits import device_limits
 from ..gpu.config import CudaConfig
-from ..gpu.decision import default_config, explain
+from ..gpu.decision import choose, default_config
+from ..gpu.gett import best_points as best_gett_points
 from ..gpu.model import predicted_time
 from ..gpu.space import config_to_mapping, parameters, violation
 from ..ir.nodes import Problem
@@ -74,12 +75,20 @@ class CudaTarget:
     def parameters(self, task: Task) -> tuple[Parameter, ...]:
         """The space's candidate values, each list extended by the default
         configuration's value when it lies outside (e.g. a register tile covering
-        a whole extent of 12), so that the default is a point of the space."""
-        default = self.default_config(task).values()
+        a whole extent of 12), so that the default is a point of the space; for a
+        binary contraction also ``gett`` (None: the rules' family) with the model's
+        best GETT points, whose values the other lists gain in the same way."""
+        default = self.default_config(task)
+        points = [default, *best_gett_points(task, device_limits(), count=2)]
+        space = dict(parameters(task))
+        if any(p.gett is not None for p in points):  # None: the rules' family
+            space["gett"] = (None,)
         found = []
-        for name, values in parameters(task).items():
-            if name in default and default[name] not in values:
-                values = (*values, default[name])
+        for name, values in space.items():
+            for point in points:
+                value = point.values().get(name)
+                if value is not None and value not in values:
+                    values = (*values, value)
             found.append(Parameter(name, values))
         return tuple(found)
 
@@ -95,8 +104,9 @@ class CudaTarget:
         return default_config(task, device_limits())[0]
 
     def explain_default(self, task: Task) -> tuple[tuple[str, str], ...]:
-        """The decision's (rule, reason) pairs for ``task`` (gpu/decision.RULES)."""
-        return explain(task, device_limits()).steps
+        """The decision's (rule, reason) pairs for ``task`` (gpu/decision.RULES, and
+        the cost model's choice between the rules' proposal and GETT points)."""
+        return choose(task, device_limits()).steps
 
     def compile(self, task: Task, config: Config) -> CompiledVariant:
         from ..backends.cuda.nvrtc import compile_cubin

@@ -69,19 +69,28 @@ class SearchSpace:
         candidate lists are allowed (a default or recorded configuration may use one)."""
         given = set(config.values())
         if given != set(self.names):
-            missing = sorted(set(self.names) - given)
+            missing = sorted(set(self.names) - given - self.optional)
             extra = sorted(given - set(self.names))
-            return f"parameters differ (missing {missing}, unknown {extra})"
+            if missing or extra:
+                return f"parameters differ (missing {missing}, unknown {extra})"
         return self.check(config)
+
+    @property
+    def optional(self) -> set[str]:
+        """Parameters one of whose values is None: a configuration that leaves one
+        out (its ``values()`` omit None) has that value."""
+        return {p.name for p in self.parameters if any(v is None for v in p.values)}
 
     def violation(self, config: Config) -> str | None:
         """Why ``config`` is not in the space, or None."""
         values = config.values()
         if set(values) != set(self.names):
-            return self.runnable(config)
+            problem = self.runnable(config)
+            if problem is not None or set(values) - set(self.names):
+                return problem
         for parameter in self.parameters:
-            if self.position(parameter, values[parameter.name]) is None:
-                return f"{parameter.name}={values[parameter.name]!r} is not a candidate value"
+            if self.position(parameter, values.get(parameter.name)) is None:
+                return f"{parameter.name}={values.get(parameter.name)!r} is not a candidate value"
         return self.check(config)
 
     def __contains__(self, config: object) -> bool:
@@ -170,7 +179,7 @@ class SearchSpace:
         found = []
         values = config.values()
         for parameter in self.parameters:
-            here = self.position(parameter, values[parameter.name])
+            here = self.position(parameter, values.get(parameter.name))
             if here is None:
                 continue
             for step in (-1, 1):

@@ -72,9 +72,12 @@ def main(path: str) -> None:
         statements = len(problem.program.statements)
         tasks = [statement_task(problem, p) for p in range(statements)]
         configs = [explain(t).config for t in tasks]
-        predicted = [predicted_time(t, config_to_mapping(t, c)) for t, c in zip(tasks, configs)]
+        predicted = [
+            predicted_time(t, config_to_mapping(t, c))
+            for t, c in zip(tasks, configs, strict=True)
+        ]
         total = sum(predicted)
-        for position, (config, guess) in enumerate(zip(configs, predicted)):
+        for position, (config, guess) in enumerate(zip(configs, predicted, strict=True)):
             share = guess / total if total > 0 else 1 / statements
             print(
                 json.dumps(

@@ -63,7 +63,11 @@ def sample_of(record: dict[str, Any], limits: DeviceLimits = H100) -> Sample:
     if "terms" in record:
         data = record["terms"]
         terms = Terms(
-            *(float(data[name]) for name in TERMS),
+            dram=float(data["dram"]),
+            l2=float(data["l2"]),
+            lsu=float(data["lsu"]),
+            arithmetic=float(data["arithmetic"]),
+            latency=float(data["latency"]),
             efficiency=float(data.get("efficiency", 1.0)),
             factor=float(data.get("factor", 1.0)),
         )
@@ -113,13 +117,16 @@ def log_error(samples: Sequence[Sample], calibration: Calibration) -> float:
     return math.sqrt(sum(errors) / len(errors)) if errors else 0.0
 
 
-def fit(samples: Sequence[Sample], start: Calibration = Calibration()) -> Calibration:
+def fit(samples: Sequence[Sample], start: Calibration | None = None) -> Calibration:
     """The calibration of least squared log error over ``samples`` (per-term
     scales between 0.05 and 20, overlap between 0 and 1; Powell then Nelder–Mead,
     restarted)."""
-    from scipy.optimize import minimize  # only when fitting
+    from scipy.optimize import minimize  # type: ignore[import-untyped]  # only when fitting
 
-    usable = [s for s in samples if s.measured > 0 and all(math.isfinite(v) for v in s.terms.values())]
+    start = start or Calibration()
+    usable = [
+        s for s in samples if s.measured > 0 and all(math.isfinite(v) for v in s.terms.values())
+    ]
     if not usable:
         return start
 

@@ -148,7 +148,9 @@ def tilings(task: Task) -> list[GettTiling]:
     steps = {tuple(split([(k, size[k]) for k in k_order], c)) for c in K_CHUNKS}
     first_orders, second_orders = _group_orders(task)
     firsts = {
-        tuple(split([(i, size[i]) for i in order], t)) for order in first_orders for t in FIRST_TILES
+        tuple(split([(i, size[i]) for i in order], t))
+        for order in first_orders
+        for t in FIRST_TILES
     }
     seconds = {
         tuple(split([(i, size[i]) for i in order], t))

@@ -280,7 +280,7 @@ def _memory_traffic(task: Task, mapping: Mapping, blocks: int, limits: DeviceLim
     waste = waste / runs if output_bytes > large else 1.0
     output_passes = 2 if statement.op != "=" else 1  # read and written for += and -=
     compulsory = output_bytes * output_passes * waste
-    l2 = output_bytes * output_passes
+    l2 = float(output_bytes * output_passes)
     reread = 0.0
     wavefronts = 0.0
     vectors = 0.0
@@ -390,7 +390,8 @@ def warp_footprint(problem: Problem, statement, mapping: Mapping, access) -> tup
         along = mapping.tile_of(contiguous)
     elif contiguous is not None:
         walked = min(32, problem.index_size(statement, contiguous))
-    offsets, elements = set(), set()
+    offsets: set[int] = set()
+    elements: set[int] = set()
     for lane in range(lanes):
         coordinate, rest = {}, lane
         for tile in threaded:

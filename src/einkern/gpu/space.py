@@ -460,12 +460,12 @@ def gett_violation(task: Task, config: CudaConfig, size: dict[str, int]) -> str 
         return "fewer than half a warp of threads"
     if gett.register_tile > 64:
         return "register tile over 64"
-    regs = [t[2] for t in gett.tiles]
-    if config.assign != "cyclic" and math.prod(regs) == 1:
+    per_index = [t[2] for t in gett.tiles]
+    if config.assign != "cyclic" and math.prod(per_index) == 1:
         return "assignment irrelevant"
-    if config.assign == "mixed" and math.prod(regs[1:]) == 1:
+    if config.assign == "mixed" and math.prod(per_index[1:]) == 1:
         return "assignment irrelevant"
-    if config.assign == "chunked" and not chunk_fits(task, regs[0]):
+    if config.assign == "chunked" and not chunk_fits(task, per_index[0]):
         return "register tile along x not a multiple of the vector runs"
     staged = config.staging.stage != "none"
     if not staged and config.unroll != 1 and not statement.reduction_indices:

@@ -78,7 +78,7 @@ class CudaTarget:
         a whole extent of 12), so that the default is a point of the space; for a
         binary contraction also ``gett`` (None: the rules' family) with the model's
         best GETT points, whose values the other lists gain in the same way."""
-        default = self.default_config(task)
+        default = default_config(task, device_limits())[0]
         points = [default, *best_gett_points(task, device_limits(), count=2)]
         space = dict(parameters(task))
         if any(p.gett is not None for p in points):  # None: the rules' family

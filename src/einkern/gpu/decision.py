@@ -16,6 +16,7 @@ each applied rule's name and reason; rules of one ``group`` exclude each other
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -165,6 +166,7 @@ def _bound(task: Task, config: CudaConfig, limits: DeviceLimits) -> str:
     return f"{terms.dominant()}-bound"
 
 
+@functools.lru_cache(maxsize=256)
 def choose(task: Task, limits: DeviceLimits = H100) -> Decision:
     """The default configuration of ``task``: the rules' proposal, or the best GETT
     point under the cost model when it is predicted :data:`MARGIN` times faster;

@@ -21,6 +21,7 @@ compute layout, prefetched, the chunk loop unrolled, and filtered by
 
 from __future__ import annotations
 
+import functools
 import math
 
 from ..ir.nodes import Access, Binary, Neg, signed_terms
@@ -175,8 +176,13 @@ def tilings(task: Task) -> list[GettTiling]:
 
 def candidates(task: Task, limits: DeviceLimits = H100) -> list[CudaConfig]:
     """The valid GETT points of ``task`` (empty when :func:`gett_applies` is false)."""
+    return list(_candidates(task, limits))
+
+
+@functools.lru_cache(maxsize=256)
+def _candidates(task: Task, limits: DeviceLimits) -> tuple[CudaConfig, ...]:
     if not gett_applies(task):
-        return []
+        return ()
     statement = task.statement
     size = {i: task.problem.index_size(statement, i) for i in statement.indices}
     preload = False if preload_applies(statement) else None
@@ -200,7 +206,7 @@ def candidates(task: Task, limits: DeviceLimits = H100) -> list[CudaConfig]:
             )
             if violation(task, config, limits) is None:
                 found.append(config)
-    return found
+    return tuple(found)
 
 
 

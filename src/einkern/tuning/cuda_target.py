@@ -6,7 +6,7 @@ CUDA events in a worker process.  The device's limits come from the runtime
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -83,6 +83,9 @@ class CudaTarget:
         space = dict(parameters(task))
         if any(p.gett is not None for p in points):  # None: the rules' family
             space["gett"] = (None,)
+            # a GETT point's staging has k-step 1 (its k-steps are in the tiling)
+            stagings = [replace(s, k_step=1) for s in space["staging"]]
+            space["staging"] = tuple(dict.fromkeys([*space["staging"], *stagings]))
         found = []
         for name, values in space.items():
             for point in points:

@@ -186,7 +186,8 @@ class SearchSpace:
                 place = here + step
                 while 0 <= place < len(parameter.values):
                     moved = self.make({**values, parameter.name: parameter.values[place]})
-                    if self.check(moved) is None:
+                    # (a record may normalise the move away: a GETT point ignores x)
+                    if moved != config and self.check(moved) is None:
                         found.append(moved)
                         break
                     place += step

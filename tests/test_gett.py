@@ -396,3 +396,73 @@ def test_measurement_lines_recompute_the_terms():
     assert sample.terms == cost_terms(task, config_to_mapping(task, config))
     again = sample_of({"terms": sample.terms.to_json(), "measured": 1e-5})
     assert again.terms == sample.terms
+
+
+# ---- threads along the reduction (split) -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "output, a, b, sizes, dtype",
+    [
+        ("ij", "ki", "kj", {"i": 5, "j": 7, "k": 301}, "float64"),
+        ("ij", "ik", "jk", {"i": 3, "j": 6, "k": 517}, "float64"),
+        ("ij", "ki", "kj", {"i": 9, "j": 4, "k": 260}, "float32"),
+        ("zi", "zki", "zk", {"z": 2, "i": 5, "k": 300}, "float64"),
+    ],
+)
+def test_split_points_match_the_reference(output, a, b, sizes, dtype):
+    """A long reduction onto a small output: the default is a split point, and
+    random split points (4 … 256 threads per output, both layouts) match."""
+    for layout in ("row", "column"):
+        problem = program(output, a, b, sizes, dtype, layout)
+        task = task_of(problem)
+        points = gett.split_candidates(task)
+        assert points and all(p.split for p in points)
+        assert choose(task).config.split, choose(task).steps[-1]
+        check(problem)
+        rng = random.Random(seed_of(output, a, b, layout))
+        for config in rng.sample(points, min(3, len(points))):
+            check(problem, config)
+
+
+def test_every_barrier_of_the_combine_is_needed():
+    from einkern.backends.emulator import count_barriers, drop_barrier
+    from einkern.gpu.lower import lower
+
+    problem = program("ij", "ki", "kj", {"i": 5, "j": 7, "k": 301})
+    task = task_of(problem)
+    config = CudaConfig(x="j", y="i", block=(8, 2), boundary="guard", split=8)
+    assert violation(task, config) is None
+    mapping = config_to_mapping(task, config)
+    assert mapping.reduction_threads == (("k", 8),) and mapping.threads == 128
+    kernel = lower(task, mapping)
+    assert verify(problem, {0: mapping}, kernels=[kernel]).ok(1e-12)
+    assert count_barriers(kernel) == 3  # after the stores, then one per halving but the last
+    for n in range(count_barriers(kernel)):
+        broken = verify(problem, {0: mapping}, kernels=[drop_barrier(kernel, n)])
+        assert not broken.ok(1e-12), f"dropping barrier {n} went unnoticed"
+
+
+def test_split_mappings_round_trip_and_are_checked():
+    from einkern.gpu.lower import check_mapping
+    from einkern.gpu.mapping import Mapping
+
+    problem = program("ij", "ki", "kj", {"i": 5, "j": 7, "k": 301})
+    task = task_of(problem)
+    config = CudaConfig(x="j", y="i", block=(8, 2), boundary="guard", split=8)
+    mapping = config_to_mapping(task, config)
+    assert Mapping.from_json(mapping.to_json()) == mapping
+    assert "reduction threads: k over 8" in mapping.describe()
+    unsplit = config_to_mapping(task, CudaConfig(x="j", y="i", block=(8, 2), boundary="guard"))
+    assert "reduction_threads" not in json.loads(unsplit.to_json())  # the old form
+    from dataclasses import replace
+
+    for bad, words in (
+        (replace(mapping, reduction_threads=(("k", 6),)), "power of two"),
+        (replace(mapping, reduction_threads=(("i", 4),)), "only sum"),
+    ):
+        assert any(words in p for p in check_mapping(task, bad)), check_mapping(task, bad)
+    staged = CudaConfig(
+        x="j", y="i", block=(8, 2), boundary="guard", split=8, staging=StagingConfig("all", 8)
+    )
+    assert violation(task, staged) == "split needs an unstaged reduction"

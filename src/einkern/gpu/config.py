@@ -24,7 +24,10 @@ Fields (see :mod:`einkern.gpu.space` for what each does to the kernel):
   several reduction indices.  When it is set it decides the threads, block and
   register tiles: ``x`` is then its first threaded index and ``y``, ``block``,
   ``regs``, ``staging.k_step`` and ``spread`` take their neutral values (they are
-  normalised so, so that one tiling has one JSON form).
+  normalised so, so that one tiling has one JSON form);
+* ``split`` (None: absent): threads per output element along the main
+  reduction's longest index, their partial sums combined in shared memory
+  (long reductions onto small outputs).
 """
 
 from __future__ import annotations
@@ -202,6 +205,7 @@ class CudaConfig:
     spread: int | None = None
     preload: bool | None = None
     gett: GettTiling | None = None
+    split: int | None = None
 
     def __post_init__(self) -> None:
         if self.gett is not None:
@@ -236,6 +240,10 @@ class CudaConfig:
         _require(
             self.preload is None or isinstance(self.preload, bool),
             f"preload {self.preload!r} (a bool)",
+        )
+        _require(
+            self.split is None or (_is_int(self.split) and self.split >= 2),
+            f"split {self.split!r} (threads per output along the reduction, >= 2)",
         )
 
     def _normalise_gett(self) -> None:

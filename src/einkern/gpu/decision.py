@@ -167,12 +167,26 @@ def _bound(task: Task, config: CudaConfig, limits: DeviceLimits) -> str:
 
 
 @functools.lru_cache(maxsize=256)
+def _family(config: CudaConfig) -> str:
+    return "gett" if config.gett is not None else "split" if config.split else "rules"
+
+
+def _describe(config: CudaConfig) -> str:
+    if config.gett is not None:
+        return config.gett.describe()
+    tx, ty = config.block
+    return (
+        f"{config.split} threads per output along the reduction, "
+        f"{tx}×{ty} output threads on {config.x}" + (f", {config.y}" if config.y else "")
+    )
+
+
 def choose(task: Task, limits: DeviceLimits = H100) -> Decision:
     """The default configuration of ``task``: the rules' proposal, or the best GETT
     point under the cost model when it is predicted :data:`MARGIN` times faster;
     the last step (``model-choice``) says which family won, why, and the runner-up."""
     proposal = explain(task, limits)
-    points = gett.candidates(task, limits)
+    points = gett.candidates(task, limits) + gett.split_candidates(task, limits)
     if not points:
         return proposal
     ranked = sorted(
@@ -181,17 +195,18 @@ def choose(task: Task, limits: DeviceLimits = H100) -> Decision:
     )
     best_time, _, best = ranked[0]
     rules_time = _predict(task, proposal.config, limits)
+    family = _family(best)
     described = (
-        f"{len(points)} GETT points of {best_time * 1e6:.3g} µs and up "
-        f"(best: {best.gett.describe() if best.gett else ''}, {_bound(task, best, limits)})"
+        f"{len(points)} GETT/split points of {best_time * 1e6:.3g} µs and up "
+        f"(best: {_describe(best)}, {_bound(task, best, limits)})"
     )
     if best_time < MARGIN * rules_time:
         runner = f"the rules' proposal at {rules_time * 1e6:.3g} µs"
         if len(ranked) > 1:
-            runner += f"; next GETT point {ranked[1][0] * 1e6:.3g} µs"
+            runner += f"; next point {ranked[1][0] * 1e6:.3g} µs ({_family(ranked[1][2])})"
         reason = (
-            f"family gett won: {described} against {runner} (predicted, "
-            f"a GETT point must be {1 / MARGIN:.2g}× faster)"
+            f"family {family} won: {described} against {runner} (predicted, "
+            f"a point must be {1 / MARGIN:.2g}× faster)"
         )
         return Decision(best, ((*proposal.steps, ("model-choice", reason))))
     reason = (

@@ -210,6 +210,64 @@ def _candidates(task: Task, limits: DeviceLimits) -> tuple[CudaConfig, ...]:
 
 
 
+#: Threads per output along a long reduction (``split``), and the output blocks
+#: they are tried with: (threads along x, along y, register tile along x, y).
+SPLITS = (4, 8, 16, 32, 64, 128, 256)
+SPLIT_BLOCKS = ((32, 1, 1, 1), (16, 2, 1, 1), (8, 4, 1, 1), (8, 8, 1, 1), (16, 1, 1, 1),
+                (8, 1, 1, 1), (4, 4, 1, 1), (16, 4, 1, 1), (8, 2, 2, 2), (4, 4, 2, 2))
+#: Reductions of at least this many terms get ``split`` points.
+SPLIT_TERMS = 256
+
+
+def split_candidates(task: Task, limits: DeviceLimits = H100) -> list[CudaConfig]:
+    """Points with threads along the main reduction (``split``): for one sum of at
+    least :data:`SPLIT_TERMS` terms, small output blocks (x the output's
+    contiguous index, y the largest other output index) with 4 … 256 threads per
+    output summing every split-th term, combined in shared memory."""
+    return list(_split_candidates(task, limits))
+
+
+@functools.lru_cache(maxsize=256)
+def _split_candidates(task: Task, limits: DeviceLimits) -> tuple[CudaConfig, ...]:
+    statement = task.statement
+    groups = reduction_of(statement).groups
+    if len(groups) != 1 or groups[0].has_nested_sum() or not statement.parallel_indices:
+        return ()
+    problem = task.problem
+    size = {i: problem.index_size(statement, i) for i in statement.indices}
+    terms = math.prod(size[i] for i in groups[0].indices)
+    if terms < SPLIT_TERMS:
+        return ()
+    r = roles(task)
+    x = r.output_contiguous if r.output_contiguous and size[r.output_contiguous] > 1 else None
+    x = x or max(statement.parallel_indices, key=lambda i: size[i])
+    others = [i for i in statement.parallel_indices if i != x and size[i] > 1]
+    y = max(others, key=lambda i: size[i]) if others else ""
+    preload = False if preload_applies(statement) else None
+    found = []
+    for tx, ty, rx, ry in SPLIT_BLOCKS:
+        if not y and (ty > 1 or ry > 1):
+            continue
+        for split in SPLITS:
+            if tx * ty * split > limits.max_threads_per_block or split > 2 * terms:
+                continue
+            base = CudaConfig(
+                x=x,
+                y=y,
+                block=(tx, ty),
+                regs=(rx, ry, 1),
+                assign="cyclic",
+                preload=preload,
+                split=split,
+            )
+            for boundary in ("exact", "guard"):
+                config = CudaConfig.from_values({**base.values(), "boundary": boundary})
+                if violation(task, config, limits) is None:
+                    found.append(config)
+                    break
+    return tuple(found)
+
+
 def best_points(task: Task, limits: DeviceLimits = H100, count: int = 4) -> list[CudaConfig]:
     """The ``count`` best GETT points under the cost model, one per tiling (the
     tuner's space lists them: ``tuning/cuda_target.py``)."""

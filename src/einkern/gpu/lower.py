@@ -105,6 +105,8 @@ def build_kernel(builder: KernelBuilder) -> kir.Kernel:
     sections: list[kir.Section] = [kir.PerThread(tuple(prologue(builder)))]
     for number, group in enumerate(builder.reduction.groups):
         sections.extend(group_sections(builder, number, group))
+        if builder.mapping.reduction_threads:
+            sections.extend(combine_sections(builder, number))
     sections.append(kir.PerThread(tuple(epilogue(builder))))
     statement = builder.statement
     tensors = [statement.output.tensor] + [a.tensor for a in statement.reads()]
@@ -151,6 +153,11 @@ def prologue(b: KernelBuilder) -> list[kir.Stmt]:
             value = E.mod(E.div(kir.ThreadIdx(), stride), tile.threads)
             body.append(kir.Assign(f"t_{tile.index}", value))
             stride *= tile.threads
+    for index, threads in b.mapping.reduction_threads:  # outermost digits of threadIdx
+        b.thread_vars.append(kir.ThreadVar(f"r_{index}", b.index_type))
+        value = E.mod(E.div(kir.ThreadIdx(), stride), threads)
+        body.append(kir.Assign(f"r_{index}", value))
+        stride *= threads
     stride = 1
     for index in b.grid_order:
         count = math.ceil(b.size(index) / b.tiles[index].tile)
@@ -282,12 +289,59 @@ def serial_group(b: KernelBuilder, number: int, group: Group) -> list[kir.Stmt]:
     loop_vars = {i: f"k_{i}" for i in indices}
     ctx = Context({i: kir.Var(v) for i, v in loop_vars.items()}, {})
     body: tuple[kir.Stmt, ...] = tuple(accumulate(b, number, group, ctx))
+    split = dict(b.mapping.reduction_threads)
     for depth, index in enumerate(reversed(indices)):
         unroll = b.mapping.unroll if depth == 0 and b.mapping.unroll > 1 else 0
+        start: kir.Expr = E.const(0)
+        step = 1
+        if index in split:  # this thread's share: every split-th term
+            start, step, unroll = kir.Var(f"r_{index}"), split[index], 0
         body = (
-            kir.For(loop_vars[index], E.const(0), E.const(b.size(index)), 1, body, unroll=unroll),
+            kir.For(loop_vars[index], start, E.const(b.size(index)), step, body, unroll=unroll),
         )
     return [kir.Comment(f"reduction over {', '.join(indices)}"), *body]
+
+
+def combine_sections(b: KernelBuilder, number: int) -> list[kir.Section]:
+    """The partial sums of the reduction threads combined by a tree in shared
+    memory: each thread stores its accumulators, then for s = R/2 … 2 the threads
+    below s add the partial s above them (a barrier after each step), and the
+    first reduction thread of each output adds the last two into its
+    accumulators (log2 R barriers)."""
+    combine = b.mapping.combine_threads
+    outputs = b.mapping.output_threads
+    name = b.fresh(f"red{number}_")
+    b.shared.append(kir.SharedArray(name, b.ctype, len(b.slots) * b.nthreads))
+    mine = kir.ThreadIdx()
+    (index, _), *_ = b.mapping.reduction_threads
+    digit = kir.Var(f"r_{index}")
+
+    def at(slot: int, offset: int = 0) -> kir.Expr:
+        return E.add(E.const(slot * b.nthreads + offset), mine)
+
+    stores = tuple(
+        kir.Store(name, at(r), kir.Load(f"acc{number}", E.const(r))) for r in range(len(b.slots))
+    )
+    sections: list[kir.Section] = [kir.PerThread(stores), kir.Barrier()]
+    step = combine // 2
+    while step > 1:
+        adds = tuple(
+            kir.Store(name, at(r), kir.Load(name, at(r, step * outputs)), "+=")
+            for r in range(len(b.slots))
+        )
+        sections += [kir.PerThread((kir.If(E.less(digit, E.const(step)), adds),)), kir.Barrier()]
+        step //= 2
+    # the last step straight into the accumulators (the thread reads what it wrote)
+    totals = tuple(
+        kir.Store(
+            f"acc{number}",
+            E.const(r),
+            kir.Op("+", kir.Load(name, at(r)), kir.Load(name, at(r, outputs))),
+        )
+        for r in range(len(b.slots))
+    )
+    sections.append(kir.PerThread((kir.If(E.less(digit, E.const(1)), totals),)))
+    return sections
 
 
 # -- the epilogue ----------------------------------------------------------------
@@ -324,6 +378,12 @@ def epilogue(b: KernelBuilder) -> list[kir.Stmt]:
             if len(block) == 1 and condition is None
             else kir.If(condition or kir.Int(1), tuple(block))
         )
+    if b.mapping.reduction_threads:  # the totals are in the first reduction thread's
+        first = E.conj(
+            [E.less(kir.Var(f"r_{i}"), E.const(1)) for i, _ in b.mapping.reduction_threads]
+        )
+        assert first is not None
+        return [kir.If(first, tuple(statements))]
     return statements
 
 
@@ -395,6 +455,9 @@ def check_mapping(
         problems.append(
             "preload_output needs an update (+= or -=) of one sum that does not read its own output"
         )
+    if max_shared_bytes is None:
+        max_shared_bytes = limits.shared_per_block
+    problems.extend(_reduction_thread_problems(task, mapping, max_shared_bytes))
     if mapping.boundary not in BOUNDARY_POLICIES:
         problems.append(
             f"boundary policy {mapping.boundary!r} (use {', '.join(BOUNDARY_POLICIES)})"
@@ -427,6 +490,33 @@ def check_mapping(
     problems.extend(check_staging(task, mapping, max_shared_bytes))
     if mapping.boundary == "pad":
         problems.extend(padding_problems(task, mapping))
+    return problems
+
+
+def _reduction_thread_problems(task: Task, mapping: Mapping, max_shared_bytes: int) -> list[str]:
+    """Reduction threads: one entry, a power of two, over an index of the only
+    reduction group, which is not staged; no preloaded output; the partial sums
+    (one per register-tile element and thread) fit in shared memory."""
+    if not mapping.reduction_threads:
+        return []
+    groups = reduction_of(task.statement).groups
+    problems = []
+    if len(mapping.reduction_threads) != 1:
+        problems.append("reduction threads along more than one index")
+    for index, threads in mapping.reduction_threads:
+        if threads < 2 or threads & (threads - 1):
+            problems.append(f"reduction threads {index}={threads}: a power of two from 2")
+        if len(groups) != 1 or index not in groups[0].indices:
+            problems.append(f"reduction threads over {index!r}: not the index of the only sum")
+        elif groups[0].has_nested_sum():
+            problems.append("reduction threads: the sum contains another sum")
+    if mapping.staged:
+        problems.append("reduction threads with staged inputs")
+    if mapping.preload_output:
+        problems.append("reduction threads with a preloaded output")
+    partials = mapping.register_tile * mapping.threads * ITEMSIZE[compute_dtype(task)]
+    if partials > max_shared_bytes:
+        problems.append(f"{partials} bytes of partial sums in shared memory")
     return problems
 
 

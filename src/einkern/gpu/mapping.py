@@ -103,15 +103,33 @@ class Mapping:
     #: values, loaded before the reduction (their DRAM latency overlaps it), and the
     #: epilogue only stores.  See :func:`einkern.gpu.lower.preload_applies`.
     preload_output: bool = False
+    #: Threads along reduction indices (index, threads): each thread sums every
+    #: ``threads``-th term of the index (serial groups only), and the partial sums
+    #: are combined by a tree in shared memory before the epilogue.  Empty: one
+    #: thread per output element sums all its terms.
+    reduction_threads: tuple[tuple[str, int], ...] = ()
     reasons: tuple[str, ...] = field(default=(), compare=False)
 
     # -- derived -------------------------------------------------------------
 
     @property
     def threads(self) -> int:
+        """Threads per block: the output tiles' times the reduction threads."""
+        return self.output_threads * self.combine_threads
+
+    @property
+    def output_threads(self) -> int:
         total = 1
         for tile in self.parallel:
             total *= tile.threads
+        return total
+
+    @property
+    def combine_threads(self) -> int:
+        """Threads that share one output element (the reduction threads)."""
+        total = 1
+        for _, threads in self.reduction_threads:
+            total *= threads
         return total
 
     @property
@@ -144,6 +162,8 @@ class Mapping:
     def to_json(self, indent: int | None = 2) -> str:
         data = asdict(self)
         data.pop("reasons")
+        if not self.reduction_threads:  # absent: the form of mappings before the field
+            data.pop("reduction_threads")
         return json.dumps(data, indent=indent)
 
     @staticmethod
@@ -166,6 +186,9 @@ class Mapping:
                 boundary=str(data.get("boundary", "guard")),
                 min_blocks=int(data.get("min_blocks", 0)),
                 preload_output=bool(data.get("preload_output", False)),
+                reduction_threads=tuple(
+                    (str(i), int(t)) for i, t in data.get("reduction_threads", ())
+                ),
             )
         except (KeyError, TypeError, ValueError, json.JSONDecodeError) as error:
             raise MappingError(
@@ -191,6 +214,12 @@ class Mapping:
             lines.append(f"  grid order (fastest first): {', '.join(self.grid_order)}")
         if self.k_step:
             lines.append("  k-step: " + ", ".join(f"{i}={s}" for i, s in self.k_step))
+        if self.reduction_threads:
+            lines.append(
+                "  reduction threads: "
+                + ", ".join(f"{i} over {t}" for i, t in self.reduction_threads)
+                + " (partial sums combined in shared memory)"
+            )
         for staging in self.staged:
             order = ",".join(staging.order) or "natural"
             lines.append(f"  shared: {staging.access} layout {order} padding {staging.padding}")

@@ -97,9 +97,11 @@ def estimated_registers(task: Task, mapping: Mapping) -> int:
 
 
 def shared_bytes(task: Task, mapping: Mapping) -> int:
-    """Shared memory of the mapping's staged tiles (padding left out)."""
+    """Shared memory of the mapping's staged tiles (padding left out) and of the
+    reduction threads' partial sums."""
     itemsize = 8 if compute_dtype(task) == "float64" else 4
-    return itemsize * sum(e for _, e in _staged_elements(task, mapping))
+    partials = mapping.register_tile * mapping.threads if mapping.reduction_threads else 0
+    return itemsize * (sum(e for _, e in _staged_elements(task, mapping)) + partials)
 
 
 def run_bytes(problem: Problem, statement, mapping: Mapping, access, staged: bool) -> int:
@@ -213,6 +215,9 @@ def cost_terms(task: Task, mapping: Mapping, limits: DeviceLimits = H100) -> Ter
     peak = limits.fp64_flops if dtype == "float64" else limits.fp32_flops
     arithmetic = statement_flops(problem, statement) * (padded / max(outputs, 1)) / peak
     points = sum(math.prod(sizes[i] for i in g.indices) for g in reduction_of(statement).groups)
+    # reduction threads: each sums 1/R of the terms, then log2(R) combining steps
+    combine = mapping.combine_threads
+    chain = points / combine + 8 * math.log2(combine)
 
     registers = estimated_registers(task, mapping)
     resident = occupancy(mapping, registers, shared_bytes(task, mapping), limits)
@@ -220,7 +225,7 @@ def cost_terms(task: Task, mapping: Mapping, limits: DeviceLimits = H100) -> Ter
         return Terms(math.inf, math.inf, math.inf, math.inf, math.inf, 0.0)
     efficiency, waves = _efficiency(mapping, blocks, resident, limits)
     # a dependent FMA chain, 4 cycles per step, once per wave of blocks
-    latency = waves * points * 4 / limits.clock_hz
+    latency = waves * chain * 4 / limits.clock_hz
     factor = 1.0
     if mapping.preload_output:
         factor = PRELOAD_FACTOR[products_per_output(statement) >= 3]
@@ -383,12 +388,13 @@ def warp_footprint(problem: Problem, statement, mapping: Mapping, access) -> tup
     strides = dict(zip(access.indices, problem.strides(access.tensor), strict=True))
     threaded = [t for t in mapping.parallel if t.threads > 1]
     lanes = min(32, mapping.threads)
+    split = dict(mapping.reduction_threads)  # lanes beyond the output threads
     contiguous = next((i for i, s in strides.items() if s == 1), None)
     along = None  # the tile along the contiguous index: the thread's own elements there
     walked = 1  # elements a thread's reduction loop walks along the contiguous index
     if contiguous is not None and contiguous in statement.parallel_indices:
         along = mapping.tile_of(contiguous)
-    elif contiguous is not None:
+    elif contiguous is not None and contiguous not in split:
         walked = min(32, problem.index_size(statement, contiguous))
     offsets: set[int] = set()
     elements: set[int] = set()
@@ -397,6 +403,9 @@ def warp_footprint(problem: Problem, statement, mapping: Mapping, access) -> tup
         for tile in threaded:
             digit, rest = rest % tile.threads, rest // tile.threads
             coordinate[tile.index] = tile.local(digit, 0)
+        for index, threads in split.items():  # consecutive reduction threads: k, k+1, ...
+            digit, rest = rest % threads, rest // threads
+            coordinate[index] = digit
         offset = sum(strides[i] * coordinate.get(i, 0) for i in strides)
         offsets.add(offset)
         if along is None:  # consecutive iterations of the loop use the rest of the sector

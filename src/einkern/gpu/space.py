@@ -342,6 +342,10 @@ def config_to_mapping(task: Task, config: CudaConfig, reasons: tuple[str, ...] =
     else:
         strategy = "direct"
     dtype = compute_dtype(task)
+    reduction_threads: tuple[tuple[str, int], ...] = ()
+    if config.split is not None and r.k:
+        longest = max(r.k, key=lambda k: problem.index_size(statement, k))
+        reduction_threads = ((longest, config.split),)
     return Mapping(
         strategy=strategy,
         parallel=parallel,
@@ -354,6 +358,7 @@ def config_to_mapping(task: Task, config: CudaConfig, reasons: tuple[str, ...] =
         vector_width=4 if dtype == "float32" else 2,
         boundary=config.boundary,
         preload_output=bool(config.preload),
+        reduction_threads=reduction_threads,
         reasons=reasons,
     )
 
@@ -377,6 +382,11 @@ def violation(task: Task, config: CudaConfig, limits: DeviceLimits = H100) -> st
     problem = task.problem
     statement = task.statement
     size = {i: problem.index_size(statement, i) for i in statement.indices}
+    if config.split is not None:
+        if config.staging.stage != "none" or not roles(task).k:
+            return "split needs an unstaged reduction"
+        if config.preload:
+            return "split with a preloaded output"
     if config.gett is not None:
         return gett_violation(task, config, size) or _mapping_violation(task, config, limits)
     x, y = config.x, config.y
@@ -398,11 +408,11 @@ def violation(task: Task, config: CudaConfig, limits: DeviceLimits = H100) -> st
     if (bx == 0 and tx in (32, 64, 128, 256)) or (by == 0 and ty in (1, 2, 4, 8, 16, 32)):
         return "duplicate of a power-of-two block"
     threads = tx * ty
-    if threads > limits.max_threads_per_block:
+    if threads * (config.split or 1) > limits.max_threads_per_block:
         return "too many threads"
     whole = bx == 0 or by == 0
     outputs = math.prod(size[i] for i in statement.parallel_indices)
-    if threads < 16 and not whole and threads < outputs:
+    if threads * (config.split or 1) < 16 and not whole and threads < outputs:
         return "fewer than half a warp of threads"
     if tx * rx > 2 * _pow2(size[x]) or (y and ty * ry > 2 * _pow2(size[y])):
         return "tile much larger than its extent"

@@ -15,6 +15,7 @@ from ..backends.cuda.limits import device_limits
 from ..gpu.config import CudaConfig
 from ..gpu.decision import choose, default_config
 from ..gpu.gett import best_points as best_gett_points
+from ..gpu.gett import split_candidates
 from ..gpu.model import predicted_time
 from ..gpu.space import config_to_mapping, parameters, violation
 from ..ir.nodes import Problem
@@ -77,10 +78,19 @@ class CudaTarget:
         configuration's value when it lies outside (e.g. a register tile covering
         a whole extent of 12), so that the default is a point of the space; for a
         binary contraction also ``gett`` (None: the rules' family) with the model's
-        best GETT points, whose values the other lists gain in the same way."""
+        best GETT points, and for a long sum ``split`` (None: one thread per
+        output) with its best split points, whose values the other lists gain in
+        the same way."""
         default = default_config(task, device_limits())[0]
-        points = [default, *best_gett_points(task, device_limits(), count=2)]
+        limits = device_limits()
+        splits = sorted(
+            split_candidates(task, limits),
+            key=lambda c: predicted_time(task, config_to_mapping(task, c), limits),
+        )[:2]
+        points = [default, *best_gett_points(task, limits, count=2), *splits]
         space = dict(parameters(task))
+        if any(p.split for p in points):  # None: one thread per output element
+            space["split"] = (None, 8, 32, 128)
         if any(p.gett is not None for p in points):  # None: the rules' family
             space["gett"] = (None,)
             # a GETT point's staging has k-step 1 (its k-steps are in the tiling)

@@ -214,7 +214,7 @@ def test_six_index_orders_match_the_reference(case, layout):
     "name, output, a, b, sizes, dtype",
     [
         # long reduction onto a small output
-        ("long-reduction", "ij", "ki", "kj", {"i": 5, "j": 7, "k": 301}, "float64"),
+        ("long-reduction", "ij", "ki", "kj", {"i": 5, "j": 7, "k": 1301}, "float64"),
         # compute-bound 4-index x 4-index over two contracted indices
         ("two-contracted", "abcd", "akbl", "lckd", dict.fromkeys("abcdkl", 5), "float64"),
         # small GEMMs, fp32, non-dividing extents
@@ -404,10 +404,10 @@ def test_measurement_lines_recompute_the_terms():
 @pytest.mark.parametrize(
     "output, a, b, sizes, dtype",
     [
-        ("ij", "ki", "kj", {"i": 5, "j": 7, "k": 301}, "float64"),
-        ("ij", "ik", "jk", {"i": 3, "j": 6, "k": 517}, "float64"),
-        ("ij", "ki", "kj", {"i": 9, "j": 4, "k": 260}, "float32"),
-        ("zi", "zki", "zk", {"z": 2, "i": 5, "k": 300}, "float64"),
+        ("ij", "ki", "kj", {"i": 5, "j": 7, "k": 1301}, "float64"),
+        ("ij", "ik", "jk", {"i": 3, "j": 6, "k": 1517}, "float64"),
+        ("ij", "ki", "kj", {"i": 9, "j": 4, "k": 1060}, "float32"),
+        ("zi", "zki", "zk", {"z": 2, "i": 5, "k": 1100}, "float64"),
     ],
 )
 def test_split_points_match_the_reference(output, a, b, sizes, dtype):

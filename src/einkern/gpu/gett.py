@@ -216,7 +216,7 @@ SPLITS = (4, 8, 16, 32, 64, 128, 256)
 SPLIT_BLOCKS = ((32, 1, 1, 1), (16, 2, 1, 1), (8, 4, 1, 1), (8, 8, 1, 1), (16, 1, 1, 1),
                 (8, 1, 1, 1), (4, 4, 1, 1), (16, 4, 1, 1), (8, 2, 2, 2), (4, 4, 2, 2))
 #: Reductions of at least this many terms get ``split`` points.
-SPLIT_TERMS = 256
+SPLIT_TERMS = 1024
 
 
 def split_candidates(task: Task, limits: DeviceLimits = H100) -> list[CudaConfig]:

@@ -65,3 +65,38 @@ def test_a_planted_wrong_layout_fails_on_the_hardware():
     a, b, c = probe_inputs(shape, seed=12)
     d = run_probe(probe_source(shape, a=wrong), a, b, c)
     assert np.abs(d - expected(shape, a, b, c)).max() > 1e-3
+
+
+@pytest.mark.parametrize("name", sorted(n for n, s in SHAPES.items() if s.input_type == "f64"))
+def test_mma_gemm_kernel_on_the_gpu(name):
+    """The kernel-IR GEMM the emulator runs in CI gives NumPy's product on the GPU."""
+    from mma_kernels import gemm_mma
+
+    from einkern.backends.cuda import driver
+    from einkern.backends.cuda.nvrtc import compile_cubin
+    from einkern.gpu.cuda_printer import launch_shape, print_cuda
+
+    shape = SHAPES[name]
+    if _arch() < shape.min_arch:
+        pytest.skip(f"{name} needs sm_{shape.min_arch}")
+    m, n, k = 8 * shape.m, 4 * shape.n, 16 * shape.k
+    kernel = gemm_mma(name, m, n, k)
+    arch = driver.device_properties().arch
+    module = driver.load_module(compile_cubin(print_cuda(kernel), arch).cubin, [kernel.name])
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    c = np.full((m, n), np.nan)
+    launch = launch_shape(kernel)
+    pointers = []
+    try:
+        for host in (a, b, c):
+            pointer = driver.alloc(host.nbytes)
+            pointers.append(pointer)
+            driver.copy_to_device(pointer, host.ctypes.data, host.nbytes)
+        driver.launch(module.functions[kernel.name], launch.grid, launch.block, pointers, ())
+        driver.synchronize("the MMA GEMM")
+        driver.copy_to_host(c.ctypes.data, pointers[2], c.nbytes)
+    finally:
+        for pointer in pointers:
+            driver.free(pointer)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-12, atol=1e-12)

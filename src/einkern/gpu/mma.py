@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import kir
+
 WARP = 32
 
 #: (row, column) of element ``i`` of a lane's fragment, from (group, quad, i).
@@ -280,3 +282,42 @@ def asm_statement(
     outs = ", ".join(f'"={acc}"({x})' for x in d)
     ins = ", ".join([f'"{inp}"({x})' for x in a + b] + [f'"{acc}"({x})' for x in c])
     return f'asm volatile("{shape.ptx} {operands};" : {outs} : {ins});'
+
+
+# ---- fragment coordinates as kernel-IR expressions ---------------------------------
+
+
+@dataclass(frozen=True)
+class _Symbolic:
+    """A kernel-IR expression the layout formulas can add to and scale by ints
+    (they combine the lane's group and quad only with +, and * by constants)."""
+
+    expr: kir.Expr
+
+    def __add__(self, other: int | _Symbolic) -> _Symbolic:
+        right = other.expr if isinstance(other, _Symbolic) else kir.Int(other)
+        if isinstance(right, kir.Int) and right.value == 0:
+            return self
+        return _Symbolic(kir.Op("+", self.expr, right))
+
+    __radd__ = __add__
+
+    def __mul__(self, other: int) -> _Symbolic:
+        if other == 1:
+            return self
+        return _Symbolic(kir.Op("*", kir.Int(other), self.expr))
+
+    __rmul__ = __mul__
+
+
+def coordinates(
+    layout: Layout, group: kir.Expr, quad: kir.Expr, i: int
+) -> tuple[kir.Expr, kir.Expr]:
+    """(row, column) of register ``i`` of a lane whose group and quad are the
+    kernel-IR expressions ``group`` and ``quad``: the layout's formula, as code."""
+    row, col = layout.formula(_Symbolic(group), _Symbolic(quad), i)  # type: ignore[arg-type]
+
+    def expr(x: int | _Symbolic) -> kir.Expr:
+        return x.expr if isinstance(x, _Symbolic) else kir.Int(x)
+
+    return expr(row), expr(col)

@@ -11,12 +11,12 @@ import pytest
 
 import einkern
 from einkern.cli import app, main
+from einkern.cli.common import format_bytes
 from einkern.cli.progress import ProgressLine
 from einkern.cli.timing import (
     Copies,
     Timing,
     describe_copies,
-    format_bytes,
     host_tensors,
     time_device_resident,
     time_on_host,
@@ -192,6 +192,8 @@ def test_format_bytes_uses_binary_units():
     assert format_bytes(453 * 2**20) == "453 MiB"
     assert format_bytes(3 * 2**30) == "3 GiB"
     assert format_bytes(5 * 2**40) == "5 TiB"
+    assert format_bytes(3 * 2**60) == "3 EiB"
+    assert format_bytes(10**400) == "1.00e+400 B"  # any size, no OverflowError
 
 
 def test_run_on_cuda_says_what_was_timed_and_reports_copies_apart(capsys, monkeypatch):

@@ -17,7 +17,7 @@ import numpy as np
 from .._version import __version__
 from ..errors import EinkernError, UsageError
 from ..ir.nodes import accesses
-from .common import Parser, add_extent_argument, load_problem
+from .common import Parser, add_extent_argument, format_bytes, load_problem
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -123,7 +123,7 @@ def _mappings(args, problem):
 
 
 def _human(value: float, unit: str) -> str:
-    """``value`` with a decimal prefix up to P, then in powers of ten (exact for
+    """``value`` with a decimal prefix up to E, then in powers of ten (exact for
     integers of any size)."""
     if isinstance(value, int) and abs(value) >= 10**18:
         digits = len(str(abs(value)))
@@ -131,8 +131,8 @@ def _human(value: float, unit: str) -> str:
             lead = abs(value) // 10 ** (digits - 3)
             sign = "-" if value < 0 else ""
             return f"{sign}{lead // 100}.{lead % 100:02d}e+{digits - 1} {unit}"
-    for prefix in ("", "K", "M", "G", "T", "P"):
-        if abs(value) < 1000 or prefix == "P":
+    for prefix in ("", "K", "M", "G", "T", "P", "E"):
+        if abs(value) < 1000 or prefix == "E":
             return f"{value:.3g} {prefix}{unit}" if prefix else f"{value:.0f} {unit}"
         value /= 1000
     return f"{value} {unit}"
@@ -198,7 +198,7 @@ def command_check(args) -> int:
         )
         print(f"    stride-1  {contiguous or '-'}")
         print(
-            f"    flops {_human(flops, 'flop')}   min bytes {_human(nbytes, 'B')}   "
+            f"    flops {_human(flops, 'flop')}   min bytes {format_bytes(nbytes)}   "
             f"intensity {_ratio(flops, nbytes)} flop/B"
         )
         if args.verbose:
@@ -208,8 +208,8 @@ def command_check(args) -> int:
                 print(f"    access  {own.access_map(access)}")
     _print_dependences(polyhedra.dependences(), args.dependences)
     flops = analysis.program_flops(problem)
-    kernel_bytes = _human(analysis.kernel_floor_bytes(problem), "B")
-    fused_bytes = _human(analysis.fused_floor_bytes(problem), "B")
+    kernel_bytes = format_bytes(analysis.kernel_floor_bytes(problem))
+    fused_bytes = format_bytes(analysis.fused_floor_bytes(problem))
     print(
         f"\ntotal: {_human(flops, 'flop')}, min bytes {kernel_bytes} (one kernel per statement),"
         f" {fused_bytes} fused"

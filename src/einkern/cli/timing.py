@@ -20,6 +20,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from ..errors import AllocationError
+from .common import format_bytes
 
 
 @dataclass(frozen=True)
@@ -215,16 +216,6 @@ class CudaMemory:
             self.driver.free(pointer)
         self.pointers.clear()
         self.timer.close()
-
-
-def format_bytes(nbytes: int) -> str:
-    """``nbytes`` in binary units: B, KiB, MiB, GiB, TiB (three significant digits)."""
-    value = float(nbytes)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024:
-            return f"{nbytes} B" if unit == "B" else f"{value:.3g} {unit}"
-        value /= 1024
-    return f"{value:.3g} TiB"
 
 
 def describe_copies(timing: Timing) -> list[str]:

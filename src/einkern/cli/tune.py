@@ -241,7 +241,7 @@ def command_db(args: argparse.Namespace) -> int:
             records, verdicts = db.records(), db.verdicts()
         _write_wisdom(args.path, records, verdicts)
         where = "standard output" if args.path == "-" else args.path
-        print(f"exported {len(records)} records to {where}", file=sys.stderr)
+        print(f"exported {_records(len(records))} to {where}", file=sys.stderr)
         return 0
     if args.db_command == "import":
         records, verdicts = _read_wisdom(args.path)
@@ -249,7 +249,7 @@ def command_db(args: argparse.Namespace) -> int:
             stored = db.add_many(records)
             for verdict in verdicts:
                 db.add_verdict(verdict)
-            print(f"imported {stored} of {len(records)} records into {db.path}")
+            print(f"imported {stored} of {_records(len(records))} into {db.path}")
         return 0
     from ..tuning.canonical import einkern_version
 
@@ -262,7 +262,7 @@ def command_db(args: argparse.Namespace) -> int:
             stale_version=einkern_version() if stale else None,
             keep_best_only=args.keep_best,
         )
-        print(f"deleted {deleted} records from {db.path}")
+        print(f"deleted {_records(deleted)} from {db.path}")
     return 0
 
 
@@ -325,3 +325,8 @@ def _read_wisdom(path: str) -> tuple[list[TuningRecord], list[Verdict]]:
 
 
 TUNE_COMMANDS = {"tune": command_tune, "db": command_db}
+
+
+def _records(count: int) -> str:
+    """``1 record``, ``2 records``."""
+    return f"{count} record{'s' if count != 1 else ''}"

@@ -19,6 +19,8 @@ from ..errors import EinkernError, UsageError
 from ..ir.nodes import accesses
 from .common import Parser, add_extent_argument, format_bytes, load_problem
 
+BACKEND_HELP = "cpu: C with OpenMP; cuda: NVIDIA GPUs; auto (default): cuda when a GPU is usable"
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = Parser(prog="einkern", description="Compile Einstein-notation tensor programs.")
@@ -47,9 +49,17 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run programs on random inputs and time them")
     program_args(run, many=True)
-    run.add_argument("--backend", "-b", default="auto", choices=["auto", "cpu", "cuda"])
+    run.add_argument(
+        "--backend", "-b", default="auto", choices=["auto", "cpu", "cuda"], help=BACKEND_HELP
+    )
     run.add_argument("--check", action="store_true", help="compare with the NumPy reference")
-    run.add_argument("--repeat", type=int, default=10, help="timed runs (median reported)")
+    run.add_argument(
+        "--repeat",
+        type=int,
+        default=10,
+        help="timed runs after one warm-up (median reported; cuda: CUDA events on arrays "
+        "already on the GPU, copies reported apart)",
+    )
     run.add_argument("--seed", type=int, default=0, help="random seed for the inputs")
     run.add_argument(
         "--progress",
@@ -61,7 +71,9 @@ def _parser() -> argparse.ArgumentParser:
 
     emit = sub.add_parser("emit", help="print the generated source")
     program_args(emit)
-    emit.add_argument("--backend", "-b", default="auto", choices=["auto", "cpu", "cuda"])
+    emit.add_argument(
+        "--backend", "-b", default="auto", choices=["auto", "cpu", "cuda"], help=BACKEND_HELP
+    )
     emit.add_argument(
         "--resources",
         action="store_true",

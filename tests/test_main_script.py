@@ -65,3 +65,19 @@ def test_cuda_wheels_only_where_a_gpu_is_usable_or_asked_for(tmp_path, nvidia_sm
     assert "examples/local_grad3.ein" in run and "examples/fousek_function1.mapped" in run
     assert run[-4:] == ["--repeat", "3", "--repeat", "5"]  # the caller's arguments last
     assert "--check" in run
+
+
+def test_the_main_jobs_examples_stay_small_at_their_default_sizes():
+    """Command 1 runs every example at its default sizes within ~2 GB of memory: the
+    tensors of each example take at most 256 MiB (the run holds them about three
+    times over: inputs, outputs, reference).  The large sizes live in the
+    benchmark suites, which give their extents explicitly."""
+    import einkern
+
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    paths = [p for p in sorted(examples.iterdir()) if p.suffix in (".ein", ".tensor", ".mapped")]
+    assert len(paths) >= 14
+    for path in paths:
+        problem = einkern.make_problem(einkern.load(path), {})
+        total = sum(problem.nbytes(t.name) for t in problem.program.tensors)
+        assert total <= 256 * 2**20, (path.name, total)

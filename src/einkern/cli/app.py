@@ -17,9 +17,7 @@ import numpy as np
 from .._version import __version__
 from ..errors import EinkernError, UsageError
 from ..ir.nodes import accesses
-from .common import Parser, add_extent_argument, format_bytes, load_problem
-
-BACKEND_HELP = "cpu: C with OpenMP; cuda: NVIDIA GPUs; auto (default): cuda when a GPU is usable"
+from .common import BACKEND_HELP, Parser, add_extent_argument, format_bytes, load_problem
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -8,6 +8,9 @@ from pathlib import Path
 
 from ..errors import UsageError
 
+#: The ``--backend`` option's help, for every command that has one.
+BACKEND_HELP = "cpu: C with OpenMP; cuda: NVIDIA GPUs; auto (default): cuda when a GPU is usable"
+
 
 class Parser(argparse.ArgumentParser):
     """argparse that raises :class:`~einkern.errors.UsageError` instead of exiting."""

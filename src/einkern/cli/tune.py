@@ -22,7 +22,7 @@ from ..tuning.report import ProgressDisplay, print_database, print_results
 from ..tuning.strategies import strategy_names
 from ..tuning.tuner import DEFAULT_BUDGET, DEFAULT_STRATEGY, TuneOptions, tune_problem, tune_task
 from ..tuning.verdict import Verdict
-from .common import add_extent_argument, load_problem
+from .common import BACKEND_HELP, add_extent_argument, load_problem
 
 WISDOM_FORMAT = "einkern-wisdom"
 WISDOM_VERSION = 1
@@ -46,8 +46,16 @@ def add_tune_parsers(subparsers: argparse._SubParsersAction) -> None:
     tune = subparsers.add_parser("tune", help="autotune a program's kernels")
     tune.add_argument("program", help="a .ein, tensor or mapped-function file")
     add_extent_argument(tune)
-    tune.add_argument("--backend", "-b", default="auto", choices=["auto", "cpu", "cuda"])
-    tune.add_argument("--strategy", "-s", default=DEFAULT_STRATEGY, choices=strategy_names())
+    tune.add_argument(
+        "--backend", "-b", default="auto", choices=["auto", "cpu", "cuda"], help=BACKEND_HELP
+    )
+    tune.add_argument(
+        "--strategy",
+        "-s",
+        default=DEFAULT_STRATEGY,
+        choices=strategy_names(),
+        help=f"how variants are chosen (default {DEFAULT_STRATEGY}; docs/tuning.md)",
+    )
     limit = tune.add_mutually_exclusive_group()
     limit.add_argument(
         "--budget",

@@ -229,3 +229,93 @@ def test_run_on_cuda_says_what_was_timed_and_reports_copies_apart(capsys, monkey
     )
     assert lines[4].startswith("check R: max relative error") and lines[4].endswith("ok")
     assert describe_copies(Timing((1.0,), {}, "host clock")) == []
+
+
+class FakeDriver:
+    """The driver calls CudaMemory makes, recorded; ``alloc`` fails past ``limit``."""
+
+    class EventTimer:
+        def __init__(self) -> None:
+            self.closed = False
+
+        def start(self, stream=0):
+            assert stream == 0
+
+        def stop(self, stream=0):
+            return 2.5  # milliseconds
+
+        def close(self):
+            self.closed = True
+
+    def __init__(self, limit: int = 1 << 40) -> None:
+        self.limit = limit
+        self.calls: list[tuple] = []
+        self.next = 0x1000
+
+    def activate(self, ordinal):
+        self.calls.append(("activate", ordinal))
+
+    def alloc(self, nbytes):
+        if nbytes > self.limit:
+            raise einkern.errors.BackendError("cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY")
+        pointer, self.next = self.next, self.next + nbytes
+        self.calls.append(("alloc", nbytes))
+        return pointer
+
+    def free(self, pointer):
+        self.calls.append(("free", pointer))
+
+    def copy_to_device(self, destination, source, nbytes):
+        self.calls.append(("to_device", destination, nbytes))
+
+    def copy_to_host(self, destination, source, nbytes):
+        self.calls.append(("to_host", source, nbytes))
+
+    def synchronize(self, what="the kernels"):
+        self.calls.append(("synchronize",))
+
+
+def test_cuda_memory_describes_its_arrays_and_frees_them():
+    from einkern.cli.timing import CudaMemory
+
+    driver = FakeDriver()
+    memory = CudaMemory(driver)
+    host = np.asfortranarray(np.ones((3, 4)))
+    device = memory.upload(host)
+    interface = device.__cuda_array_interface__
+    assert interface == {
+        "version": 3,
+        "shape": (3, 4),
+        "typestr": "<f8",
+        "strides": (8, 24),  # bytes, column-major
+        "data": (0x1000, False),
+        "stream": None,
+    }
+    empty = memory.empty_like(np.zeros((2,), dtype=np.float32))
+    assert empty.__cuda_array_interface__["data"] == (0x1000 + 96, False)
+    out = np.empty_like(host, order="K")
+    memory.download(device, out)
+    assert memory.elapsed(lambda: None) == pytest.approx(2.5e-3)
+    timer = memory.timer
+    memory.release()
+    assert driver.calls == [
+        ("activate", 0),
+        ("alloc", 96),
+        ("to_device", 0x1000, 96),
+        ("alloc", 8),
+        ("to_host", 0x1000, 96),
+        ("synchronize",),
+        ("free", 0x1000),
+        ("free", 0x1000 + 96),
+    ]
+    assert timer.closed
+    with pytest.raises(ValueError, match="contiguous"):
+        memory.upload(np.ones((4, 4))[:, ::2])
+
+
+def test_cuda_memory_out_of_memory_names_the_size():
+    from einkern.cli.timing import CudaMemory
+
+    memory = CudaMemory(FakeDriver(limit=1 << 20))
+    with pytest.raises(einkern.errors.AllocationError, match=r"cannot allocate 8 MiB on the GPU"):
+        memory.upload(np.ones((1024, 1024)))

@@ -172,9 +172,9 @@ class CudaMemory:
     synchronous ``cuMemcpy`` and events on the legacy default stream (the
     stream a call on arrays without a stream of their own launches on)."""
 
-    def __init__(self) -> None:
-        from ..backends.cuda import driver
-
+    def __init__(self, driver: Any = None) -> None:
+        if driver is None:
+            from ..backends.cuda import driver
         self.driver = driver
         driver.activate(0)
         self.timer = driver.EventTimer()

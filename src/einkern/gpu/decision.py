@@ -206,13 +206,13 @@ def choose(task: Task, limits: DeviceLimits = H100) -> Decision:
             runner += f"; next point {ranked[1][0] * 1e6:.3g} µs ({_family(ranked[1][2])})"
         reason = (
             f"family {family} won: {described} against {runner} (predicted, "
-            f"a point must be {1 / MARGIN:.2g}× faster)"
+            f"a point must be {1 / MARGIN:.3g}× faster)"
         )
         return Decision(best, ((*proposal.steps, ("model-choice", reason))))
     reason = (
         f"family rules kept: predicted {rules_time * 1e6:.3g} µs "
         f"({_bound(task, proposal.config, limits)}); runner-up: {described}, not "
-        f"{1 / MARGIN:.2g}× faster"
+        f"{1 / MARGIN:.3g}× faster"
     )
     return Decision(proposal.config, (*proposal.steps, ("model-choice", reason)))
 

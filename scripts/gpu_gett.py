@@ -108,7 +108,7 @@ def main() -> int:
                 cupy, module = cutensor
                 ca, cb = cupy.asarray(arrays["A"]), cupy.asarray(arrays["B"])
                 cc = cupy.empty(tuple(sizes[i] for i in output), dtype=ca.dtype)
-                modes = (a_idx, b_idx, output)
+                modes = (tuple(a_idx), tuple(b_idx), tuple(output))
                 cut = device.median_time(
                     lambda m=module, x=ca, y=cb, z=cc, o=modes: m.contraction(
                         1.0, x, o[0], y, o[1], 0.0, z, o[2]

@@ -85,7 +85,27 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
         metavar="NAMES",
         help="comma-separated peers to compare with (default: all of the backend's)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the random inputs, and of the cases the contractions suite draws",
+    )
+    parser.add_argument(
+        "--count",
+        type=int,
+        default=None,
+        metavar="N",
+        help="cases the contractions suite draws (default 120, --quick 6)",
+    )
+    parser.add_argument(
+        "--calibrate",
+        default=None,
+        metavar="FILE",
+        help="also time a handful of mapping configurations of each one-statement case "
+        "(CUDA) and append the cost model's predicted and the measured times to FILE "
+        "as JSON lines",
+    )
     parser.add_argument("--list", action="store_true", help="list suites and peers, then exit")
     parser.set_defaults(handler=command_bench)
     return parser
@@ -126,6 +146,8 @@ def _options(args):
 
     if args.runs < 1 or args.warmup < 0:
         raise UsageError("--runs must be at least 1 and --warmup at least 0")
+    if args.count is not None and args.count < 1:
+        raise UsageError("--count must be at least 1")
     peers = None
     if args.peers is not None:
         peers = tuple(name.strip() for name in args.peers.split(",") if name.strip())
@@ -137,6 +159,11 @@ def _options(args):
     backend = args.backend
     if backend == "auto":
         backend = get_backend("auto").name
+    if args.calibrate and backend != "cuda":
+        raise UsageError(
+            "--calibrate records the GPU cost model's predictions: it needs the cuda backend",
+            hint="run with --backend cuda on a GPU machine, or drop --calibrate",
+        )
     quick = args.quick
     if backend == "cpu" and not quick and not args.full:
         print(
@@ -154,6 +181,7 @@ def _options(args):
         suite_timeouts=args.suite_timeout,
         seed=args.seed,
         peers=peers,
+        calibrate=args.calibrate,
     )
 
 
@@ -174,7 +202,7 @@ def command_bench(args) -> int:
             hint="e.g. `einkern bench gemm --quick`, "
             "`einkern bench all`; `einkern bench --list` lists them",
         )
-    suites = resolve_suites(args.suites)
+    suites = [_configure(suite, args) for suite in resolve_suites(args.suites)]
     options = _options(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -200,4 +228,32 @@ def command_bench(args) -> int:
         print(f"{len(bad)} einkern row(s) failed or exceeded the error tolerance", file=sys.stderr)
     sys.stderr.flush()
     print(table)
+    if any(suite.name == "contractions" for suite in suites):
+        print()
+        print(_write_generality(result, out))
     return 1 if bad else 0
+
+
+def _configure(suite, args):
+    """The suite drawing from ``--seed`` (and ``--count`` cases) where it draws cases."""
+    if hasattr(suite, "with_seed"):
+        suite = suite.with_seed(args.seed)
+    if args.count is not None and hasattr(suite, "with_count"):
+        suite = suite.with_count(args.count)
+    return suite
+
+
+def _write_generality(result, out: Path) -> str:
+    """Write contractions.json and contractions.md; returns the class table."""
+    import json
+
+    from ..bench.generality import class_table, summarize, summary_markdown
+    from ..bench.report import _finite
+
+    summary = summarize(result)
+    (out / "contractions.json").write_text(
+        json.dumps(_finite(summary), indent=1, allow_nan=False) + "\n", encoding="utf-8"
+    )
+    (out / "contractions.md").write_text(summary_markdown(summary) + "\n", encoding="utf-8")
+    print(f"wrote {out}/contractions.json and contractions.md", file=sys.stderr)
+    return class_table(summary)

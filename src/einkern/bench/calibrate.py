@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import random
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -59,14 +59,18 @@ def candidates(task: Task, seed: int, best: int = MODEL_BEST, spread: int = RAND
     return list(chosen.values())
 
 
-def calibrate_case(runner, case: Case, stream: IO[str], device_name: str = "") -> int:
-    """Write the JSON lines of one case to ``stream``; returns how many.  Cases of
-    several statements are left out (a line per statement would time the others)."""
+def calibrate_case(
+    runner, case: Case, stream: IO[str], einkern_run: Callable, device_name: str = ""
+) -> int:
+    """Write the JSON lines of one case to ``stream``; returns how many.  ``runner``
+    is the benchmark's :class:`~einkern.bench.runner.Runner` (inputs, reference,
+    timing) and ``einkern_run(kernel, scalars)`` how it runs an einkern kernel.
+    Cases of several statements are left out (a line per statement would time
+    the others)."""
     from .. import api
     from ..ir.bind import make_problem
     from ..tuning.cuda_target import CudaTarget
     from ..tuning.search import canonical
-    from .runner import _einkern_run
 
     problem = make_problem(api.load(case.program), case.extent_map)
     if len(problem.program.statements) != 1:
@@ -87,7 +91,7 @@ def calibrate_case(runner, case: Case, stream: IO[str], device_name: str = "") -
             status, reason = "failed", f"compile: {type(error).__name__}: {error}"
         else:
             row = runner._measure(
-                case, name, _einkern_run(kernel, scalars), problem, inputs, reference, common
+                case, name, einkern_run(kernel, scalars), problem, inputs, reference, common
             )
             status, reason = row.status, row.reason
         record = record_line(case, problem, task, config, origin, predicted, row, device_name)

@@ -426,7 +426,7 @@ def _calibrate(runner: Runner, case: Case, stream, note: Log) -> None:
     from .calibrate import calibrate_case
 
     try:
-        calibrate_case(runner, case, stream, runner.device.describe())
+        calibrate_case(runner, case, stream, _einkern_run, runner.device.describe())
     except Exception as error:  # noqa: BLE001 - calibration must not stop the benchmark
         note(f"calibration of {case.key} failed: {_reason(error)}")
 

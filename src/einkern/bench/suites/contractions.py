@@ -83,8 +83,8 @@ class Contraction:
 
     @property
     def flops(self) -> int:
-        """2 flops (multiply and add) per term of the full index space."""
-        return 2 * self.elements(tuple(self.sizes))
+        """Flops as einkern counts them: per output K multiplies and K - 1 adds."""
+        return self.elements(self.c) * (2 * self.elements(self.group("k")) - 1)
 
     @property
     def nbytes(self) -> int:

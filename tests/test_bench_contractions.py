@@ -241,7 +241,7 @@ def test_report_classes_ratios_and_floor():
         # memory-bound fp64: floor 1e8 / 1e12 = 0.1 ms
         _row("m1", EINKERN, 2e-4, predicted_s=1e-4),
         _row("m1", "torch.einsum", 1e-4),
-        _row("m1", "cuTENSOR", 4e-4),
+        _row("m1", "cuTENSOR", 4e-4, error_ok=False, error=1.0),  # counted, marked
         _row("m2", EINKERN, 1e-4, predicted_s=3e-4),
         _row("m2", "torch.einsum", 2e-4),
         _row("m2", "cuTENSOR", "failed", status="failed", reason="x"),
@@ -284,7 +284,8 @@ def test_report_classes_ratios_and_floor():
     assert summary["model_spearman"] == pytest.approx(spearman([1, 2, 4, 3], [2, 1, 4, 3]))
     text = summary_markdown(summary)
     assert "| memory-bound fp64 | 2 | 2 | 70.7 % |" in text
-    assert "\n| m1 | m1 | memory-bound fp64 | 0.1 | 0.2 | 50 % | 0.1 | 0.4 | 0.5× | 0.1 |" in text
+    assert "\n| m1 | m1 | memory-bound fp64 | 0.1 | 0.2 | 50 % | 0.1 | 0.4 ✗ | 0.5× | 0.1 |" in text
+    assert cases["m1"].peers["cuTENSOR"] == 4e-4 and cases["m1"].peer_errors == ("cuTENSOR",)
     assert "\n| c1 |" in text and "\n| g |" in text
 
 

@@ -9,9 +9,10 @@ then the per-case table (einkern, the peers, the floor) and the cost model's
 Spearman rank correlation between predicted and measured einkern times.
 
 The floor is max(bytes / copy bandwidth, flops / SIMT peak) with the ceilings
-of the same run (:meth:`~einkern.bench.device.Calibration.simt_floor`).  A row
-counts only when it ran and matched the reference; an einkern row that did not
-counts as "not at least as fast" and is listed.
+of the same run (:meth:`~einkern.bench.device.Calibration.simt_floor`).  An
+einkern row counts only when it ran and matched the reference (one that did not
+counts as "not at least as fast" and is named); a peer's time counts whenever it
+ran, and a peer result above the tolerance is marked (✗) in the per-case table.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class CaseResult:
     peers: dict[str, float | None]
     better_peer: str | None
     predicted_s: float | None
+    peer_errors: tuple[str, ...] = ()  # peers whose result exceeded the tolerance
 
     @property
     def better_s(self) -> float | None:
@@ -116,11 +118,11 @@ def _ranks(values: np.ndarray) -> np.ndarray:
     return ranks
 
 
-def _time(row: Measurement | None) -> float | None:
-    """The row's median when it ran and did not exceed the tolerance."""
-    if row is None or row.status != "ok" or row.error_ok is False or not row.median_s:
+def _time(row: Measurement | None, checked: bool = True) -> float | None:
+    """The row's median when it ran (and, ``checked``, did not exceed the tolerance)."""
+    if row is None or row.status != "ok" or not row.median_s:
         return None
-    return row.median_s
+    return None if checked and row.error_ok is False else row.median_s
 
 
 def classify(dtype: str, flops: int, nbytes: int, result: BenchResult) -> str:
@@ -144,7 +146,7 @@ def case_results(result: BenchResult, suite: str = SUITE) -> list[CaseResult]:
     found = []
     for rows in grouped.values():
         base = rows.get(EINKERN) or next(iter(rows.values()))
-        peers = {name: _time(row) for name, row in rows.items() if name != EINKERN}
+        peers = {name: _time(row, False) for name, row in rows.items() if name != EINKERN}
         timed = [name for name in better if peers.get(name) is not None]
         found.append(
             CaseResult(
@@ -165,6 +167,9 @@ def case_results(result: BenchResult, suite: str = SUITE) -> list[CaseResult]:
                 if timed
                 else None,
                 predicted_s=rows[EINKERN].predicted_s if EINKERN in rows else None,
+                peer_errors=tuple(
+                    name for name, row in rows.items() if name != EINKERN and row.error_ok is False
+                ),
             )
         )
     return found
@@ -284,7 +289,9 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         lines.append(
             f"| {c['workload']} | {c['label']} | {c['klass']} | {_ms(c['floor_s'])} | {einkern} | "
             f"{_pct(c['floor_fraction'])} | "
-            + " | ".join(_ms(c["peers"].get(p)) for p in peers)
+            + " | ".join(
+                _ms(c["peers"].get(p)) + (" ✗" if p in c["peer_errors"] else "") for p in peers
+            )
             + f" | {_x(c['ratio'])} | {_ms(c['predicted_s'])} |"
         )
     return "\n".join(lines)

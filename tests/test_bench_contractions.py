@@ -255,6 +255,9 @@ def test_report_classes_ratios_and_floor():
         # a named shape: in the table, not in the classes
         _row("g", EINKERN, 1e-3, group="named gemm", predicted_s=5e-4),
         _row("g", "torch.einsum", 1e-3, group="named gemm"),
+        # past the suite's time limit: left out of every figure
+        _row("late", EINKERN, None, status="skipped", reason="suite time limit 1 s reached"),
+        _row("late", "torch.einsum", None, status="skipped"),
     ]
     rows[5] = dataclasses.replace(rows[5], median_s=None)
     result = _result(rows)
@@ -282,7 +285,9 @@ def test_report_classes_ratios_and_floor():
     # predicted 1e-4, 3e-4, 0.2, 5e-4 against measured 2e-4, 1e-4, 0.1, 1e-3
     assert summary["model_pairs"] == 4
     assert summary["model_spearman"] == pytest.approx(spearman([1, 2, 4, 3], [2, 1, 4, 3]))
+    assert summary["skipped"] == 1 and "late" not in [c["workload"] for c in summary["cases"]]
     text = summary_markdown(summary)
+    assert "SIMT peak TFLOP/s float32 40, float64 20; 1 case(s) skipped" in text
     assert "| memory-bound fp64 | 2 | 2 | 70.7 % |" in text
     assert "\n| m1 | m1 | memory-bound fp64 | 0.1 | 0.2 | 50 % | 0.1 | 0.4 ✗ | 0.5× | 0.1 |" in text
     assert cases["m1"].peers["cuTENSOR"] == 4e-4 and cases["m1"].peer_errors == ("cuTENSOR",)

@@ -214,8 +214,10 @@ def model_correlation(cases: Sequence[CaseResult]) -> tuple[float | None, int]:
 
 def summarize(result: BenchResult, suite: str = SUITE) -> dict[str, Any]:
     """Everything the report prints, as JSON-ready data."""
-    cases = case_results(result, suite)
+    every = case_results(result, suite)
+    cases = [c for c in every if not c.einkern_status.startswith("skipped")]
     drawn = [c for c in cases if c.drawn]
+    calibration = result.calibration
     classes = [class_summary(k, [c for c in drawn if c.klass == k]) for k in CLASSES]
     everything = class_summary("all drawn", drawn)
     rho, pairs = model_correlation(cases)
@@ -227,6 +229,12 @@ def summarize(result: BenchResult, suite: str = SUITE) -> dict[str, Any]:
         "better_peers": list(
             BETTER_PEERS.get(result.environment.get("backend") or "", ("torch.einsum",))
         ),
+        "calibration": {
+            "bandwidth": calibration.bandwidth,
+            "simt_peak": dict(calibration.simt_peak),
+            "peak": dict(calibration.peak),
+        },
+        "skipped": len(every) - len(cases),
         "classes": [asdict(c) for c in [*classes, everything]],
         "model_spearman": rho,
         "model_pairs": pairs,
@@ -253,6 +261,8 @@ def summary_markdown(summary: dict[str, Any]) -> str:
     better = " / ".join(summary["better_peers"])
     lines = [
         f"## contractions (seed {summary['seed']}): einkern against the better of {better}",
+        "",
+        _ceilings(summary),
         "",
         "| class | cases | einkern ok | einkern % floor (geomean) | better peer % floor | "
         "einkern ≥ better peer | better peer / einkern (geomean) | worst | worst case |",
@@ -295,6 +305,16 @@ def summary_markdown(summary: dict[str, Any]) -> str:
             + f" | {_x(c['ratio'])} | {_ms(c['predicted_s'])} |"
         )
     return "\n".join(lines)
+
+
+def _ceilings(summary: dict[str, Any]) -> str:
+    calibration = summary["calibration"]
+    simt = ", ".join(f"{k} {v / 1e12:.3g}" for k, v in calibration["simt_peak"].items())
+    text = f"Floor: copy {calibration['bandwidth'] / 1e9:.4g} GB/s, "
+    text += f"SIMT peak TFLOP/s {simt}" if simt else "no SIMT peak measured: matrix-product peak"
+    if summary["skipped"]:
+        text += f"; {summary['skipped']} case(s) skipped (suite time limit), left out below"
+    return text + "."
 
 
 def class_table(summary: dict[str, Any]) -> str:

@@ -165,9 +165,10 @@ def test_every_quick_case_compiles_and_matches_the_reference_on_the_cpu():
 
 
 def test_quick_cpu_run_writes_the_generality_report(tmp_path, capsys):
+    """The quick mode as CI runs it: 6 drawn cases and the small named shapes."""
     code = _bench(
-        ["contractions", "--quick", "--backend", "cpu", "--seed", "2", "--count", "3"]
-        + ["--runs", "3", "--out", str(tmp_path)]
+        ["contractions", "--quick", "--backend", "cpu", "--seed", "2", "--runs", "5"]
+        + ["--out", str(tmp_path)]
     )
     assert code == 0
     summary = json.loads((tmp_path / "contractions.json").read_text())
@@ -179,12 +180,14 @@ def test_quick_cpu_run_writes_the_generality_report(tmp_path, capsys):
         "all drawn",
     ]
     drawn = [c for c in summary["cases"] if c["drawn"]]
-    assert [c["workload"] for c in drawn] == ["c2_000", "c2_001", "c2_002"]
+    assert [c["workload"] for c in drawn] == [f"c2_00{n}" for n in range(6)]
+    named = [c["workload"] for c in summary["cases"] if not c["drawn"]]
+    assert named == ["sd_t_d1_1", "local_grad3", "sgemm", "dgemm", "riemann"]
     for case in drawn:
         assert case["einkern_status"] == "ok"
         assert case["better_peer"] == "numpy.einsum"
         assert case["ratio"] > 0 and case["floor_s"] > 0
-    assert summary["classes"][-1]["cases"] == 3
+    assert summary["classes"][-1]["cases"] == 6 and summary["skipped"] == 0
     markdown = (tmp_path / "contractions.md").read_text()
     assert "| class |" in markdown and "| case |" in markdown
     out = capsys.readouterr().out

@@ -419,3 +419,27 @@ def test_calibrate_case_writes_one_line_per_candidate(tmp_path, monkeypatch):
     # a program of several statements is left out
     named = next(c for c in ContractionsSuite().cases(True) if c.workload == "local_grad3")
     assert calibrate_case(runner, named, stream=None, einkern_run=_einkern_run) == 0
+
+
+def test_predicted_seconds_is_the_model_of_the_compiled_mappings():
+    """What einkern rows record as ``predicted_s`` on the GPU: the cost model of
+    the mapping each statement is compiled under (no GPU needed to plan)."""
+    from types import SimpleNamespace
+
+    from einkern.backends.cuda import CudaBackend
+    from einkern.backends.cuda.limits import device_limits
+    from einkern.bench.runner import predicted_seconds
+    from einkern.gpu.decision import decide
+    from einkern.gpu.model import predicted_time
+
+    named = next(c for c in ContractionsSuite().cases(False) if c.workload == "local_grad3")
+    for case in [contractions(0, 2)[1].case(), named]:
+        problem = einkern.make_problem(einkern.load(case.program), case.extent_map)
+        kernel = SimpleNamespace(backend=CudaBackend(), problem=problem, mappings=None)
+        want = 0.0
+        for position in range(len(problem.program.statements)):
+            task = statement_task(problem, position)
+            want += predicted_time(task, decide(task, device_limits()), device_limits())
+        assert predicted_seconds(kernel) == pytest.approx(want) and want > 0
+    broken = SimpleNamespace(backend=object(), problem=problem, mappings=None)
+    assert predicted_seconds(broken) is None

@@ -291,9 +291,10 @@ def test_report_classes_ratios_and_floor():
     assert memory.at_least_peer == 0.5
     assert memory.ratio_geomean == pytest.approx(math.sqrt(0.5 * 2.0))
     assert memory.worst_ratio == pytest.approx(0.5) and memory.worst_case == "m1"
+    assert memory.below_07 == 1
     fp32 = class_summary("fp32", [cases["s1"]])
     assert fp32.at_least_peer == 0.0 and fp32.worst_ratio == 0.0
-    assert "einkern failed" in fp32.worst_case
+    assert "einkern failed" in fp32.worst_case and fp32.below_07 == 1
 
     summary = summarize(result)
     assert summary["seed"] == 9 and summary["better_peers"] == ["torch.einsum", "cuTENSOR"]

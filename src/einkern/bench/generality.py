@@ -4,7 +4,8 @@ Per class of drawn case (memory-bound fp64, compute-bound fp64, fp32; a case is
 memory-bound when its bytes take longer at the measured copy bandwidth than its
 flops at the measured SIMT peak), einkern's geometric mean fraction of the
 floor, the fraction of cases where einkern is at least as fast as the better
-peer, the geometric mean and the worst of (better peer's time / einkern's time),
+peer, the geometric mean and the worst of einkern's speed relative to the better
+peer (better peer's time / einkern's time), the cases below 0.7 of it,
 then the per-case table (einkern, the peers, the floor) and the cost model's
 Spearman rank correlation between predicted and measured einkern times.
 
@@ -82,6 +83,7 @@ class ClassSummary:
     ratio_geomean: float | None
     worst_ratio: float | None
     worst_case: str
+    below_07: int  # cases slower than 0.7x the better peer (failures included)
 
 
 def geomean(values: Sequence[float]) -> float | None:
@@ -202,6 +204,7 @@ def class_summary(klass: str, cases: Sequence[CaseResult]) -> ClassSummary:
         ratio_geomean=geomean([r for r, _ in ratios]),
         worst_ratio=0.0 if failed else worst[0],
         worst_case=failed[0] + " (einkern failed)" if failed else worst[1],
+        below_07=len(failed) + sum(1 for r, _ in ratios if r < 0.7),
     )
 
 
@@ -265,14 +268,16 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         _ceilings(summary),
         "",
         "| class | cases | einkern ok | einkern % floor (geomean) | better peer % floor | "
-        "einkern ≥ better peer | better peer / einkern (geomean) | worst | worst case |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "einkern ≥ better peer | speed vs better peer (geomean) | worst | worst case | "
+        "< 0.7× |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in summary["classes"]:
         lines.append(
             f"| {c['klass']} | {c['cases']} | {c['einkern_ok']} | {_pct(c['floor_geomean'])} | "
             f"{_pct(c['peer_floor_geomean'])} | {_pct(c['at_least_peer'])} | "
-            f"{_x(c['ratio_geomean'])} | {_x(c['worst_ratio'])} | {c['worst_case']} |"
+            f"{_x(c['ratio_geomean'])} | {_x(c['worst_ratio'])} | {c['worst_case']} | "
+            f"{c['below_07']} |"
         )
     rho, rho_drawn = summary["model_spearman"], summary["model_spearman_drawn"]
     lines += [
@@ -291,7 +296,7 @@ def summary_markdown(summary: dict[str, Any]) -> str:
     lines += [
         "| case | einsum / shape | class | floor ms | einkern ms | % floor | "
         + " | ".join(f"{p} ms" for p in peers)
-        + " | better / einkern | predicted ms |",
+        + " | speed vs better peer | predicted ms |",
         "|---" * (7 + len(peers)) + "|---|",
     ]
     for c in summary["cases"]:

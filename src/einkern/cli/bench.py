@@ -230,7 +230,10 @@ def command_bench(args) -> int:
     print(table)
     if any(suite.name == "contractions" for suite in suites):
         print()
-        print(_write_generality(result, out))
+        from ..bench.report import write_generality
+
+        print(write_generality(result, out))
+        print(f"wrote {out}/contractions.json and contractions.md", file=sys.stderr)
     return 1 if bad else 0
 
 
@@ -241,19 +244,3 @@ def _configure(suite, args):
     if args.count is not None and hasattr(suite, "with_count"):
         suite = suite.with_count(args.count)
     return suite
-
-
-def _write_generality(result, out: Path) -> str:
-    """Write contractions.json and contractions.md; returns the class table."""
-    import json
-
-    from ..bench.generality import class_table, summarize, summary_markdown
-    from ..bench.report import _finite
-
-    summary = summarize(result)
-    (out / "contractions.json").write_text(
-        json.dumps(_finite(summary), indent=1, allow_nan=False) + "\n", encoding="utf-8"
-    )
-    (out / "contractions.md").write_text(summary_markdown(summary) + "\n", encoding="utf-8")
-    print(f"wrote {out}/contractions.json and contractions.md", file=sys.stderr)
-    return class_table(summary)

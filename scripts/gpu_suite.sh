@@ -36,26 +36,31 @@ OUT=${OUT:-$PWD/bench-out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
 peers="torch.einsum,cuTENSOR,cupy.einsum,cuBLAS (torch.matmul)"
+work=$(mktemp -d /tmp/einkern-suite.XXXXXX)
 if [ "$mode" = calibrate ]; then
-    out=$OUT/calibration-$seed
     # the drawn cases only matter here; the suite limit keeps the call under 8 minutes
     timeout 460 python3 -m einkern bench contractions --backend cuda --seed "$seed" \
         --count "${2:-40}" --runs 5 --warmup 1 --row-budget 2 --peers torch.einsum \
         --suite-timeout contractions=400 --calibrate "$OUT/calibration-$seed.jsonl" \
-        --out "$out" > "$out.log" 2>&1
+        --out "$work" > "$OUT/calibration-$seed.log" 2>&1
     status=$?
+    echo "einkern bench exit $status"
     echo "calibration records: $(wc -l < "$OUT/calibration-$seed.jsonl" 2>/dev/null || echo 0)"
-    tail -12 "$out.log"
+    tail -12 "$OUT/calibration-$seed.log"
     exit "$status"
 fi
+# Back in $OUT/suite-SEED (the device tool returns at most 8 files): results.json,
+# results.md, contractions.json, contractions.md (the per-case table), log.txt.
 out=$OUT/suite-$seed
 mkdir -p "$out"
 # COUNT drawn cases (default 120) + 11 named shapes; a case past the suite limit is
-# recorded as skipped, and the report says how many ran.
+# recorded as skipped, and the report says how many.
 timeout 470 python3 -m einkern bench contractions --backend cuda --seed "$seed" \
     --count "${2:-120}" --runs 5 --warmup 1 --row-budget 2 --peers "$peers" \
-    --suite-timeout contractions=400 --out "$out" > "$out/stdout.txt" 2> "$out/log.txt"
+    --suite-timeout contractions=400 --out "$work" > "$work/stdout.txt" 2> "$out/log.txt"
 status=$?
+cp "$work"/results.json "$work"/results.md "$work"/contractions.* "$out"/ 2>/dev/null
+cat "$work/stdout.txt" >> "$out/log.txt"
 echo "einkern bench exit $status"
 grep -E "unavailable|suite contractions|SIMT|failed" "$out/log.txt" | head -8
 python3 - "$out" <<'EOF'
@@ -69,6 +74,6 @@ peak = ", ".join(f"{k} {v / 1e12:.1f}" for k, v in calibration["peak"].items())
 print(f"copy {calibration['bandwidth'] / 1e12:.2f} TB/s; SIMT peak TFLOP/s: {simt}; "
       f"cuBLAS TFLOP/s: {peak}")
 EOF
-# the class table and the model's correlation: the last lines of stdout
-sed -n '/^## contractions/,$p' "$out/stdout.txt"
+# the class table and the model's correlation: the last lines of the output
+sed -n '/^## contractions/,$p' "$work/stdout.txt"
 exit "$status"

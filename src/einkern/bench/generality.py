@@ -31,7 +31,7 @@ SUITE = "contractions"
 #: The peers "the better peer" is taken over, per backend.
 BETTER_PEERS = {"cuda": ("torch.einsum", "cuTENSOR"), "cpu": ("numpy.einsum",)}
 #: Peers shown in the per-case table when present.
-TABLE_PEERS = ("torch.einsum", "cuTENSOR", "cupy.einsum", "numpy.einsum")
+TABLE_PEERS = ("torch.einsum", "cuTENSOR", "cupy.einsum", "cuBLAS (torch.matmul)", "numpy.einsum")
 CLASSES = ("memory-bound fp64", "compute-bound fp64", "fp32")
 
 

@@ -445,3 +445,15 @@ def test_predicted_seconds_is_the_model_of_the_compiled_mappings():
         assert predicted_seconds(kernel) == pytest.approx(want) and want > 0
     broken = SimpleNamespace(backend=object(), problem=problem, mappings=None)
     assert predicted_seconds(broken) is None
+
+
+def test_dump_writes_every_program_of_the_seed(tmp_path):
+    code = _bench(["contractions", "--seed", "4", "--count", "5", "--dump", str(tmp_path)])
+    assert code == 0
+    index = json.loads((tmp_path / "cases.json").read_text())
+    cases = ContractionsSuite(seed=4, count=5).cases(False)
+    assert [entry["workload"] for entry in index] == [c.workload for c in cases]
+    for entry, case in zip(index, cases, strict=True):
+        assert (tmp_path / entry["file"]).read_text() == case.program
+        assert entry["extents"] == case.extent_map
+    assert index[0]["note"] == f"einsum {contractions(4, 1)[0].einsum}"

@@ -106,6 +106,13 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
         "(CUDA) and append the cost model's predicted and the measured times to FILE "
         "as JSON lines",
     )
+    parser.add_argument(
+        "--dump",
+        default=None,
+        metavar="DIR",
+        help="write each case's program (CASE.ein) and cases.json (extents, and the einsum "
+        "equation of drawn cases) to DIR, then exit without running anything",
+    )
     parser.add_argument("--list", action="store_true", help="list suites and peers, then exit")
     parser.set_defaults(handler=command_bench)
     return parser
@@ -203,6 +210,8 @@ def command_bench(args) -> int:
             "`einkern bench all`; `einkern bench --list` lists them",
         )
     suites = [_configure(suite, args) for suite in resolve_suites(args.suites)]
+    if args.dump:
+        return _dump(suites, Path(args.dump), args.quick)
     options = _options(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -235,6 +244,32 @@ def command_bench(args) -> int:
         print(write_generality(result, out))
         print(f"wrote {out}/contractions.json and contractions.md", file=sys.stderr)
     return 1 if bad else 0
+
+
+def _dump(suites, folder: Path, quick: bool) -> int:
+    """Write every case's program and a cases.json index; returns 0."""
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    index: list[dict] = []
+    for suite in suites:
+        for case in suite.cases(quick):
+            name = f"{case.suite}_{case.workload}_{len(index):03d}.ein"
+            (folder / name).write_text(case.program, encoding="utf-8")
+            index.append(
+                {
+                    "file": name,
+                    "suite": case.suite,
+                    "workload": case.workload,
+                    "group": case.group,
+                    "extents": case.extent_map,
+                    "label": case.label,
+                    "note": case.note,
+                }
+            )
+    (folder / "cases.json").write_text(json.dumps(index, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {len(index)} programs and cases.json to {folder}", file=sys.stderr)
+    return 0
 
 
 def _configure(suite, args):

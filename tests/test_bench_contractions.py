@@ -53,7 +53,9 @@ def drawn() -> list[Contraction]:
 # ---- what a seed gives ---------------------------------------------------------
 
 
-def test_a_seed_gives_the_promised_structure(drawn):
+@pytest.mark.parametrize("seed", [0, 11, 2024, 987654321])
+def test_a_seed_gives_the_promised_structure(seed):
+    drawn = contractions(seed)
     assert len(drawn) == COUNT >= 100
     for c in drawn:
         counts = {group: len(indices) for group, indices in c.groups}
@@ -84,6 +86,17 @@ def test_a_seed_gives_the_promised_structure(drawn):
     assert {len(dict(c.groups)["batch"]) for c in drawn} == {0, 1, 2, 3}
     assert {len(dict(c.groups)["k"]) for c in drawn} == {1, 2, 3, 4}
     assert {len(t) for c in drawn for t in (c.a, c.b, c.c)} == {2, 3, 4, 5, 6}
+
+
+def test_quick_cases_are_small_and_of_both_classes():
+    from einkern.bench.suites.contractions import LARGEST_QUICK, MAX_FLOPS_QUICK, QUICK_BALANCE
+
+    small = contractions(7, 40, quick=True)
+    for c in small:
+        assert LARGEST_QUICK[0] <= c.largest_bytes <= LARGEST_QUICK[1], c
+        assert c.flops <= MAX_FLOPS_QUICK
+        assert (c.intensity > QUICK_BALANCE * balance(c.dtype)) == (c.bound == "compute")
+    assert {c.bound for c in small[:2]} == {"memory", "compute"}
 
 
 def test_every_case_is_a_valid_program_with_its_einsum(drawn):

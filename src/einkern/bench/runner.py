@@ -3,8 +3,8 @@
 For each case: fresh random inputs on the device (uniform in [0.5, 1.5)),
 one reference (NumPy, or float64 ``torch.einsum`` on the GPU where the NumPy
 reference would take more than a few seconds or the case asks for it), then
-for einkern and each peer in turn: its own copy of the inputs, one checked call, warm-up, and the
-timed calls.  Nothing that goes wrong is dropped: a row records the reason.
+for einkern and each peer in turn: its own copy of the inputs, one checked
+call, warm-up, and the timed calls.  Nothing that goes wrong is dropped: a row records the reason.
 """
 
 from __future__ import annotations

@@ -287,6 +287,7 @@ def test_report_classes_ratios_and_floor():
         # past the suite's time limit: left out of every figure
         _row("late", EINKERN, None, status="skipped", reason="suite time limit 1 s reached"),
         _row("late", "torch.einsum", None, status="skipped"),
+        _row("g", "cuTENSOR", None, status="unavailable", reason="OSError: no libcutensor"),
     ]
     rows[5] = dataclasses.replace(rows[5], median_s=None)
     result = _result(rows)
@@ -318,6 +319,7 @@ def test_report_classes_ratios_and_floor():
     assert summary["skipped"] == 1 and "late" not in [c["workload"] for c in summary["cases"]]
     text = summary_markdown(summary)
     assert "SIMT peak TFLOP/s float32 40, float64 20; 1 case(s) skipped" in text
+    assert "; cuTENSOR unavailable (OSError: no libcutensor): its cells say —." in text
     assert "| memory-bound fp64 | 2 | 2 | 70.7 % |" in text
     assert "\n| m1 | m1 | memory-bound fp64 | 0.1 | 0.2 | 50 % | 0.1 | 0.4 ✗ | 0.5× | 0.1 |" in text
     assert cases["m1"].peers["cuTENSOR"] == 4e-4 and cases["m1"].peer_errors == ("cuTENSOR",)

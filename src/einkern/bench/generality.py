@@ -238,6 +238,11 @@ def summarize(result: BenchResult, suite: str = SUITE) -> dict[str, Any]:
             "peak": dict(calibration.peak),
         },
         "skipped": len(every) - len(cases),
+        "unavailable": {
+            m.implementation: m.reason
+            for m in result.measurements
+            if m.suite == suite and m.status == "unavailable"
+        },
         "classes": [asdict(c) for c in [*classes, everything]],
         "model_spearman": rho,
         "model_pairs": pairs,
@@ -319,6 +324,8 @@ def _ceilings(summary: dict[str, Any]) -> str:
     text += f"SIMT peak TFLOP/s {simt}" if simt else "no SIMT peak measured: matrix-product peak"
     if summary["skipped"]:
         text += f"; {summary['skipped']} case(s) skipped (suite time limit), left out below"
+    for peer, reason in summary["unavailable"].items():
+        text += f"; {peer} unavailable ({reason}): its cells say —"
     return text + "."
 
 

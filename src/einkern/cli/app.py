@@ -62,6 +62,12 @@ def _parser() -> argparse.ArgumentParser:
         help="(cuda) compile with NVRTC and print registers, shared memory and spills",
     )
     emit.add_argument("--arch", default=None, help="(cuda) target, e.g. sm_90 (default: device)")
+    for p in (check, run, emit):
+        p.add_argument(
+            "--no-rewrite",
+            action="store_true",
+            help="compile each statement as one kernel: no program rewrites (docs/rewrites.md)",
+        )
     for p in (run, emit):
         p.add_argument(
             "--mapping",
@@ -208,6 +214,12 @@ def command_check(args) -> int:
         f"\ntotal: {_human(flops, 'flop')}, min bytes {kernel_bytes} (one kernel per statement),"
         f" {fused_bytes} fused"
     )
+    if not args.no_rewrite:
+        from ..api import plan_rewrites
+
+        print("\nrewrites (CUDA cost model; docs/rewrites.md):")
+        for line in plan_rewrites(problem, "cuda").explain():
+            print(f"  {line}")
     return 0
 
 
@@ -237,7 +249,7 @@ def command_run(args) -> int:
 
 
 def _run_one(args) -> int:
-    from ..api import Kernel
+    from ..api import Kernel, plan_rewrites
     from ..backends import get_backend
     from ..reference import evaluate
     from ..testing import output_tolerance, random_arrays, random_scalars, relative_error
@@ -249,7 +261,8 @@ def _run_one(args) -> int:
     mappings = _mappings(args, problem)
     if mappings is not None and backend.name != "cuda":
         raise UsageError("--mapping needs --backend cuda")
-    kernel = Kernel(problem, backend, mappings=mappings)
+    rewrites = plan_rewrites(problem, backend.name, not args.no_rewrite, given=bool(mappings))
+    kernel = Kernel(problem, backend, mappings=mappings, plan=rewrites)
     arrays = random_arrays(problem, args.seed, problem.program.inputs)
     scalars = random_scalars(problem, args.seed)
     originals = {name: array.copy(order="K") for name, array in arrays.items()}
@@ -300,6 +313,13 @@ def command_emit(args) -> int:
     if cuda_only and backend.name != "cuda":
         raise UsageError(f"{cuda_only[0]} needs --backend cuda")
     mappings = _mappings(args, problem)
+    from ..api import plan_rewrites
+
+    rewrites = plan_rewrites(problem, backend.name, not args.no_rewrite, given=bool(mappings))
+    if args.explain:
+        for line in rewrites.explain():
+            print(f"// {line}")
+    problem = rewrites.problem
     if backend.name == "cuda":
         from ..backends.cuda.generate import resolve_mappings
 

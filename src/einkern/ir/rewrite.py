@@ -34,12 +34,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from ..errors import EinkernError
-from ..semantics import compute_dtype
+from ..semantics import DType, compute_dtype
 from .nodes import (
     Access,
     Binary,
     Call,
-    Const,
     Expr,
     Extent,
     Neg,
@@ -190,7 +189,7 @@ def memory_order(tensor: Tensor, indices: Sequence[str]) -> tuple[str, ...]:
     return tuple(indices) if tensor.layout == "row" else tuple(reversed(indices))
 
 
-def _dtype(program: Program, statement: Statement, reads: Iterable[Access]) -> str:
+def _dtype(program: Program, statement: Statement, reads: Iterable[Access]) -> DType:
     return compute_dtype(
         program.tensor(statement.output.tensor).dtype,
         [program.tensor(a.tensor).dtype for a in reads],
@@ -299,7 +298,7 @@ def split_products(problem: Problem, position: int, *, force: bool = False,
         split = product_split(problem, statement, node)
         if split is None or not (force or split.pays(memory_limit)):
             continue
-        tensors, others = _product_operands(node)  # type: ignore[misc]
+        tensors, others = _product_operands(node) or ([], [])
         dtype = _dtype(program, statement, tensors)
         operands: list[Access] = list(tensors)
         keep = set(free_indices(node))
@@ -314,7 +313,7 @@ def split_products(problem: Problem, position: int, *, force: bool = False,
             name = names.fresh("p")
             edit.tensors.append(
                 Tensor(name, tuple(extents[i] for i in result), dtype, "row", temporary=True)
-            )  # type: ignore[arg-type]
+            )
             body = _product(chosen)
             edit.statements.append(
                 _statement(Access(name, result), "=", Sum(summed, body) if summed else body,

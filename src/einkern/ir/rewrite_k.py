@@ -109,7 +109,7 @@ def split_k(problem: Problem, position: int, slices: int, index: str | None = No
     partial = names.fresh("P")
     dtype = _dtype(program, statement, accesses(node.body))
     edit.tensors.append(
-        Tensor(partial, tuple(extents[i] for i in dims), dtype, output.layout,  # type: ignore[arg-type]
+        Tensor(partial, tuple(extents[i] for i in dims), dtype, output.layout,
                temporary=True)
     )
     bound = tuple(i for i in node.indices if i != index) + (k,)

@@ -13,9 +13,22 @@ is permuted into a row-major temporary first (the output: permuted back after).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
-from .nodes import Access, Expr, Neg, Problem, Program, Statement, Sum, Tensor, accesses
-from .nodes import product_factors, signed_terms
+from ..semantics import DType
+from .nodes import (
+    Access,
+    Expr,
+    Neg,
+    Problem,
+    Program,
+    Statement,
+    Sum,
+    Tensor,
+    accesses,
+    product_factors,
+    signed_terms,
+)
 from .rewrite import (
     Rewrite,
     RewriteError,
@@ -114,7 +127,7 @@ def ttgt(problem: Problem, position: int) -> Rewrite:
         moved.append(out.tensor)
         canonical = [i for g in ("batch", "M", "N") for i in groups[g]]
         temp = names.fresh(f"{out.tensor}_t")
-        edit.tensors.append(Tensor(temp, tuple(extents[i] for i in canonical), dtype,  # type: ignore[arg-type]
+        edit.tensors.append(Tensor(temp, tuple(extents[i] for i in canonical), dtype,
                                    "row", temporary=True))
         flat = [g for g in ("batch", "M", "N") if g in fused]
         result = _view(edit, names, temp, dtype, flat, fused)
@@ -142,13 +155,13 @@ def _arrangement(tensor: Tensor, access: Access, groups: dict[str, list[str]],
     return None
 
 
-def _view(edit: _Edit, names: _Names, base: str, dtype: str, arrangement: list[str],
+def _view(edit: _Edit, names: _Names, base: str, dtype: DType, arrangement: Sequence[str],
           fused: dict[str, tuple[str, str]]) -> Access:
     """A row-major view of ``base`` (in GEMM order) with one dimension per group."""
     name = names.fresh(f"{base}_g")
     shape = tuple(fused[g][1] for g in arrangement)
     edit.tensors.append(
-        Tensor(name, shape, dtype, "row", temporary=True, view_of=base)  # type: ignore[arg-type]
+        Tensor(name, shape, dtype, "row", temporary=True, view_of=base)
     )
     return Access(name, tuple(fused[g][0] for g in arrangement))
 

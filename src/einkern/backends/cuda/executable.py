@@ -9,8 +9,9 @@ launches can be captured into a CUDA graph.  Device arrays are used in place;
 host (NumPy) arrays are copied to the device on the stream, and the ones the
 program writes are copied back before the call returns.  Temporaries (the padded
 copies of the ``pad`` boundary policy, and a program rewrite's temporaries) are
-allocated stream-ordered for each call from einkern's memory pool (from the graph's memory during a capture), so
-concurrent calls on different streams never share them.
+allocated stream-ordered for each call from einkern's memory pool (from the
+graph's memory during a capture), so concurrent calls on different streams
+never share them.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, MutableMapping
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
@@ -91,30 +91,3 @@ def view_arrays(problem: Problem, arrays: Mapping[str, np.ndarray]) -> dict[str,
         result[name] = flat.reshape(problem.shape(name), order="C" if layout == "row" else "F")
     return result
 
-
-def emulate_rewritten(
-    problem: Problem,
-    mappings: Mapping[int, Any],
-    arrays: Mapping[str, np.ndarray],
-    scalars: Mapping[str, float],
-) -> tuple[dict[str, np.ndarray], int]:
-    """Run a rewritten problem's CUDA kernels in the CPU emulator on ``arrays`` (the
-    caller's tensors, updated in place), its temporaries and views made by
-    :func:`view_arrays`.  Returns every array by name and the count of refused
-    (out-of-bounds) accesses."""
-    from ..gpu.plan import plan_task
-    from ..ir.task import tasks_of
-    from .emulator import DTYPES, emulate
-
-    work = view_arrays(problem, arrays)
-    values = {f"s_{name}": v for name, v in scalars.items()}
-    bad = 0
-    for task in tasks_of(problem):
-        plan = plan_task(task, mappings[task.position], f"s{task.position}")
-        for buffer, ctype, size in plan.temporaries:
-            work[buffer] = np.full(size, np.nan, dtype=DTYPES[ctype])
-        for launch in plan.launches:
-            params = [p.name for p in launch.kernel.params if p.is_array]
-            bound = {p: work[b] for p, b in zip(params, launch.buffers, strict=True)}
-            bad += emulate([launch.kernel], bound, values).error_count
-    return work, bad

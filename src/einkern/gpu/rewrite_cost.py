@@ -1,6 +1,7 @@
 """The CUDA cost of a rewritten program's statements, for the rewrite plan
 (:mod:`einkern.ir.rewrite_plan`): each statement's kernel under its default
-mapping (the decision algorithm's), its time predicted by :mod:`.model`."""
+mapping (the decision algorithm's), its time predicted by :mod:`.model` (a
+transpose's by :func:`.transpose.predicted_transpose_time`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from .decision import decide
 from .device import H100, DeviceLimits
 from .mapping import Mapping
 from .model import predicted_time
+from .transpose import STRATEGY as TRANSPOSE
+from .transpose import predicted_transpose_time
 
 
 @dataclass
@@ -40,7 +43,11 @@ class CudaRewriteModel:
                 mapping = self.mapping(problem, position)
             except EinkernError:
                 return math.inf
-            total += predicted_time(statement_task(problem, position), mapping, self.limits)
+            task = statement_task(problem, position)
+            if mapping.strategy == TRANSPOSE:  # the general model takes it for uncoalesced
+                total += predicted_transpose_time(task, self.limits.dram_bandwidth)
+            else:
+                total += predicted_time(task, mapping, self.limits)
         return total
 
     def blocks(self, problem: Problem, position: int) -> int:

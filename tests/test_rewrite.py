@@ -283,3 +283,14 @@ def test_cli_explains_rewrites(capsys) -> None:
         assert "k0_P" not in out and "rewrites off" in out
         assert main(["check", str(file)]) == 0
         assert "split_k" in capsys.readouterr().out
+
+
+def test_ttgt_of_a_ccsdt_statement() -> None:
+    """sd_t_d2_5 (column-major update, 6-index output): what scripts/gpu_rewrite.sh times."""
+    text = (
+        "dims T=4\nlayout column\ntensor t3[T,T,T,T,T,T], t2[T,T,T,T], v2[T,T,T,T]\n"
+        "t3[h2,h1,h3,p6,p4,p5] += t2[p7,p4,h1,h2] * v2[p7,h3,p6,p5]\n"
+    )
+    rewrite = ttgt(problem_of(text), 0)
+    run_cpu(rewrite)
+    run_emulated(rewrite)

@@ -294,3 +294,29 @@ def test_ttgt_of_a_ccsdt_statement() -> None:
     rewrite = ttgt(problem_of(text), 0)
     run_cpu(rewrite)
     run_emulated(rewrite)
+
+
+def test_split_k_of_one_term_among_several() -> None:
+    text = (
+        "dims n=6, m=5, k=64\ntensor A[n,k], B[k,m], C[n,m], D[n,m]\nscalar a=3\n"
+        "C[i,j] += a*A[i,k]*B[k,j] - 2*D[i,j]\n"
+    )
+    rewrite = split_k(problem_of(text), 0, 4)
+    run_cpu(rewrite)
+    run_emulated(rewrite)
+
+
+def test_ttgt_copies_what_other_statements_touch() -> None:
+    """No view of a tensor another statement writes (or, for the output, touches)."""
+    text = (
+        "dims a=3, b=4, c=5, d=6, e=7\ntensor A[a,e,b,d], B[d,c,e], C[c,a,b], E[c,a,b]\n"
+        "C[c,a,b] = A[a,e,b,d]*B[d,c,e]\nE[c,a,b] = 2*C[c,a,b]\n"
+    )
+    problem = problem_of(text)
+    alone = ttgt(problem_of(text.rsplit("E[c,a,b] =", 1)[0].replace(", E[c,a,b]", "")), 0)
+    assert any(t.view_of == "C" for t in alone.problem.program.tensors)
+    rewrite = ttgt(problem, 0)
+    assert not any(t.view_of == "C" for t in rewrite.problem.program.tensors)
+    assert rewrite.count == 4  # A's transpose, B's copy, the GEMM, C permuted back
+    run_cpu(rewrite)
+    run_emulated(rewrite)

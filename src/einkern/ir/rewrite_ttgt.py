@@ -8,6 +8,9 @@ holds it in memory (K as the first operand does), and each tensor is wanted in
 ``[batch, K, M]`` for the first operand, and so on).  A tensor already in GEMM
 order is read (or written) through a view of 1 to 3 fused dimensions; any other
 is permuted into a row-major temporary first (the output: permuted back after).
+A view hides its accesses from a dependence analysis of the program, so an operand
+that some statement writes, and an output that another statement touches, are
+copied instead.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from .rewrite import (
     _product_operands,
     _reads_own_output,
     _statement,
+    _written,
     memory_order,
 )
 
@@ -119,7 +123,15 @@ def ttgt(problem: Problem, position: int) -> Rewrite:
     body = Neg(body) if sign < 0 else body
     out = statement.output
     target = _arrangement(program.tensor(out.tensor), out, groups, ("M", "N"))
-    if target is not None:
+    # views hide accesses from a dependence analysis: only of tensors no other
+    # statement touches (an operand: that no statement writes)
+    touched = {
+        program.storage(name)
+        for other in program.statements
+        if other is not statement
+        for name in other.tensors()
+    }
+    if target is not None and program.storage(out.tensor) not in touched:
         output = program.tensor(out.tensor)
         result = _view(edit, names, out.tensor, output.dtype, target, fused)
         edit.statements.append(_statement(result, statement.op, body, extents))
@@ -174,7 +186,7 @@ def _operand(program: Program, edit: _Edit, names: _Names, access: Access,
     of its permuted copy."""
     tensor = program.tensor(access.tensor)
     arrangement = _arrangement(tensor, access, groups, pair)
-    if arrangement is not None:
+    if arrangement is not None and program.storage(access.tensor) not in _written(program):
         return _view(edit, names, access.tensor, tensor.dtype, arrangement, fused)
     moved.append(access.tensor)
     canonical = [i for g in ("batch", *pair) for i in groups[g]]

@@ -23,7 +23,7 @@ from einkern.ir.rewrite_plan import RewritePlan
 from einkern.ir.rewrite_ttgt import ttgt
 
 OUT = os.environ.get("OUT", "/tmp/out")
-RUNS = 15
+RUNS = 10
 torch.backends.cuda.matmul.allow_tf32 = False
 TIMER = CudaEventTimer(torch, 256 << 20)
 DT = {"float32": torch.float32, "float64": torch.float64}

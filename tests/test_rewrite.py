@@ -331,3 +331,22 @@ def test_concurrent_calls_never_share_temporaries() -> None:
     with ThreadPoolExecutor(max_workers=4) as pool:
         errors = list(pool.map(lambda s: assert_matches_reference(kernel, seed=s), seeds))
     assert all(e["C"] <= 1e-12 for e in errors)
+
+
+def test_einsum_pairwise_steps_get_the_choice() -> None:
+    """A pairwise einsum step is compiled with rewrite=("split_k", "ttgt"): on the
+    CUDA model a long reduction is split; on the CPU backend nothing changes."""
+    from einkern.einsum import Operand, einsum_program
+
+    operands = [Operand("ik", (64, 100_000), "float64", "row"),
+                Operand("kj", (100_000, 64), "float64", "row")]
+    program = einsum_program(operands, Operand("ij", (64, 64), "float64", "row"))
+    problem = make_problem(program, {})
+    chosen = plan_rewrites(problem, "cuda", ("split_k", "ttgt"))
+    assert [r.name for r in chosen.rewrites] == ["split_k"]
+    a, b = np.random.default_rng(0).random((2, 40, 30))
+    c = np.ascontiguousarray(a[:, :7])
+    result = einkern.einsum("ik,jk,jl->il", a, b, c, backend="cpu")
+    np.testing.assert_allclose(result, np.einsum("ik,jk,jl->il", a, b, c), rtol=1e-12)
+    plan_text = str(einkern.einsum_plan("ik,jk,jl->il", a, b, c, backend="cpu"))
+    assert "step 1" in plan_text

@@ -154,6 +154,8 @@ def _best(
 ) -> Rewrite | None:
     candidates, skipped = _candidates(problem, position, model, allowed)
     if not candidates:
+        if skipped:
+            notes.append(f"{label}: direct: no candidate ({'; '.join(skipped)})")
         return None
     direct = model.time(problem, range(position, position + 1))
     timed = [

@@ -63,7 +63,7 @@ def test_transpose_compiles_with_nvrtc() -> None:
     from einkern.backends.cuda.nvrtc import kernel_resources
 
     (resources,) = kernel_resources(problem_of(CASES[2]), "sm_90")
-    assert resources.spill_stores == 0 and resources.shared_memory == 32 * 33 * 8
+    assert resources.spill_stores == 0 and resources.shared_memory == 16 * 17 * 8  # small tile
 
 
 def test_ttgt_transposes_use_the_transpose_kernel() -> None:

@@ -7,8 +7,9 @@ tensor with the output's indices, each once, and the input's stride-1 index
 index) is coalesced on both sides already and keeps the ordinary mappings.
 
 The mapping (:func:`transpose_mapping`, strategy ``"transpose"``): a block tile
-of ``TILE × TILE`` elements over ``x_out`` (``TILE`` threads, the fastest) and
-``x_in`` (``ROWS`` threads, ``TILE / ROWS`` elements each, cyclic); every other
+of ``TILE × TILE`` elements (``SMALL_TILE`` for short stride-1 indices) over
+``x_out`` (``TILE`` threads, the fastest) and ``x_in`` (``ROWS`` threads,
+``TILE / ROWS`` elements each, cyclic); every other
 index goes to the grid with tile 1.  The kernel (:func:`build_transpose`, a
 builder pass that lowering dispatches to):
 
@@ -38,8 +39,10 @@ from .mapping import Mapping, ParallelTile
 
 STRATEGY = "transpose"
 #: The block tile's side (elements) and the threads across it: 32 × 8 threads,
-#: 4 elements each.
+#: 4 elements each; ``SMALL_TILE`` (16 × 8 threads, 2 each) when either stride-1
+#: index has at most 16 elements, so that threads are not left idle.
 TILE = 32
+SMALL_TILE = 16
 ROWS = 8
 
 
@@ -77,17 +80,20 @@ def transpose_mapping(task: Task) -> Mapping | None:
     x_in, x_out = found
     statement = task.statement
     program = task.program
+    problem = task.problem
+    small = min(problem.index_size(statement, x_in), problem.index_size(statement, x_out))
+    side = SMALL_TILE if small <= SMALL_TILE else TILE
     out = statement.output
     order = out.indices if program.tensor(out.tensor).layout == "column" else out.indices[::-1]
     others = tuple(i for i in order if i not in (x_in, x_out))
     reason = (
         f"transpose: {statement.rhs} is a permutation of {out.tensor}'s indices with "
-        f"another stride-1 index ({x_in} in, {x_out} out): {TILE}×{TILE} tiles through "
+        f"another stride-1 index ({x_in} in, {x_out} out): {side}×{side} tiles through "
         "shared memory, read coalesced along the input, written coalesced along the output"
     )
     return Mapping(
         STRATEGY,
-        (ParallelTile(x_out, TILE, TILE), ParallelTile(x_in, TILE, ROWS, cyclic=True)),
+        (ParallelTile(x_out, side, side), ParallelTile(x_in, side, ROWS, cyclic=True)),
         grid_order=(x_out, x_in, *others),
         boundary="guard",
         reasons=(reason,),
@@ -103,10 +109,11 @@ def build_transpose(b: KernelBuilder) -> kir.Kernel:
     x_in, x_out = found
     source = statement.rhs
     assert isinstance(source, Access)
+    side, rows = b.tiles[x_out].tile, b.tiles[x_in].threads
     fast, slow = f"t_{x_out}", f"t_{x_in}"  # the thread's coordinates (mapping's roles)
     body: list[kir.Stmt] = [
-        kir.Assign(fast, E.mod(kir.ThreadIdx(), TILE)),
-        kir.Assign(slow, E.mod(E.div(kir.ThreadIdx(), TILE), ROWS)),
+        kir.Assign(fast, E.mod(kir.ThreadIdx(), side)),
+        kir.Assign(slow, E.mod(E.div(kir.ThreadIdx(), side), rows)),
     ]
     b.thread_vars += [kir.ThreadVar(fast, b.index_type), kir.ThreadVar(slow, b.index_type)]
     stride = 1
@@ -117,19 +124,19 @@ def build_transpose(b: KernelBuilder) -> kir.Kernel:
         body.append(kir.Assign(f"b_{index}", E.mul(coordinate, E.const(b.tiles[index].tile))))
         stride *= count
     tile = "tile"
-    b.shared.append(kir.SharedArray(tile, b.ctype, TILE * (TILE + 1)))
+    b.shared.append(kir.SharedArray(tile, b.ctype, side * (side + 1)))
     load: list[kir.Stmt] = []
     store: list[kir.Stmt] = []
-    for step in range(TILE // ROWS):
-        across = E.add(kir.Var(slow), E.const(step * ROWS))
+    for step in range(side // rows):
+        across = E.add(kir.Var(slow), E.const(step * rows))
         # read: the fast coordinate runs along x_in
         coords = _coords(b, {x_in: kir.Var(fast), x_out: across})
         value = kir.Load(f"p_{source.tensor}", _offset(b, source, coords))
-        slot = E.add(E.mul(across, E.const(TILE + 1)), kir.Var(fast))
+        slot = E.add(E.mul(across, E.const(side + 1)), kir.Var(fast))
         load.append(kir.If(_inside(b, coords, (x_in, x_out)), (kir.Store(tile, slot, value),)))
         # write: the fast coordinate runs along x_out
         coords = _coords(b, {x_out: kir.Var(fast), x_in: across})
-        slot = E.add(E.mul(kir.Var(fast), E.const(TILE + 1)), across)
+        slot = E.add(E.mul(kir.Var(fast), E.const(side + 1)), across)
         out = statement.output
         write = kir.Store(f"p_{out.tensor}", _offset(b, out, coords), kir.Load(tile, slot),
                           statement.op)

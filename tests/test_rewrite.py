@@ -206,6 +206,7 @@ def _swap_view(expr, name):
     ("layout", "dtype", "out", "op"),
     [
         ("row", "float64", "a,b,c", "="),  # output already in GEMM order: written through a view
+        ("column", "float64", "c,b,a", "+="),  # updated through a view
         ("row", "float64", "c,a,b", "+="),  # output permuted back
         ("column", "float64", "c,a,b", "-="),
         ("column", "float32", "b,c,a", "="),

@@ -315,10 +315,12 @@ class Program:
 
     def storage(self, name: str) -> str:
         """The tensor whose memory ``name`` uses: ``name`` itself, or the end of its
-        chain of views."""
+        chain of views (within this program: a view whose base a program cut out of
+        another, a task's view, does not hold ends the chain)."""
         seen = {name}
         tensor = self.tensor(name)
-        while tensor.view_of is not None:
+        names = {t.name for t in self.tensors}
+        while tensor.view_of is not None and tensor.view_of in names:
             tensor = self.tensor(tensor.view_of)
             if tensor.name in seen:
                 raise ValueError(f"views form a cycle through {tensor.name!r}")

@@ -351,3 +351,12 @@ def test_einsum_pairwise_steps_get_the_choice() -> None:
     np.testing.assert_allclose(result, np.einsum("ik,jk,jl->il", a, b, c), rtol=1e-12)
     plan_text = str(einkern.einsum_plan("ik,jk,jl->il", a, b, c, backend="cpu"))
     assert "step 1" in plan_text
+
+
+def test_split_k_of_a_dot_product() -> None:
+    """A rank-0 output: one block without split-K; the plan takes ~2 waves of slices."""
+    problem = problem_of("dims k=100000\ntensor x[k], y[k], d[]\nd[] = x[k]*y[k]\n")
+    chosen = plan_rewrites(problem, "cuda")
+    assert [r.name for r in chosen.rewrites] == ["split_k"]
+    run_cpu(chosen.rewrites[0])
+    run_emulated(chosen.rewrites[0])

@@ -97,3 +97,11 @@ def test_rewrite_temporaries_inside_a_captured_graph(torch) -> None:
     torch.cuda.synchronize()
     got = static["C"].cpu().numpy()
     assert float(np.abs(got - expected).max() / np.abs(expected).max()) <= 1e-12
+
+
+def test_a_long_dot_product_is_split() -> None:
+    kernel = einkern.compile(
+        "dims k=1000000\ntensor x[k], y[k], d[]\nd[] = x[k]*y[k]\n", backend="cuda"
+    )
+    assert [r.name for r in kernel.rewrites.rewrites] == ["split_k"]
+    assert_matches_reference(kernel)

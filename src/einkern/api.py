@@ -83,7 +83,7 @@ def plan_rewrites(
         return unchanged(problem, "rewrites off (rewrite=False)")
     if given:
         return unchanged(problem, "rewrites off: mappings or tuning results are given")
-    allowed = REWRITES if rewrite is True else tuple(rewrite)  # type: ignore[arg-type]
+    allowed = REWRITES if rewrite is True else tuple(rewrite)
     unknown = [name for name in allowed if name not in REWRITES]
     if unknown or isinstance(rewrite, str):
         raise ArgumentError(

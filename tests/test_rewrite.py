@@ -360,3 +360,40 @@ def test_split_k_of_a_dot_product() -> None:
     assert [r.name for r in chosen.rewrites] == ["split_k"]
     run_cpu(chosen.rewrites[0])
     run_emulated(chosen.rewrites[0])
+
+
+def random_contraction(rng: np.random.Generator) -> str:
+    """A binary contraction with random index groups, orders, layouts, dtype and op."""
+    letters = iter("abcdefghpq")
+    groups = {
+        g: [next(letters) for _ in range(int(rng.integers(low, high + 1)))]
+        for g, low, high in (("batch", 0, 1), ("m", 0, 2), ("n", 1, 2), ("k", 1, 2))
+    }
+    a = groups["batch"] + groups["m"] + groups["k"]
+    b = groups["batch"] + groups["k"] + groups["n"]
+    c = groups["batch"] + groups["m"] + groups["n"]
+    a, b, c = (list(rng.permutation(x)) for x in (a, b, c))
+    sizes = {i: int(rng.integers(2, 7)) for i in a + b}
+    dims = ", ".join(f"n{i}={s}" for i, s in sizes.items())
+    dtype = str(rng.choice(["float32", "float64"]))
+    layouts = [str(rng.choice(["row", "column"])) for _ in range(3)]
+    tensors = "\n".join(
+        f"tensor {name}[{', '.join('n' + i for i in idx)}] {dtype} {layout}"
+        for name, idx, layout in zip("ABC", (a, b, c), layouts, strict=True)
+    )
+    op = str(rng.choice(["=", "+=", "-="]))
+    return (
+        f"dims {dims}\n{tensors}\n"
+        f"C[{','.join(c)}] {op} A[{','.join(a)}] * B[{','.join(b)}]\n"
+    )
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_contractions_rewritten(seed: int) -> None:
+    """TTGT and split-K of random binary contractions, on the CPU backend."""
+    problem = problem_of(random_contraction(np.random.default_rng(seed)))
+    try:
+        run_cpu(ttgt(problem, 0))
+    except RewriteError as error:  # only a plain GEMM is refused
+        assert "plain GEMM" in error.message
+    run_cpu(split_k(problem, 0, 2))

@@ -218,7 +218,11 @@ def command_check(args) -> int:
         from ..api import plan_rewrites
 
         print("\nrewrites (CUDA cost model; docs/rewrites.md):")
-        for line in plan_rewrites(problem, "cuda").explain():
+        try:
+            lines = plan_rewrites(problem, "cuda").explain()
+        except EinkernError as error:  # e.g. extents no CUDA mapping fits
+            lines = [f"not planned: {error.message}"]
+        for line in lines:
             print(f"  {line}")
     return 0
 
@@ -316,9 +320,9 @@ def command_emit(args) -> int:
     from ..api import plan_rewrites
 
     rewrites = plan_rewrites(problem, backend.name, not args.no_rewrite, given=bool(mappings))
-    if args.explain:
-        for line in rewrites.explain():
-            print(f"// {line}")
+    if args.explain and rewrites.rewrites:  # the statements explained below are rewritten
+        for line in rewrites.notes:
+            print(f"// rewrite: {line}")
     problem = rewrites.problem
     if backend.name == "cuda":
         from ..backends.cuda.generate import resolve_mappings
@@ -330,10 +334,12 @@ def command_emit(args) -> int:
                 for line in mapping.describe().splitlines():  # type: ignore[attr-defined]
                     print(f"//   {line}")
                 print("//   mapping file: " + mapping.to_json(None))  # type: ignore[attr-defined]
+            _why_not_rewritten(rewrites)
         print(backend.emit(problem, chosen))  # type: ignore[call-arg]
     else:
         if args.explain:
             _explain_cpu(problem)
+            _why_not_rewritten(rewrites)
         print(backend.emit(problem))
     if args.resources:
         from ..backends.cuda.nvrtc import kernel_resources
@@ -345,6 +351,13 @@ def command_emit(args) -> int:
         for resources in kernel_resources(problem, arch, chosen):
             print(f"// {resources}")
     return 0
+
+
+def _why_not_rewritten(rewrites) -> None:
+    """The plan's notes when it rewrote nothing (after the statements' explanations)."""
+    if not rewrites.rewrites:
+        for line in rewrites.notes:
+            print(f"// rewrite: {line}")
 
 
 def _explain_cpu(problem) -> None:

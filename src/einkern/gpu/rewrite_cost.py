@@ -51,8 +51,13 @@ class CudaRewriteModel:
         return total
 
     def blocks(self, problem: Problem, position: int) -> int:
+        """Blocks of the default kernel (a huge number when no mapping fits: the
+        plan then never splits the statement)."""
         statement = problem.program.statements[position]
-        mapping = self.mapping(problem, position)
+        try:
+            mapping = self.mapping(problem, position)
+        except EinkernError:
+            return 2**62
         return math.prod(
             math.ceil(problem.index_size(statement, d) / mapping.tile_of(d).tile)
             for d in statement.parallel_indices

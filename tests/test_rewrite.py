@@ -397,3 +397,18 @@ def test_random_contractions_rewritten(seed: int) -> None:
     except RewriteError as error:  # only a plain GEMM is refused
         assert "plain GEMM" in error.message
     run_cpu(split_k(problem, 0, 2))
+
+
+def test_rewritten_cuda_source_compiles_with_nvrtc() -> None:
+    """Every kernel of a rewritten problem (views, padded copies, transposes, GEMM over
+    fused groups) compiles for sm_90 without spills."""
+    from einkern.backends.cuda.nvrtc import kernel_resources
+
+    padded = split_k(problem_of(LONG.format(k=1001, layout="column", dtype="float32",
+                                            op="+=")), 0, 8)
+    shape = PERMUTED.format(layout="row", dtype="float64", out="c, a, b", out_indices="c,a,b",
+                            op="-=")
+    for rewrite in (padded, ttgt(problem_of(shape), 0)):
+        resources = kernel_resources(rewrite.problem, "sm_90")
+        assert len(resources) == rewrite.count
+        assert all(r.spill_stores == 0 for r in resources)

@@ -289,6 +289,8 @@ def _run_one(args) -> int:
         f"{len(times)} runs, {flops / median / 1e9:.3g} GFLOP/s, "
         f"{kernel.min_bytes / median / 1e9:.3g} GB/s of the minimum traffic"
     )
+    for rewrite in kernel.rewrites.rewrites:
+        print(f"(rewritten: {rewrite}; --no-rewrite compiles it as written)")
     if backend.name == "cuda":
         print("(host arrays: times include copies to and from the GPU)")
     if not args.check:

@@ -49,6 +49,8 @@ from .mapping import BOUNDARY_POLICIES, Mapping, MappingError
 from .normalize import Group, Placeholder, reduction_of
 from .padding import padding_problems
 from .staging import check_staging, staged_group_sections
+from .transpose import STRATEGY as TRANSPOSE
+from .transpose import build_transpose
 
 
 def compute_dtype(task: Task) -> str:
@@ -101,7 +103,9 @@ def new_builder(task: Task, mapping: Mapping, name: str) -> KernelBuilder:
 
 def build_kernel(builder: KernelBuilder) -> kir.Kernel:
     """Run the passes over ``builder`` (prologue, one section per reduction group,
-    epilogue) and assemble the kernel."""
+    epilogue) and assemble the kernel; the transpose strategy is its own pass."""
+    if builder.mapping.strategy == TRANSPOSE:
+        return build_transpose(builder)
     sections: list[kir.Section] = [kir.PerThread(tuple(prologue(builder)))]
     for number, group in enumerate(builder.reduction.groups):
         sections.extend(group_sections(builder, number, group))

@@ -59,6 +59,7 @@ from ...ir.nodes import (
 from ...semantics import C_TYPE
 from .printer import CpuText, index, load
 from .schedule import (
+    ACCURATE_TERMS,
     CpuSchedule,
     LoopSchedule,
     buffer_shape,
@@ -210,7 +211,8 @@ def _statement_function(
     program = problem.program
     ctype = C_TYPE[compute_dtype(program, statement)]
     scalars = _statement_scalars(program, statement)
-    buffers = [(f"sumbuf{n}", 1) for n in range(len(top_level_sums(statement.rhs)))]
+    sums = range(len(top_level_sums(statement.rhs)))
+    buffers = [(f"{kind}{n}", 1) for kind in ("sumbuf", "sumpart") for n in sums]
     accumulate = loops.accumulate if ctype == "float" else "plain"
     printer = CpuText(problem, statement, ctype, scalars, buffers)
     context = _Context(problem, statement, ctype, printer, accumulate=accumulate)
@@ -324,7 +326,7 @@ def _buffered_tile(context: _Context, loops: LoopSchedule, tiles: Mapping[str, i
             ]
             lines += _nest(reduction_tiles + outer, core)
         elif context.blocked and reduction_tiles:
-            part = f"part{name[len('sumbuf') :]}"
+            part = f"sumpart{name[len('sumbuf') :]}"
             partial = context.printer.target(part, position)
             core = [*body.setup, f"{partial} += {text};"]
             tile = [
@@ -452,8 +454,12 @@ def sum_block(sizes: Sequence[int]) -> tuple[int, int | None] | None:
     """Where a blocked sum over loops of ``sizes`` (outermost first) starts its
     partial sums: (position of the block's loop, its tile, or None when the whole
     loop is in the block), aiming at blocks of about sqrt(n) terms (error
-    ~ (b + n/b)·u, smallest at b = sqrt(n)); None when the sum is one block."""
-    target = 1 << round(math.log2(max(math.prod(sizes), 1)) / 2)
+    ~ (b + n/b)·u, smallest at b = sqrt(n)); None when the sum is one block or
+    shorter than :data:`~.schedule.ACCURATE_TERMS` terms."""
+    terms = math.prod(sizes)
+    if terms < ACCURATE_TERMS:
+        return None
+    target = 1 << round(math.log2(terms) / 2)
     inside = 1
     for position in range(len(sizes) - 1, -1, -1):
         if inside * sizes[position] >= target:

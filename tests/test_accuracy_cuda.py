@@ -1,0 +1,157 @@
+"""float32 reductions of generated CUDA kernels, run by the CPU emulator: within
+the 1e-5 tolerance of the float64 reference on hypothesis-generated einsum
+programs, long sums more accurate than plain accumulation, the accurate-sums
+rule's choices, the mapping field's JSON form, and planted faults (a blocked
+group's partials never added back, or never zeroed) that the comparison catches."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import string
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import einkern
+from einkern.backends.verify import verify
+from einkern.gpu import kir
+from einkern.gpu.accumulation import ACCURATE_TERMS, accurate_sums
+from einkern.gpu.decision import decide
+from einkern.gpu.lower import check_mapping, lower
+from einkern.gpu.mapping import Mapping
+from einkern.ir.task import statement_task, tasks_of
+
+TOLERANCE = 1e-5
+GEMM = "dims n = 1, k = 1\ntensor A[n, k], B[k, n], C[n, n]\nC[i,j] = A[i,l] * B[l,j]"
+GEMV = "dims m = 1, n = 1\ntensor A[m, n], x[n], y[m]\ny[i] = A[i,k] * x[k]"
+
+
+def program(text: str, dtype: str = "float32", **sizes: int):
+    return einkern.make_problem(einkern.load(f"program p\ndtype {dtype}\n{text}"), sizes)
+
+
+def decided(problem, mode: str | None = None) -> dict[int, Mapping]:
+    mappings = {task.position: decide(task) for task in tasks_of(problem)}
+    if mode is not None:
+        mappings = {p: dataclasses.replace(m, accumulate=mode) for p, m in mappings.items()}
+    return mappings
+
+
+def error(problem, mappings, kernels=None) -> float:
+    result = verify(problem, mappings, seed=1, kernels=kernels)
+    assert result.bad_accesses == 0, result.errors[:3]
+    return result.max_relative_error
+
+
+# ---- einsum programs from hypothesis ------------------------------------------------
+
+
+@st.composite
+def einsum_programs(draw):
+    """An einsum as a one-statement float32 program: up to 4 operands, repeated and
+    summed indices, extents up to 40 (fewer than 200,000 iterations in all)."""
+    letters = string.ascii_lowercase[: draw(st.integers(1, 5))]
+    sizes = {c: draw(st.integers(1, 40)) for c in letters}
+    while _space(sizes) > 200_000:
+        largest = max(sizes, key=sizes.__getitem__)
+        sizes[largest] //= 2
+    operands = []
+    for _ in range(draw(st.integers(1, 4))):
+        rank = draw(st.integers(1, 3))
+        operands.append("".join(draw(st.sampled_from(letters)) for _ in range(rank)))
+    used = sorted(set("".join(operands)))
+    output = "".join(draw(st.permutations(used))[: draw(st.integers(0, 2))])
+    dims = ", ".join(f"n{c} = {sizes[c]}" for c in used)
+    tensors = [f"T{n}[{', '.join('n' + c for c in term)}]" for n, term in enumerate(operands)]
+    tensors.append(f"O[{', '.join('n' + c for c in output)}]")
+    reads = " * ".join(f"T{n}[{','.join(term)}]" for n, term in enumerate(operands))
+    text = f"dims {dims}\ntensor {', '.join(tensors)}\nO[{','.join(output)}] = {reads}"
+    return program(text)
+
+
+def _space(sizes: dict[str, int]) -> int:
+    total = 1
+    for size in sizes.values():
+        total *= size
+    return total
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(einsum_programs())
+def test_float32_einsum_kernels_are_within_the_tolerance(problem):
+    assert error(problem, decided(problem)) <= TOLERANCE, problem.program.statements[0]
+
+
+# ---- long sums ------------------------------------------------------------------------
+
+
+def test_a_long_staged_gemm_is_blocked_and_accurate_where_plain_is_not():
+    problem = program(GEMM, n=16, k=2**17)
+    mappings = decided(problem)
+    assert mappings[0].staged and mappings[0].accumulate == "blocked"
+    assert error(problem, decided(problem, "plain")) > TOLERANCE
+    assert error(problem, mappings) <= TOLERANCE / 10
+    assert error(problem, decided(problem, "wide")) <= TOLERANCE / 10
+
+
+def test_a_long_unstaged_reduction_is_wide_and_accurate_where_plain_is_not():
+    problem = program(GEMV, m=8, n=2**20)
+    mappings = decided(problem)
+    assert not mappings[0].staged and mappings[0].accumulate == "wide"
+    assert error(problem, decided(problem, "plain")) > TOLERANCE
+    assert error(problem, mappings) <= TOLERANCE / 10
+
+
+def _drop_blocked_section(kernel: kir.Kernel, which: int) -> kir.Kernel:
+    """The kernel without the first (``which`` 0: zeroing) or last (-1: adding back)
+    section of its blocked chunk loop."""
+    body = []
+    for section in kernel.body:
+        if isinstance(section, kir.Uniform):
+            kept = list(section.body)
+            kept[which] = kir.PerThread(())
+            section = dataclasses.replace(section, body=tuple(kept))
+        body.append(section)
+    return dataclasses.replace(kernel, body=tuple(body))
+
+
+def test_planted_faults_in_blocked_accumulation_are_caught():
+    problem = program(GEMM, n=16, k=512)
+    mappings = decided(problem, "blocked")
+    kernel = lower(statement_task(problem, 0), mappings[0])
+    assert error(problem, mappings, [kernel]) <= TOLERANCE
+    for which in (0, -1):  # partials never zeroed; partials never added back
+        broken = _drop_blocked_section(kernel, which)
+        assert error(problem, mappings, [broken]) > TOLERANCE, which
+
+
+# ---- the rule and the mapping field ----------------------------------------------------
+
+
+def test_the_rule_leaves_float64_and_short_float32_reductions_plain():
+    long64 = program(GEMM, "float64", n=64, k=4096)
+    mapping = decide(statement_task(long64, 0))
+    assert mapping.accumulate == "plain"
+    assert not any("accurate-sums" in reason for reason in mapping.reasons)
+    short = program(GEMM, n=64, k=ACCURATE_TERMS - 1)
+    task = statement_task(short, 0)
+    assert accurate_sums(task, decide(task))[0] == "plain"
+
+
+def test_the_rule_explains_itself():
+    task = statement_task(program(GEMM, n=64, k=4096), 0)
+    mapping = decide(task)
+    assert any(reason.startswith("accurate-sums: ") for reason in mapping.reasons)
+    assert "blocked accumulation" in mapping.describe()
+
+
+def test_the_mapping_field_is_absent_from_json_when_plain_and_round_trips():
+    task = statement_task(program(GEMM, n=64, k=4096), 0)
+    blocked = decide(task)
+    plain = dataclasses.replace(blocked, accumulate="plain")
+    assert "accumulate" not in json.loads(plain.to_json())
+    assert Mapping.from_json(plain.to_json()) == plain
+    assert Mapping.from_json(blocked.to_json()) == blocked
+    wrong = dataclasses.replace(blocked, accumulate="kahan")
+    assert any("accumulate 'kahan'" in p for p in check_mapping(task, wrong))

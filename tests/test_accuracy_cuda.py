@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import einkern
 from einkern.backends.verify import verify
 from einkern.gpu import kir
-from einkern.gpu.accumulation import ACCURATE_TERMS, accurate_sums
+from einkern.gpu.accumulation import ACCURATE_TERMS, PLAIN_LIMIT_TERMS, accurate_sums
 from einkern.gpu.decision import decide
 from einkern.gpu.lower import check_mapping, lower
 from einkern.gpu.mapping import Mapping
@@ -140,14 +140,14 @@ def test_the_rule_leaves_float64_and_short_float32_reductions_plain():
 
 
 def test_the_rule_explains_itself():
-    task = statement_task(program(GEMM, n=64, k=4096), 0)
+    task = statement_task(program(GEMM, n=64, k=PLAIN_LIMIT_TERMS), 0)
     mapping = decide(task)
     assert any(reason.startswith("accurate-sums: ") for reason in mapping.reasons)
     assert "blocked accumulation" in mapping.describe()
 
 
 def test_the_mapping_field_is_absent_from_json_when_plain_and_round_trips():
-    task = statement_task(program(GEMM, n=64, k=4096), 0)
+    task = statement_task(program(GEMM, n=64, k=PLAIN_LIMIT_TERMS), 0)
     blocked = decide(task)
     plain = dataclasses.replace(blocked, accumulate="plain")
     assert "accumulate" not in json.loads(plain.to_json())
@@ -155,3 +155,12 @@ def test_the_mapping_field_is_absent_from_json_when_plain_and_round_trips():
     assert Mapping.from_json(blocked.to_json()) == blocked
     wrong = dataclasses.replace(blocked, accumulate="kahan")
     assert any("accumulate 'kahan'" in p for p in check_mapping(task, wrong))
+
+
+def test_shorter_sums_keep_plain_accumulators_when_more_would_cost_resident_blocks():
+    """SGEMM 1024 (1,024 terms; a register tile of 8): partials would cost a resident
+    block per SM by the estimate, and plain is within the tolerance there."""
+    task = statement_task(program(GEMM, n=1024, k=1024), 0)
+    mapping = decide(task)
+    assert mapping.staged and mapping.accumulate == "plain"
+    assert any("cost resident blocks" in reason for reason in mapping.reasons)

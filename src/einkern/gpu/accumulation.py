@@ -4,9 +4,10 @@ One float32 accumulator running over n terms has an error that grows like
 n·u (u = 2^-24; about sqrt(n)·u on random data), past float32's 1e-5 tolerance
 for long sums.  :attr:`einkern.gpu.mapping.Mapping.accumulate` picks one of:
 
-* ``plain``: one accumulator per output element (float64 kernels, and float32
+* ``plain``: one accumulator per output element (float64 kernels, float32
   sums of fewer than :data:`ACCURATE_TERMS` terms, whose bound n·u stays under
-  the tolerance);
+  the tolerance, and sums of fewer than :data:`PLAIN_LIMIT_TERMS` terms whose
+  extra accumulators would cost resident blocks per SM);
 * ``blocked``: a staged reduction sums runs of k-step chunks of about sqrt(n)
   terms into a partial per output, added to the accumulator at the run's end
   (two-level summation: error ~ (b + n/b)·u, b the run's terms); costs one
@@ -36,9 +37,10 @@ from .normalize import reduction_of
 #: bound n·u (u = 2^-24) stays under float32's 1e-5 tolerance.
 ACCURATE_TERMS = 128
 
-#: Registers the rule leaves unused: extra accumulators must fit the estimate
-#: (:func:`einkern.gpu.space.violation`'s) under the device limit minus this.
-REGISTER_MARGIN = 0
+#: From this many terms on, a float32 plain sum's error on random data nears the
+#: tolerance (5e-6 to 1e-5 measured at 2^14 to 2^17 terms, docs/accuracy.md): the
+#: rule then takes more accumulators even when they cost occupancy.
+PLAIN_LIMIT_TERMS = 1 << 14
 
 
 def _dtype(task: Task) -> str:
@@ -62,11 +64,33 @@ def reduction_terms(task: Task) -> int:
     )
 
 
-def _registers(mapping: Mapping, words: int, extra: int) -> int:
-    """The register estimate of :func:`einkern.gpu.space.violation` plus ``extra``
-    words per register-tile element."""
+def _registers(mapping: Mapping, extra: int) -> int:
+    """The float32 register estimate of :func:`einkern.gpu.space.violation` plus
+    ``extra`` registers per register-tile element."""
     per_thread = [tile.per_thread for tile in mapping.parallel]
-    return words * (math.prod(per_thread) + sum(per_thread)) + extra * math.prod(per_thread) + 32
+    return math.prod(per_thread) * (1 + extra) + sum(per_thread) + 32
+
+
+def _blocks_per_sm(mapping: Mapping, registers: int, limits: DeviceLimits) -> int:
+    """Resident blocks per SM that threads and (estimated) registers allow."""
+    threads = max(mapping.threads, 1)
+    return min(
+        limits.max_blocks_per_sm,
+        limits.max_threads_per_sm // threads,
+        limits.registers_per_sm // (threads * max(registers, 1)),
+    )
+
+
+def _affordable(mapping: Mapping, extra: int, terms: int, limits: DeviceLimits) -> bool:
+    """Whether ``extra`` more registers per output fit: under the per-thread limit,
+    and without fewer resident blocks unless the sum has :data:`PLAIN_LIMIT_TERMS`."""
+    more = _registers(mapping, extra)
+    if more > limits.max_registers_per_thread:
+        return False
+    if terms >= PLAIN_LIMIT_TERMS:
+        return True
+    before = _blocks_per_sm(mapping, _registers(mapping, 0), limits)
+    return _blocks_per_sm(mapping, more, limits) >= before
 
 
 def accurate_sums(
@@ -83,22 +107,24 @@ def accurate_sums(
             f"float32 sums of {terms:,} terms (under {ACCURATE_TERMS}) accumulate "
             "plainly: error bound n·u under the tolerance"
         )
-    budget = limits.max_registers_per_thread - REGISTER_MARGIN
     staged = bool(mapping.staged)
     chunk = math.prod(step for _, step in mapping.k_step) if staged else terms
-    if staged and chunk < terms and _registers(mapping, 1, 1) <= budget:
+    if staged and chunk < terms and _affordable(mapping, 1, terms, limits):
         return "blocked", (
             f"float32 sums of {terms:,} terms: runs of k-step chunks ({chunk} terms "
             "each) of about sqrt(n) terms sum into a partial per output, added at the "
             f"run's end ({mapping.register_tile} more registers)"
         )
-    if _registers(mapping, 1, 1) <= budget:
+    if _affordable(mapping, 1, terms, limits):
         return "wide", (
             f"float32 sums of {terms:,} terms accumulate in double "
             + ("(the chunk is the whole sum)" if staged else "(unstaged: memory-bound loads)")
         )
     return "plain", (
-        f"float32 sums of {terms:,} terms, but no registers for wider accumulators: plain"
+        f"float32 sums of {terms:,} terms (under {PLAIN_LIMIT_TERMS:,}) accumulate plainly: "
+        "more accumulators would cost resident blocks"
+        if terms < PLAIN_LIMIT_TERMS
+        else f"float32 sums of {terms:,} terms, but no registers for more accumulators: plain"
     )
 
 

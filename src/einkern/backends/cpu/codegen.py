@@ -185,9 +185,8 @@ class _Context:
 
     @property
     def blocked(self) -> bool:
-        """Whether sums take partial accumulators (``blocked``, float only: a double
-        statement accumulates plainly)."""
-        return self.accumulate == "blocked" and self.ctype == "float"
+        """Whether sums take partial accumulators (``blocked``)."""
+        return self.accumulate == "blocked"
 
     def fresh(self, prefix: str = "acc") -> str:
         """A new accumulator (the printer knows it from now on)."""
@@ -213,7 +212,8 @@ def _statement_function(
     scalars = _statement_scalars(program, statement)
     sums = range(len(top_level_sums(statement.rhs)))
     buffers = [(f"{kind}{n}", 1) for kind in ("sumbuf", "sumpart") for n in sums]
-    accumulate = loops.accumulate if ctype == "float" else "plain"
+    # No type is wider than double that costs nothing: a double statement's "wide" is plain.
+    accumulate = "plain" if loops.accumulate == "wide" and ctype != "float" else loops.accumulate
     printer = CpuText(problem, statement, ctype, scalars, buffers)
     context = _Context(problem, statement, ctype, printer, accumulate=accumulate)
     output = statement.output

@@ -21,7 +21,8 @@ a partial accumulator per block of about sqrt(n) terms added into the running
 sum at the block's end (error ~ (b + n/b)·u); a buffered statement's block is
 its reduction tile.  ``wide``: the terms, computed in
 the compute type, are accumulated in double (float32 statements only; float64
-ones accumulate plainly whatever this says).  :func:`choose_accumulation` is the
+ones accumulate plainly whatever this says).  Float64 sums are blocked from
+:data:`LONG_FLOAT64_TERMS` terms on.  :func:`choose_accumulation` is the
 rule the default schedule uses; docs/accuracy.md has the measurements.
 """
 
@@ -53,6 +54,10 @@ ACCUMULATIONS = ("plain", "blocked", "wide")
 #: A float32 sum of fewer terms than this accumulates plainly: its worst-case
 #: error bound n·u (u = 2^-24) stays under float32's 1e-5 tolerance.
 ACCURATE_TERMS = 128
+
+#: Float64 sums of at least this many terms are blocked too (their plain error,
+#: 1e-13 at 10^7 terms, is within the tolerance but ~100x NumPy's; blocked: ~20x less).
+LONG_FLOAT64_TERMS = 1 << 14
 
 
 @dataclass(frozen=True)
@@ -196,8 +201,10 @@ def longest_sum(problem: Problem, statement: Statement) -> int:
 def choose_accumulation(
     problem: Problem, statement: Statement, loops: LoopSchedule
 ) -> tuple[str, str]:
-    """The accumulation rule ("accurate-sums"): float64 sums, and float32 sums of
-    fewer than :data:`ACCURATE_TERMS` terms, plain; longer float32 sums blocked
+    """The accumulation rule ("accurate-sums"): float64 sums of fewer than
+    :data:`LONG_FLOAT64_TERMS` terms, and float32 sums of fewer than
+    :data:`ACCURATE_TERMS`, plain; longer float64 sums blocked where blocking
+    splits them; longer float32 sums blocked
     (partials of about sqrt(n) terms, or the reduction tile of a buffered
     statement), except a buffered statement whose reductions are not tiled: wide
     (its buffer holds the running sums, and nothing splits them into blocks).
@@ -208,19 +215,24 @@ def choose_accumulation(
     )
     terms = longest_sum(problem, statement)
     if dtype != "float32":
-        return "plain", f"accurate-sums: {dtype} sums accumulate plainly"
+        if terms < LONG_FLOAT64_TERMS or not _splits(problem, statement, loops):
+            return "plain", f"accurate-sums: {dtype} sums of up to {terms:,} terms: plain"
+        return "blocked", (
+            f"accurate-sums: {dtype} sums of up to {terms:,} terms (at least "
+            f"{LONG_FLOAT64_TERMS:,}) blocked as float32 ones are: free, and closer to "
+            "NumPy's accuracy"
+        )
     if terms < ACCURATE_TERMS:
         return "plain", (
             f"accurate-sums: float32 sums of at most {terms:,} terms (under "
             f"{ACCURATE_TERMS}) accumulate plainly: error bound n·u under the tolerance"
         )
-    tiles = effective_tiles(problem, statement, loops)
     if not is_buffered(problem, statement, loops):
         return "blocked", (
             f"accurate-sums: float32 sums of up to {terms:,} terms add blocks of about "
             "sqrt(n) terms into partials, each added to the running sum at its end"
         )
-    if any(index not in loops.order for index in tiles):
+    if _splits(problem, statement, loops):
         return "blocked", (
             f"accurate-sums: float32 sums of up to {terms:,} terms: each reduction tile "
             "sums into its own partial, added to the tile buffer at the tile's end"
@@ -229,6 +241,14 @@ def choose_accumulation(
         f"accurate-sums: float32 sums of up to {terms:,} terms in a buffer with untiled "
         "reductions accumulate in double"
     )
+
+
+def _splits(problem: Problem, statement: Statement, loops: LoopSchedule) -> bool:
+    """Whether blocked accumulation splits the statement's sums: always when it is
+    not buffered (partials of about sqrt(n) terms), else when a reduction is tiled."""
+    if not is_buffered(problem, statement, loops):
+        return True
+    return any(index not in loops.order for index in effective_tiles(problem, statement, loops))
 
 
 def with_accumulation(problem: Problem, statement: Statement, loops: LoopSchedule) -> LoopSchedule:

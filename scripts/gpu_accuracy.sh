@@ -12,5 +12,10 @@ timeout 270 python3 scripts/gpu_accuracy.py --runs 30 --out "$OUT" "$@" > "$OUT/
 status=$?
 echo "gpu_accuracy.py exit $status"
 grep -E "^[A-Za-z].*Error|^\{" "$OUT/gpu_accuracy.log" | tail -30 > "$OUT/rows.txt"
+# The CPU side on the device machine's 16 quiet cores (the development VM is too loaded).
+timeout 100 python3 scripts/accuracy_cpu_times.py --runs 30 > "$OUT/cpu_times.log" 2>&1
+echo "accuracy_cpu_times.py exit $? (CPU, OpenMP, fastest of 30)"
+grep "^|" "$OUT/cpu_times.log"
+echo
 sed -n '/^| case/,$p' "$OUT/gpu_accuracy.log"
 exit $status

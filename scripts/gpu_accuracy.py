@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import json
 import statistics
+import time
 from pathlib import Path
 
 import einkern
@@ -39,12 +40,12 @@ CASES = {
         "C[i,j] = A[i,l] * B[l,j]",
         "il,lj->ij",
     ),
-    "gemv 64 x 2^22 (row)": (
-        "dims m = 64, n = 4194304\ntensor A[m, n], x[n], y[m]\ny[i] = A[i,k] * x[k]",
+    "gemv 64 x 2^20 (row)": (
+        "dims m = 64, n = 1048576\ntensor A[m, n], x[n], y[m]\ny[i] = A[i,k] * x[k]",
         "ik,k->i",
     ),
-    "A^T x, 2^22 x 64": (
-        "dims m = 64, n = 4194304\ntensor A[n, m], x[n], y[m]\ny[i] = A[k,i] * x[k]",
+    "A^T x, 2^20 x 64": (
+        "dims m = 64, n = 1048576\ntensor A[n, m], x[n], y[m]\ny[i] = A[k,i] * x[k]",
         "ki,k->i",
     ),
     "small output, k = 2^20": (
@@ -111,12 +112,19 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--out", default=".")
     parser.add_argument("--only", default="", help="substring of the case names to run")
+    parser.add_argument(
+        "--budget", type=float, default=200, help="seconds; later cases are skipped past it"
+    )
     args = parser.parse_args()
     device = CudaDevice()
     print(device.describe(), flush=True)
     rows = []
+    started = time.monotonic()
     for name, (text, subscripts) in CASES.items():
         if args.only and args.only not in name:
+            continue
+        if time.monotonic() - started > args.budget:
+            print(f"{name}: skipped (past the {args.budget:.0f} s budget)", flush=True)
             continue
         try:
             found = run_case(device, name, text, subscripts, args.runs)

@@ -24,6 +24,9 @@ from einkern.ir.task import statement_task, tasks_of
 
 TOLERANCE = 1e-5
 GEMM = "dims n = 1, k = 1\ntensor A[n, k], B[k, n], C[n, n]\nC[i,j] = A[i,l] * B[l,j]"
+RECTANGULAR = (
+    "dims m = 1, n = 1, k = 1\ntensor A[m, k], B[k, n], C[m, n]\nC[i,j] = A[i,l] * B[l,j]"
+)
 GEMV = "dims m = 1, n = 1\ntensor A[m, n], x[n], y[m]\ny[i] = A[i,k] * x[k]"
 
 
@@ -164,3 +167,34 @@ def test_shorter_sums_keep_plain_accumulators_when_more_would_cost_resident_bloc
     mapping = decide(task)
     assert mapping.staged and mapping.accumulate == "plain"
     assert any("cost resident blocks" in reason for reason in mapping.reasons)
+
+
+def test_blocked_and_wide_are_exact_on_random_staged_mappings_with_ragged_chunks():
+    """Random staged mappings of the space (prefetch or not, ragged last chunks, runs
+    of chunks that do not divide their count), each accumulation forced: no bad
+    access, within the tolerance."""
+    import random
+
+    from einkern.gpu.config import CudaConfig
+    from einkern.gpu.space import config_to_mapping, parameters, violation
+
+    rng = random.Random(15)
+    checked = 0
+    for m, n, k in ((33, 17, 300), (16, 40, 1000), (8, 9, 129)):
+        problem = program(RECTANGULAR, m=m, n=n, k=k)
+        task = statement_task(problem, 0)
+        space = parameters(task)
+        found = 0
+        for _ in range(3000):
+            config = CudaConfig.from_values({name: rng.choice(v) for name, v in space.items()})
+            if not config.staging.staged or violation(task, config) is not None:
+                continue
+            mapping = config_to_mapping(task, config)
+            for mode in ("plain", "blocked", "wide"):
+                forced = {0: dataclasses.replace(mapping, accumulate=mode)}
+                assert error(problem, forced) <= TOLERANCE, (mode, mapping.to_json())
+            found += 1
+            if found == 2:
+                break
+        checked += found
+    assert checked >= 4

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import einkern
 from einkern.backends.cpu.backend import CpuExecutable, load_or_compile
-from einkern.backends.cpu.codegen import emit_c, sum_block
+from einkern.backends.cpu.codegen import emit_c
 from einkern.backends.cpu.compiler import cache_directory, toolchain
 from einkern.backends.cpu.schedule import (
     ACCURATE_TERMS,
@@ -24,6 +24,7 @@ from einkern.backends.cpu.schedule import (
     choose_accumulation,
     default_schedule,
 )
+from einkern.gpu.accumulation import sum_block
 from einkern.reference import evaluate
 from einkern.testing import random_arrays, random_scalars, relative_error
 

@@ -104,6 +104,22 @@ def test_a_long_unstaged_reduction_is_wide_and_accurate_where_plain_is_not():
     assert not mappings[0].staged and mappings[0].accumulate == "wide"
     assert error(problem, decided(problem, "plain")) > TOLERANCE
     assert error(problem, mappings) <= TOLERANCE / 10
+    assert error(problem, decided(problem, "blocked")) <= TOLERANCE / 10  # split loops
+
+
+def test_blocked_serial_groups_split_their_loops_where_sum_block_says():
+    """Two reduction loops of 1,000 (blocks of two rows: the outer loop tiled by 2)
+    and one loop of 1,000 (tiles of 32, the last one ragged: 8 terms)."""
+    for text, sizes in (
+        ("dims n = 1, k = 1\ntensor A[n, k, k], y[n]\ny[i] = A[i,k,l]", {"n": 3, "k": 1000}),
+        ("dims n = 1, k = 1\ntensor A[n, k], y[n]\ny[i] = A[i,k]", {"n": 5, "k": 1000}),
+    ):
+        problem = program(text, **sizes)
+        mappings = decided(problem, "blocked")
+        assert not mappings[0].staged
+        source = lower(statement_task(problem, 0), mappings[0])
+        assert "part0" in {var.name for var in source.thread_vars}
+        assert error(problem, mappings) <= TOLERANCE / 10
 
 
 def _drop_blocked_section(kernel: kir.Kernel, which: int) -> kir.Kernel:

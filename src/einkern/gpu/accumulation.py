@@ -25,6 +25,7 @@ absent).  docs/accuracy.md has the measurements behind the choice.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import replace
 
 from ..ir.task import Task
@@ -41,6 +42,28 @@ ACCURATE_TERMS = 128
 #: tolerance (5e-6 to 1e-5 measured at 2^14 to 2^17 terms, docs/accuracy.md): the
 #: rule then takes more accumulators even when they cost occupancy.
 PLAIN_LIMIT_TERMS = 1 << 14
+
+
+def sum_block(sizes: Sequence[int]) -> tuple[int, int | None] | None:
+    """Where a blocked sum over loops of ``sizes`` (outermost first) starts its
+    partial sums: (position of the block's loop, its tile, or None when the whole
+    loop is in the block), aiming at blocks of about sqrt(n) terms (error
+    ~ (b + n/b)·u, smallest at b = sqrt(n)); None when the sum is one block or
+    shorter than :data:`ACCURATE_TERMS` terms.  The CPU backend's blocked sums
+    and the CUDA backend's blocked serial groups split their loops here."""
+    terms = math.prod(sizes)
+    if terms < ACCURATE_TERMS:
+        return None
+    target = 1 << round(math.log2(terms) / 2)
+    inside = 1
+    for position in range(len(sizes) - 1, -1, -1):
+        if inside * sizes[position] >= target:
+            tile = math.ceil(target / inside)
+            if tile >= sizes[position]:
+                return None if position == 0 else (position, None)
+            return position, tile
+        inside *= sizes[position]
+    return None
 
 
 def _dtype(task: Task) -> str:

@@ -44,6 +44,7 @@ from ..semantics import C_TYPE as CTYPE
 from ..semantics import FUNCTIONS, ITEMSIZE
 from . import exprs as E
 from . import kir
+from .accumulation import sum_block
 from .builder import Context, KernelBuilder
 from .device import H100, DeviceLimits
 from .mapping import ACCUMULATIONS, BOUNDARY_POLICIES, Mapping, MappingError
@@ -285,21 +286,14 @@ def group_sections(b: KernelBuilder, number: int, group: Group) -> list[kir.Sect
     mapping stages any of its inputs.  A ``blocked`` float group with staged
     inputs sums runs of k-step chunks (:func:`partial_period`) into partials
     (``part``), zeroed at a run's first chunk and added to the accumulators after
-    its last (serial groups have no chunk loop: they accumulate plainly)."""
+    its last (serial groups: :func:`serial_group`)."""
     staged = [a for a in group.accesses() if b.mapping.staging_of(str(a)) is not None]
     if not staged:
         return [kir.PerThread(tuple(serial_group(b, number, group)))]
     if b.mapping.accumulate != "blocked" or b.ctype != "float":
         return staged_group_sections(b, number, group, staged, accumulate)
     sections = staged_group_sections(b, number, group, staged, _into_partials)
-    part, acc, count = f"part{number}", f"acc{number}", len(b.slots)
-    b.thread_vars.append(kir.ThreadVar(part, b.ctype, count))
-    zero: tuple[kir.Stmt, ...] = tuple(
-        kir.Store(part, E.const(r), kir.Float(0.0)) for r in range(count)
-    )
-    add: tuple[kir.Stmt, ...] = tuple(
-        kir.Store(acc, E.const(r), kir.Load(part, E.const(r)), "+=") for r in range(count)
-    )
+    zero, add = _partials(b, number, "zero"), _partials(b, number, "add")
     wrapped: list[kir.Section] = []
     for section in sections:
         if isinstance(section, kir.Uniform):
@@ -330,17 +324,55 @@ def partial_period(size, group: Group, mapping: Mapping, chunks: int) -> int:
 
 
 def serial_group(b: KernelBuilder, number: int, group: Group) -> list[kir.Stmt]:
-    """Per-thread loops over the group's indices around :func:`accumulate`."""
+    """Per-thread loops over the group's indices around :func:`accumulate`.  A
+    ``blocked`` float group sums blocks of about sqrt(n) terms
+    (:func:`~.accumulation.sum_block`: from one loop inwards, that loop tiled when
+    needed) into partials ``part``, each added to the accumulators after its block."""
     indices = b.group_indices(group)
     loop_vars = {i: f"k_{i}" for i in indices}
     ctx = Context({i: kir.Var(v) for i, v in loop_vars.items()}, {})
-    body: tuple[kir.Stmt, ...] = tuple(accumulate(b, number, group, ctx))
+    sizes = [b.size(i) for i in indices]
+    block = None
+    if b.mapping.accumulate == "blocked" and b.ctype == "float":
+        block = sum_block(sizes)
+    body: tuple[kir.Stmt, ...] = tuple(
+        accumulate(b, number, group, ctx, "acc" if block is None else "part")
+    )
     for depth, index in enumerate(reversed(indices)):
+        position, size = len(indices) - 1 - depth, sizes[len(indices) - 1 - depth]
         unroll = b.mapping.unroll if depth == 0 and b.mapping.unroll > 1 else 0
+        if block is None or position != block[0]:
+            body = (kir.For(loop_vars[index], E.const(0), E.const(size), 1, body, unroll=unroll),)
+            continue
+        tile = block[1]
+        start: kir.Expr = E.const(0)
+        stop: kir.Expr = E.const(size)
+        if tile is not None:
+            start = kir.Var(f"kb_{index}")
+            stop = E.add(start, E.const(tile))
+            if size % tile:
+                stop = E.minimum(stop, E.const(size))
         body = (
-            kir.For(loop_vars[index], E.const(0), E.const(b.size(index)), 1, body, unroll=unroll),
+            *_partials(b, number, "zero"),
+            kir.For(loop_vars[index], start, stop, 1, body, unroll=unroll),
+            *_partials(b, number, "add"),
         )
+        if tile is not None:
+            body = (kir.For(f"kb_{index}", E.const(0), E.const(size), tile, body),)
     return [kir.Comment(f"reduction over {', '.join(indices)}"), *body]
+
+
+def _partials(b: KernelBuilder, number: int, what: str) -> tuple[kir.Stmt, ...]:
+    """Zero the partials of group ``number`` (declaring them once), or add them to
+    its accumulators."""
+    part, acc, count = f"part{number}", f"acc{number}", len(b.slots)
+    if not any(var.name == part for var in b.thread_vars):
+        b.thread_vars.append(kir.ThreadVar(part, b.ctype, count))
+    if what == "zero":
+        return tuple(kir.Store(part, E.const(r), kir.Float(0.0)) for r in range(count))
+    return tuple(
+        kir.Store(acc, E.const(r), kir.Load(part, E.const(r)), "+=") for r in range(count)
+    )
 
 
 # -- the epilogue ----------------------------------------------------------------

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from ... import semantics
 from ...gpu import exprs as E
 from ...gpu import kir
+from ...gpu.accumulation import sum_block
 from ...gpu.ctext import (
     C_LITERAL_MACROS,
     ENTRY_POINT,
@@ -59,7 +60,6 @@ from ...ir.nodes import (
 from ...semantics import C_TYPE
 from .printer import CpuText, index, load
 from .schedule import (
-    ACCURATE_TERMS,
     CpuSchedule,
     LoopSchedule,
     buffer_shape,
@@ -448,24 +448,3 @@ def _sum(expr: Sum, context: _Context) -> _Code:
         f"{acc} += {part};",
     ]
     return _Code((*lines, *_nest(outer + block_loops, partial)), kir.Var(acc))
-
-
-def sum_block(sizes: Sequence[int]) -> tuple[int, int | None] | None:
-    """Where a blocked sum over loops of ``sizes`` (outermost first) starts its
-    partial sums: (position of the block's loop, its tile, or None when the whole
-    loop is in the block), aiming at blocks of about sqrt(n) terms (error
-    ~ (b + n/b)·u, smallest at b = sqrt(n)); None when the sum is one block or
-    shorter than :data:`~.schedule.ACCURATE_TERMS` terms."""
-    terms = math.prod(sizes)
-    if terms < ACCURATE_TERMS:
-        return None
-    target = 1 << round(math.log2(terms) / 2)
-    inside = 1
-    for position in range(len(sizes) - 1, -1, -1):
-        if inside * sizes[position] >= target:
-            tile = math.ceil(target / inside)
-            if tile >= sizes[position]:
-                return None if position == 0 else (position, None)
-            return position, tile
-        inside *= sizes[position]
-    return None

@@ -33,6 +33,7 @@ import math
 from dataclasses import dataclass
 
 from ... import semantics
+from ...gpu.accumulation import ACCURATE_TERMS  # float32 sums shorter: plain (both backends)
 from ...ir.nodes import Expr, Problem, Statement, Sum, children, walk
 
 #: Statements doing fewer elementary operations than this run on one thread:
@@ -50,10 +51,6 @@ TILE_BUFFER_LIMIT = 4096
 
 #: How sums accumulate (see the module docstring).
 ACCUMULATIONS = ("plain", "blocked", "wide")
-
-#: A float32 sum of fewer terms than this accumulates plainly: its worst-case
-#: error bound n·u (u = 2^-24) stays under float32's 1e-5 tolerance.
-ACCURATE_TERMS = 128
 
 #: Float64 sums of at least this many terms are blocked too (their plain error,
 #: 1e-13 at 10^7 terms, is within the tolerance but ~100x NumPy's; blocked: ~20x less).

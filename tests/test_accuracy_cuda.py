@@ -83,7 +83,9 @@ def _space(sizes: dict[str, int]) -> int:
 @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
 @given(einsum_programs())
 def test_float32_einsum_kernels_are_within_the_tolerance(problem):
-    assert error(problem, decided(problem)) <= TOLERANCE, problem.program.statements[0]
+    statement = problem.program.statements[0]
+    for mode in (None, "blocked", "wide"):  # the rule's choice, then each forced
+        assert error(problem, decided(problem, mode)) <= TOLERANCE, (mode, statement)
 
 
 # ---- long sums ------------------------------------------------------------------------

@@ -33,7 +33,9 @@ Execution model:
   layout tables (``einkern.gpu.mma``, checked on the hardware), the product is
   computed (exact products, the sum in double, rounded once to the accumulator
   type) and D is scattered back: a kernel that loads fragments by a wrong layout
-  computes a wrong product here, as on a GPU;
+  computes a wrong product here, as on a GPU.  The step synchronises the whole
+  block, which the instruction does not: a barrier missing only where an MMA
+  lies between the read and the overwrite of shared memory is not caught;
 * every Load/Store/VectorLoad goes through ``ekx_at_T``/``ekx_vload_T``, which
   check the index against the array's size (misalignment too, for vector
   loads); a bad access is recorded and redirected to a per-thread sink holding

@@ -276,11 +276,17 @@ def asm_statement(
     def group(names: list[str]) -> str:
         return "{" + ", ".join(f"%{next(number)}" for _ in names) + "}"
 
-    operands = f"{group(d)}, {group(a)}, {group(b)}, {group(c)}"
     acc = CONSTRAINT[shape.accumulator]
     inp = CONSTRAINT[shape.input_type]
-    outs = ", ".join(f'"={acc}"({x})' for x in d)
-    ins = ", ".join([f'"{inp}"({x})' for x in a + b] + [f'"{acc}"({x})' for x in c])
+    if d == c:  # accumulate in place: read-write operands, C names D's registers
+        d_text = group(d)
+        operands = f"{d_text}, {group(a)}, {group(b)}, {d_text}"
+        outs = ", ".join(f'"+{acc}"({x})' for x in d)
+        ins = ", ".join(f'"{inp}"({x})' for x in a + b)
+    else:
+        operands = f"{group(d)}, {group(a)}, {group(b)}, {group(c)}"
+        outs = ", ".join(f'"={acc}"({x})' for x in d)
+        ins = ", ".join([f'"{inp}"({x})' for x in a + b] + [f'"{acc}"({x})' for x in c])
     return f'asm volatile("{shape.ptx} {operands};" : {outs} : {ins});'
 
 

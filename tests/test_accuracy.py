@@ -196,3 +196,12 @@ def test_sum_blocks_aim_at_the_square_root():
     assert sum_block([40, 40, 40, 40]) == (1, 2)  # 2.56e6 terms: blocks of 2 x 1600
     assert sum_block([1000, 8]) == (0, 8)  # 8000 terms: blocks of 8 rows of 8
     assert sum_block([3]) is None and sum_block([ACCURATE_TERMS - 1]) is None
+
+
+def test_the_cpu_explanation_names_the_rule_and_the_choice():
+    from einkern.backends.cpu.schedule import decide_loop_schedule, describe_loops
+
+    problem = program(GEMM, n=64, k=4096)
+    decision = decide_loop_schedule(problem, problem.program.statements[0])
+    assert decision.reasons[-1].startswith("accurate-sums: float32 sums of up to 4,096 terms")
+    assert "blocked accumulation" in describe_loops(decision.schedule)

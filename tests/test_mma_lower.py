@@ -49,6 +49,9 @@ CONFIGS = {
     "k8-wide": MmaConfig("m16n8k8_f64", 1, 2, 2, 2, 16, 2),
     "k16": MmaConfig("m16n8k16_f64", 2, 2, 1, 1, 32, 1),
     "one-stage": MmaConfig("m16n8k4_f64", 2, 1, 2, 2, 8, stages=1),
+    "async-2": MmaConfig("m16n8k4_f64", 2, 2, 2, 2, 8, stages=2, copy="async"),
+    "async-3": MmaConfig("m16n8k8_f64", 1, 2, 2, 2, 16, stages=3, copy="async"),
+    "async-4": MmaConfig("m16n8k4_f64", 2, 2, 1, 2, 4, stages=4, copy="async"),
 }
 
 
@@ -108,7 +111,7 @@ def test_not_contractions_are_refused(statement):
         contraction_of(statement_task(problem, 0))
 
 
-def test_float32_is_refused_until_tf32_exists():
+def test_float32_is_refused_by_fp64_shapes():
     problem = problem_of(
         "program t\ndims m\ndtype float32\ntensor A[m,m], B[m,m], C[m,m]\n"
         "C[i,j] = A[i,k] * B[k,j]\n",
@@ -127,8 +130,10 @@ def test_mma_kernels_compile_without_spills(config):
     assert all(r.spill_stores == 0 and r.spill_loads == 0 for r in module.resources)
 
 
-@pytest.mark.parametrize(("stages", "barrier"), [(1, 0), (2, 1)])
-def test_a_dropped_barrier_is_caught(stages, barrier):
+@pytest.mark.parametrize(
+    ("stages", "barrier", "copy"), [(1, 0, "registers"), (2, 1, "registers"), (3, 0, "async")]
+)
+def test_a_dropped_barrier_is_caught(stages, barrier, copy):
     """Without the barrier between filling a shared buffer and reading it, warps
     read what other warps have not stored yet: the emulator's result must be
     wrong (or an access flagged)."""
@@ -136,10 +141,108 @@ def test_a_dropped_barrier_is_caught(stages, barrier):
 
     problem = _problem("gemm")
     task = statement_task(problem, 0)
-    kernel = lower_mma(task, MmaConfig("m16n8k4_f64", 2, 2, 1, 1, 8, stages=stages))
-    assert count_barriers(kernel) == 2
+    kernel = lower_mma(task, MmaConfig("m16n8k4_f64", 2, 2, 1, 1, 8, stages=stages, copy=copy))
+    assert count_barriers(kernel) == (1 if copy == "async" else 2)
     arrays = random_arrays(problem, 1)
     want = evaluate(problem, arrays)["C"]
     given = {f"p_{k}": v.copy() for k, v in arrays.items()}
     report = emulate([drop_barrier(kernel, barrier)], given, {})
     assert not report.ok or not np.allclose(given["p_C"], want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+def test_a_missing_wait_is_caught(stages):
+    """Asynchronous copies land only at their wait: without it the fragments read
+    shared memory the copies have not written (poisoned), so the result is wrong."""
+    import dataclasses
+
+    from einkern.gpu import kir
+
+    problem = _problem("gemm")
+    config = MmaConfig("m16n8k4_f64", 2, 2, 1, 1, 8, stages=stages, copy="async")
+    kernel = lower_mma(statement_task(problem, 0), config)
+
+    def strip(sections):
+        out = []
+        for s in sections:
+            if isinstance(s, kir.Uniform):
+                s = dataclasses.replace(s, body=strip(s.body))
+            elif isinstance(s, kir.PerThread):
+                s = kir.PerThread(tuple(x for x in s.body if not isinstance(x, kir.CopyWait)))
+            out.append(s)
+        return tuple(out)
+
+    broken = dataclasses.replace(kernel, body=strip(kernel.body))
+    arrays = random_arrays(problem, 2)
+    want = evaluate(problem, arrays)["C"]
+    for candidate, good in ((kernel, True), (broken, False)):
+        given = {f"p_{k}": v.copy() for k, v in arrays.items()}
+        report = emulate([candidate], given, {})
+        assert report.ok
+        assert np.allclose(given["p_C"], want, rtol=1e-12) == good
+
+
+def _float32_problem(name: str):
+    text, extents = PROGRAMS[name]
+    dims = ", ".join(extents)
+    return problem_of(f"program t\ndims {dims}\ndtype float32\n{text}\n", **extents)
+
+
+def _error(problem, config, seed=4) -> float:
+    from einkern.reference import relative_error
+
+    kernel = lower_mma(statement_task(problem, 0), config)
+    arrays = random_arrays(problem, seed)
+    scalars = random_scalars(problem, seed)
+    want = evaluate(problem, {k: v.astype(np.float64) for k, v in arrays.items()}, scalars)
+    out = problem.program.statements[0].output.tensor
+    given = {f"p_{k}": v.copy(order="K") for k, v in arrays.items()}
+    report = emulate([kernel], given, {f"s_{k}": v for k, v in scalars.items()})
+    assert report.ok, report
+    return relative_error(given[f"p_{out}"].astype(np.float64), want[out].astype(np.float64))
+
+
+TF32 = {
+    "tf32-k8": MmaConfig("m16n8k8_tf32", 2, 2, 2, 2, 16),
+    "tf32-k4-async": MmaConfig("m16n8k4_tf32", 2, 1, 1, 2, 8, stages=3, copy="async"),
+}
+
+
+@pytest.mark.parametrize("config", sorted(TF32))
+@pytest.mark.parametrize("name", ["gemm", "four-index", "update-scaled", "six-index-out"])
+def test_tf32_and_3xtf32(name, config):
+    """TF32 keeps 10 mantissa bits of each input: its error is far above fp32's
+    rounding but within 1e-2 here (inputs in [0.5, 1.5]); 3xTF32 (high and low
+    parts, three MMAs) is back to fp32's tolerance."""
+    import dataclasses
+
+    problem = _float32_problem(name)
+    plain = _error(problem, TF32[config])
+    split = _error(problem, dataclasses.replace(TF32[config], split=True))
+    assert 1e-5 < plain < 1e-2
+    assert split <= 1e-5 and split < plain / 20
+
+
+def test_tf32_needs_float32_tensors():
+    assert any(
+        "float32" in p for p in problems(statement_task(_problem("gemm"), 0), TF32["tf32-k8"])
+    )
+    split_f64 = MmaConfig(split=True)
+    assert any(
+        "tf32 shapes only" in p for p in problems(statement_task(_problem("gemm"), 0), split_f64)
+    )
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_tf32_kernels_compile_without_spills(split):
+    pytest.importorskip("cuda.bindings.nvrtc")
+    import dataclasses
+
+    from einkern.backends.cuda.nvrtc import compile_cubin
+
+    problem = _float32_problem("six-index-out")
+    for config in TF32.values():
+        kernel = lower_mma(statement_task(problem, 0), dataclasses.replace(config, split=split))
+        for arch in ("sm_80", "sm_90"):
+            module = compile_cubin(print_cuda(kernel), arch)
+            assert all(r.spill_stores == 0 for r in module.resources)

@@ -29,7 +29,11 @@ Vocabulary (Treduda §3.1, MAGMA Table 4.2, R-Stream §4):
   store is predicated), ``exact`` (no checks: only valid when every tile
   divides its extent) or ``pad`` (MAGMA's padding: the tensors are copied into
   zero-filled buffers whose extents the tiles divide, the kernel runs exact,
-  the output is cropped back).
+  the output is cropped back);
+* ``accumulate`` says how a float32 reduction sums its terms: ``plain`` (one
+  accumulator per output), ``blocked`` (a partial per output per k-step chunk,
+  added to the accumulator at the chunk's end) or ``wide`` (double
+  accumulators); :mod:`einkern.gpu.accumulation` has the rule that picks it.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from dataclasses import asdict, dataclass, field
 from ..errors import EinkernError
 
 BOUNDARY_POLICIES = ("guard", "redirect", "exact", "pad")
+ACCUMULATIONS = ("plain", "blocked", "wide")
 
 
 class MappingError(EinkernError):
@@ -108,6 +113,9 @@ class Mapping:
     #: are combined by a tree in shared memory before the epilogue.  Empty: one
     #: thread per output element sums all its terms.
     reduction_threads: tuple[tuple[str, int], ...] = ()
+    #: How reductions accumulate (:data:`ACCUMULATIONS`); absent from the JSON form
+    #: when ``plain``, so mapping files written before it load unchanged.
+    accumulate: str = "plain"
     reasons: tuple[str, ...] = field(default=(), compare=False)
 
     # -- derived -------------------------------------------------------------
@@ -164,6 +172,8 @@ class Mapping:
         data.pop("reasons")
         if not self.reduction_threads:  # absent: the form of mappings before the field
             data.pop("reduction_threads")
+        if self.accumulate == "plain":
+            data.pop("accumulate")
         return json.dumps(data, indent=indent)
 
     @staticmethod
@@ -189,6 +199,7 @@ class Mapping:
                 reduction_threads=tuple(
                     (str(i), int(t)) for i, t in data.get("reduction_threads", ())
                 ),
+                accumulate=str(data.get("accumulate", "plain")),
             )
         except (KeyError, TypeError, ValueError, json.JSONDecodeError) as error:
             raise MappingError(
@@ -230,6 +241,7 @@ class Mapping:
             f"vector width {self.vector_width}, boundary {self.boundary}"
             + (f", at least {self.min_blocks} blocks/SM" if self.min_blocks else "")
             + (", output preloaded" if self.preload_output else "")
+            + (f", {self.accumulate} accumulation" if self.accumulate != "plain" else "")
         )
         lines.extend(f"  why: {reason}" for reason in self.reasons)
         return "\n".join(lines)

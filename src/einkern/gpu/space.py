@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 
 from ..ir.nodes import Access, Binary, Neg, Problem, signed_terms
 from ..ir.task import Task
+from .accumulation import with_accumulation
 from .config import NO_STAGING, SCALAR_CONFIG, CudaConfig, StagingConfig
 from .device import H100, DeviceLimits
 from .lower import check_mapping, compute_dtype, preload_applies
@@ -346,7 +347,7 @@ def config_to_mapping(task: Task, config: CudaConfig, reasons: tuple[str, ...] =
     if config.split is not None and r.k:
         longest = max(r.k, key=lambda k: problem.index_size(statement, k))
         reduction_threads = ((longest, config.split),)
-    return Mapping(
+    mapping = Mapping(
         strategy=strategy,
         parallel=parallel,
         grid_order=_grid_order(task),
@@ -361,6 +362,7 @@ def config_to_mapping(task: Task, config: CudaConfig, reasons: tuple[str, ...] =
         reduction_threads=reduction_threads,
         reasons=reasons,
     )
+    return with_accumulation(task, mapping)
 
 
 def _grid_order(task: Task) -> tuple[str, ...]:

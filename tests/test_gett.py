@@ -502,3 +502,19 @@ def test_split_kernels_compile_for_sm90_without_spills(dtype):
         assert module.cubin[:4] == b"\x7fELF"
         for resources in module.resources:
             assert resources.spill_stores == 0, (config.to_json(), resources)
+
+
+def test_a_long_float32_sum_split_over_threads_is_accurate_even_plain():
+    """GEMV of 2**17 terms in float32: the default splits the sum over 128 threads
+    per output; its tree of partial sums is within a tenth of the tolerance even
+    with plain accumulators."""
+    import dataclasses
+
+    problem = program("i", "ik", "k", {"i": 8, "k": 2**17}, "float32")
+    task = task_of(problem)
+    mapping = decide(task)
+    assert mapping.reduction_threads
+    plain = dataclasses.replace(mapping, accumulate="plain")
+    result = verify(problem, {0: plain}, seed=1)
+    assert result.bad_accesses == 0
+    assert result.max_relative_error <= TOLERANCE["float32"] / 10

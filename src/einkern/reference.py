@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import opt_einsum
 
+from .ir.affine import AffineProblem, schedule_depth, schedule_values
 from .ir.nodes import (
     Access,
     Binary,
@@ -35,6 +36,8 @@ from .ir.nodes import (
     Sum,
     product_factors,
 )
+from .lang.cfront_nodes import AExpr, AStatement, Bin, Constraint, IterValue, Num, Ref, Scal
+from .lang.cfront_nodes import Neg as ANeg
 from .semantics import FUNCTIONS, NUMPY_DTYPE
 
 _LETTERS = string.ascii_letters
@@ -219,3 +222,108 @@ def relative_error(result, reference) -> float:
     scale = float(np.max(np.abs(reference))) if reference.size else 0.0
     diff = float(np.max(np.abs(result - reference))) if reference.size else 0.0
     return diff / scale if scale > 0 else diff
+
+
+# ---- affine programs (loop nests from the C front end) -------------------------------
+
+
+def evaluate_affine(
+    problem: AffineProblem,
+    arrays: Mapping[str, np.ndarray],
+    scalars: Mapping[str, float] | None = None,
+) -> dict[str, np.ndarray]:
+    """Run an affine program (:mod:`einkern.ir.affine`) on copies of ``arrays``, every
+    statement instance in schedule (source) order; return every array's final value.
+
+    Independent of the backends' loop generation: each statement's instances are
+    enumerated from its own loop bounds and guards, sorted by the 2d+1 schedule,
+    and executed one by one — plain loops, usable at test sizes.  Values are
+    computed in float64 and rounded to the array's dtype where they are stored."""
+    function = problem.function
+    sizes = dict(problem.sizes)
+    values: dict[str, np.ndarray] = {}
+    for array in function.arrays:
+        dtype = NUMPY_DTYPE[array.dtype]
+        if array.name in arrays:
+            values[array.name] = np.array(arrays[array.name], dtype=dtype, copy=True)
+        else:
+            values[array.name] = np.full(problem.shape(array.name), np.nan, dtype=dtype)
+    env_scalars = {name: float(value) for name, value in (scalars or {}).items()}
+    width = schedule_depth(function)
+    instances: list[tuple[tuple[int, ...], int, dict[str, int]]] = []
+    for number, statement in enumerate(function.statements):
+        for point in _points(statement, sizes):
+            env = {**sizes, **point}
+            key = tuple(
+                int(v) if v.lstrip("-").isdigit() else (-env[v[1:]] if v[0] == "-" else env[v])
+                for v in schedule_values(statement, width)
+            )
+            instances.append((key, number, point))
+    instances.sort(key=lambda item: (item[0], item[1]))
+    for _, number, point in instances:
+        _execute(function.statements[number], {**sizes, **point}, values, env_scalars)
+    return values
+
+
+def _points(statement: AStatement, sizes: Mapping[str, int]):
+    """Every point of the statement's domain (loop order; guards applied)."""
+
+    def nest(depth: int, env: dict[str, int]):
+        if depth == len(statement.loops):
+            if all(_holds(guard, env) for guard in statement.guards):
+                yield {i: env[i] for i in statement.iterators}
+            return
+        loop = statement.loops[depth]
+        low = max(bound.value(env) for bound in loop.lower)
+        high = min(bound.value(env) for bound in loop.upper)
+        for value in range(low, high + 1):
+            yield from nest(depth + 1, {**env, loop.iterator: value})
+
+    yield from nest(0, dict(sizes))
+
+
+def _holds(guard: Constraint, env: Mapping[str, int]) -> bool:
+    value = guard.aff.value(env)
+    return value == 0 if guard.equal else value >= 0
+
+
+def _execute(statement: AStatement, env, values, scalars) -> None:
+    target = statement.target
+    where = tuple(s.value(env) for s in target.subscripts)
+    value = _affine_value(statement.rhs, env, values, scalars)
+    if statement.op != "=":
+        old = float(values[target.array][where])
+        value = {
+            "+=": old + value,
+            "-=": old - value,
+            "*=": old * value,
+            "/=": old / value if value != 0 else _divide(old, value),
+        }[statement.op]
+    values[target.array][where] = value
+
+
+def _divide(a: float, b: float) -> float:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(np.float64(a) / np.float64(b))
+
+
+def _affine_value(expr: AExpr, env, values, scalars) -> float:
+    if isinstance(expr, Num):
+        return expr.value
+    if isinstance(expr, Scal):
+        return scalars[expr.name]
+    if isinstance(expr, Ref):
+        return float(values[expr.array][tuple(s.value(env) for s in expr.subscripts)])
+    if isinstance(expr, IterValue):
+        return float(expr.aff.value(env))
+    if isinstance(expr, ANeg):
+        return -_affine_value(expr.operand, env, values, scalars)
+    if isinstance(expr, Bin):
+        a = _affine_value(expr.left, env, values, scalars)
+        b = _affine_value(expr.right, env, values, scalars)
+        if expr.op == "/":
+            return a / b if b != 0 else _divide(a, b)
+        return a + b if expr.op == "+" else a - b if expr.op == "-" else a * b
+    with np.errstate(all="ignore"):
+        args = [np.float64(_affine_value(a, env, values, scalars)) for a in expr.args]
+        return float(FUNCTIONS[expr.func].numpy(*args))

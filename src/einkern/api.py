@@ -146,3 +146,39 @@ class Kernel:
         self.executable.run_checked(call)
         results = tuple(call.arrays[name] for name in self.outputs)
         return results[0] if len(results) == 1 else results
+
+
+def compile_loops(
+    program: str | os.PathLike,
+    *,
+    function: str | None = None,
+    backend: str = "cpu",
+    **sizes: int,
+):
+    """Compile one function of a C loop-nest program (a ``.c`` path or C text; see
+    docs/affine.md) for concrete ``sizes`` and return a callable
+    :class:`~einkern.backends.cpu.affine.AffineKernel` (CPU backend).  ``function``
+    picks a function by name (default: the first)."""
+    from .backends.cpu.affine import AffineKernel
+    from .errors import UsageError
+    from .ir.affine import make_affine_problem
+    from .lang.cfront import parse_c
+
+    if backend not in ("cpu", "auto"):
+        raise ArgumentError(
+            "C loop nests compile for the cpu backend only", hint="use backend='cpu'"
+        )
+    text, name = str(program), "<string>"
+    if isinstance(program, os.PathLike) or ("\n" not in text and text.endswith(".c")):
+        try:
+            with open(program, encoding="utf-8") as handle:
+                text, name = handle.read(), str(program)
+        except (OSError, UnicodeDecodeError) as error:
+            raise UsageError(f"cannot read {program}: {error}") from None
+    parsed = parse_c(text, name)
+    try:
+        chosen = parsed.function(function)
+    except KeyError:
+        names = ", ".join(f.name for f in parsed.functions)
+        raise ArgumentError(f"{name} has no function {function!r}", hint=f"functions: {names}") from None
+    return AffineKernel(make_affine_problem(chosen, sizes))

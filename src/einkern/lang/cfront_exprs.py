@@ -51,6 +51,8 @@ def affine(reader: FunctionReader, node: Any, iterators: tuple[str, ...]) -> N.A
         if right.is_constant():
             return left.scale(right.const)
         reader.fail(node, "not affine: a product of two variables", _AFFINE_HINT)
+    if isinstance(node, c_ast.Cast):
+        return affine(reader, node.expr, iterators)  # (int)e: affine only if e is
     if isinstance(node, c_ast.ArrayRef):
         reader.fail(node, "not affine: an array element in a bound, subscript or condition "
                     "(data-dependent)", _AFFINE_HINT)
@@ -215,9 +217,9 @@ def body_expr(reader: FunctionReader, node: Any, iterators: tuple[str, ...]) -> 
     if isinstance(node, c_ast.FuncCall) and isinstance(node.name, c_ast.ID):
         func = known_function(node.name.name)
         if func is None:
-            reader.fail(node, f"call of {node.name.name!r}: only the elementwise functions "
-                        "(sqrt, exp, log, fabs, sin, cos, tanh, fmax, fmin, pow) are accepted",
-                        hint="other functions may have side effects")
+            reader.fail(node, f"call of {node.name.name!r}, which may have side effects: only "
+                        "the elementwise functions (sqrt, exp, log, fabs, sin, cos, tanh, "
+                        "fmax, fmin, pow) are accepted")
         from ..semantics import FUNCTIONS
 
         args = tuple(body_expr(reader, a, iterators) for a in (node.args.exprs if node.args

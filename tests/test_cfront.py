@@ -62,40 +62,46 @@ def test_defines_pragmas_comments_and_down_counting_loops():
     assert box.array("B").shape == ("7", "n")
 
 
+HEAD = "void f(int n, double x[n], double y[n]) {\n"
+LOOP = HEAD + "  for (int i = 0; i < n; i++)\n"
 REJECTED = [
-    ("while", "void f(int n, double x[n]) {\n  for (int i = 0; i < n; i++)\n    while (x[i] > 0) x[i] -= 1;\n}", 3, "while"),
-    ("do-while", "void f(int n, double x[n]) {\n  do { x[0] = 1; } while (0);\n}", 2, "do-while"),
-    ("goto", "void f(int n, double x[n]) {\n  goto end;\n}", 2, "goto"),
-    ("break", "void f(int n, double x[n]) {\n  for (int i = 0; i < n; i++) { x[i] = 0; break; }\n}", 2, "break"),
-    ("pointer arithmetic", "void f(int n, double x[n], double y[n]) {\n  for (int i = 0; i < n; i++)\n    *(y + i) = x[i];\n}", 3, "pointer"),
-    ("data-dependent subscript", "void f(int n, double x[n], double y[n]) {\n  for (int i = 0; i < n; i++)\n    y[i] = x[(int)y[i]];\n}", 3, "not affine"),
-    ("indirect subscript", "void f(int n, double x[n], double p[n]) {\n  for (int i = 0; i < n; i++)\n    x[p[i]] = 1;\n}", 3, "data-dependent"),
-    ("data-dependent bound", "void f(int n, double x[n]) {\n  for (int i = 0; i < x[0]; i++)\n    x[i] = 1;\n}", 2, "data-dependent"),
-    ("product of iterators", "void f(int n, double x[n][n]) {\n  for (int i = 0; i < n; i++)\n    for (int j = 0; j < i * i; j++) x[i][j] = 1;\n}", 3, "product"),
-    ("division in a subscript", "void f(int n, double x[n]) {\n  for (int i = 0; i < n; i++)\n    x[i / 2] = 1;\n}", 3, "'/'"),
-    ("side-effecting call", "void f(int n, double x[n]) {\n  for (int i = 0; i < n; i++)\n    x[i] = rand();\n}", 3, "side effects"),
-    ("call statement", "void f(int n, double x[n]) {\n  printf(\"%d\", n);\n}", 2, "side effects"),
-    ("increment in an expression", "void f(int n, double x[n], double y[n]) {\n  for (int i = 0; i < n; i++)\n    y[i] = x[i]++;\n}", 3, "side effect"),
-    ("iterator modified", "void f(int n, double x[n]) {\n  for (int i = 0; i < n; i++) {\n    x[i] = 1;\n    i += 2;\n  }\n}", 4, "modified"),
-    ("non-unit step", "void f(int n, double x[n]) {\n  for (int i = 0; i < n; i += 2)\n    x[i] = 1;\n}", 2, "step"),
-    ("disjunction", "void f(int n, double x[n]) {\n  for (int i = 0; i < n; i++)\n    if (i < 2 || i > 5) x[i] = 1;\n}", 3, "disjunction"),
-    ("not-equal", "void f(int n, double x[n]) {\n  for (int i = 0; i < n; i++)\n    if (i != 2) x[i] = 1;\n}", 3, "!="),
-    ("local variable", "void f(int n, double x[n]) {\n  double t = 0;\n}", 2, "local variables"),
-    ("switch", "void f(int n, double x[n]) {\n  switch (n) { case 1: x[0] = 1; }\n}", 2, "switch"),
-    ("ternary", "void f(int n, double x[n]) {\n  for (int i = 0; i < n; i++)\n    x[i] = i > 2 ? 1.0 : 2.0;\n}", 3, "?:"),
+    ("while", LOOP + "    while (x[i] > 0) x[i] -= 1;\n}", 3, "while"),
+    ("do-while", HEAD + "  do { x[0] = 1; } while (0);\n}", 2, "do-while"),
+    ("goto", HEAD + "  goto end;\n}", 2, "goto"),
+    ("break", HEAD + "  for (int i = 0; i < n; i++) { x[i] = 0; break; }\n}", 2, "break"),
+    ("pointer arithmetic", LOOP + "    *(y + i) = x[i];\n}", 3, "pointer"),
+    ("data-dependent subscript", LOOP + "    y[i] = x[(int)y[i]];\n}", 3, "not affine"),
+    ("indirect subscript", LOOP + "    x[y[i]] = 1;\n}", 3, "data-dependent"),
+    ("data-dependent bound", HEAD + "  for (int i = 0; i < x[0]; i++)\n    x[i] = 1;\n}", 2,
+     "data-dependent"),
+    ("product of iterators", LOOP + "    for (int j = 0; j < i * i; j++) x[j] = 1;\n}", 3,
+     "product"),
+    ("division in a subscript", LOOP + "    x[i / 2] = 1;\n}", 3, "'/'"),
+    ("side-effecting call", LOOP + "    x[i] = rand();\n}", 3, "side effects"),
+    ("call statement", HEAD + '  printf("%d", n);\n}', 2, "side effects"),
+    ("increment in an expression", LOOP + "    y[i] = x[i]++;\n}", 3, "side effect"),
+    ("iterator modified", LOOP + "  {\n    x[i] = 1;\n    i += 2;\n  }\n}", 5, "modified"),
+    ("non-unit step", HEAD + "  for (int i = 0; i < n; i += 2)\n    x[i] = 1;\n}", 2, "step"),
+    ("disjunction", LOOP + "    if (i < 2 || i > 5) x[i] = 1;\n}", 3, "disjunction"),
+    ("not-equal", LOOP + "    if (i != 2) x[i] = 1;\n}", 3, "!="),
+    ("local variable", HEAD + "  double t = 0;\n}", 2, "local variables"),
+    ("switch", HEAD + "  switch (n) { case 1: x[0] = 1; }\n}", 2, "switch"),
+    ("ternary", LOOP + "    x[i] = i > 2 ? 1.0 : 2.0;\n}", 3, "?:"),
     ("scalar write", "void f(int n, double a, double x[n]) {\n  a = 2;\n}", 2, "read only"),
-    ("wrong rank", "void f(int n, double x[n][n]) {\n  for (int i = 0; i < n; i++)\n    x[i] = 1;\n}", 3, "dimension"),
+    ("wrong rank", "void f(int n, double x[n][n]) {\n  x[0] = 1;\n}", 2, "dimension"),
     ("pointer without extents", "void f(int n, double *x) {\n  x[0] = 1;\n}", 1, "extents"),
     ("int array", "void f(int n, int x[n]) {\n  x[0] = 1;\n}", 1, "float or double"),
     ("non-void function", "double f(int n, double x[n]) {\n  x[0] = 1;\n}", 1, "void"),
     ("unknown directive", "#ifdef X\nvoid f(int n, double x[n]) { x[0] = 1; }", 1, "directive"),
-    ("syntax", "void f(int n, double x[n]) {\n  x[0] = 1\n}", 3, "syntax"),
-    ("return value", "void f(int n, double x[n]) {\n  return 1;\n}", 2, "return"),
+    ("syntax", HEAD + "  x[0] = 1\n}", 3, "syntax"),
+    ("return value", HEAD + "  return 1;\n}", 2, "return"),
 ]
 
 
 @pytest.mark.parametrize("kind, text, line, words", REJECTED, ids=[r[0] for r in REJECTED])
-def test_code_outside_the_affine_subset_is_a_located_error(kind, text, line, words, tmp_path, capsys):
+def test_code_outside_the_affine_subset_is_a_located_error(
+    kind, text, line, words, tmp_path, capsys
+):
     with pytest.raises(ParseError) as caught:
         parse_c(text, "bad.c")
     error = caught.value
@@ -110,7 +116,7 @@ def test_code_outside_the_affine_subset_is_a_located_error(kind, text, line, wor
 
 def test_out_of_bounds_accesses_are_refused(tmp_path, capsys):
     path = tmp_path / "oob.c"
-    path.write_text("void f(int n, double x[n]) {\n  for (int i = 0; i <= n; i++)\n    x[i] = 1;\n}\n")
+    path.write_text("void f(int n, double x[n]) {\n  for (int i = 0; i <= n; i++) x[i] = 1;\n}")
     assert main(["check", str(path), "-e", "n=4"]) == 2
     assert "outside x[4]" in capsys.readouterr().err
 

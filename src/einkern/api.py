@@ -180,5 +180,7 @@ def compile_loops(
         chosen = parsed.function(function)
     except KeyError:
         names = ", ".join(f.name for f in parsed.functions)
-        raise ArgumentError(f"{name} has no function {function!r}", hint=f"functions: {names}") from None
+        raise ArgumentError(
+            f"{name} has no function {function!r}", hint=f"functions: {names}"
+        ) from None
     return AffineKernel(make_affine_problem(chosen, sizes))

@@ -129,7 +129,8 @@ def command_run(args) -> int:
                 outputs = {name: work[name] for name in kernel.outputs if name in work}
                 outputs.update({n: v for n, v in work.items() if n not in outputs})
         median = float(np.median(times))
-        print(f"{problem.function.name} on cpu: median {median * 1e3:.3f} ms over {len(times)} runs")
+        name = problem.function.name
+        print(f"{name} on cpu: median {median * 1e3:.3f} ms over {len(times)} runs")
         if not args.check:
             continue
         reference = evaluate_affine(problem, arrays, scalars)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import islpy as isl
@@ -291,8 +292,9 @@ class AffineProblem:
         return tuple(a.name for a in self.function.arrays if a.name in written)
 
 
-def make_affine_problem(function: AFunction, sizes: dict[str, object] | None = None
-                        ) -> AffineProblem:
+def make_affine_problem(
+    function: AFunction, sizes: Mapping[str, object] | None = None
+) -> AffineProblem:
     """Bind ``sizes`` (every size parameter, a positive integer) and check that
     every access stays inside its array (:class:`~einkern.errors.SemanticError`
     with the statement's location otherwise)."""

@@ -15,7 +15,10 @@ if TYPE_CHECKING:
     from .cfront import CReader
 
 _NOT_AFFINE_STATEMENTS = {
-    c_ast.While: ("a while loop is not a static-control loop", "write a for loop with affine bounds"),
+    c_ast.While: (
+        "a while loop is not a static-control loop",
+        "write a for loop with affine bounds",
+    ),
     c_ast.DoWhile: ("a do-while loop is not a static-control loop",
                     "write a for loop with affine bounds"),
     c_ast.Goto: ("goto is not supported (control flow must be structured loops and ifs)", None),
@@ -114,7 +117,8 @@ class FunctionReader:
         if isinstance(kind, c_ast.PtrDecl):
             element = float_dtype(kind.type)
             if element is None:
-                self.fail(param, f"parameter {name!r}: only pointers to float or double are accepted")
+                self.fail(param, f"parameter {name!r}: only pointers to float or double "
+                          "are accepted")
             shape = self.reader.pragma_shapes.get(name)
             if shape is None:
                 self.fail(param, f"pointer parameter {name!r} has no extents",

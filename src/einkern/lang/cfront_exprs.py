@@ -128,7 +128,11 @@ def _loop_init(reader: FunctionReader, node: c_ast.For, enclosing: tuple[str, ..
         if not int_type(decl.type) or decl.init is None:
             reader.fail(init, "the loop must declare one integer iterator with a start value")
         name, value = decl.name, decl.init
-    elif isinstance(init, c_ast.Assignment) and init.op == "=" and isinstance(init.lvalue, c_ast.ID):
+    elif (
+        isinstance(init, c_ast.Assignment)
+        and init.op == "="
+        and isinstance(init.lvalue, c_ast.ID)
+    ):
         name, value = init.lvalue.name, init.rvalue
     else:
         reader.fail(init if init is not None else node,

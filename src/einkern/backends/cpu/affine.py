@@ -41,6 +41,10 @@ from .backend import CpuBackend, load_or_compile
 from .compiler import cache_directory, toolchain
 
 INDEX_TYPE = "long long"
+# isl's AST node kinds (``for_``/``if_`` are keywords with an underscore, unknown to the stubs)
+_BLOCK, _FOR, _IF, _USER = (
+    getattr(isl.ast_node_type, name) for name in ("block", "for_", "if_", "user")
+)
 
 _ISL_HELPERS = """\
 static inline long long min(long long a, long long b) { return a < b ? a : b; }
@@ -191,20 +195,20 @@ class _Printer:
 
     def node(self, node: isl.AstNode, depth: int, inside_parallel: bool) -> list[str]:
         kind = node.get_type()
-        if kind == isl.ast_node_type.block:
+        if kind == _BLOCK:
             children = node.block_get_children()
             return [line for k in range(children.n_ast_node())
                     for line in self.node(children.get_at(k), depth, inside_parallel)]
-        if kind == isl.ast_node_type.for_:
+        if kind == _FOR:
             return self.loop(node, depth, inside_parallel)
-        if kind == isl.ast_node_type.if_:
+        if kind == _IF:
             lines = [f"if ({node.if_get_cond().to_C_str()}) {{"]
             lines += _indent(self.node(node.if_get_then_node(), depth, inside_parallel))
             if node.if_has_else_node():
                 lines += ["} else {"]
                 lines += _indent(self.node(node.if_get_else_node(), depth, inside_parallel))
             return [*lines, "}"]
-        if kind == isl.ast_node_type.user:
+        if kind == _USER:
             return self.user(node.user_get_expr())
         raise ValueError(f"unexpected isl AST node {kind}")
 
@@ -287,7 +291,8 @@ def _emit(problem: A.AffineProblem) -> tuple[str, list[str]]:
     ]
     for k, array in enumerate(function.arrays):
         ctype = C_TYPE[array.dtype]
-        lines.append(f"    {ctype} *restrict {mangle('t', array.name)} = ({ctype} *)ekx_buffers[{k}];")
+        pointer = mangle("t", array.name)
+        lines.append(f"    {ctype} *restrict {pointer} = ({ctype} *)ekx_buffers[{k}];")
     for k, scalar in enumerate(function.scalars):
         lines.append(f"    const double {mangle('s', scalar.name)} = ekx_scalars[{k}];")
     lines += ["    (void)ekx_scalars;"]

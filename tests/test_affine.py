@@ -1,0 +1,210 @@
+"""Affine programs: dependences and parallel loops on known cases, and every example
+loop nest compiled on the CPU (isl's AST generation) checked against the reference
+executor and against SciPy's BLAS / NumPy on random data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.linalg
+import scipy.linalg.blas as blas
+
+from einkern.api import compile_loops
+from einkern.backends.cpu.affine import emit_affine_c, explain_affine
+from einkern.errors import ArgumentError, ExtentError
+from einkern.ir import affine as A
+from einkern.lang.cfront import parse_c
+from einkern.reference import evaluate_affine, relative_error
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+
+def function_of(name: str):
+    return parse_c((EXAMPLES / name).read_text(), name).functions[0]
+
+
+def statement(function, name):
+    return next(s for s in function.statements if s.name == name)
+
+
+# ---- dependences and parallel loops ---------------------------------------------------------
+
+
+def test_a_triangular_solve_has_no_parallel_loop():
+    trsv = function_of("trsv.c")
+    kinds = {(d.kind, d.source, d.target) for d in A.dependences(trsv)}
+    assert ("flow", "S1", "S0") in kinds  # x[i] finished, then read by later rows
+    assert ("flow", "S0", "S1") in kinds
+    for s in trsv.statements:
+        assert A.parallel_iterators(trsv, s) == ()
+    assert A.reduction_iterators(statement(trsv, "S0")) == ("j",)
+
+
+def test_triangular_products_are_parallel_over_rows_only():
+    trmv = function_of("trmv.c")
+    assert A.parallel_iterators(trmv, statement(trmv, "S1")) == ("i",)
+    assert A.reduction_iterators(statement(trmv, "S1")) == ("j",)
+    syrk = function_of("syrk.c")
+    update = statement(syrk, "S1")
+    assert A.parallel_iterators(syrk, update) == ("i", "j")
+    assert A.reduction_iterators(update) == ("k",)
+    assert A.domain_text(syrk, update).endswith("j >= 0 and j <= i }")
+
+
+def test_a_stencil_in_place_carries_dependences_on_both_loops():
+    text = """void seidel(int n, double A[n][n]) {
+        for (int i = 1; i < n - 1; i++)
+            for (int j = 1; j < n - 1; j++)
+                A[i][j] = 0.25 * (A[i - 1][j] + A[i + 1][j] + A[i][j - 1] + A[i][j + 1]);
+    }"""
+    seidel = parse_c(text).functions[0]
+    assert A.parallel_iterators(seidel, seidel.statements[0]) == ()
+    jacobi = function_of("stencil_if.c")
+    assert all(A.parallel_iterators(jacobi, s) == ("i", "j") for s in jacobi.statements)
+
+
+def test_separate_nests_are_judged_separately():
+    text = """void two(int n, double x[n], double y[n]) {
+        for (int i = 0; i < n; i++) x[i] = 2 * x[i];
+        for (int i = 1; i < n; i++) y[i] = y[i - 1] + x[i];
+    }"""
+    two = parse_c(text).functions[0]
+    first, second = two.statements
+    assert A.parallel_iterators(two, first) == ("i",)
+    assert A.parallel_iterators(two, second) == ()
+    problem = A.make_affine_problem(two, {"n": 9})
+    source = emit_affine_c(problem)
+    assert source.count("#pragma omp parallel for") == 1
+    assert any("S0" in note and "parallel" in note for note in explain_affine(problem))
+
+
+def test_inputs_are_the_arrays_read_before_written():
+    assert A.read_on_entry(function_of("trmv.c")) == ("L", "x")  # y is assigned first
+    assert A.read_on_entry(function_of("trsv.c")) == ("L", "x")
+
+
+# ---- generated code against the reference and SciPy ------------------------------------------
+
+
+def _random(shape, rng, dtype=np.float64):
+    return rng.uniform(-1, 1, size=shape).astype(dtype)
+
+
+def _check(kernel, arrays, scalars, expected_by_name, tolerance=1e-12):
+    problem = kernel.problem
+    reference = evaluate_affine(problem, arrays, scalars)
+    work = {n: a.copy() for n, a in arrays.items()}
+    result = kernel(**work, **scalars)
+    results = result if isinstance(result, tuple) else (result,)
+    work.update(zip(kernel.outputs, results, strict=True))
+    for name, expected in expected_by_name.items():
+        assert relative_error(work[name], reference[name]) <= tolerance
+        assert relative_error(reference[name], expected) <= tolerance
+
+
+def test_trmv_matches_numpy():
+    rng = np.random.default_rng(1)
+    n = 23
+    kernel = compile_loops(EXAMPLES / "trmv.c", n=n)
+    L, x = _random((n, n), rng), _random(n, rng)
+    y = kernel(L, x)
+    assert relative_error(y, np.tril(L) @ x) <= 1e-12
+    _check(kernel, {"L": L, "x": x}, {}, {"y": np.tril(L) @ x})
+
+
+def test_trsv_matches_scipy():
+    rng = np.random.default_rng(2)
+    n = 31
+    kernel = compile_loops(EXAMPLES / "trsv.c", n=n)
+    L = _random((n, n), rng) + 2 * n * np.eye(n)
+    b = _random(n, rng)
+    expected = blas.dtrsv(L, b, lower=1)
+    _check(kernel, {"L": L, "x": b}, {}, {"x": expected})
+
+
+def test_syrk_writes_only_the_lower_triangle():
+    rng = np.random.default_rng(3)
+    n, m = 17, 9
+    kernel = compile_loops(EXAMPLES / "syrk.c", n=n, m=m)
+    C, Am = _random((n, n), rng), _random((n, m), rng)
+    alpha, beta = 0.7, 1.3
+    expected = blas.dsyrk(alpha, Am, beta=beta, c=C, lower=1)
+    work = C.copy()
+    kernel(C=work, A=Am, alpha=alpha, beta=beta)
+    lower = np.tril_indices(n)
+    assert relative_error(work[lower], expected[lower]) <= 1e-12
+    upper = np.triu_indices(n, 1)
+    assert np.array_equal(work[upper], C[upper])  # untouched
+    _check(kernel, {"C": C, "A": Am}, {"alpha": alpha, "beta": beta}, {})
+
+
+def test_gemm_loops_match_blas():
+    rng = np.random.default_rng(4)
+    nj, nk = 13, 21
+    kernel = compile_loops(EXAMPLES / "gemm_loops.c", nj=nj, nk=nk)
+    C, Am, B = _random((48, nj), rng), _random((48, nk), rng), _random((nk, nj), rng)
+    expected = blas.dgemm(0.5, Am, B, beta=-1.5, c=C)
+    _check(kernel, {"C": C, "A": Am, "B": B}, {"alpha": 0.5, "beta": -1.5}, {"C": expected})
+
+
+def test_stencil_with_an_affine_if_matches_numpy():
+    rng = np.random.default_rng(5)
+    n = 19
+    kernel = compile_loops(EXAMPLES / "stencil_if.c", n=n)
+    Am = _random((n, n), rng)
+    expected = Am.copy()
+    expected[1:-1, 1:-1] = 0.2 * (
+        Am[1:-1, 1:-1] + Am[:-2, 1:-1] + Am[2:, 1:-1] + Am[1:-1, :-2] + Am[1:-1, 2:]
+    )
+    _check(kernel, {"A": Am}, {}, {"B": expected})
+
+
+def test_back_substitution_counting_down_in_float32():
+    text = """
+    void back(int n, float U[n][n], float y[n]) {
+        for (int i = n - 1; i >= 0; i--) {
+            for (int j = i + 1; j < n; j++)
+                y[i] -= U[i][j] * y[j];
+            y[i] = y[i] / U[i][i];
+        }
+    }"""
+    rng = np.random.default_rng(6)
+    n = 25
+    kernel = compile_loops(text, n=n)
+    assert "c1 >= " in kernel.source() or "-c1" in kernel.source() or "c1 <= 0" in kernel.source()
+    U = (_random((n, n), rng) + 2 * n * np.eye(n)).astype(np.float32)
+    b = _random(n, rng, np.float32)
+    expected = scipy.linalg.solve_triangular(U.astype(np.float64), b.astype(np.float64))
+    y = b.copy()
+    kernel(U, y)
+    assert relative_error(y, expected) <= 1e-5
+
+
+def test_functions_iterator_values_and_divisions():
+    text = """
+    void f(int n, double x[n], double y[n], double a) {
+        for (int i = 0; i < n; i++)
+            y[i] = fmax(sqrt(fabs(x[i])), a) + (i + 1) / 2 - exp(x[i]) * -a;
+    }"""
+    rng = np.random.default_rng(7)
+    kernel = compile_loops(text, n=10)
+    x = _random(10, rng)
+    y = kernel(x, a=0.3)
+    i = np.arange(10)
+    expected = np.maximum(np.sqrt(np.abs(x)), 0.3) + (i + 1) / 2 - np.exp(x) * -0.3
+    assert relative_error(y, expected) <= 1e-12
+
+
+def test_calls_are_checked_by_the_one_argument_check():
+    kernel = compile_loops(EXAMPLES / "trsv.c", n=4)
+    with pytest.raises(ArgumentError):
+        kernel(np.eye(3), np.ones(4))
+    with pytest.raises(ArgumentError):
+        kernel(np.eye(4, dtype=np.float32), np.ones(4))
+    with pytest.raises(ExtentError):
+        compile_loops(EXAMPLES / "trsv.c")
+    with pytest.raises(ArgumentError):
+        compile_loops(EXAMPLES / "trsv.c", function="nope", n=4)

@@ -33,23 +33,15 @@ from typing import Any, NoReturn
 from pycparser import c_ast, c_parser
 
 from ..errors import ParseError
-from ..semantics import DTYPE_OF_C_TYPE, FUNCTIONS
 from ..source import Source, Span
 from . import cfront_nodes as N
+from .cfront_body import FunctionReader
 
 _PRELUDE = (
     "typedef long int64_t; typedef int int32_t; typedef unsigned long size_t;"
     " typedef long ptrdiff_t;\n"
 )
 _PRELUDE_NAMES = frozenset({"int64_t", "int32_t", "size_t", "ptrdiff_t"})
-_INT_TYPES = frozenset({"int", "long", "unsigned", "short", "int64_t", "int32_t", "size_t",
-                        "ptrdiff_t", "signed", "const"})
-#: C spellings of the language's functions.
-C_FUNCTIONS: dict[str, str] = {
-    **{name: name for name in FUNCTIONS},
-    **{f"{name}f": name for name in FUNCTIONS if name not in ("abs", "max", "min")},
-    "fabs": "abs", "fabsf": "abs", "fmax": "max", "fmaxf": "max", "fmin": "min", "fminf": "min",
-}
 _COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*|\"(?:\\.|[^\"\\\n])*\"", re.S)
 _DEFINE = re.compile(r"#\s*define\s+([A-Za-z_]\w*)\s+(-?\d+)\s*$")
 _ARRAY_PRAGMA = re.compile(r"#\s*pragma\s+einkern\s+array\s+([A-Za-z_]\w*)((?:\s*\[[^\]]+\])+)\s*$")
@@ -134,8 +126,6 @@ class CReader:
             tree = c_parser.CParser().parse(text, filename=self.name)
         except c_parser.ParseError as error:
             raise self._syntax_error(str(error)) from None
-        from .cfront_body import FunctionReader
-
         functions = []
         for node in tree.ext:
             if isinstance(node, c_ast.Typedef) and node.name in _PRELUDE_NAMES:
@@ -180,18 +170,3 @@ def parse_c(text: str, name: str = "<string>") -> N.AFile:
     """Read C text (``name`` names it in errors) into its affine functions."""
     return CReader(text, name).read()
 
-
-def int_type(node: Any) -> bool:
-    return (
-        isinstance(node, c_ast.TypeDecl)
-        and isinstance(node.type, c_ast.IdentifierType)
-        and all(word in _INT_TYPES for word in node.type.names)
-    )
-
-
-def float_dtype(node: Any) -> str | None:
-    if isinstance(node, c_ast.TypeDecl) and isinstance(node.type, c_ast.IdentifierType):
-        names = [n for n in node.type.names if n != "const"]
-        if len(names) == 1 and names[0] in DTYPE_OF_C_TYPE:
-            return DTYPE_OF_C_TYPE[names[0]]
-    return None

@@ -4,15 +4,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from pycparser import c_ast
 
-from ..semantics import FUNCTIONS
+from ..errors import ParseError
 from . import cfront_nodes as N
-
-if TYPE_CHECKING:
-    from .cfront import CReader
+from .cfront_exprs import body_expr, condition, element, read_loop
+from .cfront_types import float_dtype, int_literal, int_type
 
 _NOT_AFFINE_STATEMENTS = {
     c_ast.While: (
@@ -50,8 +49,9 @@ class _Scope:
 
 
 class FunctionReader:
-    def __init__(self, reader: CReader, node: c_ast.FuncDef):
-        self.reader = reader
+    def __init__(self, reader: Any, node: c_ast.FuncDef):
+        self.reader = reader  # the file's CReader: spans, errors, #defines, pragmas
+        self.defines: dict[str, int] = reader.defines
         self.node = node
         self.sizes: list[str] = []
         self.arrays: dict[str, N.AArray] = {}
@@ -59,7 +59,7 @@ class FunctionReader:
         self.statements: list[N.AStatement] = []
 
     def fail(self, node: Any, message: str, hint: str | None = None) -> NoReturn:
-        self.reader.fail(node, message, hint)
+        raise ParseError(message, self.reader.span(node), hint)
 
     # -- the signature -----------------------------------------------------------------
 
@@ -88,12 +88,10 @@ class FunctionReader:
             self.reader.span(decl),
         )
 
-    def _known(self, name: str) -> bool:
+    def known(self, name: str) -> bool:
         return name in self.arrays or name in self.scalars or name in self.sizes
 
     def _parameter(self, param: Any) -> None:
-        from .cfront import float_dtype, int_type
-
         if isinstance(param, c_ast.Typename) and param.name is None:
             if isinstance(param.type, c_ast.TypeDecl) and getattr(param.type.type, "names", None) \
                     == ["void"]:
@@ -101,7 +99,7 @@ class FunctionReader:
         if not isinstance(param, c_ast.Decl) or not param.name:
             self.fail(param, "every parameter needs a name and a type")
         name = param.name
-        if self._known(name) or name in self.reader.defines:
+        if self.known(name) or name in self.reader.defines:
             self.fail(param, f"parameter {name!r} declared twice")
         kind = param.type
         if int_type(kind):
@@ -131,8 +129,6 @@ class FunctionReader:
                   hint="integers (sizes), float/double scalars and float/double arrays")
 
     def _array_parameter(self, param: c_ast.Decl) -> None:
-        from .cfront import float_dtype
-
         dims: list[Any] = []
         kind = param.type
         while isinstance(kind, c_ast.ArrayDecl):
@@ -156,7 +152,7 @@ class FunctionReader:
         if isinstance(dim, c_ast.ID) and dim.name in self.reader.defines:
             return str(self.reader.defines[dim.name])
         if isinstance(dim, c_ast.Constant) and dim.type == "int":
-            return str(_int_literal(dim.value))
+            return str(int_literal(dim.value))
         self.fail(dim, "an array extent must be an integer parameter declared before it, "
                   "a #define'd constant or an integer")
 
@@ -167,7 +163,7 @@ class FunctionReader:
             return str(self.reader.defines[text])
         if text.isdigit():
             return text
-        raise self.reader.fail(param, f"pragma extent {text!r} (line {line}) is not an integer "
+        self.fail(param, f"pragma extent {text!r} (line {line}) is not an integer "
                                "parameter, a #define'd constant or an integer")
 
     # -- statements --------------------------------------------------------------------
@@ -205,8 +201,6 @@ class FunctionReader:
             self.fail(node, "unsupported statement: only for, if and assignments are accepted")
 
     def _for(self, node: c_ast.For, scope: _Scope) -> None:
-        from .cfront_exprs import read_loop
-
         loop = read_loop(self, node, scope.iterators)
         position = scope.take()
         inner = _Scope(scope.loops + (loop,), scope.guards, position, [0])
@@ -225,8 +219,6 @@ class FunctionReader:
                           hint="a static-control loop changes its iterator only in its header")
 
     def _if(self, node: c_ast.If, scope: _Scope) -> None:
-        from .cfront_exprs import condition
-
         constraints = condition(self, node.cond, scope.iterators)
         then = _Scope(scope.loops, scope.guards + constraints, scope.path, scope.counter)
         self._statement(node.iftrue, then)
@@ -240,8 +232,6 @@ class FunctionReader:
         self._statement(node.iffalse, other)
 
     def _assignment(self, node: c_ast.Assignment, scope: _Scope) -> None:
-        from .cfront_exprs import body_expr, element
-
         if node.op not in ("=", "+=", "-=", "*=", "/="):
             self.fail(node, f"assignment operator {node.op!r} is not supported",
                       hint="use = += -= *= or /=")
@@ -274,15 +264,3 @@ def _nodes(node: Any):
         yield current
         stack.extend(child for _, child in current.children())
 
-
-def _int_literal(text: str) -> int:
-    cleaned = text.rstrip("uUlL")
-    return int(cleaned, 0) if not (cleaned.startswith("0") and cleaned[1:].isdigit()) \
-        else int(cleaned, 8)
-
-
-def known_function(name: str) -> str | None:
-    from .cfront import C_FUNCTIONS
-
-    found = C_FUNCTIONS.get(name)
-    return found if found in FUNCTIONS else None

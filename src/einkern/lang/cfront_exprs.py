@@ -3,34 +3,31 @@ conditions), loop headers, and statement right-hand sides."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pycparser import c_ast
 
+from ..semantics import FUNCTIONS
 from . import cfront_nodes as N
-
-if TYPE_CHECKING:
-    from .cfront_body import FunctionReader
+from .cfront_types import Reading, float_dtype, int_literal, int_type, known_function
 
 _AFFINE_HINT = "bounds, subscripts and conditions must be affine in loop iterators and sizes"
 
 
-def affine(reader: FunctionReader, node: Any, iterators: tuple[str, ...]) -> N.Aff:
+def affine(reader: Reading, node: Any, iterators: tuple[str, ...]) -> N.Aff:
     """The affine expression ``node`` over ``iterators`` and the size parameters."""
-    from .cfront_body import _int_literal
-
     if isinstance(node, c_ast.Constant):
         if node.type not in ("int", "long int", "unsigned int", "long long int") and not (
             node.type.endswith("int")
         ):
             reader.fail(node, f"{node.type} constant in an affine expression", _AFFINE_HINT)
-        return N.Aff(const=_int_literal(node.value))
+        return N.Aff(const=int_literal(node.value))
     if isinstance(node, c_ast.ID):
         name = node.name
         if name in iterators or name in reader.sizes:
             return N.Aff.name(name)
-        if name in reader.reader.defines:
-            return N.Aff(const=reader.reader.defines[name])
+        if name in reader.defines:
+            return N.Aff(const=reader.defines[name])
         if name in reader.scalars:
             reader.fail(node, f"not affine: {name!r} is a floating-point scalar (data)",
                         _AFFINE_HINT)
@@ -66,7 +63,7 @@ def affine(reader: FunctionReader, node: Any, iterators: tuple[str, ...]) -> N.A
     reader.fail(node, "not an affine expression", _AFFINE_HINT)
 
 
-def condition(reader: FunctionReader, node: Any, iterators: tuple[str, ...]
+def condition(reader: Reading, node: Any, iterators: tuple[str, ...]
               ) -> tuple[N.Constraint, ...]:
     """An ``&&`` of affine comparisons as constraints."""
     if isinstance(node, c_ast.BinaryOp) and node.op == "&&":
@@ -86,7 +83,7 @@ def condition(reader: FunctionReader, node: Any, iterators: tuple[str, ...]
     return (N.Constraint(difference, node.op == "=="),)
 
 
-def read_loop(reader: FunctionReader, node: c_ast.For, enclosing: tuple[str, ...]) -> N.Loop:
+def read_loop(reader: Reading, node: c_ast.For, enclosing: tuple[str, ...]) -> N.Loop:
     """A ``for`` header with affine bounds and a unit step."""
     iterator, start = _loop_init(reader, node, enclosing)
     step = _loop_step(reader, node, iterator)
@@ -113,16 +110,14 @@ def read_loop(reader: FunctionReader, node: c_ast.For, enclosing: tuple[str, ...
     return N.Loop(iterator, tuple(lower), tuple(upper), step)
 
 
-def _bounds(reader: FunctionReader, node: Any, iterators: tuple[str, ...]
+def _bounds(reader: Reading, node: Any, iterators: tuple[str, ...]
             ) -> tuple[N.Constraint, ...]:
     return condition(reader, node, iterators)
 
 
-def _loop_init(reader: FunctionReader, node: c_ast.For, enclosing: tuple[str, ...]
+def _loop_init(reader: Reading, node: c_ast.For, enclosing: tuple[str, ...]
                ) -> tuple[str, N.Aff]:
     init = node.init
-    from .cfront import int_type
-
     if isinstance(init, c_ast.DeclList) and len(init.decls) == 1:
         decl = init.decls[0]
         if not int_type(decl.type) or decl.init is None:
@@ -139,12 +134,12 @@ def _loop_init(reader: FunctionReader, node: c_ast.For, enclosing: tuple[str, ..
                     "a for loop must start with `iterator = affine expression`")
     if name in enclosing:
         reader.fail(init, f"iterator {name!r} is already the iterator of an enclosing loop")
-    if reader._known(name) or name in reader.reader.defines:
+    if reader.known(name) or name in reader.defines:
         reader.fail(init, f"{name!r} is a parameter, not a loop iterator")
     return name, affine(reader, value, enclosing)
 
 
-def _loop_step(reader: FunctionReader, node: c_ast.For, iterator: str) -> int:
+def _loop_step(reader: Reading, node: c_ast.For, iterator: str) -> int:
     step = node.next
     if isinstance(step, c_ast.UnaryOp) and isinstance(step.expr, c_ast.ID) \
             and step.expr.name == iterator:
@@ -164,7 +159,7 @@ def _loop_step(reader: FunctionReader, node: c_ast.For, iterator: str) -> int:
 # ---- right-hand sides -------------------------------------------------------------------
 
 
-def element(reader: FunctionReader, node: c_ast.ArrayRef, iterators: tuple[str, ...]) -> N.Ref:
+def element(reader: Reading, node: c_ast.ArrayRef, iterators: tuple[str, ...]) -> N.Ref:
     """``A[e1][e2]…`` with affine subscripts and the array's rank."""
     subscripts = []
     base: Any = node
@@ -187,11 +182,8 @@ def element(reader: FunctionReader, node: c_ast.ArrayRef, iterators: tuple[str, 
     return N.Ref(base.name, affs)
 
 
-def body_expr(reader: FunctionReader, node: Any, iterators: tuple[str, ...]) -> N.AExpr:
+def body_expr(reader: Reading, node: Any, iterators: tuple[str, ...]) -> N.AExpr:
     """A statement's right-hand side."""
-    from .cfront import float_dtype
-    from .cfront_body import known_function
-
     if isinstance(node, c_ast.Constant):
         if node.type in ("char", "string"):
             reader.fail(node, f"{node.type} constants are not numbers")
@@ -224,8 +216,6 @@ def body_expr(reader: FunctionReader, node: Any, iterators: tuple[str, ...]) -> 
             reader.fail(node, f"call of {node.name.name!r}, which may have side effects: only "
                         "the elementwise functions (sqrt, exp, log, fabs, sin, cos, tanh, "
                         "fmax, fmin, pow) are accepted")
-        from ..semantics import FUNCTIONS
-
         args = tuple(body_expr(reader, a, iterators) for a in (node.args.exprs if node.args
                                                                 else ()))
         if len(args) != FUNCTIONS[func].arity:

@@ -17,9 +17,16 @@ from .ir.nodes import Problem, Program
 
 def load(program: str | os.PathLike | Program) -> Program:
     """Parse and check a program: a path to a ``.ein``/tensor/mapped file, program
-    text, or an already built :class:`Program` (returned unchanged)."""
+    text, or an already built :class:`Program` (returned unchanged).  A ``.c`` loop
+    nest is raised to a tensor program when its statements have Einstein semantics
+    on box domains (:mod:`einkern.ir.affine_raise`); others run through
+    :func:`compile_loops`."""
     if isinstance(program, Program):
         return program
+    if isinstance(program, os.PathLike | str) and str(program).lower().endswith(".c"):
+        from .ir.affine_raise import load_raised  # a C loop nest with Einstein semantics
+
+        return load_raised(program)
     from .lang import load_program_node
 
     return build_program(load_program_node(program))

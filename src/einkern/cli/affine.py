@@ -46,12 +46,16 @@ def load_functions(args):
 
 def command_check(args) -> int:
     from ..ir import affine as A
+    from ..ir.affine_raise import raise_function
 
     for problem in load_functions(args):
         function = problem.function
         sizes = ", ".join(f"{n}={v}" for n, v in problem.sizes)
         print(f"function {function.name} (affine loop nest)")
         print(f"sizes    {sizes or '(none)'}")
+        raised = raise_function(function)
+        print("tensor   " + ("no: " + raised if isinstance(raised, str) else
+                             "yes: Einstein statements on boxes (every backend's mappings apply)"))
         for array in function.arrays:
             role = [w for w, names in (("input", problem.inputs), ("output", problem.outputs))
                     if array.name in names]
@@ -84,9 +88,6 @@ def command_check(args) -> int:
 
 
 def _backend_must_be_cpu(args) -> None:
-    if getattr(args, "backend", "auto") == "cuda":
-        raise UsageError("C loop nests run on the cpu backend only for now",
-                         hint="use --backend cpu (or auto)")
     if getattr(args, "mapping", None) is not None:
         raise UsageError("--mapping applies to Einstein programs on the cuda backend")
     if getattr(args, "resources", False):

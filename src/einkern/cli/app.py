@@ -244,7 +244,7 @@ def command_run(args) -> int:
 def _run_one(args) -> int:
     from .affine import is_c_file
 
-    if is_c_file(args.program):
+    if is_c_file(args.program) and args.backend != "cuda":
         from .affine import command_run as run_affine
 
         return run_affine(args)
@@ -304,7 +304,7 @@ def command_emit(args) -> int:
     from ..backends import get_backend
     from .affine import is_c_file
 
-    if is_c_file(args.program):
+    if is_c_file(args.program) and args.backend != "cuda":
         from .affine import command_emit as emit_affine
 
         return emit_affine(args)

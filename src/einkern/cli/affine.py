@@ -95,14 +95,48 @@ def _backend_must_be_cpu(args) -> None:
 
 
 def command_emit(args) -> int:
+    """C (cpu) or CUDA (cuda) of every function: a function with Einstein semantics
+    on boxes is raised and emitted by the tensor-program backends (their mappings,
+    ``--explain``); any other gets the affine kernels (:mod:`einkern.gpu.affine`)."""
     from ..backends.cpu.affine import emit_affine_c, explain_affine
 
+    if args.backend == "cuda":
+        return _emit_cuda(args)
     _backend_must_be_cpu(args)
     for problem in load_functions(args):
         if args.explain:
             for note in explain_affine(problem):
                 print(f"// {problem.function.name}: {note}")
         print(emit_affine_c(problem))
+    return 0
+
+
+def tensor_path(args) -> bool:
+    """True when ``args.program`` is one C function with Einstein semantics on
+    boxes: the commands then treat it as the tensor program it raises to."""
+    from ..ir.affine_raise import raise_function
+
+    problems = load_functions(args)
+    return len(problems) == 1 and not isinstance(raise_function(problems[0].function), str)
+
+
+def _emit_cuda(args) -> int:
+    from ..gpu.affine import affine_kernels
+    from ..gpu.cuda_printer import print_cuda_module
+    from ..ir.affine_raise import raise_function
+
+    if getattr(args, "mapping", None) is not None or getattr(args, "resources", False):
+        raise UsageError("--mapping and --resources apply to tensor programs only",
+                         hint="this loop nest is not one (see `einkern check`)")
+    for problem in load_functions(args):
+        raised = raise_function(problem.function)
+        kernels = affine_kernels(problem)
+        if args.explain:
+            why = raised if isinstance(raised, str) else "several functions in the file"
+            print(f"// {problem.function.name}: affine kernels (not a tensor program: {why})")
+            for kernel in kernels:
+                print(f"// {kernel.kernel.name} ({', '.join(kernel.statements)}): {kernel.reason}")
+        print(print_cuda_module([k.kernel for k in kernels]))
     return 0
 
 

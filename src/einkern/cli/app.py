@@ -302,9 +302,9 @@ def _run_one(args) -> int:
 
 def command_emit(args) -> int:
     from ..backends import get_backend
-    from .affine import is_c_file
+    from .affine import is_c_file, tensor_path
 
-    if is_c_file(args.program) and args.backend != "cuda":
+    if is_c_file(args.program) and not (args.backend == "cuda" and tensor_path(args)):
         from .affine import command_emit as emit_affine
 
         return emit_affine(args)

@@ -354,3 +354,26 @@ def _check_bounds(problem: AffineProblem) -> None:
                 access.statement.span,
                 hint="check the loop bounds and subscripts against the array extents",
             )
+
+
+# ---- isl's AST ---------------------------------------------------------------------------
+
+
+def schedule_map(problem: AffineProblem) -> isl.UnionMap:
+    """Every statement's schedule restricted to its domain, as one union map."""
+    function = problem.function
+    union = isl.UnionMap(f"{_params(function)} -> {{ }}")
+    for statement in function.statements:
+        one = isl.Map(schedule_text(function, statement)).intersect_domain(
+            isl.Set(domain_text(function, statement))
+        )
+        union = union.union(isl.UnionMap.from_map(one))
+    return union
+
+
+def ast_of(problem: AffineProblem) -> isl.AstNode:
+    """isl's AST of the program for its sizes (the build's context fixes them, so
+    bounds are numbers); loop iterators are named ``c<k>`` after their schedule
+    dimension ``k`` (the loop at depth ``d`` is ``c<2d-1>``)."""
+    build = isl.AstBuild.from_context(_context(problem))
+    return build.node_from_schedule_map(schedule_map(problem))

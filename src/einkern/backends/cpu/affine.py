@@ -168,26 +168,6 @@ def statement_body(problem: A.AffineProblem, statement: N.AStatement) -> list[st
 # ---- the loop nest ------------------------------------------------------------------------
 
 
-def schedule_map(problem: A.AffineProblem) -> isl.UnionMap:
-    function = problem.function
-    union: isl.UnionMap | None = None
-    for statement in function.statements:
-        one = isl.Map(A.schedule_text(function, statement)).intersect_domain(
-            isl.Set(A.domain_text(function, statement)))
-        piece = isl.UnionMap.from_map(one)
-        union = piece if union is None else union.union(piece)
-    assert union is not None
-    return union
-
-
-def ast(problem: A.AffineProblem) -> isl.AstNode:
-    """isl's AST of the program, for its sizes."""
-    rule = " and ".join(f"{n} = {v}" for n, v in problem.sizes) or "0 = 0"
-    context = isl.Set(f"[{', '.join(problem.function.sizes)}] -> {{ : {rule} }}")
-    build = isl.AstBuild.from_context(context)
-    return build.node_from_schedule_map(schedule_map(problem))
-
-
 @dataclass
 class _Printer:
     problem: A.AffineProblem
@@ -276,7 +256,7 @@ def explain_affine(problem: A.AffineProblem) -> list[str]:
 def _emit(problem: A.AffineProblem) -> tuple[str, list[str]]:
     function = problem.function
     printer = _Printer(problem)
-    body = printer.node(ast(problem), 0, False)
+    body = printer.node(A.ast_of(problem), 0, False)
     sizes = ", ".join(f"{n}={v}" for n, v in problem.sizes)
     lines = [
         f"/* einkern: affine program {function.name} ({sizes}); loops by isl's AST generation */",

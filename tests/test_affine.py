@@ -208,3 +208,120 @@ def test_calls_are_checked_by_the_one_argument_check():
         compile_loops(EXAMPLES / "trsv.c")
     with pytest.raises(ArgumentError):
         compile_loops(EXAMPLES / "trsv.c", function="nope", n=4)
+
+
+# ---- CUDA: the affine kernels, run by the emulator and compiled by NVRTC ----------------------
+
+
+CUDA_CASES = [
+    ("trsv.c", {"n": 37}, "sequential"),
+    ("trmv.c", {"n": 300}, "box with guards"),
+    ("syrk.c", {"n": 21, "m": 6}, "box with guards"),
+    ("stencil_if.c", {"n": 17}, "box with guards"),
+]
+
+
+@pytest.mark.parametrize("name, sizes, how", CUDA_CASES, ids=[c[0] for c in CUDA_CASES])
+def test_affine_cuda_kernels_match_the_reference_in_the_emulator(name, sizes, how):
+    from einkern.backends.emulator import emulate
+    from einkern.cli.affine import random_affine_arguments
+    from einkern.gpu.affine import affine_kernels
+
+    problem = A.make_affine_problem(function_of(name), sizes)
+    kernels = affine_kernels(problem)
+    assert any(how in k.reason or (how == "sequential" and "one thread" in k.reason)
+               for k in kernels)
+    arrays, scalars = random_affine_arguments(problem, 3)
+    expected = evaluate_affine(problem, arrays, scalars)
+    work = {f"t_{n}": a.copy() for n, a in arrays.items()}
+    for array in problem.function.arrays:
+        work.setdefault(f"t_{array.name}", np.zeros(problem.shape(array.name)))
+    report = emulate([k.kernel for k in kernels], work, {f"s_{n}": v for n, v in scalars.items()})
+    assert report.ok, str(report)
+    for output in problem.outputs:
+        assert relative_error(work[f"t_{output}"], expected[output]) <= 1e-12
+
+
+def test_a_parallel_outer_loop_is_spread_over_blocks():
+    from einkern.gpu.affine import affine_kernels
+
+    problem = A.make_affine_problem(function_of("trmv.c"), {"n": 1000})
+    (kernel,) = affine_kernels(problem)
+    assert kernel.kernel.blocks == 4 and kernel.kernel.threads == 256
+    trsv = A.make_affine_problem(function_of("trsv.c"), {"n": 1000})
+    (serial,) = affine_kernels(trsv)
+    assert serial.kernel.blocks == 1 and serial.kernel.threads == 1
+
+
+def test_affine_cuda_kernels_compile_with_nvrtc():
+    from einkern.backends.cuda.nvrtc import compile_cubin
+    from einkern.gpu.affine import affine_kernels
+    from einkern.gpu.cuda_printer import print_cuda_module
+
+    for name, sizes, _ in CUDA_CASES:
+        problem = A.make_affine_problem(function_of(name), sizes)
+        source = print_cuda_module([k.kernel for k in affine_kernels(problem)])
+        module = compile_cubin(source, "sm_90", use_cache=False)
+        assert module.cubin
+
+
+def test_emit_cuda_explains_the_mapping(capsys):
+    from einkern.cli.app import main
+
+    assert main(["emit", str(EXAMPLES / "trsv.c"), "-e", "n=64", "-b", "cuda", "--explain"]) == 0
+    out = capsys.readouterr().out
+    assert "one thread runs it sequentially" in out and "__global__" in out
+    assert main(["emit", str(EXAMPLES / "trmv.c"), "-e", "n=64", "-b", "cuda", "--explain"]) == 0
+    assert "a box with guards" in capsys.readouterr().out
+
+
+# ---- the raise pass ---------------------------------------------------------------------------
+
+
+def test_gemm_loops_raise_to_a_tensor_program_that_every_backend_maps():
+    import einkern
+    from einkern.ir.affine_raise import raise_function
+
+    program = raise_function(function_of("gemm_loops.c"))
+    assert not isinstance(program, str)
+    assert [str(s) for s in program.statements] == [
+        "C[i,j] = (C[i,j] * beta)",
+        "C[i,j] += sum[k](((alpha * A[i,k]) * B[k,j]))",
+    ]
+    kernel = einkern.compile(EXAMPLES / "gemm_loops.c", backend="cpu", nj=12, nk=7)
+    rng = np.random.default_rng(9)
+    C, Am, B = _random((48, 12), rng), _random((48, 7), rng), _random((7, 12), rng)
+    result = kernel(C.copy(), Am, B, alpha=2.0, beta=0.5)
+    assert relative_error(result, blas.dgemm(2.0, Am, B, beta=0.5, c=C)) <= 1e-12
+
+
+@pytest.mark.parametrize(
+    "name, reason",
+    [("trsv.c", "not a box"), ("trmv.c", "not a box"), ("stencil_if.c", "guarded")],
+)
+def test_loop_nests_that_are_not_tensor_programs_say_why(name, reason):
+    from einkern.ir.affine_raise import raise_function
+
+    found = raise_function(function_of(name))
+    assert isinstance(found, str) and reason in found
+
+
+def test_a_backward_dependence_blocks_the_raise():
+    from einkern.ir.affine_raise import raise_function
+
+    text = """void f(int n, double x[n], double y[n]) {
+        for (int i = 0; i < n; i++) {
+            y[i] = x[i];
+            x[i] = 2 * y[i];
+        }
+    }"""
+    assert not isinstance(raise_function(parse_c(text).functions[0]), str)  # forward only
+    text = """void g(int n, double x[n][n], double y[n][n]) {
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < n; j++) {
+                y[i][j] = x[j][i];
+                x[i][j] = 1.0;
+            }
+    }"""
+    found = raise_function(parse_c(text).functions[0])
+    assert isinstance(found, str) and "back" in found

@@ -223,7 +223,7 @@ def _kernel(problem: A.AffineProblem, node: isl.AstNode, number: int) -> AffineK
             trips = max(0, stop_value - start)
             blocks = max(1, -(-trips // THREADS))
             index = kir.Op("+", kir.Op("*", kir.BlockIdx(), kir.Int(THREADS)), kir.ThreadIdx())
-            body = (
+            body: tuple[kir.Stmt, ...] = (
                 kir.Declare(iterator, INDEX, _plus(index, kir.Int(start))),
                 kir.If(kir.Op("<", kir.Var(iterator), stop),
                        tuple(_body(problem, node.for_get_body()))),

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import islpy as isl
 
 from ..errors import ExtentError, SemanticError
-from ..lang.cfront_nodes import AFunction, AStatement, Ref
+from ..lang.cfront_nodes import AExpr, AFunction, AStatement, Bin, Ref
 
 # ---- isl text ----------------------------------------------------------------------
 
@@ -219,10 +219,23 @@ def parallel_iterators(function: AFunction, statement: AStatement) -> tuple[str,
     )
 
 
+def accumulation(statement: AStatement) -> tuple[str, AExpr]:
+    """The statement's operator and right-hand side, with ``T = T + e``,
+    ``T = e + T`` and ``T = T - e`` read as ``T += e`` and ``T -= e``."""
+    rhs = statement.rhs
+    if statement.op == "=" and isinstance(rhs, Bin) and rhs.op in "+-":
+        if rhs.left == statement.target:
+            return rhs.op + "=", rhs.right
+        if rhs.op == "+" and rhs.right == statement.target:
+            return "+=", rhs.left
+    return statement.op, rhs
+
+
 def reduction_iterators(statement: AStatement) -> tuple[str, ...]:
-    """Iterators a ``+=``/``-=`` statement sums over: its loops that do not appear in
-    the target's subscripts."""
-    if statement.op not in ("+=", "-="):
+    """Iterators a ``+=``/``-=`` statement (or ``T = T + e``, see
+    :func:`accumulation`) sums over: its loops that do not appear in the target's
+    subscripts."""
+    if accumulation(statement)[0] not in ("+=", "-="):
         return ()
     used = {name for aff in statement.target.subscripts for name in aff.names()}
     return tuple(i for i in statement.iterators if i not in used)

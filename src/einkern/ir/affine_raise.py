@@ -25,10 +25,21 @@ import os
 from pathlib import Path
 
 from ..errors import SemanticError, UsageError
-from ..lang.cfront_nodes import AExpr, AFunction, AStatement, Bin, Fn, IterValue, Num, Ref, Scal
+from ..lang.cfront_nodes import (
+    AExpr,
+    AFunction,
+    AStatement,
+    Bin,
+    Fn,
+    IterValue,
+    Num,
+    Ref,
+    Scal,
+    refs,
+)
 from ..lang.cfront_nodes import Neg as ANeg
 from . import nodes as T
-from .affine import dependences
+from .affine import accumulation, dependences
 
 
 def raise_function(function: AFunction) -> T.Program | str:
@@ -106,11 +117,13 @@ def _statement(function: AFunction, statement: AStatement) -> T.Statement | str:
         if ref.array == statement.target.array and found != target:
             return "it reads its target at another element"
     summed = tuple(i for i in statement.iterators if i not in target)
-    rhs = _expr(statement.rhs)
+    op, body = accumulation(statement)
+    if op != statement.op and any(r.array == statement.target.array for r in refs(body)):
+        op, body = statement.op, statement.rhs  # T = T + f(T): not a plain accumulation
+    rhs = _expr(body)
     if isinstance(rhs, str):
         return rhs
     output = T.Access(statement.target.array, target)
-    op = statement.op
     if op in ("*=", "/=") or (op == "=" and summed):
         if summed:
             return f"{op} inside a loop over {', '.join(summed)} is not a sum"

@@ -325,3 +325,14 @@ def test_a_backward_dependence_blocks_the_raise():
     }"""
     found = raise_function(parse_c(text).functions[0])
     assert isinstance(found, str) and "back" in found
+
+
+def test_the_affine_launch_plan_names_every_array_in_parameter_order():
+    from einkern.backends.cuda.affine import affine_source
+
+    problem = A.make_affine_problem(function_of("syrk.c"), {"n": 600, "m": 3})
+    source = affine_source(problem)
+    (spec,) = source.kernels
+    assert spec.tensors == ("C", "A") and spec.scalars == ("alpha", "beta")
+    assert spec.grid == (3, 1, 1) and spec.block == (256, 1, 1)
+    assert spec.name in source.text

@@ -242,9 +242,9 @@ def command_run(args) -> int:
 
 
 def _run_one(args) -> int:
-    from .affine import is_c_file
+    from .affine import is_c_file, tensor_path
 
-    if is_c_file(args.program) and args.backend != "cuda":
+    if is_c_file(args.program) and not (args.backend == "cuda" and tensor_path(args)):
         from .affine import command_run as run_affine
 
         return run_affine(args)

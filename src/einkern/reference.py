@@ -18,11 +18,18 @@ from __future__ import annotations
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import opt_einsum
 
-from .ir.affine import AffineProblem, schedule_depth, schedule_values
+from .ir.affine import (
+    AffineProblem,
+    loop_key,
+    loop_parallel,
+    schedule_depth,
+    schedule_values,
+)
 from .ir.nodes import (
     Access,
     Binary,
@@ -36,7 +43,17 @@ from .ir.nodes import (
     Sum,
     product_factors,
 )
-from .lang.cfront_nodes import AExpr, AStatement, Bin, Constraint, IterValue, Num, Ref, Scal
+from .lang.cfront_nodes import (
+    AExpr,
+    AFunction,
+    AStatement,
+    Bin,
+    Constraint,
+    IterValue,
+    Num,
+    Ref,
+    Scal,
+)
 from .lang.cfront_nodes import Neg as ANeg
 from .semantics import FUNCTIONS, NUMPY_DTYPE
 
@@ -237,8 +254,12 @@ def evaluate_affine(
 
     Independent of the backends' loop generation: each statement's instances are
     enumerated from its own loop bounds and guards, sorted by the 2d+1 schedule,
-    and executed one by one — plain loops, usable at test sizes.  Values are
-    computed in float64 and rounded to the array's dtype where they are stored."""
+    and executed in that order.  Vectorised where the dependences allow: when a
+    statement's innermost loop holds no other statement and carries no dependence
+    (:func:`~einkern.ir.affine.loop_parallel`), all its iterations for one point
+    of the outer loops run as one NumPy operation at the place of the first;
+    otherwise one instance at a time (plain loops, usable at test sizes).  Values
+    are computed in float64 and rounded to the array's dtype where stored."""
     function = problem.function
     sizes = dict(problem.sizes)
     values: dict[str, np.ndarray] = {}
@@ -250,10 +271,12 @@ def evaluate_affine(
             values[array.name] = np.full(problem.shape(array.name), np.nan, dtype=dtype)
     env_scalars = {name: float(value) for name, value in (scalars or {}).items()}
     width = schedule_depth(function)
-    instances: list[tuple[tuple[int, ...], int, dict[str, int]]] = []
+    instances: list[tuple[tuple[int, ...], int, dict[str, Any]]] = []
     for number, statement in enumerate(function.statements):
-        for point in _points(statement, sizes):
-            env = {**sizes, **point}
+        vector = _vectorisable(function, statement)
+        for point in _points(statement, sizes, vector):
+            first = {n: int(np.ravel(v)[0]) for n, v in point.items()}  # executed first
+            env = {**sizes, **first}
             key = tuple(
                 int(v) if v.lstrip("-").isdigit() else (-env[v[1:]] if v[0] == "-" else env[v])
                 for v in schedule_values(statement, width)
@@ -265,10 +288,28 @@ def evaluate_affine(
     return values
 
 
-def _points(statement: AStatement, sizes: Mapping[str, int]):
-    """Every point of the statement's domain (loop order; guards applied)."""
+def _vectorisable(function: AFunction, statement: AStatement) -> bool:
+    """True when the statement alone fills its innermost loop, which carries no
+    dependence: its iterations may run as one vector operation."""
+    depth = len(statement.loops)
+    if depth == 0:
+        return False
+    key = loop_key(statement, depth)
+    alone = all(
+        other is statement or loop_key(other, depth) != key
+        for other in function.statements
+        if len(other.loops) >= depth
+    )
+    return alone and loop_parallel(function, key)
 
-    def nest(depth: int, env: dict[str, int]):
+
+def _points(statement: AStatement, sizes: Mapping[str, int], vector: bool = False):
+    """Every point of the statement's domain (loop order; guards applied); with
+    ``vector``, the innermost iterator is an array of all its values (in execution
+    order) for each point of the outer loops."""
+    last = len(statement.loops) - 1
+
+    def nest(depth: int, env: dict[str, Any]):
         if depth == len(statement.loops):
             if all(_holds(guard, env) for guard in statement.guards):
                 yield {i: env[i] for i in statement.iterators}
@@ -276,54 +317,62 @@ def _points(statement: AStatement, sizes: Mapping[str, int]):
         loop = statement.loops[depth]
         low = max(bound.value(env) for bound in loop.lower)
         high = min(bound.value(env) for bound in loop.upper)
-        for value in range(low, high + 1):
+        if vector and depth == last:
+            run = np.arange(low, high + 1)[:: loop.step]
+            inner = {**env, loop.iterator: run}
+            keep = np.ones(run.shape, dtype=bool)
+            for guard in statement.guards:
+                value = guard.aff.value(inner)
+                keep &= (value == 0) if guard.equal else (value >= 0)
+            if keep.any():
+                yield {**{i: env[i] for i in statement.iterators[:-1]},
+                       loop.iterator: run[keep]}
+            return
+        values = range(low, high + 1) if loop.step == 1 else range(high, low - 1, -1)
+        for value in values:
             yield from nest(depth + 1, {**env, loop.iterator: value})
 
     yield from nest(0, dict(sizes))
 
 
-def _holds(guard: Constraint, env: Mapping[str, int]) -> bool:
+def _holds(guard: Constraint, env: Mapping[str, Any]) -> bool:
     value = guard.aff.value(env)
     return value == 0 if guard.equal else value >= 0
 
 
 def _execute(statement: AStatement, env, values, scalars) -> None:
+    """One instance (scalar iterators) or one vector of instances (the innermost
+    iterator an array), computed in float64 with NumPy's meaning (x/0 is ±inf)."""
     target = statement.target
     where = tuple(s.value(env) for s in target.subscripts)
-    value = _affine_value(statement.rhs, env, values, scalars)
-    if statement.op != "=":
-        old = float(values[target.array][where])
-        value = {
-            "+=": old + value,
-            "-=": old - value,
-            "*=": old * value,
-            "/=": old / value if value != 0 else _divide(old, value),
-        }[statement.op]
+    with np.errstate(all="ignore"):
+        value = np.float64(_affine_value(statement.rhs, env, values, scalars))
+        if statement.op != "=":
+            old = np.asarray(values[target.array][where], dtype=np.float64)
+            value = {
+                "+=": np.add,
+                "-=": np.subtract,
+                "*=": np.multiply,
+                "/=": np.divide,
+            }[statement.op](old, value)
     values[target.array][where] = value
 
 
-def _divide(a: float, b: float) -> float:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return float(np.float64(a) / np.float64(b))
-
-
-def _affine_value(expr: AExpr, env, values, scalars) -> float:
+def _affine_value(expr: AExpr, env, values, scalars) -> Any:
     if isinstance(expr, Num):
-        return expr.value
+        return np.float64(expr.value)
     if isinstance(expr, Scal):
-        return scalars[expr.name]
+        return np.float64(scalars[expr.name])
     if isinstance(expr, Ref):
-        return float(values[expr.array][tuple(s.value(env) for s in expr.subscripts)])
+        element = values[expr.array][tuple(s.value(env) for s in expr.subscripts)]
+        return np.asarray(element, dtype=np.float64)
     if isinstance(expr, IterValue):
-        return float(expr.aff.value(env))
+        return np.asarray(expr.aff.value(env), dtype=np.float64)
     if isinstance(expr, ANeg):
         return -_affine_value(expr.operand, env, values, scalars)
     if isinstance(expr, Bin):
         a = _affine_value(expr.left, env, values, scalars)
         b = _affine_value(expr.right, env, values, scalars)
-        if expr.op == "/":
-            return a / b if b != 0 else _divide(a, b)
-        return a + b if expr.op == "+" else a - b if expr.op == "-" else a * b
-    with np.errstate(all="ignore"):
-        args = [np.float64(_affine_value(a, env, values, scalars)) for a in expr.args]
-        return float(FUNCTIONS[expr.func].numpy(*args))
+        return {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide}[expr.op](a, b)
+    args = [_affine_value(a, env, values, scalars) for a in expr.args]
+    return FUNCTIONS[expr.func].numpy(*args)

@@ -21,7 +21,7 @@ for f in examples/*.c; do
 import sys
 from einkern.lang.cfront import parse_c
 fn = parse_c(open(sys.argv[1]).read()).functions[0]
-big = 64 if "doitgen" in sys.argv[1] else 1024
+big = 24 if "doitgen" in sys.argv[1] else 128
 print(" ".join(f"-e {s}={4 if s == 'tsteps' else big}" for s in fn.sizes))
 PY
 )

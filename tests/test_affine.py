@@ -217,7 +217,10 @@ CUDA_CASES = [
     ("trsv.c", {"n": 37}, "sequential"),
     ("trmv.c", {"n": 300}, "box with guards"),
     ("syrk.c", {"n": 21, "m": 6}, "box with guards"),
-    ("stencil_if.c", {"n": 17}, "box with guards"),
+    ("stencil_if.c", {"n": 17}, "loops c1 x c3"),
+    ("jacobi2d.c", {"tsteps": 3, "n": 12}, "host loop"),
+    ("trmm.c", {"m": 9, "n": 7}, "host loop"),
+    ("gemver.c", {"n": 11}, "loops c1 x c3"),
 ]
 
 
@@ -236,8 +239,10 @@ def test_affine_cuda_kernels_match_the_reference_in_the_emulator(name, sizes, ho
     work = {f"t_{n}": a.copy() for n, a in arrays.items()}
     for array in problem.function.arrays:
         work.setdefault(f"t_{array.name}", np.zeros(problem.shape(array.name)))
-    report = emulate([k.kernel for k in kernels], work, {f"s_{n}": v for n, v in scalars.items()})
-    assert report.ok, str(report)
+    named = {f"s_{n}": v for n, v in scalars.items()}
+    for launch in kernels:
+        report = emulate([launch.kernel], work, {**named, **dict(launch.values)})
+        assert report.ok, str(report)
     for output in problem.outputs:
         assert relative_error(work[f"t_{output}"], expected[output]) <= 1e-12
 
@@ -255,12 +260,12 @@ def test_a_parallel_outer_loop_is_spread_over_blocks():
 
 def test_affine_cuda_kernels_compile_with_nvrtc():
     from einkern.backends.cuda.nvrtc import compile_cubin
-    from einkern.gpu.affine import affine_kernels
+    from einkern.gpu.affine import affine_kernels, distinct_kernels
     from einkern.gpu.cuda_printer import print_cuda_module
 
     for name, sizes, _ in CUDA_CASES:
         problem = A.make_affine_problem(function_of(name), sizes)
-        source = print_cuda_module([k.kernel for k in affine_kernels(problem)])
+        source = print_cuda_module(distinct_kernels(affine_kernels(problem)))
         module = compile_cubin(source, "sm_90", use_cache=False)
         assert module.cubin
 

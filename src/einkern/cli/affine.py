@@ -122,7 +122,7 @@ def tensor_path(args) -> bool:
 
 
 def _emit_cuda(args) -> int:
-    from ..gpu.affine import affine_kernels
+    from ..gpu.affine import affine_kernels, distinct_kernels
     from ..gpu.cuda_printer import print_cuda_module
     from ..ir.affine_raise import raise_function
 
@@ -135,9 +135,12 @@ def _emit_cuda(args) -> int:
         if args.explain:
             why = raised if isinstance(raised, str) else "several functions in the file"
             print(f"// {problem.function.name}: affine kernels (not a tensor program: {why})")
-            for kernel in kernels:
-                print(f"// {kernel.kernel.name} ({', '.join(kernel.statements)}): {kernel.reason}")
-        print(print_cuda_module([k.kernel for k in kernels]))
+            for kernel in distinct_kernels(kernels):
+                launches = [k for k in kernels if k.kernel.name == kernel.name]
+                times = f", {len(launches)} launches" if len(launches) > 1 else ""
+                print(f"// {kernel.name} ({', '.join(launches[0].statements)}{times}): "
+                      f"{launches[0].reason}")
+        print(print_cuda_module(distinct_kernels(kernels)))
     return 0
 
 

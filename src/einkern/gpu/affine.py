@@ -33,6 +33,8 @@ from .ctext import mangle
 
 THREADS = 256
 INDEX = "long long"
+MAX_HOST_TRIPS = 4096  # a longer sequential outer loop runs in one thread instead
+MAX_BOX_ROWS = 1 << 16  # rows examined to bound a nested loop (else 1-d mapping)
 _OPS = {
     "add": "+", "sub": "-", "mul": "*", "le": "<=", "lt": "<", "ge": ">=", "gt": ">",
     "eq": "==", "and_": "&&", "and_then": "&&", "or_": "||", "or_else": "||",
@@ -46,11 +48,14 @@ _OP_NAMES = {getattr(isl.ast_expr_op_type, name): name for name in (*_OPS, "minu
 
 @dataclass(frozen=True)
 class AffineKernel:
-    """One kernel and why it is mapped the way it is."""
+    """One launch: its kernel, the statements it runs, why it is mapped the way it
+    is, and the values of the host loops' iterators it is launched with."""
 
     kernel: kir.Kernel
     statements: tuple[str, ...]
     reason: str
+    values: tuple[tuple[str, int], ...] = ()
+    shape: str = ""  # the AST it runs (launches of one host loop share kernels by it)
 
 
 def _expr(e: isl.AstExpr) -> kir.Expr:
@@ -193,70 +198,208 @@ def _names_in(node: isl.AstNode, problem: A.AffineProblem) -> list[N.AStatement]
     return [s for s in problem.function.statements if f"{s.name}(" in text]
 
 
-def _params(problem: A.AffineProblem, written: set[str]) -> tuple[kir.Param, ...]:
+def _params(
+    problem: A.AffineProblem, written: set[str], outer: tuple[str, ...]
+) -> tuple[kir.Param, ...]:
+    """Every array and scalar of the function, then the host loops' iterators."""
     function = problem.function
     arrays = tuple(
         kir.Param(mangle("t", a.name), C_TYPE[a.dtype], True, problem.numel(a.name),
                   a.name not in written)
         for a in function.arrays
     )
-    return arrays + tuple(
+    scalars = tuple(
         kir.Param(mangle("s", s.name), C_TYPE[s.dtype], False) for s in function.scalars
     )
+    return arrays + scalars + tuple(kir.Param(name, INDEX, False) for name in outer)
 
 
-def _kernel(problem: A.AffineProblem, node: isl.AstNode, number: int) -> AffineKernel:
-    statements = _names_in(node, problem)
-    written = {s.target.array for s in statements}
-    params = _params(problem, written)
-    names = tuple(s.name for s in statements)
-    name = f"affine_{problem.function.name}_{number}"
-    if node.get_type() == _FOR:
+def _evaluate(e: kir.Expr, env: dict[str, int]) -> int | None:
+    """The value of an integer expression of the given variables, or None."""
+    if isinstance(e, kir.Var):
+        return env.get(e.name)
+    if isinstance(e, kir.Int):
+        return e.value
+    if isinstance(e, kir.Neg):
+        inner = _evaluate(e.operand, env)
+        return None if inner is None else -inner
+    if isinstance(e, kir.Op) and e.op in ("+", "-", "*", "min", "max"):
+        a, b = _evaluate(e.left, env), _evaluate(e.right, env)
+        if a is None or b is None:
+            return None
+        return {"+": a + b, "-": a - b, "*": a * b, "min": min(a, b), "max": max(a, b)}[e.op]
+    return None
+
+
+@dataclass(frozen=True)
+class _Loop:
+    """An AST for loop: iterator, bounds (``start <= it < stop``), body, statements."""
+
+    iterator: str
+    start: kir.Expr
+    stop: kir.Expr
+    body: isl.AstNode
+    statements: tuple[N.AStatement, ...]
+
+    @staticmethod
+    def of(node: isl.AstNode, problem: A.AffineProblem) -> _Loop | None:
+        if node.get_type() != _FOR:
+            return None
         iterator = node.for_get_iterator().get_id().get_name()
-        depth = (int(iterator[1:]) + 1) // 2
-        keys = {A.loop_key(s, depth) for s in statements}
-        start = _constant(_expr(node.for_get_init()))
-        stop = _stop(node.for_get_cond(), iterator)
-        stop_value = _constant(stop)
-        if (len(keys) == 1 and A.loop_parallel(problem.function, keys.pop())
-                and start is not None and stop_value is not None):
-            trips = max(0, stop_value - start)
-            blocks = max(1, -(-trips // THREADS))
-            index = kir.Op("+", kir.Op("*", kir.BlockIdx(), kir.Int(THREADS)), kir.ThreadIdx())
-            body: tuple[kir.Stmt, ...] = (
-                kir.Declare(iterator, INDEX, _plus(index, kir.Int(start))),
-                kir.If(kir.Op("<", kir.Var(iterator), stop),
-                       tuple(_body(problem, node.for_get_body()))),
-            )
+        return _Loop(iterator, _expr(node.for_get_init()), _stop(node.for_get_cond(), iterator),
+                     node.for_get_body(), tuple(_names_in(node, problem)))
+
+    def parallel(self, problem: A.AffineProblem) -> bool:
+        depth = (int(self.iterator[1:]) + 1) // 2
+        keys = {A.loop_key(s, depth) for s in self.statements}
+        return len(keys) == 1 and A.loop_parallel(problem.function, keys.pop())
+
+
+@dataclass
+class _Builder:
+    problem: A.AffineProblem
+    launches: list[AffineKernel]
+    count: int = 0
+
+    def nest(self, node: isl.AstNode, outer: dict[str, int]) -> None:
+        """Launches for one outer nest (``outer``: host loop values, if any)."""
+        loop = _Loop.of(node, self.problem)
+        if loop is not None and not loop.parallel(self.problem) and not outer:
+            start, stop = _constant(loop.start), _constant(loop.stop)
+            inner = _top_level(loop.body)
+            if (start is not None and stop is not None and stop - start <= MAX_HOST_TRIPS
+                    and any((c := _Loop.of(n, self.problem)) is not None and c.parallel(
+                        self.problem) for n in inner)):
+                # a host loop: its body's nests launched once per iteration
+                first = len(self.launches)
+                for value in range(start, stop):
+                    for child in inner:
+                        self.nest(child, {loop.iterator: value})
+                self._share_kernels(first)
+                return
+        self.launches.append(self.kernel(node, loop, outer))
+
+    def _share_kernels(self, first: int) -> None:
+        """Launches of one host loop's iterations use the first iteration's kernels."""
+        seen: dict[str, kir.Kernel] = {}
+        for k in range(first, len(self.launches)):
+            launch = self.launches[k]
+            shape = launch.shape
+            if shape in seen:
+                self.launches[k] = AffineKernel(seen[shape], launch.statements, launch.reason,
+                                                launch.values, shape)
+            else:
+                seen[shape] = launch.kernel
+
+    def kernel(self, node: isl.AstNode, loop: _Loop | None, outer: dict[str, int]
+               ) -> AffineKernel:
+        statements = _names_in(node, self.problem)
+        params = _params(self.problem, {s.target.array for s in statements}, tuple(outer))
+        names = tuple(s.name for s in statements)
+        values = tuple(outer.items())
+        name = f"affine_{self.problem.function.name}_{self.count}"
+        self.count += 1
+        mapped = self._grid(node, loop, outer) if loop is not None else None
+        if mapped is None:
             reason = (
-                f"loop {iterator} ({trips} iterations) carries no dependence: a box with guards, "
-                f"one iteration per thread, {THREADS} threads x {blocks} blocks, guard "
-                f"{iterator} < {stop_value}; its inner loops run sequentially in each thread "
-                "(triangular inner loops are not tiled: short rows finish early)"
+                "its outermost loop carries a dependence (or there is none): one thread "
+                "runs it sequentially — correct, not fast"
             )
-            kernel = kir.Kernel(name, params, THREADS, blocks, (), (), (kir.PerThread(body),),
-                                index_type=INDEX, comment=reason)
-            return AffineKernel(kernel, names, reason)
-    reason = (
-        "its outermost loop carries a dependence (or there is none): one thread runs it "
-        "sequentially — correct, not fast"
-    )
-    body = tuple(_body(problem, node))
-    kernel = kir.Kernel(name, params, 1, 1, (), (), (kir.PerThread(body),), index_type=INDEX,
-                        comment=reason)
-    return AffineKernel(kernel, names, reason)
+            body, threads, blocks = tuple(_body(self.problem, node)), 1, 1
+        else:
+            body, threads, blocks, reason = mapped
+        if outer:
+            reason += f" (launched once per value of host loop {', '.join(outer)})"
+        kernel = kir.Kernel(name, params, threads, blocks, (), (), (kir.PerThread(body),),
+                            index_type=INDEX, comment=reason)
+        return AffineKernel(kernel, names, reason, values, repr((body, threads, blocks, params)))
+
+    def _grid(self, node: isl.AstNode, loop: _Loop, outer: dict[str, int]):
+        """A parallel outer loop (and a parallel loop nested alone in it) on the grid."""
+        if not loop.parallel(self.problem):
+            return None
+        start, stop = _evaluate(loop.start, outer), _evaluate(loop.stop, outer)
+        if start is None or stop is None:
+            return None
+        trips = max(0, stop - start)
+        index = kir.Op("+", kir.Op("*", kir.BlockIdx(), kir.Int(THREADS)), kir.ThreadIdx())
+        inner_nodes = _top_level(loop.body)
+        inner = _Loop.of(inner_nodes[0], self.problem) if len(inner_nodes) == 1 else None
+        box = self._box(loop, inner, start, stop, outer) if inner is not None else None
+        if inner is not None and box is not None and inner.parallel(self.problem):
+            low, width, filled = box
+            blocks = max(1, -(-(trips * width) // THREADS))
+            row, column = kir.Var(loop.iterator), kir.Var(inner.iterator)
+            guard = kir.Op("&&", kir.Op("<", row, kir.Int(stop)), kir.Op(
+                "&&", kir.Op(">=", column, inner.start), kir.Op("<", column, inner.stop)))
+            body: tuple[kir.Stmt, ...] = (
+                kir.Declare(loop.iterator, INDEX,
+                            _plus(kir.Op("/", index, kir.Int(width)), kir.Int(start))),
+                kir.Declare(inner.iterator, INDEX,
+                            _plus(kir.Op("%", index, kir.Int(width)), kir.Int(low))),
+                kir.If(guard, tuple(_body(self.problem, inner.body))),
+            )
+            idle = 1 - filled / max(1, trips * width)
+            reason = (
+                f"loops {loop.iterator} x {inner.iterator} carry no dependence: a box with "
+                f"guards of {trips} x {width} iterations, one per thread ({inner.iterator} "
+                f"fastest), {THREADS} threads x {blocks} blocks; guards drop the threads "
+                f"outside the domain ({idle:.0%} of them: no tiling of triangles)"
+            )
+            return body, THREADS, blocks, reason
+        blocks = max(1, -(-trips // THREADS))
+        body = (
+            kir.Declare(loop.iterator, INDEX, _plus(index, kir.Int(start))),
+            kir.If(kir.Op("<", kir.Var(loop.iterator), kir.Int(stop)),
+                   tuple(_body(self.problem, loop.body))),
+        )
+        reason = (
+            f"loop {loop.iterator} ({trips} iterations) carries no dependence: a box with "
+            f"guards, one iteration per thread, {THREADS} threads x {blocks} blocks; its inner "
+            "loops run sequentially in each thread (short rows of a triangle finish early)"
+        )
+        return body, THREADS, blocks, reason
+
+    @staticmethod
+    def _box(loop: _Loop, inner: _Loop, start: int, stop: int, outer: dict[str, int]
+             ) -> tuple[int, int, int] | None:
+        """The inner loop's bounding range over the outer loop: (low, width, points)."""
+        if stop - start > MAX_BOX_ROWS:
+            return None
+        lows, highs, points = [], [], 0
+        for value in range(start, stop):
+            env = {**outer, loop.iterator: value}
+            low, high = _evaluate(inner.start, env), _evaluate(inner.stop, env)
+            if low is None or high is None:
+                return None
+            lows.append(low)
+            highs.append(high)
+            points += max(0, high - low)
+        if not lows or max(highs) <= min(lows):
+            return None
+        width = max(highs) - min(lows)
+        return (min(lows), width, points) if (stop - start) * width < 2**31 else None
 
 
 def affine_kernels(problem: A.AffineProblem) -> tuple[AffineKernel, ...]:
-    """The kernels of ``problem``, to be launched in order: one per outer nest of
-    isl's AST (:func:`einkern.ir.affine.ast_of`)."""
-    return tuple(
-        _kernel(problem, node, number) for number, node in enumerate(_top_level(A.ast_of(problem)))
-    )
+    """The launches of ``problem``, in order: one kernel per outer nest of isl's AST
+    (:func:`einkern.ir.affine.ast_of`), a sequential outer loop whose body holds a
+    parallel nest becoming a host loop (its body's kernels launched once per
+    iteration, the iterator a kernel argument)."""
+    builder = _Builder(problem, [])
+    for node in _top_level(A.ast_of(problem)):
+        builder.nest(node, {})
+    return tuple(builder.launches)
+
+
+def distinct_kernels(launches: Sequence[AffineKernel]) -> list[kir.Kernel]:
+    """Each kernel once, in order of first launch."""
+    return list({launch.kernel.name: launch.kernel for launch in launches}.values())
 
 
 def _top_level(root: isl.AstNode) -> Sequence[isl.AstNode]:
+    """The nodes of a block (isl nests blocks: flattened), or the node itself."""
     if root.get_type() == _BLOCK:
         children = root.block_get_children()
-        return [children.get_at(k) for k in range(children.n_ast_node())]
+        return [n for k in range(children.n_ast_node()) for n in _top_level(children.get_at(k))]
     return [root]

@@ -8,9 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import BackendError
-from ...gpu.affine import affine_kernels
+from ...gpu.affine import affine_kernels, distinct_kernels
 from ...gpu.cuda_printer import launch_shape, print_cuda_module
 from ...ir.affine import AffineProblem
+from ..binding import Call
 from ..cpu.affine import AffineBinder, shadow_problem
 from .codegen import CudaSource, KernelSpec
 from .executable import CudaExecutable
@@ -28,7 +29,8 @@ def affine_source(problem: AffineProblem) -> CudaSource:
                 name=kernel.kernel.name,
                 statement=0,
                 tensors=tuple(a.name for a in function.arrays),
-                scalars=tuple(s.name for s in function.scalars),
+                scalars=tuple(s.name for s in function.scalars)
+                + tuple(host_key(name, value) for name, value in kernel.values),
                 output=function.statements[0].target.array if function.statements else "",
                 grid=shape.grid,
                 block=shape.block,
@@ -36,7 +38,12 @@ def affine_source(problem: AffineProblem) -> CudaSource:
                 shared_bytes=shape.dynamic_shared_bytes,
             )
         )
-    return CudaSource(print_cuda_module([k.kernel for k in kernels]), tuple(specs))
+    return CudaSource(print_cuda_module(distinct_kernels(kernels)), tuple(specs))
+
+
+def host_key(iterator: str, value: int) -> str:
+    """The name under which a launch finds a host loop iterator's value."""
+    return f"{iterator}={value}"
 
 
 class AffineCudaExecutable(CudaExecutable):
@@ -68,6 +75,11 @@ class AffineCudaKernel:
         arch = arch_for(*driver.device_properties(0).compute_capability)
         self.executable = AffineCudaExecutable(problem, source, compile_cubin(source.text, arch))
         self.executable.module(0)
+        self._host_values = {
+            host_key(name, value): float(value)
+            for launch in affine_kernels(problem)
+            for name, value in launch.values
+        }
 
     @property
     def outputs(self) -> tuple[str, ...]:
@@ -76,6 +88,7 @@ class AffineCudaKernel:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         stream = kwargs.pop("stream", None)
         call = self._binder.bind(args, kwargs, stream)
+        call = Call(call.arrays, call.infos, {**call.scalars, **self._host_values}, call.stream)
         self.executable.run_checked(call)
         results = tuple(call.arrays[name] for name in self.outputs)
         return results[0] if len(results) == 1 else results

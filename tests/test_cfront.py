@@ -180,3 +180,12 @@ def test_the_cli_never_shows_a_traceback_on_mutations(tmp_path):
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
             code = main(["check", str(path), "-e", "n=4"]) if "int n" in path.read_text() else 0
         assert code in (0, 2) and "Traceback" not in err.getvalue()
+
+
+def test_the_c_front_end_is_registered_and_points_to_the_loop_nest_path():
+    from einkern.lang.loader import EXTENSIONS, front_end_names, load_program_node
+
+    assert "c" in front_end_names() and EXTENSIONS[".c"] == "c"
+    with pytest.raises(ParseError) as caught:
+        load_program_node(ROOT / "examples" / "trsv.c")
+    assert "compile_loops" in str(caught.value) and caught.value.span is not None

@@ -170,3 +170,17 @@ def parse_c(text: str, name: str = "<string>") -> N.AFile:
     """Read C text (``name`` names it in errors) into its affine functions."""
     return CReader(text, name).read()
 
+
+
+def parse_c_node(text: str, name: str) -> NoReturn:
+    """The ``c`` front end of the registry (:mod:`.loader`): the C is read (so
+    errors are located as for any front end), but a loop nest has no Einstein
+    syntax tree — it is loaded by :func:`einkern.load` (raised to a tensor program
+    when it is one) or :func:`einkern.api.compile_loops`."""
+    parsed = parse_c(text, name)
+    raise ParseError(
+        f"{parsed.functions[0].name} is a C loop nest, not Einstein notation",
+        parsed.functions[0].span,
+        hint="load it with einkern.load(path) (tensor programs) or "
+        "einkern.api.compile_loops(path, ...) (any loop nest)",
+    )

@@ -198,13 +198,22 @@ def random_affine_arguments(problem, seed: int):
     solves stay accurate) and random scalars."""
     from ..semantics import NUMPY_DTYPE
 
+    from ..errors import AllocationError
+
     rng = np.random.default_rng(seed)
     arrays = {}
     for array in problem.function.arrays:
         shape = problem.shape(array.name)
-        values = rng.uniform(-1.0, 1.0, size=shape)
-        if len(shape) == 2 and shape[0] == shape[1]:
-            values += np.eye(shape[0]) * (2.0 * shape[0])
-        arrays[array.name] = values.astype(NUMPY_DTYPE[array.dtype])
+        try:
+            values = rng.uniform(-1.0, 1.0, size=shape)
+            if len(shape) == 2 and shape[0] == shape[1]:
+                values += np.eye(shape[0]) * (2.0 * shape[0])
+            arrays[array.name] = values.astype(NUMPY_DTYPE[array.dtype])
+        except (MemoryError, ValueError):
+            nbytes = 8 * problem.numel(array.name)
+            raise AllocationError(
+                f"cannot allocate {nbytes} bytes for array {array.name}",
+                hint="use smaller sizes",
+            ) from None
     scalars = {s.name: float(rng.uniform(0.5, 1.5)) for s in problem.function.scalars}
     return arrays, scalars

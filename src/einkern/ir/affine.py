@@ -331,6 +331,13 @@ def make_affine_problem(
             raise ExtentError(f"size {name} must be a positive integer, got {value!r}")
         values.append((name, number))
     problem = AffineProblem(function, tuple(values))
+    for array in function.arrays:
+        if problem.numel(array.name) >= 2**62:
+            raise ExtentError(
+                f"array {array.name} would have {problem.numel(array.name)} elements",
+                array.span,
+                hint="use smaller sizes",
+            )
     _check_bounds(problem)
     return problem
 

@@ -121,6 +121,16 @@ class CReader:
     # -- the file ----------------------------------------------------------------------
 
     def read(self) -> N.AFile:
+        try:
+            return self._read()
+        except RecursionError:
+            raise ParseError(
+                "the C is nested too deeply to read",
+                Span(self.source, 0, min(1, len(self.source.text))),
+                hint="split deep expressions or blocks",
+            ) from None
+
+    def _read(self) -> N.AFile:
         text = self.preprocess()
         try:
             tree = c_parser.CParser().parse(text, filename=self.name)

@@ -11,7 +11,7 @@ from pycparser import c_ast
 from ..errors import ParseError
 from . import cfront_nodes as N
 from .cfront_exprs import body_expr, condition, element, read_loop
-from .cfront_types import float_dtype, int_literal, int_type
+from .cfront_types import ISL_RESERVED, float_dtype, int_literal, int_type
 
 _NOT_AFFINE_STATEMENTS = {
     c_ast.While: (
@@ -99,6 +99,8 @@ class FunctionReader:
         if not isinstance(param, c_ast.Decl) or not param.name:
             self.fail(param, "every parameter needs a name and a type")
         name = param.name
+        if name in ISL_RESERVED:
+            self.fail(param, f"the name {name!r} is reserved by isl", hint="rename it")
         if self.known(name) or name in self.reader.defines:
             self.fail(param, f"parameter {name!r} declared twice")
         kind = param.type

@@ -9,7 +9,14 @@ from pycparser import c_ast
 
 from ..semantics import FUNCTIONS
 from . import cfront_nodes as N
-from .cfront_types import Reading, float_dtype, int_literal, int_type, known_function
+from .cfront_types import (
+    ISL_RESERVED,
+    Reading,
+    float_dtype,
+    int_literal,
+    int_type,
+    known_function,
+)
 
 _AFFINE_HINT = "bounds, subscripts and conditions must be affine in loop iterators and sizes"
 
@@ -134,6 +141,8 @@ def _loop_init(reader: Reading, node: c_ast.For, enclosing: tuple[str, ...]
                     "a for loop must start with `iterator = affine expression`")
     if name in enclosing:
         reader.fail(init, f"iterator {name!r} is already the iterator of an enclosing loop")
+    if name in ISL_RESERVED:
+        reader.fail(init, f"the name {name!r} is reserved by isl", hint="rename the iterator")
     if reader.known(name) or name in reader.defines:
         reader.fail(init, f"{name!r} is a parameter, not a loop iterator")
     return name, affine(reader, value, enclosing)

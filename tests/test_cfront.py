@@ -189,3 +189,23 @@ def test_the_c_front_end_is_registered_and_points_to_the_loop_nest_path():
     with pytest.raises(ParseError) as caught:
         load_program_node(ROOT / "examples" / "trsv.c")
     assert "compile_loops" in str(caught.value) and caught.value.span is not None
+
+
+@pytest.mark.parametrize("name", ["and", "min", "mod", "exists"])
+def test_names_isl_reserves_are_located_errors(name):
+    text = f"void f(int n, double x[n]) {{\n  for (int {name} = 0; {name} < n; {name}++)\n" \
+        f"    x[{name}] = 1;\n}}"
+    with pytest.raises(ParseError) as caught:
+        parse_c(text, "k.c")
+    assert "reserved by isl" in caught.value.message and caught.value.span.line == 2
+
+
+def test_deep_nesting_and_huge_sizes_are_typed_errors(tmp_path, capsys):
+    deep = tmp_path / "deep.c"
+    deep.write_text("void f(int n, double x[n]) { x[0] = " + "(" * 3000 + "1" + ")" * 3000 + "; }")
+    assert main(["check", str(deep), "-e", "n=3"]) == 2
+    assert "nested too deeply" in capsys.readouterr().err
+    big = tmp_path / "big.c"
+    big.write_text("void f(int n, double x[n][n]) { x[0][0] = 1; }")
+    assert main(["run", str(big), "-e", "n=10000000000"]) == 2
+    assert "elements" in capsys.readouterr().err

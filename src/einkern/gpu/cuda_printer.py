@@ -44,6 +44,7 @@ from .ctext import (
     indent,
     vector_type,
 )
+from .mma import SHAPES, asm_statement, registers
 
 STATIC_SHARED_LIMIT = 48 * 1024  # bytes of static shared memory a kernel may declare
 
@@ -189,6 +190,8 @@ def _sections(printer: CText, sections: Sequence[kir.Section], env: dict[str, st
             lines += printer.block(section.body, env)
         elif isinstance(section, kir.Barrier):
             lines.append("__syncthreads();")
+        elif isinstance(section, kir.Mma):
+            lines.append(mma_text(section))
         elif isinstance(section, kir.Uniform):
             v, it = printer.local(section.var), printer.index_type
             if section.step <= 0:
@@ -201,6 +204,28 @@ def _sections(printer: CText, sections: Sequence[kir.Section], env: dict[str, st
         else:
             raise TypeError(f"unknown kernel section {section!r}")
     return lines
+
+
+def mma_text(section: kir.Mma) -> str:
+    """The ``asm volatile`` statement of an :class:`~kir.Mma` section (tf32
+    operands are floats already rounded to tf32, passed as their bits)."""
+    shape = SHAPES[section.shape]
+    na, nb, nc = registers(shape)
+    if shape.packed > 1:
+        raise ValueError(f"{shape.name}: packed 16-bit operands are not generated yet")
+
+    def regs(fragment: kir.Fragment, count: int, bits: bool = False) -> list[str]:
+        names = [f"{fragment.var}[{fragment.first + j}]" for j in range(count)]
+        return [f"__float_as_uint({n})" for n in names] if bits else names
+
+    tf32 = shape.input_type == "tf32"
+    return asm_statement(
+        shape,
+        regs(section.d, nc),
+        regs(section.a, na, tf32),
+        regs(section.b, nb, tf32),
+        regs(section.c, nc),
+    )
 
 
 def print_kernel(kernel: kir.Kernel) -> str:

@@ -27,6 +27,15 @@ Execution model:
   first thread loop therefore starts with ``if (k == start) {before the loop}
   else {tail of iteration k - step}``; a missing end-of-loop barrier thus lets
   fast threads overwrite shared memory that slow threads still read, as on a GPU;
+* an :class:`~kir.Mma` ends the pending thread loop (as a barrier does) and runs
+  as a loop over the block's warps: each warp's 32 fragments of A, B and C are
+  gathered from the lanes' thread variables through the instruction's fragment
+  layout tables (``einkern.gpu.mma``, checked on the hardware), the product is
+  computed (exact products, the sum in double, rounded once to the accumulator
+  type) and D is scattered back: a kernel that loads fragments by a wrong layout
+  computes a wrong product here, as on a GPU.  The step synchronises the whole
+  block, which the instruction does not: a barrier missing only where an MMA
+  lies between the read and the overwrite of shared memory is not caught;
 * every Load/Store/VectorLoad goes through ``ekx_at_T``/``ekx_vload_T``, which
   check the index against the array's size (misalignment too, for vector
   loads); a bad access is recorded and redirected to a per-thread sink holding
@@ -50,6 +59,7 @@ from .ctext import (
     indent,
     vector_type,
 )
+from .mma import SHAPES, Layout
 
 POISON_INT = -0x5EADBEEF  # poison of int shared memory / thread variables
 POISON_LONG = -0x5EADBEEF5EADBEEF  # poison of long long ones
@@ -152,9 +162,10 @@ def _trips(u: kir.Uniform) -> int:
 
 
 def has_barrier(sections: Sequence[kir.Section]) -> bool:
-    """True when running ``sections`` executes at least one barrier."""
+    """True when running ``sections`` executes at least one barrier (or a
+    warp-collective :class:`~kir.Mma`, which splits thread loops the same way)."""
     return any(
-        isinstance(s, kir.Barrier)
+        isinstance(s, kir.Barrier | kir.Mma)
         or (isinstance(s, kir.Uniform) and _trips(s) > 0 and has_barrier(s.body))
         for s in sections
     )
@@ -244,6 +255,10 @@ class EmulationText(CText):
             if isinstance(s, kir.Barrier):
                 code += self.thread_loop(pending)
                 pending = []
+            elif isinstance(s, kir.Mma):
+                code += self.thread_loop(pending)
+                pending = []
+                code += self.mma(s)
             elif isinstance(s, kir.PerThread) or not has_barrier([s]):
                 pending = pending + self.per_thread([s], env)
             elif isinstance(s, kir.Uniform):
@@ -252,6 +267,59 @@ class EmulationText(CText):
             else:
                 raise TypeError(f"unknown kernel section {s!r}")
         return code, pending
+
+    def mma(self, section: kir.Mma) -> list[str]:
+        """The warp loop executing one :class:`~kir.Mma` (see the module docstring)."""
+        shape = SHAPES[section.shape]
+        if shape.packed > 1:
+            raise ValueError(f"{shape.name}: packed 16-bit operands are not emulated yet")
+        if self.kernel.threads % 32:
+            raise ValueError(f"an MMA needs whole warps, not {self.kernel.threads} threads")
+        counts = {v.name: max(1, v.count) for v in self.kernel.thread_vars}
+        w, lane, i, t = (f"{PREFIX}{n}" for n in ("warp", "lane", "i", "t"))
+        m, n, k = shape.m, shape.n, shape.k
+
+        def slot(f: kir.Fragment) -> str:  # register i of lane t's fragment
+            return f"{PREFIX}tv_{f.var}[{t} * {counts[f.var]} + {f.first} + {i}]"
+
+        acc = "double" if shape.accumulator == "f64" else "float"
+        lines = [
+            f"for (int {w} = 0; {w} < {self.kernel.threads // 32}; ++{w}) {{",
+            f"    double {PREFIX}ma[{m}][{k}], {PREFIX}mb[{k}][{n}], {PREFIX}mc[{m}][{n}];",
+            f"    for (int {lane} = 0; {lane} < 32; ++{lane}) {{",
+            f"        const long long {t} = {w} * 32LL + {lane};",
+        ]
+        for name, fragment, layout in (
+            ("ma", section.a, shape.a),
+            ("mb", section.b, shape.b),
+            ("mc", section.c, shape.c),
+        ):
+            table = _table_name(shape.name, name[1])
+            value = slot(fragment)
+            if name != "mc" and shape.input_type == "tf32":
+                value = f"{PREFIX}tf32({value})"
+            lines += [
+                f"        for (int {i} = 0; {i} < {layout.count}; ++{i})",
+                f"            {PREFIX}{name}[{table}[{lane}][{i}][0]][{table}[{lane}][{i}][1]]"
+                f" = (double){value};",
+            ]
+        r, c, kk, sum_ = (f"{PREFIX}{x}" for x in ("r", "c", "k", "sum"))
+        table = _table_name(shape.name, "c")
+        lines += [
+            "    }",
+            f"    for (int {lane} = 0; {lane} < 32; ++{lane}) {{",
+            f"        const long long {t} = {w} * 32LL + {lane};",
+            f"        for (int {i} = 0; {i} < {shape.c.count}; ++{i}) {{",
+            f"            const int {r} = {table}[{lane}][{i}][0], {c} = {table}[{lane}][{i}][1];",
+            f"            double {sum_} = {PREFIX}mc[{r}][{c}];",
+            f"            for (int {kk} = 0; {kk} < {k}; ++{kk})",
+            f"                {sum_} += {PREFIX}ma[{r}][{kk}] * {PREFIX}mb[{kk}][{c}];",
+            f"            {slot(section.d)} = ({acc}){sum_};",
+            "        }",
+            "    }",
+            "}",
+        ]
+        return lines
 
     def _rotated(
         self, u: kir.Uniform, env: dict[str, str], pending: list[str]
@@ -284,6 +352,53 @@ class EmulationText(CText):
         last = u.start + (_trips(u) - 1) * u.step
         after = ["{", f"    const {it} {v} = {last};", *indent(tail), "}"] if tail else []
         return code, after
+
+
+def _table_name(shape: str, operand: str) -> str:
+    return f"{PREFIX}mma_{shape}_{operand}"
+
+
+def _mma_sections(sections: Sequence[kir.Section]) -> list[kir.Mma]:
+    found: list[kir.Mma] = []
+    for s in sections:
+        if isinstance(s, kir.Mma):
+            found.append(s)
+        elif isinstance(s, kir.Uniform):
+            found += _mma_sections(s.body)
+    return found
+
+
+def _layout_table(name: str, layout: Layout) -> str:
+    rows = ", ".join(
+        "{" + ", ".join(f"{{{r}, {c}}}" for r, c in lane) + "}" for lane in layout.table().tolist()
+    )
+    return f"static const short {name}[32][{layout.count}][2] = {{{rows}}};"
+
+
+TF32_HELPER = f"""\
+static inline float {PREFIX}tf32(float x)
+{{
+    /* cvt.rna.tf32.f32: nearest, ties away from zero, 10 mantissa bits */
+    union {{ float f; unsigned u; }} v;
+    v.f = x;
+    if ((v.u & 0x7f800000u) != 0x7f800000u)
+        v.u = (v.u + 0x1000u) & 0xffffe000u;
+    return v.f;
+}}
+"""
+
+
+def mma_prelude(kernel: kir.Kernel) -> str:
+    """The fragment layout tables of the MMA shapes ``kernel`` uses."""
+    shapes = sorted({s.shape for s in _mma_sections(kernel.body)})
+    lines = []
+    for name in shapes:
+        shape = SHAPES[name]
+        for operand, layout in (("a", shape.a), ("b", shape.b), ("c", shape.c)):
+            lines.append(_layout_table(_table_name(name, operand), layout))
+    if any(SHAPES[name].input_type == "tf32" for name in shapes):
+        lines.append(TF32_HELPER)
+    return "\n".join(lines) + ("\n" if lines else "")
 
 
 def _declarations(kernel: kir.Kernel) -> tuple[list[str], list[str], list[str]]:
@@ -357,6 +472,7 @@ def emulation_source(kernel: kir.Kernel) -> EmulationSource:
         [
             *comment,
             C_PRELUDE,
+            mma_prelude(kernel),
             f"void {ENTRY_POINT}(void **{PREFIX}buffers, const double *{PREFIX}scalars)",
             "{",
             *indent(body),

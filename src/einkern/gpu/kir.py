@@ -6,7 +6,10 @@ Structure.  A kernel body is a list of *sections*:
 * :class:`PerThread` — code every thread of the block runs independently;
 * :class:`Uniform` — a loop whose bounds are the same for all threads of a
   block (k-step loops); its body is again a list of sections;
-* :class:`Barrier` — ``__syncthreads()``.
+* :class:`Barrier` — ``__syncthreads()``;
+* :class:`Mma` — one warp-level ``mma.sync`` per warp (warp-collective: every
+  lane's fragment registers are read at once, so it separates per-thread code
+  as a barrier does).
 
 Between two barriers, threads may not communicate.  The CUDA printer emits the
 sections in order; the emulator runs each :class:`PerThread` section as a loop
@@ -213,7 +216,30 @@ class Uniform:
     body: tuple[Section, ...]
 
 
-Section = PerThread | Barrier | Uniform
+@dataclass(frozen=True)
+class Fragment:
+    """A lane's registers of one MMA operand: ``var[first]``, ``var[first + 1]``, ...
+    of the thread-variable array ``var`` (as many as the instruction takes)."""
+
+    var: str
+    first: int = 0
+
+
+@dataclass(frozen=True)
+class Mma:
+    """``D = A·B + C`` by every warp of the block with the instruction
+    ``einkern.gpu.mma.SHAPES[shape]``; each lane's operands are fragments of
+    thread-variable arrays laid out as that shape's fragment layouts say (``d``
+    may be ``c``: accumulate in place).  The block's threads must be whole warps."""
+
+    shape: str
+    d: Fragment
+    a: Fragment
+    b: Fragment
+    c: Fragment
+
+
+Section = PerThread | Barrier | Uniform | Mma
 
 
 # ---- declarations ------------------------------------------------------------

@@ -196,9 +196,8 @@ def command_run(args) -> int:
 def random_affine_arguments(problem, seed: int):
     """Random arrays for every array (well-conditioned diagonals, so triangular
     solves stay accurate) and random scalars."""
-    from ..semantics import NUMPY_DTYPE
-
     from ..errors import AllocationError
+    from ..semantics import NUMPY_DTYPE
 
     rng = np.random.default_rng(seed)
     arrays = {}

@@ -341,3 +341,39 @@ def test_the_affine_launch_plan_names_every_array_in_parameter_order():
     assert spec.tensors == ("C", "A") and spec.scalars == ("alpha", "beta")
     assert spec.grid == (3, 1, 1) and spec.block == (256, 1, 1)
     assert spec.name in source.text
+
+
+TRIANGLES = {
+    "lower": "for (int i = 0; i < n; i++) for (int j = 0; j <= i; j++)",
+    "upper": "for (int i = 0; i < n; i++) for (int j = i; j < n; j++)",
+    "band": "for (int i = 0; i < n; i++) for (int j = 0; j <= i && j >= i - 40; j++)",
+}
+
+
+@pytest.mark.parametrize("shape", list(TRIANGLES))
+@pytest.mark.parametrize("n", [5, 70, 301])
+def test_triangular_domains_launch_only_non_empty_tiles(shape, n):
+    from einkern.backends.emulator import emulate
+    from einkern.gpu.affine import affine_kernels
+
+    loops = TRIANGLES[shape]
+    text = f"void tri(int n, double a, double A[n][n], double C[n][n]) {{\n" \
+        f"  {loops}\n    C[i][j] = a * A[i][j] + i - j;\n}}"
+    problem = A.make_affine_problem(parse_c(text).functions[0], {"n": n})
+    (launch,) = affine_kernels(problem)
+    rng = np.random.default_rng(n)
+    arrays = {"A": _random((n, n), rng), "C": _random((n, n), rng)}
+    expected = evaluate_affine(problem, arrays, {"a": 0.5})
+    work = {"t_A": arrays["A"].copy(), "t_C": arrays["C"].copy()}
+    report = emulate([launch.kernel], work, {"s_a": 0.5})
+    assert report.ok, str(report)
+    assert relative_error(work["t_C"], expected["C"]) <= 1e-12
+    if n > 8:
+        assert "empty ones skipped" in launch.reason, launch.reason
+        full_box = -(-n // 8) * -(-n // 32)
+        assert launch.kernel.blocks < full_box
+    if n == 301:
+        from einkern.backends.cuda.nvrtc import compile_cubin
+        from einkern.gpu.cuda_printer import print_cuda
+
+        assert compile_cubin(print_cuda(launch.kernel), "sm_90", use_cache=False).cubin

@@ -29,6 +29,7 @@ from ..ir import affine as A
 from ..lang import cfront_nodes as N
 from ..semantics import C_TYPE, compute_dtype
 from . import kir
+from .affine_tiles import COLUMNS, ROWS, select_tree, tile_plan
 from .ctext import mangle
 
 THREADS = 256
@@ -328,6 +329,10 @@ class _Builder:
         box = self._box(loop, inner, start, stop, outer) if inner is not None else None
         if inner is not None and box is not None and inner.parallel(self.problem):
             low, width, filled = box
+            if filled < 0.75 * trips * width:  # a triangle, say: skip the empty tiles
+                tiled = self._tiles(loop, inner, start, stop, outer)
+                if tiled is not None:
+                    return tiled
             blocks = max(1, -(-(trips * width) // THREADS))
             row, column = kir.Var(loop.iterator), kir.Var(inner.iterator)
             guard = kir.Op("&&", kir.Op("<", row, kir.Int(stop)), kir.Op(
@@ -359,6 +364,43 @@ class _Builder:
             "loops run sequentially in each thread (short rows of a triangle finish early)"
         )
         return body, THREADS, blocks, reason
+
+    def _tiles(self, loop: _Loop, inner: _Loop, start: int, stop: int, outer: dict[str, int]):
+        """Both loops on the grid in ROWS x COLUMNS tiles, the empty tiles skipped."""
+        rows = []
+        for value in range(start, stop):
+            env = {**outer, loop.iterator: value}
+            low, high = _evaluate(inner.start, env), _evaluate(inner.stop, env)
+            if low is None or high is None:
+                return None
+            rows.append((low, high))
+        plan = tile_plan(rows)
+        if plan is None or plan.blocks >= plan.box:
+            return None
+        b = kir.BlockIdx()
+        starts = [first for first, _, _ in plan.entries]
+        q = select_tree(b, starts, [tile for _, tile, _ in plan.entries])
+        shift = select_tree(b, starts, [delta for _, _, delta in plan.entries])
+        t = kir.ThreadIdx()
+        row, column = kir.Var(loop.iterator), kir.Var(inner.iterator)
+        body: tuple[kir.Stmt, ...] = (
+            kir.Declare(loop.iterator, INDEX, _plus(kir.Op("+", kir.Op("*", q, kir.Int(ROWS)),
+                                                           kir.Op("/", t, kir.Int(COLUMNS))),
+                                                    kir.Int(start))),
+            kir.Declare(inner.iterator, INDEX, _plus(
+                kir.Op("+", kir.Op("*", kir.Op("+", b, shift), kir.Int(COLUMNS)),
+                       kir.Op("%", t, kir.Int(COLUMNS))), kir.Int(plan.origin))),
+            kir.If(kir.Op("&&", kir.Op("<", row, kir.Int(stop)), kir.Op(
+                "&&", kir.Op(">=", column, inner.start), kir.Op("<", column, inner.stop))),
+                tuple(_body(self.problem, inner.body))),
+        )
+        reason = (
+            f"loops {loop.iterator} x {inner.iterator} carry no dependence: tiles of "
+            f"{ROWS} x {COLUMNS} iterations ({inner.iterator} fastest), one per block of "
+            f"{THREADS} threads; {plan.blocks} of the bounding box's {plan.box} tiles launched "
+            "(the empty ones skipped), guards drop the threads outside the domain"
+        )
+        return body, THREADS, plan.blocks, reason
 
     @staticmethod
     def _box(loop: _Loop, inner: _Loop, start: int, stop: int, outer: dict[str, int]

@@ -96,11 +96,11 @@ def gemv(alpha: float, a: Any, x: Any, beta: float = 0.0, y: Any = None,
     _check(x.shape == (cols,), f"x must have shape ({cols},), got {x.shape}")
     out = _vector_out(y, rows, t, beta)
     element = "A[j][i]" if trans else "A[i][j]"
-    text = f"""void gemv(int m, int n, {t} alpha, {t} beta, {t} A[m][n], {t} x[{cols_name(trans)}],
-                        {t} y[{rows_name(trans)}]) {{
-        for (int i = 0; i < {rows_name(trans)}; i++) {{
+    text = f"""void gemv(int m, int n, {t} alpha, {t} beta, {t} A[m][n], {t} x[{_cols(trans)}],
+                        {t} y[{_rows(trans)}]) {{
+        for (int i = 0; i < {_rows(trans)}; i++) {{
             y[i] *= beta;
-            for (int j = 0; j < {cols_name(trans)}; j++)
+            for (int j = 0; j < {_cols(trans)}; j++)
                 y[i] += alpha * {element} * x[j];
         }}
     }}"""
@@ -108,11 +108,11 @@ def gemv(alpha: float, a: Any, x: Any, beta: float = 0.0, y: Any = None,
     return out
 
 
-def rows_name(trans: bool) -> str:
+def _rows(trans: bool) -> str:
     return "n" if trans else "m"
 
 
-def cols_name(trans: bool) -> str:
+def _cols(trans: bool) -> str:
     return "m" if trans else "n"
 
 

@@ -115,13 +115,21 @@ def _plus(a: kir.Expr, b: kir.Expr) -> kir.Expr:
     return kir.Op("+", a, b)
 
 
-def _store(
-    problem: A.AffineProblem, statement: N.AStatement, values: dict[str, kir.Expr]
-) -> kir.Store:
-    """The statement as a store; ``values`` gives each iterator's value."""
+def statement_ctype(problem: A.AffineProblem, statement: N.AStatement) -> str:
+    """The C type a statement computes in: the widest of its target's and the
+    arrays it reads (scalars and literals take it: :mod:`einkern.semantics`)."""
     function = problem.function
     reads = [function.array(r.array).dtype for r in statement.reads()]
-    ctype = C_TYPE[compute_dtype(function.array(statement.target.array).dtype, reads)]
+    return C_TYPE[compute_dtype(function.array(statement.target.array).dtype, reads)]
+
+
+def statement_store(
+    problem: A.AffineProblem, statement: N.AStatement, values: dict[str, kir.Expr]
+) -> kir.Store:
+    """The statement as a kernel-IR store (arrays ``t_NAME`` indexed flat, row-major;
+    scalars ``s_NAME``; sizes as numbers); ``values`` gives each iterator's value.
+    The one lowering of affine statements: the CPU backend prints it too."""
+    ctype = statement_ctype(problem, statement)
     sizes = dict(problem.sizes)
 
     def aff(a: N.Aff) -> kir.Expr:
@@ -190,7 +198,7 @@ def _body(problem: A.AffineProblem, node: isl.AstNode) -> list[kir.Stmt]:
             iterator: _expr(call.get_op_arg(k + 1))
             for k, iterator in enumerate(statement.iterators)
         }
-        return [_store(problem, statement, values)]
+        return [statement_store(problem, statement, values)]
     raise BackendError(f"unexpected isl AST node {kind}")
 
 

@@ -16,26 +16,25 @@ statement's compute dtype (:func:`einkern.semantics.compute_dtype`).
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import islpy as isl
 
 from ...gpu import kir
+from ...gpu.affine import statement_ctype, statement_store
 from ...gpu.ctext import (
     C_LITERAL_MACROS,
     ENTRY_POINT,
     ArrayInfo,
     CText,
-    function_name,
     helper_functions,
     mangle,
 )
 from ...ir import affine as A
 from ...ir.nodes import Extent, Problem, Program, Scalar, Tensor
 from ...lang import cfront_nodes as N
-from ...semantics import C_TYPE, compute_dtype
+from ...semantics import C_TYPE
 from ..binding import Binder, Call
 from .backend import CpuBackend, load_or_compile
 from .compiler import cache_directory, toolchain
@@ -94,75 +93,11 @@ class AffineText(CText):
         return self.stmt(statement, dict(self.env))
 
 
-@dataclass(frozen=True)
-class _Lowering:
-    problem: A.AffineProblem
-    ctype: str
-    sizes: Mapping[str, int] = field(default_factory=dict)
-
-    def aff(self, aff: N.Aff) -> kir.Expr:
-        """An affine expression of iterators (sizes are constants here)."""
-        const = aff.const
-        result: kir.Expr | None = None
-        for name, coefficient in aff.terms:
-            if name in self.sizes:
-                const += coefficient * self.sizes[name]
-                continue
-            term: kir.Expr = kir.Var(mangle("i", name))
-            if coefficient != 1:
-                term = kir.Op("*", kir.Int(coefficient), term)
-            result = term if result is None else kir.Op("+", result, term)
-        if result is None:
-            return kir.Int(const)
-        return kir.Op("+", result, kir.Int(const)) if const else result
-
-    def offset(self, ref: N.Ref) -> kir.Expr:
-        shape = self.problem.shape(ref.array)
-        total = N.Aff()
-        stride = 1
-        linear: list[tuple[N.Aff, int]] = []
-        for subscript, extent in zip(reversed(ref.subscripts), reversed(shape), strict=True):
-            linear.append((subscript, stride))
-            stride *= extent
-        for subscript, step in linear:
-            total = total + subscript.scale(step)
-        return self.aff(total)
-
-    def expr(self, e: N.AExpr) -> kir.Expr:
-        if isinstance(e, N.Num):
-            return kir.Float(e.value)
-        if isinstance(e, N.Scal):
-            return kir.Var(mangle("s", e.name))
-        if isinstance(e, N.Ref):
-            return kir.Load(mangle("t", e.array), self.offset(e))
-        if isinstance(e, N.IterValue):  # a float value, never integer arithmetic
-            return kir.Op("*", kir.Float(1.0), self.aff(e.aff))
-        if isinstance(e, N.Neg):
-            return kir.Neg(self.expr(e.operand))
-        if isinstance(e, N.Bin):
-            return kir.Op(e.op, self.expr(e.left), self.expr(e.right))
-        args = tuple(self.expr(a) for a in e.args)
-        if e.func in ("max", "min"):
-            return kir.Op(e.func, args[0], args[1])
-        return kir.Call(function_name(e.func, self.ctype), args)
-
-
-def statement_ctype(problem: A.AffineProblem, statement: N.AStatement) -> str:
-    function = problem.function
-    reads = [function.array(r.array).dtype for r in statement.reads()]
-    reads += [s.dtype for s in function.scalars if any(
-        isinstance(x, N.Scal) and x.name == s.name for x in N.walk(statement.rhs))]
-    return C_TYPE[compute_dtype(function.array(statement.target.array).dtype, reads)]
-
-
 def statement_body(problem: A.AffineProblem, statement: N.AStatement) -> list[str]:
     """The C statement (without its iterator definitions)."""
-    ctype = statement_ctype(problem, statement)
-    lowering = _Lowering(problem, ctype, dict(problem.sizes))
-    printer = AffineText(problem, statement, ctype)
-    store = kir.Store(mangle("t", statement.target.array), lowering.offset(statement.target),
-                      lowering.expr(statement.rhs), statement.op)
-    return printer.store(store)
+    printer = AffineText(problem, statement, statement_ctype(problem, statement))
+    values: dict[str, kir.Expr] = {i: kir.Var(mangle("i", i)) for i in statement.iterators}
+    return printer.store(statement_store(problem, statement, values))
 
 
 # ---- the loop nest ------------------------------------------------------------------------

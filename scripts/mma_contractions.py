@@ -37,15 +37,16 @@ def timed(fn, repeats=15):
 
 
 CONFIGS = {
-    "64x128k16s1": MmaConfig("m16n8k4_f64", 2, 4, 2, 4, 16, stages=1),
     "128x128k16s1": MmaConfig("m16n8k4_f64", 4, 4, 2, 4, 16, stages=1),
-    "128x128k8w8s1": MmaConfig("m16n8k4_f64", 2, 4, 4, 4, 8, stages=1),
-    "128x128k16w8s1": MmaConfig("m16n8k4_f64", 2, 4, 4, 4, 16, stages=1),
-    "128x128k8w8": MmaConfig("m16n8k4_f64", 2, 4, 4, 4, 8),
-    "128x128k16w8": MmaConfig("m16n8k4_f64", 2, 4, 4, 4, 16),
-    "64x128k16": MmaConfig("m16n8k4_f64", 2, 4, 2, 4, 16),
-    "128x64k16w8": MmaConfig("m16n8k4_f64", 4, 2, 2, 4, 16),
-    "128x128k32w8s1": MmaConfig("m16n8k4_f64", 2, 4, 4, 4, 32, stages=1),
+    "64x128k16s1": MmaConfig("m16n8k4_f64", 2, 4, 2, 4, 16, stages=1),
+    "128x128k16a3": MmaConfig("m16n8k4_f64", 4, 4, 2, 4, 16, stages=3, copy="async"),
+    "128x128k16a2": MmaConfig("m16n8k4_f64", 4, 4, 2, 4, 16, stages=2, copy="async"),
+    "128x128k16w8a3": MmaConfig("m16n8k4_f64", 2, 4, 4, 4, 16, stages=3, copy="async"),
+    "128x128k8w8a4": MmaConfig("m16n8k4_f64", 2, 4, 4, 4, 8, stages=4, copy="async"),
+    "128x64k16w4a3": MmaConfig("m16n8k4_f64", 2, 2, 4, 4, 16, stages=3, copy="async"),
+    "64x128k16a3": MmaConfig("m16n8k4_f64", 2, 4, 2, 4, 16, stages=3, copy="async"),
+    "128x128k32w8a3": MmaConfig("m16n8k4_f64", 2, 4, 4, 4, 32, stages=3, copy="async"),
+    "64x64k16w4a4": MmaConfig("m16n8k4_f64", 2, 2, 2, 4, 16, stages=4, copy="async"),
 }
 
 CASES = [

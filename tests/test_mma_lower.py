@@ -49,6 +49,9 @@ CONFIGS = {
     "k8-wide": MmaConfig("m16n8k8_f64", 1, 2, 2, 2, 16, 2),
     "k16": MmaConfig("m16n8k16_f64", 2, 2, 1, 1, 32, 1),
     "one-stage": MmaConfig("m16n8k4_f64", 2, 1, 2, 2, 8, stages=1),
+    "async-2": MmaConfig("m16n8k4_f64", 2, 2, 2, 2, 8, stages=2, copy="async"),
+    "async-3": MmaConfig("m16n8k8_f64", 1, 2, 2, 2, 16, stages=3, copy="async"),
+    "async-4": MmaConfig("m16n8k4_f64", 2, 2, 1, 2, 4, stages=4, copy="async"),
 }
 
 
@@ -127,8 +130,10 @@ def test_mma_kernels_compile_without_spills(config):
     assert all(r.spill_stores == 0 and r.spill_loads == 0 for r in module.resources)
 
 
-@pytest.mark.parametrize(("stages", "barrier"), [(1, 0), (2, 1)])
-def test_a_dropped_barrier_is_caught(stages, barrier):
+@pytest.mark.parametrize(
+    ("stages", "barrier", "copy"), [(1, 0, "registers"), (2, 1, "registers"), (3, 0, "async")]
+)
+def test_a_dropped_barrier_is_caught(stages, barrier, copy):
     """Without the barrier between filling a shared buffer and reading it, warps
     read what other warps have not stored yet: the emulator's result must be
     wrong (or an access flagged)."""
@@ -136,10 +141,42 @@ def test_a_dropped_barrier_is_caught(stages, barrier):
 
     problem = _problem("gemm")
     task = statement_task(problem, 0)
-    kernel = lower_mma(task, MmaConfig("m16n8k4_f64", 2, 2, 1, 1, 8, stages=stages))
-    assert count_barriers(kernel) == 2
+    kernel = lower_mma(task, MmaConfig("m16n8k4_f64", 2, 2, 1, 1, 8, stages=stages, copy=copy))
+    assert count_barriers(kernel) == (1 if copy == "async" else 2)
     arrays = random_arrays(problem, 1)
     want = evaluate(problem, arrays)["C"]
     given = {f"p_{k}": v.copy() for k, v in arrays.items()}
     report = emulate([drop_barrier(kernel, barrier)], given, {})
     assert not report.ok or not np.allclose(given["p_C"], want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+def test_a_missing_wait_is_caught(stages):
+    """Asynchronous copies land only at their wait: without it the fragments read
+    shared memory the copies have not written (poisoned), so the result is wrong."""
+    import dataclasses
+
+    from einkern.gpu import kir
+
+    problem = _problem("gemm")
+    config = MmaConfig("m16n8k4_f64", 2, 2, 1, 1, 8, stages=stages, copy="async")
+    kernel = lower_mma(statement_task(problem, 0), config)
+
+    def strip(sections):
+        out = []
+        for s in sections:
+            if isinstance(s, kir.Uniform):
+                s = dataclasses.replace(s, body=strip(s.body))
+            elif isinstance(s, kir.PerThread):
+                s = kir.PerThread(tuple(x for x in s.body if not isinstance(x, kir.CopyWait)))
+            out.append(s)
+        return tuple(out)
+
+    broken = dataclasses.replace(kernel, body=strip(kernel.body))
+    arrays = random_arrays(problem, 2)
+    want = evaluate(problem, arrays)["C"]
+    for candidate, good in ((kernel, True), (broken, False)):
+        given = {f"p_{k}": v.copy() for k, v in arrays.items()}
+        report = emulate([candidate], given, {})
+        assert report.ok
+        assert np.allclose(given["p_C"], want, rtol=1e-12) == good

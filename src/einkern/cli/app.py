@@ -287,6 +287,7 @@ def _run_one(args, progress, label: str) -> int:
     progress.set(f"{label}: making random inputs")
     arrays = random_arrays(problem, args.seed, problem.program.inputs)
     scalars = random_scalars(problem, args.seed)
+
     def step(run: int) -> None:
         what = "warm-up run" if run == 0 else f"timed run {run}/{args.repeat}"
         progress.set(f"{label}: {what} on {backend.name}")

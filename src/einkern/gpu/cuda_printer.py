@@ -87,6 +87,29 @@ class CudaText(CText):
     def uninitialised(self, stmt: kir.Declare) -> str:
         return f"{stmt.ctype} {stmt.name};"
 
+    def copy_async(self, s: kir.CopyAsync, env) -> list[str]:
+        shared, source = self.array(s.shared), self.array(s.array)
+        nbytes = ELEMENT_BYTES[shared.ctype]
+        it = self.index_type
+        inside = self.expr(s.inside, env)
+        return [
+            "{",
+            f"    const int ekx_in = {inside};",
+            f"    const unsigned ekx_dst = (unsigned)__cvta_generic_to_shared("
+            f"&{shared.name}[{self.expr(s.shared_index, env, it)}]);",
+            f"    const {shared.ctype} *ekx_src = {source.name} + "
+            f"(ekx_in ? ({self.expr(s.index, env, it)}) : 0);",
+            f'    asm volatile("cp.async.ca.shared.global [%0], [%1], {nbytes}, %2;"'
+            f' :: "r"(ekx_dst), "l"(ekx_src), "r"(ekx_in ? {nbytes} : 0) : "memory");',
+            "}",
+        ]
+
+    def copy_commit(self) -> list[str]:
+        return ['asm volatile("cp.async.commit_group;" ::: "memory");']
+
+    def copy_wait(self, pending: int) -> list[str]:
+        return [f'asm volatile("cp.async.wait_group {pending};" ::: "memory");']
+
     def unroll(self, unroll: int) -> list[str]:
         if unroll < 0:
             return ["#pragma unroll"]

@@ -36,6 +36,10 @@ Execution model:
   computes a wrong product here, as on a GPU.  The step synchronises the whole
   block, which the instruction does not: a barrier missing only where an MMA
   lies between the read and the overwrite of shared memory is not caught;
+* a :class:`~kir.CopyAsync` reads its global element when issued but writes
+  shared memory only when a :class:`~kir.CopyWait` lets its group complete
+  (per emulated thread, in commit order), so a missing wait leaves the shared
+  element poisoned, as a copy still in flight would;
 * every Load/Store/VectorLoad goes through ``ekx_at_T``/``ekx_vload_T``, which
   check the index against the array's size (misalignment too, for vector
   loads); a bad access is recorded and redirected to a per-thread sink holding
@@ -65,7 +69,7 @@ POISON_INT = -0x5EADBEEF  # poison of int shared memory / thread variables
 POISON_LONG = -0x5EADBEEF5EADBEEF  # poison of long long ones
 MAX_ERRORS = 32  # bad accesses recorded per kernel run (all are counted)
 RECORD = 5  # longs per recorded error
-KINDS = ("out of bounds", "misaligned")
+KINDS = ("out of bounds", "misaligned", "too many asynchronous copies in flight")
 POISON = {
     "float": "EKX_NAN_F",
     "double": "EKX_NAN_D",
@@ -116,6 +120,11 @@ typedef struct {{
     double sink_d;
     int sink_i;
     long long sink_ll;
+    /* asynchronous copies in flight, per emulated thread (cp.async) */
+    char **q_dst;
+    double *q_val;
+    int *q_size, *q_group, *q_count, *q_open;
+    int q_cap;
 }} ekx_ctx;
 static void ekx_record(ekx_ctx *c, int site, long long index, int kind)
 {{
@@ -131,7 +140,43 @@ static void ekx_record(ekx_ctx *c, int site, long long index, int kind)
         e[4] = kind;
     }}
 }}
-{_access_functions()}{helper_functions("static inline")}"""
+{_access_functions()}{helper_functions("static inline")}
+static void ekx_async_push(ekx_ctx *c, long long t, void *dst, double value, int size)
+{{
+    int *n = &c->q_count[t];
+    if (*n >= c->q_cap) {{
+        ekx_record(c, -1, *n, 2);
+        return;
+    }}
+    long long k = t * c->q_cap + *n;
+    c->q_dst[k] = (char *)dst;
+    c->q_val[k] = value;
+    c->q_size[k] = size;
+    c->q_group[k] = c->q_open[t];
+    ++*n;
+}}
+static void ekx_async_wait(ekx_ctx *c, long long t, int pending)
+{{
+    long long base = t * c->q_cap;
+    int keep = 0;
+    for (int i = 0; i < c->q_count[t]; ++i) {{
+        long long k = base + i;
+        if (c->q_group[k] < c->q_open[t] - pending) {{
+            if (c->q_size[k] == 8)
+                *(double *)c->q_dst[k] = c->q_val[k];
+            else
+                *(float *)c->q_dst[k] = (float)c->q_val[k];
+        }} else {{
+            long long to = base + keep++;
+            c->q_dst[to] = c->q_dst[k];
+            c->q_val[to] = c->q_val[k];
+            c->q_size[to] = c->q_size[k];
+            c->q_group[to] = c->q_group[k];
+        }}
+    }}
+    c->q_count[t] = keep;
+}}
+"""
 
 
 @dataclass(frozen=True)
@@ -217,6 +262,26 @@ class EmulationText(CText):
 
     def uninitialised(self, stmt: kir.Declare) -> str:
         return f"{stmt.ctype} {stmt.name} = {POISON[stmt.ctype]};"
+
+    def copy_async(self, s: kir.CopyAsync, env) -> list[str]:
+        shared, source = self.array(s.shared), self.array(s.array)
+        it = self.index_type
+        target = self.element(shared, self.expr(s.shared_index, env, it), "store")
+        value = self.element(source, self.expr(s.index, env, it), "load")
+        size = 8 if shared.ctype == "double" else 4
+        return [
+            "{",
+            f"    const int {PREFIX}in = {self.expr(s.inside, env)};",
+            f"    {PREFIX}async_push({PREFIX}c, {PREFIX}thread, &{target}, "
+            f"{PREFIX}in ? (double){value} : 0.0, {size});",
+            "}",
+        ]
+
+    def copy_commit(self) -> list[str]:
+        return [f"++{PREFIX}c->q_open[{PREFIX}thread];"]
+
+    def copy_wait(self, pending: int) -> list[str]:
+        return [f"{PREFIX}async_wait({PREFIX}c, {PREFIX}thread, {pending});"]
 
     # -- schedule --------------------------------------------------------------
 
@@ -401,6 +466,52 @@ def mma_prelude(kernel: kir.Kernel) -> str:
     return "\n".join(lines) + ("\n" if lines else "")
 
 
+def _copies(kernel: kir.Kernel) -> int:
+    """CopyAsync statements in the kernel's text."""
+
+    def stmts(body) -> int:
+        count = 0
+        for s in body:
+            if isinstance(s, kir.CopyAsync):
+                count += 1
+            elif isinstance(s, kir.For):
+                count += stmts(s.body)
+            elif isinstance(s, kir.If):
+                count += stmts(s.body) + stmts(s.orelse)
+        return count
+
+    def sections(body) -> int:
+        count = 0
+        for s in body:
+            if isinstance(s, kir.PerThread):
+                count += stmts(s.body)
+            elif isinstance(s, kir.Uniform):
+                count += sections(s.body)
+        return count
+
+    return sections(kernel.body)
+
+
+def _queue(kernel: kir.Kernel) -> tuple[list[str], list[str], list[str]]:
+    """The asynchronous-copy queues (allocation, per-block reset, frees): room for
+    every copy statement of the kernel issued four times per thread."""
+    copies = _copies(kernel)
+    if not copies:
+        return [], [], []
+    cap, n, c = max(16, 4 * copies), kernel.threads, f"{PREFIX}c"
+    fields = [("q_dst", "char *", n * cap), ("q_val", "double", n * cap)]
+    fields += [("q_size", "int", n * cap), ("q_group", "int", n * cap)]
+    fields += [("q_count", "int", n), ("q_open", "int", n)]
+    allocate = [f"{c}->q_cap = {cap};"]
+    allocate += [f"{c}->{f} = ({t} *)malloc(sizeof({t}) * {size});" for f, t, size in fields]
+    allocate.append(
+        f"const int {PREFIX}qok = {' && '.join(f'{c}->{f} != NULL' for f, _, _ in fields)};"
+    )
+    i = f"{PREFIX}i"
+    reset = [f"for (int {i} = 0; {i} < {n}; ++{i}) {c}->q_count[{i}] = {c}->q_open[{i}] = 0;"]
+    return allocate, reset, [f"free({c}->{f});" for f, _, _ in fields]
+
+
 def _declarations(kernel: kir.Kernel) -> tuple[list[str], list[str], list[str]]:
     """(allocations per OpenMP thread, poisoning per block, frees)."""
     memory = [(a.name, a.ctype, max(1, a.size)) for a in kernel.shared]
@@ -435,25 +546,28 @@ def emulation_source(kernel: kir.Kernel) -> EmulationSource:
         for n, p in enumerate(scalars)
     ]
     allocate, poison, free = _declarations(kernel)
+    q_allocate, q_reset, q_free = _queue(kernel)
     b, it = f"{PREFIX}block", kernel.index_type
     blocks = [
         "#pragma omp for schedule(static)",
         f"for ({it} {b} = 0; {b} < {kernel.blocks}; ++{b}) {{",
-        f"    if (!{PREFIX}ok) continue;",
+        f"    if (!{PREFIX}ok{' || !' + PREFIX + 'qok' if q_allocate else ''}) continue;",
         f"    {PREFIX}c->block = {b};",
-        *indent([*poison, *code]),
+        *indent([*poison, *q_reset, *code]),
         "}",
     ]
     parallel = [
         f"{PREFIX}ctx {PREFIX}context = {{{PREFIX}errors, 0, 0, 0.0f, 0.0, 0, 0}};",
         f"{PREFIX}ctx *const {PREFIX}c = &{PREFIX}context;",
         *allocate,
-        f"if (!{PREFIX}ok) {{",
+        *q_allocate,
+        f"if (!{PREFIX}ok{' || !' + PREFIX + 'qok' if q_allocate else ''}) {{",
         "    #pragma omp atomic write",
         f"    {PREFIX}errors[1] = 1;",
         "}",
         *blocks,
         *free,
+        *q_free,
     ]
     body = [
         f"long long *const {PREFIX}errors = (long long *){PREFIX}buffers[{len(arrays)}];",

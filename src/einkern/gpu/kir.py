@@ -188,7 +188,37 @@ class Comment:
     text: str
 
 
-Stmt = Declare | Assign | Store | For | If | Comment | VectorLoad
+@dataclass(frozen=True)
+class CopyAsync:
+    """``cp.async``: element ``array[index]`` (global) copied to ``shared[shared_index]``
+    without passing through registers, landing only when a later :class:`CopyWait`
+    lets its group complete; where ``inside`` is false the shared element is
+    zero-filled and global memory is not read."""
+
+    shared: str
+    shared_index: Expr
+    array: str
+    index: Expr
+    inside: Expr
+
+
+@dataclass(frozen=True)
+class CopyCommit:
+    """``cp.async.commit_group``: the thread's copies issued since the last commit
+    form one group."""
+
+
+@dataclass(frozen=True)
+class CopyWait:
+    """``cp.async.wait_group pending``: wait until at most ``pending`` of the
+    thread's most recent groups are incomplete (the older ones have landed)."""
+
+    pending: int
+
+
+Stmt = (
+    Declare | Assign | Store | For | If | Comment | VectorLoad | CopyAsync | CopyCommit | CopyWait
+)
 
 
 # ---- sections ----------------------------------------------------------------

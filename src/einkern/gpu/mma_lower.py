@@ -46,7 +46,8 @@ class MmaConfig:
     tiles_n: int = 4
     k_step: int = 16
     padding: int = -1  # extra elements per shared row; -1: conflict-free for 8-byte fragments
-    stages: int = 1  # shared buffers per tile: 1 (two barriers a step) or 2
+    stages: int = 1  # shared buffers per tile (1 or 2 via registers; 2-4 asynchronous)
+    copy: str = "registers"  # global → shared: "registers" (prefetched) or "async" (cp.async)
 
     def block_tile(self) -> tuple[int, int]:
         shape = SHAPES[self.shape]
@@ -83,8 +84,12 @@ def problems(task: Task, config: MmaConfig) -> list[str]:
         found.append("warps and tiles must be positive")
     if config.threads > 1024:
         found.append(f"{config.threads} threads per block")
-    if config.stages not in (1, 2):
-        found.append(f"stages {config.stages} (1 or 2)")
+    if config.copy not in ("registers", "async"):
+        found.append(f"copy {config.copy!r} (registers or async)")
+    elif config.copy == "registers" and config.stages not in (1, 2):
+        found.append(f"stages {config.stages} (1 or 2 when copying through registers)")
+    elif config.copy == "async" and config.stages not in (2, 3, 4):
+        found.append(f"stages {config.stages} (2 to 4 with asynchronous copies)")
     if config.padding < -1:
         found.append("padding must be >= 0, or -1 (automatic)")
     return found
@@ -248,6 +253,45 @@ class _Builder:
             deposit = self.deposit("a", current) + self.deposit("b", current)
             sections += [kir.PerThread(tuple(deposit)), kir.Barrier()]
         sections.append(kir.PerThread(tuple(self.fetch("a", 1) + self.fetch("b", 1))))
+        sections += self.multiply(current)
+        if self.config.stages == 2:
+            deposit = self.deposit("a", following) + self.deposit("b", following)
+            sections.append(kir.PerThread(tuple(deposit)))
+        sections.append(kir.Barrier())
+        return sections
+
+    def issue(self, ahead: int, number: kir.Expr, kk: kir.Expr | None = None) -> list[kir.Stmt]:
+        """Asynchronous copies of the A and B tiles ``ahead`` k-steps after ``kk``
+        into shared buffer ``number``, committed as one group."""
+        stmts: list[kir.Stmt] = []
+        for which, shared in (("a", "As"), ("b", "Bs")):
+            operand = self.c.a if which == "a" else self.c.b
+            for _, share, target, inside, index in self._elements(which, ahead, kk):
+                at = E.add(self.buffer(which, number), target)
+                copy: kir.Stmt = kir.CopyAsync(shared, at, f"p_{operand.tensor}", index, inside)
+                stmts.append(kir.If(share, (copy,)) if share is not None else copy)
+        return [*stmts, kir.CopyCommit()]
+
+    def async_step(self) -> list[kir.Section]:
+        """One k-step of the asynchronous pipeline: wait until this step's tiles
+        have landed, a barrier (they are visible, and every warp is done with the
+        buffer refilled next), the copies of the tiles ``stages - 1`` steps ahead
+        issued into that buffer, then the fragments and MMAs of this step."""
+        stages = self.config.stages
+        step = E.div(kir.Var("kk"), self.bk)
+        current = E.mod(step, stages)
+        ahead = E.mod(E.add(step, E.const(stages - 1)), stages)
+        return [
+            kir.PerThread((kir.CopyWait(stages - 2),)),
+            kir.Barrier(),
+            kir.PerThread(tuple(self.issue(stages - 1, ahead))),
+            *self.multiply(current),
+        ]
+
+    def multiply(self, current: kir.Expr) -> list[kir.Section]:
+        """Fragments from shared buffer ``current`` and the warp's MMAs, per
+        instruction k-step."""
+        sections: list[kir.Section] = []
         shape, cfg = self.shape, self.config
         na, nb, nc = registers(shape)
         group, quad = self.lane_group_quad()
@@ -281,10 +325,6 @@ class _Builder:
                             acc,
                         )
                     )
-        if self.config.stages == 2:
-            deposit = self.deposit("a", following) + self.deposit("b", following)
-            sections.append(kir.PerThread(tuple(deposit)))
-        sections.append(kir.Barrier())
         return sections
 
     def epilogue(self) -> list[kir.Stmt]:
@@ -320,15 +360,35 @@ class _Builder:
         task, c, cfg = self.task, self.c, self.config
         na, nb, nc = registers(self.shape)
         steps = math.ceil(self.K / self.bk) * self.bk
-        first = self.fetch("a", 0, E.const(0)) + self.fetch("b", 0, E.const(0))
         zero = E.const(0)
-        if cfg.stages == 2:
-            first += self.deposit("a", zero) + self.deposit("b", zero)
-        body: tuple[kir.Section, ...] = (
-            kir.PerThread(tuple(self.prologue() + first)),
-            *([kir.Barrier()] if cfg.stages == 2 else []),
-            kir.Uniform("kk", 0, steps, self.bk, tuple(self.k_step())),
-            kir.PerThread(tuple(self.epilogue())),
+        if cfg.copy == "async":
+            first: list[kir.Stmt] = []
+            for s in range(cfg.stages - 1):
+                first += self.issue(s, E.const(s), zero)
+            loop = kir.Uniform("kk", 0, steps, self.bk, tuple(self.async_step()))
+            body: tuple[kir.Section, ...] = (
+                kir.PerThread(tuple(self.prologue() + first)),
+                loop,
+                kir.PerThread((kir.CopyWait(0), *self.epilogue())),
+            )
+        else:
+            first = self.fetch("a", 0, zero) + self.fetch("b", 0, zero)
+            if cfg.stages == 2:
+                first += self.deposit("a", zero) + self.deposit("b", zero)
+            body = (
+                kir.PerThread(tuple(self.prologue() + first)),
+                *([kir.Barrier()] if cfg.stages == 2 else []),
+                kir.Uniform("kk", 0, steps, self.bk, tuple(self.k_step())),
+                kir.PerThread(tuple(self.epilogue())),
+            )
+        per_thread = math.ceil(self.bm * self.bk / cfg.threads)
+        prefetch = (
+            ()
+            if cfg.copy == "async"
+            else (
+                kir.ThreadVar("pre_a", "double", per_thread),
+                kir.ThreadVar("pre_b", "double", math.ceil(self.bk * self.bn / cfg.threads)),
+            )
         )
         used = set(task.statement.tensors())
         params = [
@@ -358,8 +418,7 @@ class _Builder:
                 kir.ThreadVar("fa", "double", cfg.tiles_m * na),
                 kir.ThreadVar("fb", "double", cfg.tiles_n * nb),
                 kir.ThreadVar("acc", "double", cfg.tiles_m * cfg.tiles_n * nc),
-                kir.ThreadVar("pre_a", "double", math.ceil(self.bm * self.bk / cfg.threads)),
-                kir.ThreadVar("pre_b", "double", math.ceil(self.bk * self.bn / cfg.threads)),
+                *prefetch,
             ),
             shared=(
                 kir.SharedArray("As", "double", cfg.stages * self.bm * self.lda),

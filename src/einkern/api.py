@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from .backends import Backend, get_backend
@@ -13,6 +13,7 @@ from .ir.analysis import fused_floor_bytes, kernel_floor_bytes, program_flops
 from .ir.bind import make_problem
 from .ir.build import build_program
 from .ir.nodes import Problem, Program
+from .ir.rewrite_plan import REWRITES, RewritePlan, plan, unchanged
 
 
 def load(program: str | os.PathLike | Program) -> Program:
@@ -39,6 +40,7 @@ def compile(  # noqa: A001 - the public name is the point
     mappings: Mapping[int, Any] | str | None = None,
     tune: bool | str | None = None,
     tuning_db: str | os.PathLike | None = None,
+    rewrite: bool | Collection[str] = True,
     **extents: int,
 ) -> Kernel:
     """Compile a tensor program for concrete extents and return a callable kernel.
@@ -53,9 +55,14 @@ def compile(  # noqa: A001 - the public name is the point
     this device for the exact problem, else the record of the nearest problem
     size, else the decision algorithm's default; ``"model"`` the analytic
     model's best; ``"full"`` tunes now and records the results.
-    ``kernel.tuning_sources`` says which was used.  Compilation is cached on
-    disk, so a second compile of the same problem does not invoke the compiler
-    again."""
+    ``kernel.tuning_sources`` says which was used.  ``rewrite``: let the plan
+    step rewrite statements into several kernels with temporaries when the cost
+    model says it pays (``True``), never (``False``), or only the rewrites named
+    (``"split_products"``, ``"split_k"``, ``"ttgt"``; docs/rewrites.md);
+    ``kernel.rewrites.explain()`` says what was chosen and why.  Rewrites are off
+    when ``mappings`` or ``tune`` are given (they name the program's own
+    statements).  Compilation is cached on disk, so a second compile of the same
+    problem does not invoke the compiler again."""
     problem = make_problem(load(program), extents)
     chosen = get_backend(backend)
     sources: tuple[str, ...] = ()
@@ -65,9 +72,37 @@ def compile(  # noqa: A001 - the public name is the point
         from .tuning.policy import tuned_build_argument
 
         mappings, sources = tuned_build_argument(chosen.name, problem, tune, tuning_db)
-    kernel = Kernel(problem, chosen, mappings=mappings)
+    rewrites = plan_rewrites(problem, chosen.name, rewrite, given=mappings is not None)
+    kernel = Kernel(problem, chosen, mappings=mappings, plan=rewrites)
     kernel.tuning_sources = sources
     return kernel
+
+
+def plan_rewrites(
+    problem: Problem, backend: str, rewrite: bool | Collection[str] = True, *, given: bool = False
+) -> RewritePlan:
+    """The planning step between a problem and a backend: which statements are
+    rewritten into several kernels (:mod:`einkern.ir.rewrite_plan`).  The CUDA
+    backend decides by its cost model; others take only ``split_products`` (decided
+    by flop count).  ``given``: mappings or tuning results name the statements, so
+    nothing is rewritten."""
+    if rewrite is False:
+        return unchanged(problem, "rewrites off (rewrite=False)")
+    if given:
+        return unchanged(problem, "rewrites off: mappings or tuning results are given")
+    allowed = REWRITES if rewrite is True else tuple(rewrite)
+    unknown = [name for name in allowed if name not in REWRITES]
+    if unknown or isinstance(rewrite, str):
+        raise ArgumentError(
+            f"rewrite={rewrite!r}: expected True, False or a collection of rewrite names",
+            hint=f"names: {', '.join(REWRITES)}",
+        )
+    model = None
+    if backend == "cuda":
+        from .gpu.rewrite_cost import CudaRewriteModel
+
+        model = CudaRewriteModel()
+    return plan(problem, model, allowed)
 
 
 class Kernel:
@@ -80,21 +115,32 @@ class Kernel:
     write)."""
 
     def __init__(
-        self, problem: Problem, backend: Backend, mappings: Mapping[int, Any] | str | None = None
+        self,
+        problem: Problem,
+        backend: Backend,
+        mappings: Mapping[int, Any] | str | None = None,
+        plan: RewritePlan | None = None,
     ):
         self.problem = problem
         self.program = problem.program
         self.backend = backend
         self.mappings = mappings
         self.tuning_sources: tuple[str, ...] = ()
-        self._binder = Binder(problem, backend)  # the one argument check
+        #: the rewrites chosen (none unless a plan is given) and the problem compiled
+        self.rewrites = plan if plan is not None else unchanged(problem)
+        if self.rewrites.original != problem:
+            raise ArgumentError("the rewrite plan is of another problem")
+        self.compiled = self.rewrites.problem
+        self._binder = Binder(self.compiled, backend)  # the one argument check
         if isinstance(mappings, Mapping | str) and backend.name != "cuda":
             raise ArgumentError(
                 "mappings apply to the cuda backend only",
                 hint="drop mappings=, or use backend='cuda'",
             )
+        if mappings is not None and self.rewrites.rewrites:
+            raise ArgumentError("mappings name the program's statements: give no rewrite plan")
         if mappings is None:
-            self.executable = backend.build(problem)
+            self.executable = backend.build(self.compiled)
         else:
             self.executable = backend.build(problem, mappings)  # type: ignore[call-arg]
 
@@ -124,7 +170,7 @@ class Kernel:
     def source(self) -> str:
         """The generated source code."""
         if self.mappings is None:
-            return self.backend.emit(self.problem)
+            return self.backend.emit(self.compiled)
         return self.backend.emit(self.problem, self.mappings)  # type: ignore[call-arg]
 
     def __repr__(self) -> str:

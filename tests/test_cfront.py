@@ -209,3 +209,18 @@ def test_deep_nesting_and_huge_sizes_are_typed_errors(tmp_path, capsys):
     big.write_text("void f(int n, double x[n][n]) { x[0][0] = 1; }")
     assert main(["run", str(big), "-e", "n=10000000000"]) == 2
     assert "elements" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("where", ["bound", "extent"])
+def test_integer_literals_of_thousands_of_digits_are_located_errors(where):
+    """Found by scripts/fuzz.py: a 5000-digit constant used to reach Python's own
+    limit on converting digit strings (a ValueError traceback)."""
+    huge = "9" * 5000
+    if where == "bound":
+        text = f"void f(int n, double x[n]) {{\n  for (int i = {huge}; i < n; i++)\n"
+        text += "    x[i] = 1;\n}"
+    else:
+        text = f"void f(double x[{huge}]) {{\n  x[0] = 1;\n}}"
+    with pytest.raises(ParseError) as caught:
+        parse_c(text, "big.c")
+    assert "2**63 - 1" in caught.value.message

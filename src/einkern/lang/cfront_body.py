@@ -11,7 +11,7 @@ from pycparser import c_ast
 from ..errors import ParseError
 from . import cfront_nodes as N
 from .cfront_exprs import body_expr, condition, element, read_loop
-from .cfront_types import ISL_RESERVED, float_dtype, int_literal, int_type
+from .cfront_types import ISL_RESERVED, LiteralTooLarge, float_dtype, int_literal, int_type
 
 _NOT_AFFINE_STATEMENTS = {
     c_ast.While: (
@@ -154,7 +154,10 @@ class FunctionReader:
         if isinstance(dim, c_ast.ID) and dim.name in self.reader.defines:
             return str(self.reader.defines[dim.name])
         if isinstance(dim, c_ast.Constant) and dim.type == "int":
-            return str(int_literal(dim.value))
+            try:
+                return str(int_literal(dim.value))
+            except LiteralTooLarge:
+                self.fail(dim, "an array extent must be at most 2**63 - 1")
         self.fail(dim, "an array extent must be an integer parameter declared before it, "
                   "a #define'd constant or an integer")
 

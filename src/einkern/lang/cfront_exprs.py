@@ -11,6 +11,7 @@ from ..semantics import FUNCTIONS
 from . import cfront_nodes as N
 from .cfront_types import (
     ISL_RESERVED,
+    LiteralTooLarge,
     Reading,
     float_dtype,
     int_literal,
@@ -28,7 +29,10 @@ def affine(reader: Reading, node: Any, iterators: tuple[str, ...]) -> N.Aff:
             node.type.endswith("int")
         ):
             reader.fail(node, f"{node.type} constant in an affine expression", _AFFINE_HINT)
-        return N.Aff(const=int_literal(node.value))
+        try:
+            return N.Aff(const=int_literal(node.value))
+        except LiteralTooLarge:
+            reader.fail(node, "integer constant out of range (more than 2**63 - 1)", _AFFINE_HINT)
     if isinstance(node, c_ast.ID):
         name = node.name
         if name in iterators or name in reader.sizes:

@@ -65,9 +65,17 @@ def float_dtype(node: Any) -> DType | None:
     return None
 
 
+class LiteralTooLarge(ValueError):
+    """An integer literal far beyond any size einkern can index (2**63 - 1)."""
+
+
 def int_literal(text: str) -> int:
-    """A C integer literal's value (decimal, hex, octal; suffixes dropped)."""
+    """A C integer literal's value (decimal, hex, octal; suffixes dropped);
+    :class:`LiteralTooLarge` past 40 characters (2**63 has 19 digits), before
+    Python's own limit on converting long digit strings is reached."""
     cleaned = text.rstrip("uUlL")
+    if len(cleaned) > 40:
+        raise LiteralTooLarge(f"integer constant of {len(cleaned)} characters")
     if cleaned.startswith("0") and cleaned[1:].isdigit():
         return int(cleaned, 8)
     return int(cleaned, 0)

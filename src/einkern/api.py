@@ -12,6 +12,7 @@ from .errors import ArgumentError
 from .ir.analysis import fused_floor_bytes, kernel_floor_bytes, program_flops
 from .ir.bind import make_problem
 from .ir.build import build_program
+from .ir.fusion_plan import FusionPlan, Group, plan_fusion, unfused_plan
 from .ir.nodes import Problem, Program
 
 
@@ -32,6 +33,7 @@ def compile(  # noqa: A001 - the public name is the point
     mappings: Mapping[int, Any] | str | None = None,
     tune: bool | str | None = None,
     tuning_db: str | os.PathLike | None = None,
+    fuse: bool = True,
     **extents: int,
 ) -> Kernel:
     """Compile a tensor program for concrete extents and return a callable kernel.
@@ -48,19 +50,39 @@ def compile(  # noqa: A001 - the public name is the point
     model's best; ``"full"`` tunes now and records the results.
     ``kernel.tuning_sources`` says which was used.  Compilation is cached on
     disk, so a second compile of the same problem does not invoke the compiler
-    again."""
+    again.
+
+    ``fuse`` (default True) lets the fusion planner group statements into kernels
+    (:mod:`einkern.ir.fusion_plan`): updates of one output become one statement
+    (every backend), other legal groups one loop nest (CPU).  ``mappings`` and
+    tuning then refer to the statements of the fused program
+    (``kernel.compiled_problem``); ``kernel.groups`` lists the kernels' statements
+    and ``kernel.fusion.explain()`` why.  ``fuse=False``: one kernel per statement."""
     problem = make_problem(load(program), extents)
     chosen = get_backend(backend)
+    plan = fusion_plan(problem, chosen.name, fuse)
     sources: tuple[str, ...] = ()
     if tune not in (None, False):
         if mappings is not None:
             raise ArgumentError("give mappings= or tune=, not both")
         from .tuning.policy import tuned_build_argument
 
-        mappings, sources = tuned_build_argument(chosen.name, problem, tune, tuning_db)
-    kernel = Kernel(problem, chosen, mappings=mappings)
+        mappings, sources = tuned_build_argument(chosen.name, plan.fused, tune, tuning_db)
+    kernel = Kernel(problem, chosen, mappings=mappings, fuse=fuse, plan=plan)
     kernel.tuning_sources = sources
     return kernel
+
+
+def fusion_plan(problem: Problem, backend: str, fuse: bool = True) -> FusionPlan:
+    """The fusion planner's grouping of ``problem`` for backend ``backend`` (``cpu``
+    or ``cuda``; other backends, and ``fuse=False``, get one kernel per statement)."""
+    if not fuse or backend not in ("cpu", "cuda") or len(problem.program.statements) < 2:
+        return unfused_plan(problem, backend)
+    if backend == "cpu":
+        from .backends.cpu.fused import group_seconds
+    else:
+        from .backends.cuda.fusion import group_seconds  # type: ignore[assignment]
+    return plan_fusion(problem, backend, group_seconds)
 
 
 class Kernel:
@@ -73,12 +95,19 @@ class Kernel:
     write)."""
 
     def __init__(
-        self, problem: Problem, backend: Backend, mappings: Mapping[int, Any] | str | None = None
+        self,
+        problem: Problem,
+        backend: Backend,
+        mappings: Mapping[int, Any] | str | None = None,
+        fuse: bool = True,
+        plan: FusionPlan | None = None,
     ):
         self.problem = problem
         self.program = problem.program
         self.backend = backend
-        self.mappings = mappings
+        self.fusion = plan if plan is not None else fusion_plan(problem, backend.name, fuse)
+        self.compiled_problem = self.fusion.fused
+        self.mappings = _with_nests(self.fusion, backend, mappings)
         self.tuning_sources: tuple[str, ...] = ()
         self._binder = Binder(problem, backend)  # the one argument check
         if isinstance(mappings, Mapping | str) and backend.name != "cuda":
@@ -86,10 +115,12 @@ class Kernel:
                 "mappings apply to the cuda backend only",
                 hint="drop mappings=, or use backend='cuda'",
             )
-        if mappings is None:
-            self.executable = backend.build(problem)
+        if self.mappings is None:
+            self.executable = backend.build(self.compiled_problem)
         else:
-            self.executable = backend.build(problem, mappings)  # type: ignore[call-arg]
+            self.executable = backend.build(  # type: ignore[call-arg]
+                self.compiled_problem, self.mappings
+            )
 
     # -- information --------------------------------------------------------
 
@@ -100,6 +131,17 @@ class Kernel:
     @property
     def outputs(self) -> tuple[str, ...]:
         return self.program.outputs
+
+    @property
+    def groups(self) -> tuple[Group, ...]:
+        """The kernels' statements (positions in :attr:`program`), in launch order,
+        each with its kind (``single``, ``merge``, ``nest``) and predicted time."""
+        return self.fusion.groups
+
+    @property
+    def kernels(self) -> int:
+        """Number of kernels a call runs (one per group)."""
+        return len(self.fusion.groups)
 
     @property
     def flops(self) -> int:
@@ -117,8 +159,8 @@ class Kernel:
     def source(self) -> str:
         """The generated source code."""
         if self.mappings is None:
-            return self.backend.emit(self.problem)
-        return self.backend.emit(self.problem, self.mappings)  # type: ignore[call-arg]
+            return self.backend.emit(self.compiled_problem)
+        return self.backend.emit(self.compiled_problem, self.mappings)  # type: ignore[call-arg]
 
     def __repr__(self) -> str:
         sizes = ", ".join(f"{n}={v}" for n, v in self.problem.sizes if not n.isdigit())
@@ -146,3 +188,15 @@ class Kernel:
         self.executable.run_checked(call)
         results = tuple(call.arrays[name] for name in self.outputs)
         return results[0] if len(results) == 1 else results
+
+
+def _with_nests(plan: FusionPlan, backend: Backend, mappings: Any) -> Any:
+    """The CPU schedule (given or default) with the plan's loop nests; other
+    build arguments unchanged."""
+    if backend.name != "cpu" or not any(len(n) > 1 for n in plan.nests):
+        return mappings
+    from .backends.cpu.fused import nest_schedule
+    from .backends.cpu.schedule import CpuSchedule, default_schedule
+
+    schedule = mappings if isinstance(mappings, CpuSchedule) else default_schedule(plan.fused)
+    return nest_schedule(schedule, plan.nests)

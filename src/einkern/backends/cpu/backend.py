@@ -16,7 +16,7 @@ from ...arrays import ArrayInfo, describe_numpy
 from ...errors import ArgumentError, CompilationError
 from ...ir.nodes import Problem
 from ..binding import Call, article, bind_arguments, type_name
-from .codegen import ENTRY_POINT, emit_c
+from .codegen import ENTRY_POINT
 from .compiler import (
     Toolchain,
     cache_directory,
@@ -25,6 +25,7 @@ from .compiler import (
     find_compiler,
     toolchain,
 )
+from .fused import emit_program
 from .schedule import CpuSchedule, default_schedule
 
 _DLPACK_CPU = 1  # kDLCPU
@@ -114,7 +115,7 @@ class CpuBackend:
 
     def emit(self, problem: Problem, schedule: CpuSchedule | None = None) -> str:
         """The C source for ``problem`` (default schedule when none is given)."""
-        return emit_c(problem, schedule)
+        return emit_program(problem, schedule)
 
     def build(self, problem: Problem, schedule: CpuSchedule | None = None) -> CpuExecutable:
         """An executable for ``problem``: from memory, else the disk cache, else compiled.
@@ -129,7 +130,7 @@ class CpuBackend:
             found = self._executables.get(key)
         if found is not None:
             return found
-        path, function = load_or_compile(emit_c(problem, schedule), chain, directory)
+        path, function = load_or_compile(emit_program(problem, schedule), chain, directory)
         executable = CpuExecutable(problem, path, function)
         with self._lock:
             return self._executables.setdefault(key, executable)

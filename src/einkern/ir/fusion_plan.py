@@ -1,0 +1,313 @@
+"""The fusion planner: which statements share a kernel (Fousek §4, on the isl
+dependences of :mod:`einkern.ir.fusion`).
+
+1. The statements form a DAG (the dependences of :func:`einkern.ir.poly.dependences`).
+2. Candidate groups are grown from single statements through shared tensors
+   (read-read counts: siblings of one input), each closed to a *convex* subgraph
+   (every statement on a path between two members joins), and kept when legal
+   (:func:`einkern.ir.fusion.legality`) and of a kind the backend compiles
+   (``merge`` everywhere, ``nest`` on the CPU).  An illegal group is not grown
+   further: a larger group contains the same forbidding dependence.
+3. A cost function of the backend predicts each candidate's time.
+4. The cover of the program by candidates (each statement in exactly one group)
+   of least predicted time is an integer program solved by SciPy's ``milp``
+   (HiGHS); covers whose groups would depend on one another in a cycle are cut
+   off and the program solved again, and so are the covers already found, which
+   gives the next-best alternatives.
+
+The output is a :class:`FusionPlan`: the chosen groups in an order that respects
+every dependence, the alternatives, the pairs that dependences kept apart, and
+the rewritten problem (:attr:`FusionPlan.fused`): merge groups replaced by their
+merged statement, nest groups as consecutive statements, whose
+:meth:`FusionPlan.tasks` are the kernels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from .fusion import MERGE, NEST, legality, merge_statements, mergeable
+from .nodes import Problem, Program, Statement
+from .poly import dependences
+from .task import Task
+
+SINGLE = "single"
+
+#: A backend's predicted seconds of a group: ``(problem, positions, kind, depth)``;
+#: None when the backend cannot compile a group of that kind.
+GroupCost = Callable[[Problem, tuple[int, ...], str, int], "float | None"]
+
+MAX_GROUP = 32  # statements in one candidate group
+MAX_CANDIDATES = 2000  # candidate groups enumerated (beyond: the plan says it stopped)
+ALTERNATIVES = 3  # covers kept: the best and the next best
+
+
+@dataclass(frozen=True)
+class Group:
+    """Statements ``positions`` (of the original program) computed by one kernel."""
+
+    positions: tuple[int, ...]
+    kind: str  # "single", "merge" or "nest"
+    depth: int  # outer output dimensions fused (0 for a single statement)
+    seconds: float  # predicted
+    reason: str
+
+    def __str__(self) -> str:
+        members = "+".join(f"S{p}" for p in self.positions)
+        return f"{members} [{self.kind}] {self.seconds * 1e3:.4g} ms predicted: {self.reason}"
+
+
+@dataclass(frozen=True)
+class Cover:
+    """Groups covering every statement once, in an order that respects the
+    dependences; ``seconds`` their predicted total."""
+
+    groups: tuple[Group, ...]
+    seconds: float
+
+    def __str__(self) -> str:
+        text = ", ".join("+".join(f"S{p}" for p in g.positions) for g in self.groups)
+        return f"{len(self.groups)} kernel(s), {self.seconds * 1e3:.4g} ms predicted: {text}"
+
+
+@dataclass(frozen=True)
+class FusionPlan:
+    """The planner's choice for ``problem`` on backend ``target``."""
+
+    problem: Problem
+    target: str
+    chosen: Cover
+    alternatives: tuple[Cover, ...]
+    forbidden: tuple[str, ...]  # why pairs of statements sharing a tensor stay apart
+    candidates: int
+    capped: bool
+
+    @property
+    def groups(self) -> tuple[Group, ...]:
+        return self.chosen.groups
+
+    @cached_property
+    def fused(self) -> Problem:
+        """The problem as compiled: merge groups as one statement each, every group's
+        statements consecutive, groups in the chosen order."""
+        statements: list[Statement] = []
+        program = self.problem.program
+        for group in self.groups:
+            if group.kind == MERGE:
+                statements.append(merge_statements(program, group.positions))
+            else:
+                statements.extend(program.statements[p] for p in group.positions)
+        if tuple(statements) == program.statements:
+            return self.problem
+        rewritten = Program(
+            program.name, program.extents, program.tensors, program.scalars, tuple(statements)
+        )
+        return Problem(rewritten, self.problem.sizes)
+
+    @cached_property
+    def nests(self) -> tuple[tuple[int, ...], ...]:
+        """Positions in :attr:`fused` of every kernel: one per group (a merge group is
+        one statement there)."""
+        found = []
+        start = 0
+        for group in self.groups:
+            size = 1 if group.kind == MERGE else len(group.positions)
+            found.append(tuple(range(start, start + size)))
+            start += size
+        return tuple(found)
+
+    def tasks(self) -> tuple[Task, ...]:
+        """The kernels: a :class:`Task` of :attr:`fused` per group."""
+        return tuple(Task(self.fused, positions) for positions in self.nests)
+
+    def explain(self) -> list[str]:
+        """Lines saying what was fused, why, and what was not."""
+        lines = [
+            f"fusion ({self.target}): {self.chosen}",
+            f"  {self.candidates} candidate group(s)"
+            + (f" (enumeration stopped at {MAX_CANDIDATES})" if self.capped else ""),
+        ]
+        lines += [f"  group {group}" for group in self.groups]
+        lines += [f"  alternative {cover}" for cover in self.alternatives]
+        lines += [f"  kept apart: {why}" for why in self.forbidden]
+        return lines
+
+
+def unfused_plan(problem: Problem, target: str) -> FusionPlan:
+    """One kernel per statement, in program order (``fuse=False``)."""
+    groups = tuple(
+        Group((p,), SINGLE, 0, 0.0, "fusion turned off")
+        for p in range(len(problem.program.statements))
+    )
+    return FusionPlan(problem, target, Cover(groups, 0.0), (), (), len(groups), False)
+
+
+def plan_fusion(problem: Problem, target: str, cost: GroupCost) -> FusionPlan:
+    """The cover of ``problem`` by legal groups of least predicted ``cost``."""
+    program = problem.program
+    count = len(program.statements)
+    singles = []
+    for p in range(count):
+        seconds = cost(problem, (p,), SINGLE, 0)
+        assert seconds is not None, "every backend compiles a single statement"
+        singles.append(Group((p,), SINGLE, 0, seconds, "one statement"))
+    if count < 2:
+        return FusionPlan(problem, target, Cover(tuple(singles), sum(g.seconds for g in singles)),
+                          (), (), count, False)
+    found, forbidden, capped = _candidates(problem, cost)
+    groups = singles + found
+    covers = _covers(program, groups)
+    return FusionPlan(problem, target, covers[0], tuple(covers[1:]), forbidden,
+                      len(groups), capped)
+
+
+# ---- enumeration ---------------------------------------------------------------------
+
+
+def _reach(program: Program) -> list[set[int]]:
+    """For each statement, the statements that depend on it, directly or not."""
+    count = len(program.statements)
+    after: list[set[int]] = [set() for _ in range(count)]
+    for dependence in dependences(program):
+        after[dependence.source].add(dependence.sink)
+    for p in range(count - 1, -1, -1):  # sinks come after sources: one backward pass
+        for q in list(after[p]):
+            after[p] |= after[q]
+    return after
+
+
+def _neighbours(program: Program) -> list[set[int]]:
+    """Statements sharing a tensor (read or written) with each statement."""
+    touching: dict[str, set[int]] = {}
+    for p, statement in enumerate(program.statements):
+        for name in statement.tensors():
+            touching.setdefault(name, set()).add(p)
+    return [
+        set().union(*(touching[n] for n in s.tensors())) - {p}
+        for p, s in enumerate(program.statements)
+    ]
+
+
+def _closure(members: frozenset[int], after: list[set[int]]) -> frozenset[int]:
+    """``members`` and every statement on a dependence path between two of them."""
+    between = set()
+    for a in members:
+        for v in after[a]:
+            if v not in members and any(b in after[v] for b in members):
+                between.add(v)
+    return members | between
+
+
+def _candidates(problem: Problem, cost: GroupCost) -> tuple[list[Group], tuple[str, ...], bool]:
+    program = problem.program
+    after, near = _reach(program), _neighbours(program)
+    seen: set[frozenset[int]] = set()
+    frontier = [frozenset({p}) for p in range(len(program.statements))]
+    found: list[Group] = []
+    forbidden: dict[tuple[int, int], str] = {}
+    capped = False
+    while frontier and not capped:
+        grown: list[frozenset[int]] = []
+        for members in frontier:
+            for v in sorted(set().union(*(near[m] for m in members)) - members):
+                group = _closure(members | {v}, after)
+                if group in seen or len(group) > MAX_GROUP:
+                    continue
+                seen.add(group)
+                positions = tuple(sorted(group))
+                candidate = _candidate(problem, positions, cost)
+                if isinstance(candidate, str):
+                    if len(positions) == 2:
+                        forbidden[(positions[0], positions[1])] = candidate
+                    continue
+                if candidate is not None:
+                    found.append(candidate)
+                grown.append(group)
+                if len(seen) >= MAX_CANDIDATES:
+                    capped = True
+                    break
+            if capped:
+                break
+        frontier = grown
+    reasons = tuple(f"S{a}+S{b}: {why}" for (a, b), why in sorted(forbidden.items()))
+    return found, reasons, capped
+
+
+def _candidate(problem: Problem, positions: tuple[int, ...], cost: GroupCost):
+    """The group (when its kind is compiled by the backend), None (legal, but not
+    compiled as one kernel here: grown further), or why it is illegal (a string)."""
+    program = problem.program
+    found = legality(program, positions)
+    if not found.legal:
+        return found.reason
+    if mergeable(program, positions) is None:
+        seconds = cost(problem, positions, MERGE, found.depth)
+        if seconds is not None:
+            return Group(positions, MERGE, found.depth, seconds,
+                         "updates of one output merged into one statement")
+    seconds = cost(problem, positions, NEST, found.depth)
+    if seconds is None:
+        return None
+    return Group(positions, NEST, found.depth, seconds, f"one loop nest: {found.reason}")
+
+
+# ---- the cover -------------------------------------------------------------------------
+
+
+def _covers(program: Program, groups: list[Group]) -> list[Cover]:
+    """The best covers (least predicted time first), each acyclic, by ``milp``."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    count = len(program.statements)
+    incidence = np.zeros((count, len(groups)))
+    for column, group in enumerate(groups):
+        incidence[list(group.positions), column] = 1.0
+    costs = np.array([g.seconds for g in groups])
+    rows: list[np.ndarray] = []
+    covers: list[Cover] = []
+    for _ in range(4 * ALTERNATIVES):
+        constraints = [LinearConstraint(incidence, 1.0, 1.0)]
+        if rows:
+            cuts = np.array(rows)
+            constraints.append(LinearConstraint(cuts, -np.inf, cuts.sum(axis=1) - 1.0))
+        result = milp(costs, constraints=constraints, integrality=np.ones(len(groups)),
+                      bounds=Bounds(0, 1))
+        if result.x is None:
+            break
+        chosen = [groups[c] for c in np.flatnonzero(result.x > 0.5)]
+        cut = np.zeros(len(groups))
+        cut[np.flatnonzero(result.x > 0.5)] = 1.0
+        rows.append(cut)
+        ordered = _order(program, chosen)
+        if ordered is None:
+            continue  # the groups depend on one another in a cycle
+        covers.append(Cover(tuple(ordered), float(sum(g.seconds for g in chosen))))
+        if len(covers) == ALTERNATIVES:
+            break
+    assert covers, "one statement per group is always a cover"
+    return covers
+
+
+def _order(program: Program, groups: list[Group]) -> list[Group] | None:
+    """The groups in an order respecting every dependence (ties: earliest statement
+    first), or None when they depend on one another in a cycle."""
+    owner = {p: n for n, g in enumerate(groups) for p in g.positions}
+    before: list[set[int]] = [set() for _ in groups]
+    for dependence in dependences(program):
+        a, b = owner[dependence.source], owner[dependence.sink]
+        if a != b:
+            before[b].add(a)
+    done: list[int] = []
+    waiting = set(range(len(groups)))
+    while waiting:
+        ready = [n for n in waiting if before[n] <= set(done)]
+        if not ready:
+            return None
+        first = min(ready, key=lambda n: groups[n].positions[0])
+        done.append(first)
+        waiting.remove(first)
+    return [groups[n] for n in done]

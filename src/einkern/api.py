@@ -107,7 +107,7 @@ class Kernel:
         self.backend = backend
         self.fusion = plan if plan is not None else fusion_plan(problem, backend.name, fuse)
         self.compiled_problem = self.fusion.fused
-        self.mappings = _with_nests(self.fusion, backend, mappings)
+        self.mappings = fused_build_argument(self.fusion, backend, mappings)
         self.tuning_sources: tuple[str, ...] = ()
         self._binder = Binder(problem, backend)  # the one argument check
         if isinstance(mappings, Mapping | str) and backend.name != "cuda":
@@ -190,7 +190,7 @@ class Kernel:
         return results[0] if len(results) == 1 else results
 
 
-def _with_nests(plan: FusionPlan, backend: Backend, mappings: Any) -> Any:
+def fused_build_argument(plan: FusionPlan, backend: Backend, mappings: Any) -> Any:
     """The CPU schedule (given or default) with the plan's loop nests; other
     build arguments unchanged."""
     if backend.name != "cpu" or not any(len(n) > 1 for n in plan.nests):

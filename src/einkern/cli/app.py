@@ -64,6 +64,11 @@ def _parser() -> argparse.ArgumentParser:
     emit.add_argument("--arch", default=None, help="(cuda) target, e.g. sm_90 (default: device)")
     for p in (run, emit):
         p.add_argument(
+            "--no-fuse",
+            action="store_true",
+            help="one kernel per statement (default: the fusion planner groups statements)",
+        )
+        p.add_argument(
             "--mapping",
             default=None,
             metavar="FILE.json",
@@ -201,6 +206,7 @@ def command_check(args) -> int:
             for access in (statement.output, *accesses(statement.rhs)):
                 print(f"    access  {own.access_map(access)}")
     _print_dependences(polyhedra.dependences(), args.dependences)
+    _print_fusion(problem)
     flops = analysis.program_flops(problem)
     kernel_bytes = _human(analysis.kernel_floor_bytes(problem), "B")
     fused_bytes = _human(analysis.fused_floor_bytes(problem), "B")
@@ -209,6 +215,16 @@ def command_check(args) -> int:
         f" {fused_bytes} fused"
     )
     return 0
+
+
+def _print_fusion(problem) -> None:
+    """The fusion planner's groups for each backend, and what kept statements apart."""
+    from ..api import fusion_plan
+
+    if len(problem.program.statements) < 2:
+        return
+    for backend in ("cpu", "cuda"):
+        print("\n".join(fusion_plan(problem, backend).explain()))
 
 
 def _print_dependences(found, every: bool) -> None:
@@ -249,7 +265,7 @@ def _run_one(args) -> int:
     mappings = _mappings(args, problem)
     if mappings is not None and backend.name != "cuda":
         raise UsageError("--mapping needs --backend cuda")
-    kernel = Kernel(problem, backend, mappings=mappings)
+    kernel = Kernel(problem, backend, mappings=mappings, fuse=not args.no_fuse)
     arrays = random_arrays(problem, args.seed, problem.program.inputs)
     scalars = random_scalars(problem, args.seed)
     originals = {name: array.copy(order="K") for name, array in arrays.items()}
@@ -299,6 +315,12 @@ def command_emit(args) -> int:
     ]
     if cuda_only and backend.name != "cuda":
         raise UsageError(f"{cuda_only[0]} needs --backend cuda")
+    from ..api import fused_build_argument, fusion_plan
+
+    plan = fusion_plan(problem, backend.name, not args.no_fuse)
+    if args.explain:
+        print("\n".join(f"// {line}" for line in plan.explain()))
+    problem = plan.fused  # statements as compiled: --mapping numbers refer to them
     mappings = _mappings(args, problem)
     if backend.name == "cuda":
         from ..backends.cuda.generate import resolve_mappings
@@ -314,7 +336,7 @@ def command_emit(args) -> int:
     else:
         if args.explain:
             _explain_cpu(problem)
-        print(backend.emit(problem))
+        print(backend.emit(problem, fused_build_argument(plan, backend, None)))  # type: ignore[call-arg]
     if args.resources:
         from ..backends.cuda.nvrtc import kernel_resources
 

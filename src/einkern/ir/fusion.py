@@ -27,8 +27,6 @@ Two kinds of group come out of that (:func:`group_kind`):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
-
 import islpy as isl
 
 from .nodes import Access, Binary, Call, Expr, Neg, Program, Statement, Sum, children
@@ -74,30 +72,88 @@ def _aligning_map(program: Program, position: int, depth: int) -> isl.Map:
     return isl.Map(f"{{ {statement_name(position)}[{domain}] -> F[{target}] }}")
 
 
-@lru_cache(maxsize=4096)
-def crossing(program: Program, source: int, sink: int, depth: int) -> Dependence | None:
-    """The first dependence from S``source`` to S``sink`` that crosses fused
-    iterations when both are aligned over ``depth`` dimensions, or None."""
-    for dependence in _between(program, source, sink):
-        relation = isl.Map(dependence.relation)
-        relation = relation.apply_domain(_aligning_map(program, source, depth))
-        relation = relation.apply_range(_aligning_map(program, sink, depth))
-        zero = isl.Set("{ F[" + ", ".join(["0"] * depth) + "] }")
-        if not relation.deltas().is_subset(zero):
-            return dependence
-    return None
+class Fusibility:
+    """Legality questions about one program, answered from its dependences with the
+    answers for each pair of statements and depth kept (the planner asks many)."""
 
+    def __init__(self, program: Program):
+        self.program = program
+        self._crossing: dict[tuple[int, int, int], Dependence | None] = {}
+        self._maps: dict[tuple[int, int], isl.Map] = {}
+        self._pairs: dict[tuple[int, int], list[Dependence]] = {}
+        for dependence in dependences(program):
+            self._pairs.setdefault((dependence.source, dependence.sink), []).append(dependence)
 
-@lru_cache(maxsize=64)
-def _by_pair(program: Program) -> dict[tuple[int, int], tuple[Dependence, ...]]:
-    found: dict[tuple[int, int], list[Dependence]] = {}
-    for dependence in dependences(program):
-        found.setdefault((dependence.source, dependence.sink), []).append(dependence)
-    return {pair: tuple(items) for pair, items in found.items()}
+    def _aligning(self, position: int, depth: int) -> isl.Map:
+        found = self._maps.get((position, depth))
+        if found is None:
+            found = self._maps[(position, depth)] = _aligning_map(self.program, position, depth)
+        return found
 
+    def crossing(self, source: int, sink: int, depth: int) -> Dependence | None:
+        """The first dependence from S``source`` to S``sink`` that crosses fused
+        iterations when both are aligned over ``depth`` dimensions, or None."""
+        key = (source, sink, depth)
+        if key not in self._crossing:
+            self._crossing[key] = None
+            zero = isl.Set("{ F[" + ", ".join(["0"] * depth) + "] }")
+            for dependence in self._pairs.get((source, sink), ()):
+                relation = isl.Map(dependence.relation)
+                relation = relation.apply_domain(self._aligning(source, depth))
+                relation = relation.apply_range(self._aligning(sink, depth))
+                if not relation.deltas().is_subset(zero):
+                    self._crossing[key] = dependence
+                    break
+        return self._crossing[key]
 
-def _between(program: Program, source: int, sink: int) -> tuple[Dependence, ...]:
-    return _by_pair(program).get((source, sink), ())
+    def legality(self, positions: tuple[int, ...]) -> Legality:
+        """See :func:`legality`."""
+        positions = tuple(sorted(positions))
+        common = common_depth(self.program, positions)
+        if common == 0:
+            return Legality(
+                positions, 0, 0, None, "no common loop alignment (outer output extents differ)"
+            )
+        first_block: Dependence | None = None
+        for depth in range(common, 0, -1):
+            blocking = self._first_crossing(positions, depth)
+            if blocking is None:
+                reason = f"legal with the {depth} outer output dimension(s) fused"
+                if first_block is not None:
+                    reason += f" ({first_block} crosses iterations at depth {common})"
+                return Legality(positions, depth, common, first_block, reason)
+            first_block = first_block or blocking
+        assert first_block is not None
+        return Legality(
+            positions, 0, common, first_block, f"{first_block} crosses fused iterations"
+        )
+
+    def _first_crossing(self, positions: tuple[int, ...], depth: int) -> Dependence | None:
+        for n, a in enumerate(positions):
+            for b in positions[n + 1 :]:
+                found = self.crossing(a, b, depth)
+                if found is not None:
+                    return found
+        return None
+
+    def mergeable(self, positions: tuple[int, ...]) -> str | None:
+        """See :func:`mergeable`."""
+        program = self.program
+        if len(positions) < 2:
+            return "one statement"
+        statements = [program.statements[p] for p in positions]
+        target = statements[0].output.tensor
+        for position, statement in zip(positions, statements, strict=True):
+            if statement.output.tensor != target:
+                return f"S{position} writes {statement.output.tensor}, not {target}"
+            if position != positions[0] and statement.op not in ("+=", "-="):
+                return f"S{position} assigns {target} with '=' after S{positions[0]}"
+            if any(a.tensor == target for a in _rhs_accesses(statement)):
+                return f"S{position} reads {target} on its right-hand side"
+        found = self.legality(positions)
+        if found.depth != len(statements[0].output.indices):
+            return f"not aligned over the whole of {target}: {found.reason}"
+        return None
 
 
 @dataclass(frozen=True)
@@ -117,38 +173,17 @@ class Legality:
         return self.depth >= 1
 
 
+def crossing(program: Program, source: int, sink: int, depth: int) -> Dependence | None:
+    """The first dependence from S``source`` to S``sink`` that crosses fused
+    iterations when both are aligned over ``depth`` dimensions, or None."""
+    return Fusibility(program).crossing(source, sink, depth)
+
+
 def legality(program: Program, positions: tuple[int, ...]) -> Legality:
-    """Legality of fusing ``positions`` (ascending): the deepest alignment at which
-    no dependence between them crosses fused iterations (a pure function of the
-    program and its isl dependences)."""
-    positions = tuple(sorted(positions))
-    common = common_depth(program, positions)
-    if common == 0:
-        return Legality(
-            positions, 0, 0, None, "no common loop alignment (outer output extents differ)"
-        )
-    first_block: Dependence | None = None
-    for depth in range(common, 0, -1):
-        blocking = _first_crossing(program, positions, depth)
-        if blocking is None:
-            reason = f"legal with the {depth} outer output dimension(s) fused"
-            if first_block is not None:
-                reason += f" ({first_block} crosses iterations at depth {common})"
-            return Legality(positions, depth, common, first_block, reason)
-        first_block = first_block or blocking
-    assert first_block is not None
-    return Legality(
-        positions, 0, common, first_block, f"{first_block} crosses fused iterations"
-    )
-
-
-def _first_crossing(program: Program, positions: tuple[int, ...], depth: int):
-    for n, a in enumerate(positions):
-        for b in positions[n + 1 :]:
-            found = crossing(program, a, b, depth)
-            if found is not None:
-                return found
-    return None
+    """Legality of fusing ``positions``: the deepest alignment at which no dependence
+    between them crosses fused iterations (a pure function of the program and its
+    isl dependences)."""
+    return Fusibility(program).legality(positions)
 
 
 # ---- the merge transform -----------------------------------------------------------
@@ -157,21 +192,7 @@ def _first_crossing(program: Program, positions: tuple[int, ...], depth: int):
 def mergeable(program: Program, positions: tuple[int, ...]) -> str | None:
     """None when the statements are updates of one output that :func:`merge_statements`
     can turn into one statement, else why not."""
-    if len(positions) < 2:
-        return "one statement"
-    statements = [program.statements[p] for p in positions]
-    target = statements[0].output.tensor
-    for position, statement in zip(positions, statements, strict=True):
-        if statement.output.tensor != target:
-            return f"S{position} writes {statement.output.tensor}, not {target}"
-        if position != positions[0] and statement.op not in ("+=", "-="):
-            return f"S{position} assigns {target} with '=' after S{positions[0]}"
-        if any(a.tensor == target for a in _rhs_accesses(statement)):
-            return f"S{position} reads {target} on its right-hand side"
-    found = legality(program, positions)
-    if found.depth != len(statements[0].output.indices):
-        return f"not aligned over the whole of {target}: {found.reason}"
-    return None
+    return Fusibility(program).mergeable(positions)
 
 
 def _rhs_accesses(statement: Statement) -> list[Access]:
@@ -185,13 +206,16 @@ def _rhs_accesses(statement: Statement) -> list[Access]:
     return found
 
 
-def merge_statements(program: Program, positions: tuple[int, ...]) -> Statement:
+def merge_statements(
+    program: Program, positions: tuple[int, ...], checked: bool = False
+) -> Statement:
     """The one statement computing updates ``positions`` of one output: the first
     statement's output and operator, and the right-hand sides added or subtracted
     (by their operators relative to the first's) with each statement's indices
     renamed to the first's by output position (a reduction index that would clash
-    gets a fresh name).  Refuses (ValueError) what :func:`mergeable` refuses."""
-    why = mergeable(program, positions)
+    gets a fresh name).  Refuses (ValueError) what :func:`mergeable` refuses
+    (``checked``: the caller has asked :func:`mergeable` already)."""
+    why = None if checked else mergeable(program, positions)
     if why is not None:
         raise ValueError(f"cannot merge statements {positions}: {why}")
     first = program.statements[positions[0]]

@@ -30,7 +30,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .fusion import MERGE, NEST, legality, merge_statements, mergeable
+from .fusion import MERGE, NEST, Fusibility, merge_statements
 from .nodes import Problem, Program, Statement
 from .poly import dependences
 from .task import Task
@@ -44,6 +44,9 @@ GroupCost = Callable[[Problem, tuple[int, ...], str, int], "float | None"]
 MAX_GROUP = 32  # statements in one candidate group
 MAX_CANDIDATES = 2000  # candidate groups enumerated (beyond: the plan says it stopped)
 ALTERNATIVES = 3  # covers kept: the best and the next best
+#: Covers predicted within this fraction of the fastest count as equally fast (the
+#: cost models rank; they do not predict closely): the one of fewest kernels wins.
+MODEL_TOLERANCE = 0.25
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,7 @@ class FusionPlan:
     forbidden: tuple[str, ...]  # why pairs of statements sharing a tensor stay apart
     candidates: int
     capped: bool
+    rule: str  # why the chosen cover won
 
     @property
     def groups(self) -> tuple[Group, ...]:
@@ -98,7 +102,7 @@ class FusionPlan:
         program = self.problem.program
         for group in self.groups:
             if group.kind == MERGE:
-                statements.append(merge_statements(program, group.positions))
+                statements.append(merge_statements(program, group.positions, checked=True))
             else:
                 statements.extend(program.statements[p] for p in group.positions)
         if tuple(statements) == program.statements:
@@ -128,6 +132,7 @@ class FusionPlan:
         """Lines saying what was fused, why, and what was not."""
         lines = [
             f"fusion ({self.target}): {self.chosen}",
+            f"  chosen by {self.rule}",
             f"  {self.candidates} candidate group(s)"
             + (f" (enumeration stopped at {MAX_CANDIDATES})" if self.capped else ""),
         ]
@@ -143,7 +148,9 @@ def unfused_plan(problem: Problem, target: str) -> FusionPlan:
         Group((p,), SINGLE, 0, 0.0, "fusion turned off")
         for p in range(len(problem.program.statements))
     )
-    return FusionPlan(problem, target, Cover(groups, 0.0), (), (), len(groups), False)
+    return FusionPlan(
+        problem, target, Cover(groups, 0.0), (), (), len(groups), False, "fusion turned off"
+    )
 
 
 def plan_fusion(problem: Problem, target: str, cost: GroupCost) -> FusionPlan:
@@ -156,13 +163,14 @@ def plan_fusion(problem: Problem, target: str, cost: GroupCost) -> FusionPlan:
         assert seconds is not None, "every backend compiles a single statement"
         singles.append(Group((p,), SINGLE, 0, seconds, "one statement"))
     if count < 2:
-        return FusionPlan(problem, target, Cover(tuple(singles), sum(g.seconds for g in singles)),
-                          (), (), count, False)
+        cover = Cover(tuple(singles), sum(g.seconds for g in singles))
+        return FusionPlan(problem, target, cover, (), (), count, False, "one statement")
     found, forbidden, capped = _candidates(problem, cost)
     groups = singles + found
-    covers = _covers(program, groups)
-    return FusionPlan(problem, target, covers[0], tuple(covers[1:]), forbidden,
-                      len(groups), capped)
+    covers, rule = _covers(program, groups)
+    return FusionPlan(
+        problem, target, covers[0], tuple(covers[1:]), forbidden, len(groups), capped, rule
+    )
 
 
 # ---- enumeration ---------------------------------------------------------------------
@@ -204,6 +212,7 @@ def _closure(members: frozenset[int], after: list[set[int]]) -> frozenset[int]:
 
 def _candidates(problem: Problem, cost: GroupCost) -> tuple[list[Group], tuple[str, ...], bool]:
     program = problem.program
+    fusibility = Fusibility(program)
     after, near = _reach(program), _neighbours(program)
     seen: set[frozenset[int]] = set()
     frontier = [frozenset({p}) for p in range(len(program.statements))]
@@ -219,13 +228,18 @@ def _candidates(problem: Problem, cost: GroupCost) -> tuple[list[Group], tuple[s
                     continue
                 seen.add(group)
                 positions = tuple(sorted(group))
-                candidate = _candidate(problem, positions, cost)
+                candidate = _candidate(problem, fusibility, positions, cost)
                 if isinstance(candidate, str):
                     if len(positions) == 2:
                         forbidden[(positions[0], positions[1])] = candidate
                     continue
                 if candidate is not None:
                     found.append(candidate)
+                elif len(positions) == 2:
+                    forbidden[(positions[0], positions[1])] = (
+                        "legal as one loop nest, but this backend has no kernel for a nest "
+                        "of statements (the CUDA backend lowers one statement per kernel)"
+                    )
                 grown.append(group)
                 if len(seen) >= MAX_CANDIDATES:
                     capped = True
@@ -237,14 +251,15 @@ def _candidates(problem: Problem, cost: GroupCost) -> tuple[list[Group], tuple[s
     return found, reasons, capped
 
 
-def _candidate(problem: Problem, positions: tuple[int, ...], cost: GroupCost):
+def _candidate(
+    problem: Problem, fusibility: Fusibility, positions: tuple[int, ...], cost: GroupCost
+):
     """The group (when its kind is compiled by the backend), None (legal, but not
     compiled as one kernel here: grown further), or why it is illegal (a string)."""
-    program = problem.program
-    found = legality(program, positions)
+    found = fusibility.legality(positions)
     if not found.legal:
         return found.reason
-    if mergeable(program, positions) is None:
+    if fusibility.mergeable(positions) is None:
         seconds = cost(problem, positions, MERGE, found.depth)
         if seconds is not None:
             return Group(positions, MERGE, found.depth, seconds,
@@ -258,35 +273,73 @@ def _candidate(problem: Problem, positions: tuple[int, ...], cost: GroupCost):
 # ---- the cover -------------------------------------------------------------------------
 
 
-def _covers(program: Program, groups: list[Group]) -> list[Cover]:
-    """The best covers (least predicted time first), each acyclic, by ``milp``."""
-    from scipy.optimize import Bounds, LinearConstraint, milp
+def _covers(program: Program, groups: list[Group]) -> tuple[list[Cover], str]:
+    """The covers to choose from (the chosen one first) and the rule that chose it.
 
+    First the least predicted time ``t*`` (``milp``); then, among the covers
+    predicted within :data:`MODEL_TOLERANCE` of ``t*``, the fewest kernels (ties:
+    the faster), since the cost models rank but do not predict closely and fewer
+    kernels move less data.  The next best covers under that rule follow."""
     count = len(program.statements)
     incidence = np.zeros((count, len(groups)))
     for column, group in enumerate(groups):
         incidence[list(group.positions), column] = 1.0
     costs = np.array([g.seconds for g in groups])
+    fastest = _solve(program, groups, incidence, costs, costs, None, 1)[0]
+    bound = fastest.seconds * (1.0 + MODEL_TOLERANCE)
+    objective = 1.0 + costs / (bound * (count + 1))  # kernels first, then time
+    covers = _solve(program, groups, incidence, objective, costs, bound, ALTERNATIVES)
+    chosen = covers[0]
+    if len(chosen.groups) < len(fastest.groups):
+        rule = (
+            f"fewest kernels within {MODEL_TOLERANCE:.0%} of the fastest predicted cover "
+            f"({fastest}): the model cannot tell them apart, and fewer kernels move less data"
+        )
+        covers.append(fastest)
+    else:
+        rule = "the least predicted time"
+    return covers, rule
+
+
+def _solve(
+    program: Program,
+    groups: list[Group],
+    incidence: np.ndarray,
+    objective: np.ndarray,
+    costs: np.ndarray,
+    bound: float | None,
+    wanted: int,
+) -> list[Cover]:
+    """Up to ``wanted`` acyclic covers, best ``objective`` first (``milp`` with a
+    no-good cut after each cover found), of predicted time at most ``bound``."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
     rows: list[np.ndarray] = []
     covers: list[Cover] = []
-    for _ in range(4 * ALTERNATIVES):
+    for _ in range(4 * wanted + 4):
         constraints = [LinearConstraint(incidence, 1.0, 1.0)]
+        if bound is not None:
+            constraints.append(LinearConstraint(costs[None, :], -np.inf, bound))
         if rows:
             cuts = np.array(rows)
             constraints.append(LinearConstraint(cuts, -np.inf, cuts.sum(axis=1) - 1.0))
-        result = milp(costs, constraints=constraints, integrality=np.ones(len(groups)),
-                      bounds=Bounds(0, 1))
+        result = milp(
+            objective,
+            constraints=constraints,
+            integrality=np.ones(len(groups)),
+            bounds=Bounds(0, 1),
+        )
         if result.x is None:
             break
-        chosen = [groups[c] for c in np.flatnonzero(result.x > 0.5)]
+        picked = np.flatnonzero(result.x > 0.5)
         cut = np.zeros(len(groups))
-        cut[np.flatnonzero(result.x > 0.5)] = 1.0
+        cut[picked] = 1.0
         rows.append(cut)
-        ordered = _order(program, chosen)
+        ordered = _order(program, [groups[c] for c in picked])
         if ordered is None:
             continue  # the groups depend on one another in a cycle
-        covers.append(Cover(tuple(ordered), float(sum(g.seconds for g in chosen))))
-        if len(covers) == ALTERNATIVES:
+        covers.append(Cover(tuple(ordered), float(costs[picked].sum())))
+        if len(covers) == wanted:
             break
     assert covers, "one statement per group is always a cover"
     return covers

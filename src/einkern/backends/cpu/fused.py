@@ -76,7 +76,7 @@ def group_seconds(problem: Problem, positions: tuple[int, ...], kind: str, depth
         peak = UNTILED_PEAK
         leader = program.statements[positions[0]]
         if kind == MERGE:
-            leader = merge_statements(program, positions)
+            leader = merge_statements(program, positions, checked=True)
             depth = len(leader.parallel_indices)
         iterations = math.prod(
             problem.size(e) for e in _fused_extents(program, positions[0], depth)

@@ -40,6 +40,6 @@ def group_seconds(
 def merged_task(problem: Problem, positions: tuple[int, ...]) -> Task:
     """The one-statement task of a merge group's merged statement."""
     program = problem.program
-    merged = merge_statements(program, positions)
+    merged = merge_statements(program, positions, checked=True)
     alone = Program(program.name, program.extents, program.tensors, program.scalars, (merged,))
     return Task(Problem(alone, problem.sizes), (0,))

@@ -27,6 +27,7 @@ Two kinds of group come out of that (:func:`group_kind`):
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import islpy as isl
 
 from .nodes import Access, Binary, Call, Expr, Neg, Program, Statement, Sum, children

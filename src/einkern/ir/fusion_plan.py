@@ -274,31 +274,35 @@ def _candidate(
 
 
 def _covers(program: Program, groups: list[Group]) -> tuple[list[Cover], str]:
-    """The covers to choose from (the chosen one first) and the rule that chose it.
+    """The chosen cover, then the next fastest ones, and the rule that chose it.
 
     First the least predicted time ``t*`` (``milp``); then, among the covers
     predicted within :data:`MODEL_TOLERANCE` of ``t*``, the fewest kernels (ties:
     the faster), since the cost models rank but do not predict closely and fewer
-    kernels move less data.  The next best covers under that rule follow."""
+    kernels move less data."""
     count = len(program.statements)
     incidence = np.zeros((count, len(groups)))
     for column, group in enumerate(groups):
         incidence[list(group.positions), column] = 1.0
     costs = np.array([g.seconds for g in groups])
-    fastest = _solve(program, groups, incidence, costs, costs, None, 1)[0]
+    ranked = _solve(program, groups, incidence, costs, costs, None, ALTERNATIVES)
+    fastest = ranked[0]
     bound = fastest.seconds * (1.0 + MODEL_TOLERANCE)
     objective = 1.0 + costs / (bound * (count + 1))  # kernels first, then time
-    covers = _solve(program, groups, incidence, objective, costs, bound, ALTERNATIVES)
-    chosen = covers[0]
+    chosen = _solve(program, groups, incidence, objective, costs, bound, 1)[0]
+    others = [c for c in ranked if _members(c) != _members(chosen)]
     if len(chosen.groups) < len(fastest.groups):
         rule = (
             f"fewest kernels within {MODEL_TOLERANCE:.0%} of the fastest predicted cover "
             f"({fastest}): the model cannot tell them apart, and fewer kernels move less data"
         )
-        covers.append(fastest)
     else:
         rule = "the least predicted time"
-    return covers, rule
+    return [chosen, *others[: ALTERNATIVES - 1]], rule
+
+
+def _members(cover: Cover) -> set[tuple[int, ...]]:
+    return {g.positions for g in cover.groups}
 
 
 def _solve(

@@ -1,0 +1,275 @@
+"""Fusion: legality from the isl dependences, the merge transform, the planner's
+milp cover, fused CPU loop nests and fused CUDA kernels (through the emulator)
+against the NumPy reference."""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import einkern
+from einkern.api import fusion_plan, load
+from einkern.backends.cuda.generate import generate, resolve_mappings
+from einkern.backends.verify import emulate_problem
+from einkern.bench.suites.ccsdt import family_program
+from einkern.ir import fusion
+from einkern.ir import fusion_plan as planner
+from einkern.ir.bind import make_problem
+from einkern.reference import evaluate
+from einkern.testing import (
+    assert_matches_reference,
+    output_tolerance,
+    random_arrays,
+    random_scalars,
+    relative_error,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = sorted(
+    p for p in (ROOT / "examples").iterdir() if p.suffix in (".ein", ".tensor", ".mapped")
+)
+
+TRANSPOSED = """program transposed
+dims n = 6
+tensor a[n, n], b[n, n], c[n, n]
+b[i,j] = a[i,j] * 2.0
+c[i,j] = b[j,i] + 1.0
+"""
+
+CHAIN = """program chain
+dims n = 7, m = 5
+tensor A[n, m], B[m, m], M[n, m], c[m], v[n], w[n]
+M[i,j] = A[i,k] * B[k,j]
+v[i] = M[i,j] * c[j]
+w[i] = v[i] * v[i]
+"""
+
+SIBLINGS = """program siblings
+dims n = 4
+tensor u[n, n], x[n, n], y[n, n], z[n, n]
+x[i,j] = u[i,j] * 2.0
+y[i,j] = u[i,j] + 1.0
+z[i,j] = u[i,j] - 3.0
+"""
+
+
+def small(path_or_text, size: int = 3):
+    program = load(path_or_text)
+    extents = {e.name: size for e in program.extents if not e.name.isdigit()}
+    return make_problem(program, extents)
+
+
+# ---- legality -------------------------------------------------------------------------
+
+
+def test_a_read_across_iterations_forbids_fusion():
+    problem = small(TRANSPOSED)
+    found = fusion.legality(problem.program, (0, 1))
+    assert not found.legal
+    assert found.forbidding is not None
+    assert (found.forbidding.kind, found.forbidding.source, found.forbidding.sink) == ("flow", 0, 1)
+    assert found.forbidding.tensor == "b"
+    plan = fusion_plan(problem, "cpu")
+    assert [g.positions for g in plan.groups] == [(0,), (1,)]
+    assert any("S0+S1" in line and "flow" in line for line in plan.forbidden)
+
+
+def test_a_producer_consumer_chain_fuses_over_the_rows_it_shares():
+    program = load(CHAIN)
+    found = fusion.legality(program, (0, 1, 2))
+    assert found.depth == 1  # M[i,:] then v[i] then w[i]: one fused loop over i
+    assert fusion.crossing(program, 0, 1, 1) is None
+
+
+def test_updates_of_one_output_are_legal_over_the_whole_output():
+    program = load(ROOT / "examples/ccsdt_d1.ein")
+    found = fusion.legality(program, tuple(range(9)))
+    assert found.depth == 6
+    assert fusion.mergeable(program, tuple(range(9))) is None
+    assert "S1 reads t on" in (fusion.mergeable(load(
+        "dims n = 3\ntensor t[n], a[n]\nt[i] += a[i]\nt[i] += t[i] * a[i]\n"
+    ), (0, 1)) or "")
+
+
+def test_a_planner_that_ignores_a_forbidding_dependence_fails_the_reference_check(monkeypatch):
+    problem = small(TRANSPOSED, 6)
+    monkeypatch.setattr(fusion.Fusibility, "crossing", lambda self, a, b, depth: None)
+    kernel = einkern.Kernel(problem, einkern.api.get_backend("cpu"))
+    assert kernel.kernels == 1  # the broken planner fused them ...
+    with pytest.raises(AssertionError, match="differs from the reference"):
+        assert_matches_reference(kernel)  # ... and the differential check catches it
+
+
+# ---- the merge transform ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", ["s1", "d1", "d2"])
+def test_the_merged_statement_is_the_hand_merged_benchmark_statement(family):
+    program = load(ROOT / f"examples/ccsdt_{family}.ein")
+    merged = fusion.merge_statements(program, tuple(range(9)))
+    assert merged == load(family_program(family, 16)).statements[0]
+
+
+def test_merging_renames_a_summed_index_that_clashes():
+    program = load("dims n = 3\ntensor t[n, n], a[n, n]\nt[i,j] += a[i,k] * a[k,j]\n"
+                   "t[k,i] += a[k,j] * a[j,i]\n")
+    merged = fusion.merge_statements(program, (0, 1))
+    problem = make_problem(program, {})
+    one = make_problem(
+        type(program)(program.name, program.extents, program.tensors, (), (merged,)), {}
+    )
+    arrays = random_arrays(problem, 3)
+    assert np.allclose(evaluate(one, arrays, {})["t"], evaluate(problem, arrays, {})["t"])
+
+
+def test_ccsdt_d1_fused_is_the_hand_merged_kernel_on_cuda():
+    problem = make_problem(load(ROOT / "examples/ccsdt_d1.ein"), {"T": 16})
+    plan = fusion_plan(problem, "cuda")
+    assert len(plan.groups) == 1 and plan.groups[0].kind == "merge"
+    fused = generate(plan.fused).text
+    hand = generate(make_problem(load(family_program("d1", 16)), {})).text
+    assert fused.count("__global__") == 1
+    assert fused.replace("ccsdt_d1", "P") == hand.replace("sd_t_d1_all", "P")
+
+
+# ---- the cover ----------------------------------------------------------------------
+
+
+def _costs(table):
+    def cost(problem, positions, kind, depth):
+        return table[positions]
+
+    return cost
+
+
+def test_the_milp_cover_is_the_cheapest_and_lists_the_next_best(monkeypatch):
+    problem = small(SIBLINGS)
+    table = {(0,): 1.0, (1,): 1.0, (2,): 1.0, (0, 1): 1.0, (1, 2): 1.2, (0, 2): 1.5,
+             (0, 1, 2): 2.6}
+    monkeypatch.setattr(planner, "MODEL_TOLERANCE", 0.0)
+    plan = planner.plan_fusion(problem, "test", _costs(table))
+    assert [g.positions for g in plan.groups] == [(0, 1), (2,)]
+    assert plan.chosen.seconds == pytest.approx(2.0)
+    assert [c.seconds for c in plan.alternatives] == pytest.approx([2.2, 2.5])
+
+
+def test_within_the_model_tolerance_fewer_kernels_win():
+    problem = small(SIBLINGS)
+    table = {(0,): 1.0, (1,): 1.0, (2,): 1.0, (0, 1): 1.0, (1, 2): 1.2, (0, 2): 1.5,
+             (0, 1, 2): 2.4}
+    plan = planner.plan_fusion(problem, "test", _costs(table))
+    assert [g.positions for g in plan.groups] == [(0, 1, 2)]  # 2.4 <= 1.25 * 2.0
+    assert "fewest kernels" in plan.rule
+    assert any(c.seconds == pytest.approx(2.0) for c in plan.alternatives)
+
+
+def test_groups_run_in_an_order_that_respects_the_dependences():
+    problem = small(CHAIN)
+    plan = fusion_plan(problem, "cuda")  # the CUDA backend fuses no nest: three kernels
+    assert [g.positions for g in plan.groups] == [(0,), (1,), (2,)]
+    assert any("no kernel for a nest" in line for line in plan.forbidden)
+
+
+# ---- results ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_every_example_fused_and_unfused_matches_the_reference_on_the_cpu(path):
+    problem = small(path)
+    kernels = {}
+    for fuse in (True, False):
+        kernel = einkern.Kernel(problem, einkern.api.get_backend("cpu"), fuse=fuse)
+        assert_matches_reference(kernel, seed=5)
+        kernels[fuse] = kernel.kernels
+    assert kernels[False] == len(problem.program.statements)
+    assert kernels[True] <= kernels[False]
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_every_example_fused_matches_the_reference_through_the_cuda_emulator(path):
+    problem = small(path, 2)
+    plan = fusion_plan(problem, "cuda")
+    arrays = random_arrays(problem, 7)
+    scalars = random_scalars(problem, 7)
+    result, _, bad = emulate_problem(plan.fused, resolve_mappings(plan.fused), arrays, scalars)
+    reference = evaluate(problem, arrays, scalars)
+    assert bad == 0
+    for name in problem.program.outputs:
+        assert relative_error(result[name], reference[name]) <= output_tolerance(problem, name)
+
+
+EXPECTED_KERNELS = {
+    ("ccsdt_d1.ein", "cpu"): 1,
+    ("ccsdt_d1.ein", "cuda"): 1,
+    ("ccsdt_s1.ein", "cuda"): 1,
+    ("local_grad3.ein", "cpu"): 1,
+    ("local_grad3.ein", "cuda"): 3,
+    ("fousek_function2.mapped", "cpu"): 1,
+}
+
+
+@pytest.mark.parametrize(("name", "backend"), sorted(EXPECTED_KERNELS))
+def test_kernel_counts_at_the_default_sizes(name, backend):
+    problem = make_problem(load(ROOT / "examples" / name), {})
+    assert len(fusion_plan(problem, backend).groups) == EXPECTED_KERNELS[(name, backend)]
+    assert len(fusion_plan(problem, backend, fuse=False).groups) == len(
+        problem.program.statements
+    )
+
+
+def test_compile_fuses_by_default_and_reports_its_groups():
+    kernel = einkern.compile(ROOT / "examples/ccsdt_d1.ein", backend="cpu", T=3)
+    assert kernel.kernels == 1
+    assert kernel.groups[0].positions == tuple(range(9)) and kernel.groups[0].kind == "merge"
+    assert len(kernel.compiled_problem.program.statements) == 1
+    assert "statement_1" not in kernel.source()
+    unfused = einkern.compile(ROOT / "examples/ccsdt_d1.ein", backend="cpu", T=3, fuse=False)
+    assert unfused.kernels == 9
+    nest = einkern.compile(ROOT / "examples/local_grad3.ein", backend="cpu", p=3, nelt=2)
+    assert nest.kernels == 1 and "nest_0_2" in nest.source()
+
+
+def _random_program(rng: random.Random) -> str:
+    """Statements over 2-D tensors with random index orders: some read what an
+    earlier statement wrote in the same element, some transposed (forbidding)."""
+    names = ["a", "b", "c", "d", "e"]
+    lines = ["dims n = 3", "tensor " + ", ".join(f"{t}[n, n]" for t in names)]
+    for _ in range(rng.randint(2, 5)):
+        out = rng.choice(names[1:])
+        left, right = rng.sample([n for n in names if n != out], 2)
+        order = rng.choice(["i,j", "j,i"])
+        op = rng.choice(["=", "+="])
+        if rng.random() < 0.3:
+            lines.append(f"{out}[i,j] {op} {left}[i,k] * {right}[k,j]")
+        else:
+            lines.append(f"{out}[i,j] {op} {left}[{order}] * {right}[i,j] + 1.0")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_programs_fused_match_the_reference(seed):
+    problem = small(_random_program(random.Random(seed)))
+    kernel = einkern.Kernel(problem, einkern.api.get_backend("cpu"))
+    for group in kernel.groups:
+        if len(group.positions) > 1:
+            assert fusion.legality(problem.program, group.positions).legal
+    assert_matches_reference(kernel, seed=seed)
+
+
+def test_cli_explains_the_groups(capsys):
+    from einkern.cli import main
+
+    assert main(["check", str(ROOT / "examples/ccsdt_d1.ein")]) == 0
+    text = capsys.readouterr().out
+    assert "fusion (cuda): 1 kernel(s)" in text and "fusion (cpu): 1 kernel(s)" in text
+    path = str(ROOT / "examples/local_grad3.ein")
+    assert main(["emit", path, "--backend", "cpu", "--explain", "-e", "p=3", "-e", "nelt=2"]) == 0
+    text = capsys.readouterr().out
+    assert "// fusion (cpu): 1 kernel(s)" in text and "nest_0_2" in text
+    assert main(["emit", path, "--backend", "cpu", "--no-fuse", "-e", "p=3"]) == 0
+    assert "nest_0_2" not in capsys.readouterr().out
+    assert re.search(r"statement_2\(", text) is None

@@ -76,8 +76,11 @@ def compile(  # noqa: A001 - the public name is the point
 def fusion_plan(problem: Problem, backend: str, fuse: bool = True) -> FusionPlan:
     """The fusion planner's grouping of ``problem`` for backend ``backend`` (``cpu``
     or ``cuda``; other backends, and ``fuse=False``, get one kernel per statement)."""
-    if not fuse or backend not in ("cpu", "cuda") or len(problem.program.statements) < 2:
-        return unfused_plan(problem, backend)
+    if len(problem.program.statements) < 2:
+        return unfused_plan(problem, backend, "one statement")
+    if not fuse or backend not in ("cpu", "cuda"):
+        why = "fusion turned off" if not fuse else f"the {backend} backend does not fuse"
+        return unfused_plan(problem, backend, why)
     if backend == "cpu":
         from .backends.cpu.fused import group_seconds
     else:

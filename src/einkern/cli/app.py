@@ -318,7 +318,7 @@ def command_emit(args) -> int:
     from ..api import fused_build_argument, fusion_plan
 
     plan = fusion_plan(problem, backend.name, not args.no_fuse)
-    if args.explain:
+    if args.explain and len(problem.program.statements) > 1:
         print("\n".join(f"// {line}" for line in plan.explain()))
     problem = plan.fused  # statements as compiled: --mapping numbers refer to them
     mappings = _mappings(args, problem)

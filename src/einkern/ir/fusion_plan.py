@@ -142,15 +142,12 @@ class FusionPlan:
         return lines
 
 
-def unfused_plan(problem: Problem, target: str) -> FusionPlan:
-    """One kernel per statement, in program order (``fuse=False``)."""
+def unfused_plan(problem: Problem, target: str, why: str = "fusion turned off") -> FusionPlan:
+    """One kernel per statement, in program order (``fuse=False``), nothing predicted."""
     groups = tuple(
-        Group((p,), SINGLE, 0, 0.0, "fusion turned off")
-        for p in range(len(problem.program.statements))
+        Group((p,), SINGLE, 0, 0.0, why) for p in range(len(problem.program.statements))
     )
-    return FusionPlan(
-        problem, target, Cover(groups, 0.0), (), (), len(groups), False, "fusion turned off"
-    )
+    return FusionPlan(problem, target, Cover(groups, 0.0), (), (), len(groups), False, why)
 
 
 def plan_fusion(problem: Problem, target: str, cost: GroupCost) -> FusionPlan:

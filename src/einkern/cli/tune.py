@@ -62,6 +62,11 @@ def add_tune_parsers(subparsers: argparse._SubParsersAction) -> None:
     tune.add_argument("--db", metavar="PATH", help=f"tuning database (default {default_path()})")
     tune.add_argument("--seed", type=int, default=0, help="random seed of the search")
     tune.add_argument(
+        "--no-fuse",
+        action="store_true",
+        help="tune every statement alone (default: the fused program's kernels, as compiled)",
+    )
+    tune.add_argument(
         "--statement",
         type=int,
         action="append",
@@ -134,9 +139,11 @@ def _backend_name(name: str) -> str:
 
 def command_tune(args: argparse.Namespace) -> int:
     """``einkern tune``: tune every statement, record, print a summary table."""
+    from ..api import fusion_plan
     from ..tuning.target import ExplainsDefault, get_target
 
-    problem = load_problem(args)
+    backend = _backend_name(args.backend)
+    problem = fusion_plan(load_problem(args), backend, not args.no_fuse).fused
     positions = _positions(args, problem)
     evaluations = (
         args.budget
@@ -151,7 +158,6 @@ def command_tune(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         repeats=args.repeats,
     )
-    backend = _backend_name(args.backend)
     display = ProgressDisplay(problem, positions)
     if args.simulate:
         with TuningDB(args.simulate, create=False) as db, display:

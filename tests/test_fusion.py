@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import einkern
 from einkern.api import fusion_plan, load
@@ -233,31 +235,44 @@ def test_compile_fuses_by_default_and_reports_its_groups():
     assert nest.kernels == 1 and "nest_0_2" in nest.source()
 
 
-def _random_program(rng: random.Random) -> str:
-    """Statements over 2-D tensors with random index orders: some read what an
-    earlier statement wrote in the same element, some transposed (forbidding)."""
+def _random_program(choose) -> str:
+    """Statements over 2-D tensors with random index orders (``choose(options)``
+    picks one option): some read what an earlier statement wrote in the same
+    element, some a transposed element (forbidding), some a row (a reduction)."""
     names = ["a", "b", "c", "d", "e"]
     lines = ["dims n = 3", "tensor " + ", ".join(f"{t}[n, n]" for t in names)]
-    for _ in range(rng.randint(2, 5)):
-        out = rng.choice(names[1:])
-        left, right = rng.sample([n for n in names if n != out], 2)
-        order = rng.choice(["i,j", "j,i"])
-        op = rng.choice(["=", "+="])
-        if rng.random() < 0.3:
+    for _ in range(choose(range(2, 6))):
+        out = choose(names[1:])
+        left = choose([n for n in names if n != out])
+        right = choose([n for n in names if n not in (out, left)])
+        op = choose(["=", "+="])
+        if choose([False, False, True]):
             lines.append(f"{out}[i,j] {op} {left}[i,k] * {right}[k,j]")
         else:
+            order = choose(["i,j", "j,i"])
             lines.append(f"{out}[i,j] {op} {left}[{order}] * {right}[i,j] + 1.0")
     return "\n".join(lines) + "\n"
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_random_programs_fused_match_the_reference(seed):
-    problem = small(_random_program(random.Random(seed)))
+def _check_fused(text: str, seed: int) -> None:
+    problem = small(text)
     kernel = einkern.Kernel(problem, einkern.api.get_backend("cpu"))
     for group in kernel.groups:
         if len(group.positions) > 1:
             assert fusion.legality(problem.program, group.positions).legal
     assert_matches_reference(kernel, seed=seed)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_programs_fused_match_the_reference(seed):
+    _check_fused(_random_program(random.Random(seed).choice), seed)
+
+
+@settings(max_examples=20, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_hypothesis_programs_fused_match_the_reference(data):
+    text = _random_program(lambda options: data.draw(st.sampled_from(list(options))))
+    _check_fused(text, 0)
 
 
 def test_cli_explains_the_groups(capsys):

@@ -118,11 +118,12 @@ class Kernel:
                 "mappings apply to the cuda backend only",
                 hint="drop mappings=, or use backend='cuda'",
             )
-        if self.mappings is None:
+        self._nests = cuda_nests(self.fusion, backend)
+        if self.mappings is None and not self._nests:
             self.executable = backend.build(self.compiled_problem)
         else:
             self.executable = backend.build(  # type: ignore[call-arg]
-                self.compiled_problem, self.mappings
+                self.compiled_problem, self.mappings, **self._nests
             )
 
     # -- information --------------------------------------------------------
@@ -161,9 +162,11 @@ class Kernel:
 
     def source(self) -> str:
         """The generated source code."""
-        if self.mappings is None:
+        if self.mappings is None and not self._nests:
             return self.backend.emit(self.compiled_problem)
-        return self.backend.emit(self.compiled_problem, self.mappings)  # type: ignore[call-arg]
+        return self.backend.emit(  # type: ignore[call-arg]
+            self.compiled_problem, self.mappings, **self._nests
+        )
 
     def __repr__(self) -> str:
         sizes = ", ".join(f"{n}={v}" for n, v in self.problem.sizes if not n.isdigit())
@@ -203,3 +206,10 @@ def fused_build_argument(plan: FusionPlan, backend: Backend, mappings: Any) -> A
 
     schedule = mappings if isinstance(mappings, CpuSchedule) else default_schedule(plan.fused)
     return nest_schedule(schedule, plan.nests)
+
+
+def cuda_nests(plan: FusionPlan, backend: Backend) -> dict[str, Any]:
+    """``{"nests": ...}`` for the CUDA backend when the plan has groups of several
+    statements in :attr:`FusionPlan.fused` (sibling kernels run as one), else ``{}``."""
+    nests = tuple(n for n in plan.nests if len(n) > 1)
+    return {"nests": nests} if backend.name == "cuda" and nests else {}

@@ -315,7 +315,7 @@ def command_emit(args) -> int:
     ]
     if cuda_only and backend.name != "cuda":
         raise UsageError(f"{cuda_only[0]} needs --backend cuda")
-    from ..api import fused_build_argument, fusion_plan
+    from ..api import cuda_nests, fused_build_argument, fusion_plan
 
     plan = fusion_plan(problem, backend.name, not args.no_fuse)
     if args.explain and len(problem.program.statements) > 1:
@@ -332,7 +332,7 @@ def command_emit(args) -> int:
                 for line in mapping.describe().splitlines():  # type: ignore[attr-defined]
                     print(f"//   {line}")
                 print("//   mapping file: " + mapping.to_json(None))  # type: ignore[attr-defined]
-        print(backend.emit(problem, chosen))  # type: ignore[call-arg]
+        print(backend.emit(problem, chosen, **cuda_nests(plan, backend)))  # type: ignore[call-arg]
     else:
         if args.explain:
             _explain_cpu(problem)

@@ -234,8 +234,8 @@ def _candidates(problem: Problem, cost: GroupCost) -> tuple[list[Group], tuple[s
                     found.append(candidate)
                 elif len(positions) == 2:
                     forbidden[(positions[0], positions[1])] = (
-                        "legal as one loop nest, but this backend has no kernel for a nest "
-                        "of statements (the CUDA backend lowers one statement per kernel)"
+                        "legal as one loop nest, but not one kernel on this backend (CUDA: "
+                        "only statements without dependences between them, as sibling blocks)"
                     )
                 grown.append(group)
                 if len(seen) >= MAX_CANDIDATES:
@@ -264,7 +264,13 @@ def _candidate(
     seconds = cost(problem, positions, NEST, found.depth)
     if seconds is None:
         return None
-    return Group(positions, NEST, found.depth, seconds, f"one loop nest: {found.reason}")
+    return Group(
+        positions,
+        NEST,
+        found.depth,
+        seconds,
+        f"one kernel (CPU: a loop nest; CUDA: sibling blocks): {found.reason}",
+    )
 
 
 # ---- the cover -------------------------------------------------------------------------

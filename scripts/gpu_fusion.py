@@ -32,6 +32,10 @@ def cases(quick: bool):
             yield group, "unfused (9)", path, {"T": tile}, False
     yield "ccsdt 27 T=16", "fused", "examples/ccsdt_triples.ein", {"T": 16}, True
     yield "ccsdt 27 T=16", "unfused (27)", "examples/ccsdt_triples.ein", {"T": 16}, False
+    for name in ("fousek_function1", "fousek_function2"):
+        path = f"examples/{name}.mapped"
+        yield name, "fused", path, {}, True
+        yield name, "unfused", path, {}, False
     for p in (8, 10, 12):
         for nelt in (32768, 1000):
             group = f"local_grad3 p={p} nelt={nelt}"

@@ -329,3 +329,14 @@ def test_fused_kernels_match_the_reference_on_the_gpu(name):
     ))
     assert kernel.kernels < len(kernel.program.statements)
     assert_matches_reference(kernel)
+
+
+def test_measured_groupings_keep_the_fastest_cover_and_say_so():
+    kernel = einkern.compile(
+        ROOT / "examples/fousek_function2.mapped", backend="cpu", fuse="measure"
+    )
+    assert kernel.fusion.rule.startswith("the fastest measured cover")
+    assert len(kernel.fusion.alternatives) >= 1
+    assert_matches_reference(kernel)
+    with pytest.raises(einkern.errors.ArgumentError):
+        einkern.compile(ROOT / "examples/norms.ein", backend="cpu", fuse="sometimes")

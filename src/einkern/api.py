@@ -33,7 +33,7 @@ def compile(  # noqa: A001 - the public name is the point
     mappings: Mapping[int, Any] | str | None = None,
     tune: bool | str | None = None,
     tuning_db: str | os.PathLike | None = None,
-    fuse: bool = True,
+    fuse: bool | str = True,
     **extents: int,
 ) -> Kernel:
     """Compile a tensor program for concrete extents and return a callable kernel.
@@ -57,10 +57,16 @@ def compile(  # noqa: A001 - the public name is the point
     (every backend), other legal groups one loop nest (CPU).  ``mappings`` and
     tuning then refer to the statements of the fused program
     (``kernel.compiled_problem``); ``kernel.groups`` lists the kernels' statements
-    and ``kernel.fusion.explain()`` why.  ``fuse=False``: one kernel per statement."""
+    and ``kernel.fusion.explain()`` why.  ``fuse=False``: one kernel per statement;
+    ``fuse="measure"``: the planner's best covers are compiled and timed on random
+    inputs here, and the fastest is kept (:func:`measure_groupings`)."""
     problem = make_problem(load(program), extents)
     chosen = get_backend(backend)
-    plan = fusion_plan(problem, chosen.name, fuse)
+    plan = fusion_plan(problem, chosen.name, bool(fuse))
+    if fuse == "measure":
+        plan = measure_groupings(problem, chosen, plan)
+    elif not isinstance(fuse, bool):
+        raise ArgumentError(f"fuse must be True, False or 'measure', not {fuse!r}")
     sources: tuple[str, ...] = ()
     if tune not in (None, False):
         if mappings is not None:
@@ -68,7 +74,7 @@ def compile(  # noqa: A001 - the public name is the point
         from .tuning.policy import tuned_build_argument
 
         mappings, sources = tuned_build_argument(chosen.name, plan.fused, tune, tuning_db)
-    kernel = Kernel(problem, chosen, mappings=mappings, fuse=fuse, plan=plan)
+    kernel = Kernel(problem, chosen, mappings=mappings, fuse=bool(fuse), plan=plan)
     kernel.tuning_sources = sources
     return kernel
 
@@ -213,3 +219,45 @@ def cuda_nests(plan: FusionPlan, backend: Backend) -> dict[str, Any]:
     statements in :attr:`FusionPlan.fused` (sibling kernels run as one), else ``{}``."""
     nests = tuple(n for n in plan.nests if len(n) > 1)
     return {"nests": nests} if backend.name == "cuda" and nests else {}
+
+
+def measure_groupings(
+    problem: Problem, backend: Backend, plan: FusionPlan, repeat: int = 5, seed: int = 0
+) -> FusionPlan:
+    """``plan`` with the fastest of its chosen and alternative covers, each compiled
+    (default mappings or schedules) and timed on random inputs (median of
+    ``repeat`` calls: the kernels' own times where the executable profiles them,
+    else the call); its rule lists the measured times."""
+    import dataclasses
+    import time
+
+    from .testing import random_arrays, random_scalars
+
+    covers = (plan.chosen, *plan.alternatives)
+    if len(covers) < 2:
+        return plan
+    arrays = random_arrays(problem, seed, problem.program.inputs)
+    scalars = random_scalars(problem, seed)
+    measured = []
+    for cover in covers:
+        candidate = dataclasses.replace(plan, chosen=cover)
+        kernel = Kernel(problem, backend, plan=candidate)
+        call = kernel.bind(**{n: a.copy(order="K") for n, a in arrays.items()}, **scalars)
+        profile = getattr(kernel.executable, "profile_checked", None)
+        times = []
+        for _ in range(repeat):
+            if profile is not None:
+                times.append(sum(profile(call, 1)) * 1e-3)
+            else:
+                start = time.perf_counter()
+                kernel.executable.run_checked(call)
+                times.append(time.perf_counter() - start)
+        measured.append((sorted(times)[len(times) // 2], cover))
+    best_seconds, best = min(measured, key=lambda item: item[0])
+    text = "; ".join(f"{len(c.groups)} kernel(s) {t * 1e3:.4g} ms" for t, c in measured)
+    return dataclasses.replace(
+        plan,
+        chosen=best,
+        alternatives=tuple(c for _, c in measured if c is not best),
+        rule=f"the fastest measured cover ({text}; predicted first: {plan.rule})",
+    )

@@ -7,12 +7,12 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} EINKERN_CACHE_DIR=/tmp/ekc PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-timeout 90 python3 -m pytest -q -p no:cacheprovider -m "gpu or not gpu" tests/test_fusion.py > "$OUT/pytest_fusion.txt" 2>&1
+timeout 60 python3 -m pytest -q -p no:cacheprovider -m "gpu or not gpu" tests/test_fusion.py > "$OUT/pytest_fusion.txt" 2>&1
 echo "pytest tests/test_fusion.py exit $?"; tail -2 "$OUT/pytest_fusion.txt"
 for f in examples/ccsdt_d1.ein examples/fousek_function2.mapped; do
-  timeout 30 python3 -m einkern emit "$f" --backend cuda --explain > "$OUT/explain_$(basename "$f").txt" 2>&1
+  timeout 20 python3 -m einkern emit "$f" --backend cuda --explain > "$OUT/explain_$(basename "$f").txt" 2>&1
   grep '^// ' "$OUT/explain_$(basename "$f").txt" | head -12
 done
-timeout 220 python3 scripts/gpu_fusion.py --json "$OUT/fusion.json" > "$OUT/fusion.txt" 2>&1
+timeout 180 python3 scripts/gpu_fusion.py --json "$OUT/fusion.json" > "$OUT/fusion.txt" 2>&1
 echo "gpu_fusion.py exit $?"
 tail -40 "$OUT/fusion.txt"

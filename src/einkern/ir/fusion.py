@@ -137,6 +137,15 @@ class Fusibility:
                     return found
         return None
 
+    def joining(self, positions: tuple[int, ...]) -> Dependence | None:
+        """The first dependence between two of the statements, or None."""
+        for n, a in enumerate(positions):
+            for b in positions[n + 1 :]:
+                found = self._pairs.get((a, b))
+                if found:
+                    return found[0]
+        return None
+
     def mergeable(self, positions: tuple[int, ...]) -> str | None:
         """See :func:`mergeable`."""
         program = self.program

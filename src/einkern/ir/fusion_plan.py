@@ -233,9 +233,11 @@ def _candidates(problem: Problem, cost: GroupCost) -> tuple[list[Group], tuple[s
                 if candidate is not None:
                     found.append(candidate)
                 elif len(positions) == 2:
+                    joined = fusibility.joining(positions)
                     forbidden[(positions[0], positions[1])] = (
-                        "legal as one loop nest, but not one kernel on this backend (CUDA: "
-                        "only statements without dependences between them, as sibling blocks)"
+                        "legal as one loop nest, but not one kernel on this backend"
+                        + (f" ({joined} joins them; CUDA runs only siblings as one)"
+                           if joined is not None else "")
                     )
                 grown.append(group)
                 if len(seen) >= MAX_CANDIDATES:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 from .backends import Backend, get_backend
@@ -87,6 +88,13 @@ def fusion_plan(problem: Problem, backend: str, fuse: bool = True) -> FusionPlan
     if not fuse or backend not in ("cpu", "cuda"):
         why = "fusion turned off" if not fuse else f"the {backend} backend does not fuse"
         return unfused_plan(problem, backend, why)
+    return _planned(problem, backend)
+
+
+@lru_cache(maxsize=16)
+def _planned(problem: Problem, backend: str) -> FusionPlan:
+    """The planner's choice (kept: a compile, ``check`` and ``emit`` of one program
+    plan once)."""
     if backend == "cpu":
         from .backends.cpu.fused import group_seconds
     else:

@@ -45,6 +45,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="list every dependence between statements (default: a summary)",
     )
+    check.add_argument(
+        "--backend",
+        "-b",
+        default="auto",
+        choices=["auto", "cpu", "cuda"],
+        help="whose fusion plan to print (default: the backend compile would use)",
+    )
 
     run = sub.add_parser("run", help="run programs on random inputs and time them")
     program_args(run, many=True)
@@ -206,7 +213,7 @@ def command_check(args) -> int:
             for access in (statement.output, *accesses(statement.rhs)):
                 print(f"    access  {own.access_map(access)}")
     _print_dependences(polyhedra.dependences(), args.dependences)
-    _print_fusion(problem)
+    _print_fusion(problem, args.backend)
     flops = analysis.program_flops(problem)
     kernel_bytes = _human(analysis.kernel_floor_bytes(problem), "B")
     fused_bytes = _human(analysis.fused_floor_bytes(problem), "B")
@@ -217,14 +224,15 @@ def command_check(args) -> int:
     return 0
 
 
-def _print_fusion(problem) -> None:
-    """The fusion planner's groups for each backend, and what kept statements apart."""
+def _print_fusion(problem, backend: str) -> None:
+    """The fusion planner's groups for the backend, and what kept statements apart."""
     from ..api import fusion_plan
+    from ..backends import get_backend
 
     if len(problem.program.statements) < 2:
         return
-    for backend in ("cpu", "cuda"):
-        print("\n".join(fusion_plan(problem, backend).explain()))
+    name = get_backend(backend).name if backend == "auto" else backend
+    print("\n".join(fusion_plan(problem, name).explain()))
 
 
 def _print_dependences(found, every: bool) -> None:

@@ -27,11 +27,12 @@ Two kinds of group come out of that (:func:`group_kind`):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import islpy as isl
 
 from .nodes import Access, Binary, Call, Expr, Neg, Program, Statement, Sum, children
-from .poly import Dependence, dependences, statement_name
+from .poly import Dependence, dependences, polyhedra, statement_name
 
 MERGE = "merge"
 NEST = "nest"
@@ -81,6 +82,7 @@ class Fusibility:
         self.program = program
         self._crossing: dict[tuple[int, int, int], Dependence | None] = {}
         self._maps: dict[tuple[int, int], isl.Map] = {}
+        self._depths: dict[tuple[int, int], tuple[int, Dependence | None]] = {}
         self._pairs: dict[tuple[int, int], list[Dependence]] = {}
         for dependence in dependences(program):
             self._pairs.setdefault((dependence.source, dependence.sink), []).append(dependence)
@@ -93,19 +95,57 @@ class Fusibility:
 
     def crossing(self, source: int, sink: int, depth: int) -> Dependence | None:
         """The first dependence from S``source`` to S``sink`` that crosses fused
-        iterations when both are aligned over ``depth`` dimensions, or None."""
+        iterations when both are aligned over ``depth`` dimensions, or None.
+
+        Every pair of accesses is examined (a flow dependence through each read,
+        not only the first one :func:`einkern.ir.poly.dependences` reports): a pair
+        whose index equalities already force equal fused coordinates is passed
+        without isl, the others by the isl test of the module docstring."""
         key = (source, sink, depth)
         if key not in self._crossing:
             self._crossing[key] = None
-            zero = isl.Set("{ F[" + ", ".join(["0"] * depth) + "] }")
-            for dependence in self._pairs.get((source, sink), ()):
-                relation = isl.Map(dependence.relation)
-                relation = relation.apply_domain(self._aligning(source, depth))
-                relation = relation.apply_range(self._aligning(sink, depth))
-                if not relation.deltas().is_subset(zero):
-                    self._crossing[key] = dependence
+            for kind, left, right in _access_pairs(self.program, source, sink):
+                if _aligned_by_names(self.program, source, sink, left, right, depth):
+                    continue
+                found = self._crossing_relation(source, sink, left, right, depth)
+                if found is not None:
+                    self._crossing[key] = Dependence(kind, source, sink, left.tensor, found)
                     break
         return self._crossing[key]
+
+    def _crossing_relation(
+        self, source: int, sink: int, left: Access, right: Access, depth: int
+    ) -> str | None:
+        """The isl relation of ``left`` (in S``source``) and ``right`` (in S``sink``)
+        when some pair of its instances lies in different fused iterations."""
+        shapes = polyhedra(self.program)
+        relation = shapes.of(source).access_map(left).apply_range(
+            shapes.of(sink).access_map(right).reverse()
+        )
+        if relation.is_empty():
+            return None
+        fused = relation.apply_domain(self._aligning(source, depth))
+        fused = fused.apply_range(self._aligning(sink, depth))
+        zero = isl.Set("{ F[" + ", ".join(["0"] * depth) + "] }")
+        return None if fused.deltas().is_subset(zero) else str(relation)
+
+    def pair_depth(self, a: int, b: int) -> tuple[int, Dependence | None]:
+        """The deepest alignment at which S``a`` and S``b`` (``a < b``) may share a
+        kernel, and the dependence that crosses iterations one level deeper (None
+        when they agree on no deeper dimension).  Legal at a depth means legal at
+        every smaller one (zero distance over ``F[0..d]`` is zero over a prefix)."""
+        key = (a, b)
+        found = self._depths.get(key)
+        if found is None:
+            common = common_depth(self.program, (a, b))
+            found = (common, None)
+            for depth in range(common, 0, -1):
+                blocking = self.crossing(a, b, depth)
+                if blocking is None:
+                    break
+                found = (depth - 1, blocking)
+            self._depths[key] = found
+        return found
 
     def legality(self, positions: tuple[int, ...]) -> Legality:
         """See :func:`legality`."""
@@ -115,27 +155,19 @@ class Fusibility:
             return Legality(
                 positions, 0, 0, None, "no common loop alignment (outer output extents differ)"
             )
-        first_block: Dependence | None = None
-        for depth in range(common, 0, -1):
-            blocking = self._first_crossing(positions, depth)
-            if blocking is None:
-                reason = f"legal with the {depth} outer output dimension(s) fused"
-                if first_block is not None:
-                    reason += f" ({first_block} crosses iterations at depth {common})"
-                return Legality(positions, depth, common, first_block, reason)
-            first_block = first_block or blocking
-        assert first_block is not None
-        return Legality(
-            positions, 0, common, first_block, f"{first_block} crosses fused iterations"
-        )
-
-    def _first_crossing(self, positions: tuple[int, ...], depth: int) -> Dependence | None:
+        depth, blocking = common, None
         for n, a in enumerate(positions):
             for b in positions[n + 1 :]:
-                found = self.crossing(a, b, depth)
-                if found is not None:
-                    return found
-        return None
+                pair, crossing = self.pair_depth(a, b)
+                if pair < depth:
+                    depth, blocking = pair, crossing
+        if depth == 0:
+            assert blocking is not None
+            return Legality(positions, 0, common, blocking, f"{blocking} crosses fused iterations")
+        reason = f"legal with the {depth} outer output dimension(s) fused"
+        if blocking is not None:
+            reason += f" ({blocking} crosses iterations one dimension deeper)"
+        return Legality(positions, depth, common, blocking, reason)
 
     def joining(self, positions: tuple[int, ...]) -> Dependence | None:
         """The first dependence between two of the statements, or None."""
@@ -183,17 +215,23 @@ class Legality:
         return self.depth >= 1
 
 
+@lru_cache(maxsize=8)
+def fusibility(program: Program) -> Fusibility:
+    """The (kept) :class:`Fusibility` of ``program``."""
+    return Fusibility(program)
+
+
 def crossing(program: Program, source: int, sink: int, depth: int) -> Dependence | None:
     """The first dependence from S``source`` to S``sink`` that crosses fused
     iterations when both are aligned over ``depth`` dimensions, or None."""
-    return Fusibility(program).crossing(source, sink, depth)
+    return fusibility(program).crossing(source, sink, depth)
 
 
 def legality(program: Program, positions: tuple[int, ...]) -> Legality:
     """Legality of fusing ``positions``: the deepest alignment at which no dependence
     between them crosses fused iterations (a pure function of the program and its
     isl dependences)."""
-    return Fusibility(program).legality(positions)
+    return fusibility(program).legality(positions)
 
 
 # ---- the merge transform -----------------------------------------------------------
@@ -202,7 +240,42 @@ def legality(program: Program, positions: tuple[int, ...]) -> Legality:
 def mergeable(program: Program, positions: tuple[int, ...]) -> str | None:
     """None when the statements are updates of one output that :func:`merge_statements`
     can turn into one statement, else why not."""
-    return Fusibility(program).mergeable(positions)
+    return fusibility(program).mergeable(positions)
+
+
+def _access_pairs(program: Program, source: int, sink: int) -> list[tuple[str, Access, Access]]:
+    """``(kind, access of S<source>, access of S<sink>)`` for every pair that touches
+    one tensor with at least one write: flow, output, anti."""
+    first, second = program.statements[source], program.statements[sink]
+    pairs = [("flow", first.output, read) for read in second.reads()
+             if read.tensor == first.output.tensor]
+    if second.output.tensor == first.output.tensor:
+        pairs.append(("output", first.output, second.output))
+    pairs += [("anti", read, second.output) for read in first.reads()
+              if read.tensor == second.output.tensor]
+    return pairs
+
+
+def _aligned_by_names(
+    program: Program, source: int, sink: int, left: Access, right: Access, depth: int
+) -> bool:
+    """True when touching one element through ``left`` and ``right`` forces equal
+    fused coordinates: each fused index of S``source`` is tied to the one of
+    S``sink`` by the chain of index equalities the two accesses impose."""
+    parent: dict[str, str] = {}
+
+    def find(name: str) -> str:
+        while parent.get(name, name) != name:
+            name = parent[name]
+        return name
+
+    for a, b in zip(left.indices, right.indices, strict=True):
+        parent[find("a:" + a)] = find("b:" + b)
+    own, other = alignment(program, source), alignment(program, sink)
+    assert own is not None and other is not None
+    return all(
+        find("a:" + own[d][0]) == find("b:" + other[d][0]) for d in range(depth)
+    )
 
 
 def _rhs_accesses(statement: Statement) -> list[Access]:

@@ -30,7 +30,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .fusion import MERGE, NEST, Fusibility, merge_statements
+from .fusion import MERGE, NEST, Fusibility, fusibility, merge_statements
 from .nodes import Problem, Program, Statement
 from .poly import dependences
 from .task import Task
@@ -197,35 +197,53 @@ def _neighbours(program: Program) -> list[set[int]]:
     ]
 
 
-def _closure(members: frozenset[int], after: list[set[int]]) -> frozenset[int]:
-    """``members`` and every statement on a dependence path between two of them."""
-    between = set()
-    for a in members:
-        for v in after[a]:
-            if v not in members and any(b in after[v] for b in members):
-                between.add(v)
-    return members | between
+def _masks(sets: list[set[int]]) -> list[int]:
+    return [sum(1 << v for v in found) for found in sets]
+
+
+def _positions(mask: int) -> tuple[int, ...]:
+    return tuple(p for p in range(mask.bit_length()) if mask >> p & 1)
 
 
 def _candidates(problem: Problem, cost: GroupCost) -> tuple[list[Group], tuple[str, ...], bool]:
+    """Legal groups grown through shared tensors, each closed to a convex subgraph
+    (sets of statements are bit masks: the closure of S is S with every statement
+    both reachable from S and reaching S)."""
     program = problem.program
-    fusibility = Fusibility(program)
-    after, near = _reach(program), _neighbours(program)
-    seen: set[frozenset[int]] = set()
-    frontier = [frozenset({p}) for p in range(len(program.statements))]
+    count = len(program.statements)
+    answers = fusibility(program)
+    after = _reach(program)
+    before: list[set[int]] = [set() for _ in range(count)]
+    for p, later in enumerate(after):
+        for q in later:
+            before[q].add(p)
+    after_mask, before_mask = _masks(after), _masks(before)
+    near_mask = _masks(_neighbours(program))
+    seen: set[int] = set()
+    frontier = [1 << p for p in range(count)]
     found: list[Group] = []
     forbidden: dict[tuple[int, int], str] = {}
     capped = False
     while frontier and not capped:
-        grown: list[frozenset[int]] = []
+        grown: list[int] = []
         for members in frontier:
-            for v in sorted(set().union(*(near[m] for m in members)) - members):
-                group = _closure(members | {v}, after)
-                if group in seen or len(group) > MAX_GROUP:
+            positions_in = _positions(members)
+            near = 0
+            for m in positions_in:
+                near |= near_mask[m]
+            near &= ~members
+            for v in _positions(near):
+                group = members | 1 << v
+                down = up = 0
+                for m in _positions(group):
+                    down |= after_mask[m]
+                    up |= before_mask[m]
+                group |= down & up
+                if group in seen or group.bit_count() > MAX_GROUP:
                     continue
                 seen.add(group)
-                positions = tuple(sorted(group))
-                candidate = _candidate(problem, fusibility, positions, cost)
+                positions = _positions(group)
+                candidate = _candidate(problem, answers, positions, cost)
                 if isinstance(candidate, str):
                     if len(positions) == 2:
                         forbidden[(positions[0], positions[1])] = candidate
@@ -233,7 +251,7 @@ def _candidates(problem: Problem, cost: GroupCost) -> tuple[list[Group], tuple[s
                 if candidate is not None:
                     found.append(candidate)
                 elif len(positions) == 2:
-                    joined = fusibility.joining(positions)
+                    joined = answers.joining(positions)
                     forbidden[(positions[0], positions[1])] = (
                         "legal as one loop nest, but not one kernel on this backend"
                         + (f" ({joined} joins them; CUDA runs only siblings as one)"

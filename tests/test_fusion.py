@@ -255,7 +255,8 @@ def test_compile_fuses_by_default_and_reports_its_groups():
 def _random_program(choose) -> str:
     """Statements over 2-D tensors with random index orders (``choose(options)``
     picks one option): some read what an earlier statement wrote in the same
-    element, some a transposed element (forbidding), some a row (a reduction)."""
+    element, some a transposed element (forbidding; a tensor read twice, once
+    transposed, included), some a row (a reduction)."""
     names = ["a", "b", "c", "d", "e"]
     lines = ["dims n = 3", "tensor " + ", ".join(f"{t}[n, n]" for t in names)]
     for _ in range(choose(range(2, 6))):
@@ -266,8 +267,10 @@ def _random_program(choose) -> str:
         if choose([False, False, True]):
             lines.append(f"{out}[i,j] {op} {left}[i,k] * {right}[k,j]")
         else:
-            order = choose(["i,j", "j,i"])
-            lines.append(f"{out}[i,j] {op} {left}[{order}] * {right}[i,j] + 1.0")
+            order, again = choose(["i,j", "j,i"]), choose(["i,j", "j,i"])
+            lines.append(
+                f"{out}[i,j] {op} {left}[{order}] * {right}[i,j] + {right}[{again}]"
+            )
     return "\n".join(lines) + "\n"
 
 

@@ -23,7 +23,7 @@ def test_check_prints_statements_extents_flops_and_bytes(capsys):
     assert "T=16" in out
     assert "reduction h7" in out
     assert "537 Mflop" in out  # 2 * 16**7
-    assert "min bytes 269 MB" in out  # 8 * (2*16**6 + 2*16**4)
+    assert "min bytes 257 MiB" in out  # 8 * (2*16**6 + 2*16**4) = 257 * 2**20
 
 
 def test_run_with_check_on_the_cpu(capsys):

@@ -209,7 +209,7 @@ def test_library_without_builtin():
             SemanticError,
             3,
             5,
-            "takes 2 argument(s), got 1",
+            "takes 2 arguments, got 1",
         ),
         (
             "MATRIX3x3 A, B;\nMATRIX5x5 D;\ninput A, D;\nB = mmul33(A, D);\nreturn B;",

@@ -164,7 +164,10 @@ class EinsumPlan:
         check refuses others with a typed error); returns the result, or ``out``."""
         expected = sum(len(step.positions) - 1 for step in self.steps) + 1
         if len(operands) != expected:
-            raise ArgumentError(f"this plan takes {expected} operand(s), got {len(operands)}")
+            raise ArgumentError(
+                f"this plan takes {expected} operand{'s' if expected != 1 else ''}, "
+                f"got {len(operands)}"
+            )
         return self.run(operands, [None] * len(operands), out)
 
     @property
@@ -284,7 +287,8 @@ def _plan_steps(
         if number == len(path) - 1:
             if operands:
                 raise ArgumentError(
-                    f"the contraction path leaves {len(operands)} operand(s) uncontracted"
+                    f"the contraction path leaves {len(operands)} "
+                    f"operand{'s' if len(operands) != 1 else ''} uncontracted"
                 )
             result = output
         else:

@@ -43,7 +43,8 @@ def _parse_spec(spec: str, count: int, ranks: Sequence[int] | None = None) -> tu
     terms = lhs.split(",")
     if len(terms) != count:
         raise ArgumentError(
-            f"subscripts {spec!r} name {len(terms)} operand(s) but {count} array(s) were given"
+            f"subscripts {spec!r} name {len(terms)} operand{'s' if len(terms) != 1 else ''} "
+            f"but {count} {'arrays were' if count != 1 else 'array was'} given"
         )
     if out is not None and "," in out:
         raise error(
@@ -123,8 +124,8 @@ def _expand_ellipses(
         dots = "..." in term
         if rank < named or (rank != named and not dots):
             raise ArgumentError(
-                f"operand {position} has {rank} dimension(s) but its subscripts "
-                f"{term!r} name {named}",
+                f"operand {position} has {rank} dimension{'s' if rank != 1 else ''} "
+                f"but its subscripts {term!r} name {named}",
                 hint="give one index per dimension, or '...' for the leading ones",
             )
         covered.append(rank - named if dots else 0)

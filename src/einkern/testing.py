@@ -75,7 +75,8 @@ def random_array(
         count = int(np.prod(shape, dtype=np.int64))
         raise AllocationError(
             f"cannot allocate a random {dtype} array of shape {shape}: "
-            f"{count * ITEMSIZE[dtype]} bytes asked for",
+            f"{count * ITEMSIZE[dtype]} bytes ({count * ITEMSIZE[dtype] / 2**30:.3g} GiB) "
+            "asked for",
             hint="choose smaller extents",
         ) from None
     data += LOW  # in place, in the array's own dtype (float32 may round up to 1.5)

@@ -98,7 +98,8 @@ def scalar_value(scalar: Scalar, value: Any) -> float:
             f"scalar {scalar.name!r} = {_describe_number(value)} does not fit its dtype "
             f"{scalar.dtype} (largest magnitude {largest:.4g})",
             scalar.span,
-            hint="pass a smaller number, or declare the scalar float64",
+            hint="pass a smaller number"
+            + (", or declare the scalar float64" if scalar.dtype != "float64" else ""),
         )
     return number
 
@@ -278,9 +279,10 @@ class Binder:
         shape = self.problem.shape(name)
         if info.shape != shape:
             raise ArgumentError(
-                f"{name!r} has shape {info.shape}, expected {shape} ({self._expected(name)})",
+                f"{name!r} has shape {info.shape}, expected {shape}",
                 tensor.span,
-                hint="check the extents passed to einkern.compile",
+                hint=f"pass an array of {self._expected(name)}, or compile with the extents "
+                "that give this shape",
             )
         if info.dtype != tensor.dtype:
             raise ArgumentDtypeError(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import numpy as np
 from .._version import __version__
 from ..errors import EinkernError, UsageError
 from ..ir.nodes import accesses
-from .common import Parser, add_extent_argument, load_problem
+from .common import BACKEND_HELP, Parser, add_extent_argument, format_bytes, load_problem
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -55,14 +54,31 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run programs on random inputs and time them")
     program_args(run, many=True)
-    run.add_argument("--backend", "-b", default="auto", choices=["auto", "cpu", "cuda"])
+    run.add_argument(
+        "--backend", "-b", default="auto", choices=["auto", "cpu", "cuda"], help=BACKEND_HELP
+    )
     run.add_argument("--check", action="store_true", help="compare with the NumPy reference")
-    run.add_argument("--repeat", type=int, default=10, help="timed runs (median reported)")
+    run.add_argument(
+        "--repeat",
+        type=int,
+        default=10,
+        help="timed runs after one warm-up (median reported; cuda: CUDA events on arrays "
+        "already on the GPU, copies reported apart)",
+    )
     run.add_argument("--seed", type=int, default=0, help="random seed for the inputs")
+    run.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="a progress line on stderr for runs longer than a second or two "
+        "(default: only when stderr is a terminal)",
+    )
 
     emit = sub.add_parser("emit", help="print the generated source")
     program_args(emit)
-    emit.add_argument("--backend", "-b", default="auto", choices=["auto", "cpu", "cuda"])
+    emit.add_argument(
+        "--backend", "-b", default="auto", choices=["auto", "cpu", "cuda"], help=BACKEND_HELP
+    )
     emit.add_argument(
         "--resources",
         action="store_true",
@@ -129,7 +145,7 @@ def _mappings(args, problem):
 
 
 def _human(value: float, unit: str) -> str:
-    """``value`` with a decimal prefix up to P, then in powers of ten (exact for
+    """``value`` with a decimal prefix up to E, then in powers of ten (exact for
     integers of any size)."""
     if isinstance(value, int) and abs(value) >= 10**18:
         digits = len(str(abs(value)))
@@ -137,8 +153,8 @@ def _human(value: float, unit: str) -> str:
             lead = abs(value) // 10 ** (digits - 3)
             sign = "-" if value < 0 else ""
             return f"{sign}{lead // 100}.{lead % 100:02d}e+{digits - 1} {unit}"
-    for prefix in ("", "K", "M", "G", "T", "P"):
-        if abs(value) < 1000 or prefix == "P":
+    for prefix in ("", "K", "M", "G", "T", "P", "E"):
+        if abs(value) < 1000 or prefix == "E":
             return f"{value:.3g} {prefix}{unit}" if prefix else f"{value:.0f} {unit}"
         value /= 1000
     return f"{value} {unit}"
@@ -204,7 +220,7 @@ def command_check(args) -> int:
         )
         print(f"    stride-1  {contiguous or '-'}")
         print(
-            f"    flops {_human(flops, 'flop')}   min bytes {_human(nbytes, 'B')}   "
+            f"    flops {_human(flops, 'flop')}   min bytes {format_bytes(nbytes)}   "
             f"intensity {_ratio(flops, nbytes)} flop/B"
         )
         if args.verbose:
@@ -215,8 +231,8 @@ def command_check(args) -> int:
     _print_dependences(polyhedra.dependences(), args.dependences)
     _print_fusion(problem, args.backend)
     flops = analysis.program_flops(problem)
-    kernel_bytes = _human(analysis.kernel_floor_bytes(problem), "B")
-    fused_bytes = _human(analysis.fused_floor_bytes(problem), "B")
+    kernel_bytes = format_bytes(analysis.kernel_floor_bytes(problem))
+    fused_bytes = format_bytes(analysis.fused_floor_bytes(problem))
     print(
         f"\ntotal: {_human(flops, 'flop')}, min bytes {kernel_bytes} (one kernel per statement),"
         f" {fused_bytes} fused"
@@ -252,19 +268,24 @@ def command_run(args) -> int:
     """Run each program given; the exit code is the worst of them."""
     import copy
 
+    from .progress import ProgressLine
+
     worst = 0
-    for path in args.program:
-        one = copy.copy(args)
-        one.program = path
-        worst = max(worst, _run_one(one))
+    with ProgressLine(enabled=args.progress) as progress:
+        for number, path in enumerate(args.program, 1):
+            one = copy.copy(args)
+            one.program = path
+            where = f"[{number}/{len(args.program)}] " if len(args.program) > 1 else ""
+            worst = max(worst, _run_one(one, progress, f"einkern run {where}{path}"))
     return worst
 
 
-def _run_one(args) -> int:
+def _run_one(args, progress, label: str) -> int:
     from ..api import Kernel
     from ..backends import get_backend
     from ..reference import evaluate
     from ..testing import output_tolerance, random_arrays, random_scalars, relative_error
+    from .timing import describe_copies
 
     problem = load_problem(args)
     if args.repeat < 1:
@@ -273,44 +294,53 @@ def _run_one(args) -> int:
     mappings = _mappings(args, problem)
     if mappings is not None and backend.name != "cuda":
         raise UsageError("--mapping needs --backend cuda")
+    statements = len(problem.program.statements)
+    progress.set(f"{label}: compiling {statements} statement{'s' * (statements != 1)}")
     kernel = Kernel(problem, backend, mappings=mappings, fuse=not args.no_fuse)
+    progress.set(f"{label}: making random inputs")
     arrays = random_arrays(problem, args.seed, problem.program.inputs)
     scalars = random_scalars(problem, args.seed)
-    originals = {name: array.copy(order="K") for name, array in arrays.items()}
-    times = []
-    outputs = {}
-    for repeat in range(args.repeat + 1):  # the first run is a warm-up
-        work = {name: array.copy(order="K") for name, array in originals.items()}
-        start = time.perf_counter()
-        result = kernel(**work, **scalars)
-        elapsed = time.perf_counter() - start
-        if repeat:
-            times.append(elapsed)
-        if repeat == 0:
-            results = result if isinstance(result, tuple) else (result,)
-            outputs = dict(zip(kernel.outputs, results, strict=True))
-    median = float(np.median(times))
-    flops = kernel.flops
+
+    def step(run: int) -> None:
+        what = "warm-up run" if run == 0 else f"timed run {run}/{args.repeat}"
+        progress.set(f"{label}: {what} on {backend.name}")
+
+    timing = _time_kernel(kernel, arrays, scalars, args.repeat, step)
+    progress.clear()
+    median = float(np.median(timing.seconds))
+    what = "kernel median" if timing.to_device is not None else "median"
     print(
-        f"{problem.program.name} on {backend.name}: median {median * 1e3:.3f} ms over "
-        f"{len(times)} runs, {flops / median / 1e9:.3g} GFLOP/s, "
+        f"{problem.program.name} on {backend.name}: {what} {median * 1e3:.3f} ms over "
+        f"{len(timing.seconds)} runs, {kernel.flops / median / 1e9:.3g} GFLOP/s, "
         f"{kernel.min_bytes / median / 1e9:.3g} GB/s of the minimum traffic"
     )
-    if backend.name == "cuda":
-        print("(host arrays: times include copies to and from the GPU)")
+    if timing.to_device is not None:
+        print(f"  timed with {timing.method}, after a warm-up call")
+        for line in describe_copies(timing):
+            print(line)
     if not args.check:
         return 0
-    reference = evaluate(problem, originals, scalars)
-    worst = 0.0
+    progress.set(f"{label}: computing the NumPy reference")
+    reference = evaluate(problem, arrays, scalars)
+    progress.clear()
     failed = False
     for name in kernel.outputs:
-        error = relative_error(np.asarray(outputs[name]), reference[name])
+        error = relative_error(np.asarray(timing.outputs[name]), reference[name])
         tolerance = output_tolerance(problem, name)
         status = "ok" if error <= tolerance else "FAILED"
         failed |= error > tolerance
-        worst = max(worst, error)
         print(f"check {name}: max relative error {error:.3e} (tolerance {tolerance:.0e}) {status}")
     return 1 if failed else 0
+
+
+def _time_kernel(kernel, arrays, scalars, repeat: int, step):
+    """Host arrays and the host clock on the CPU; device-resident arrays and CUDA
+    events on the GPU (see :mod:`einkern.cli.timing`)."""
+    from .timing import CudaMemory, time_device_resident, time_on_host
+
+    if kernel.backend.name == "cuda":
+        return time_device_resident(kernel, arrays, scalars, repeat, CudaMemory(), step=step)
+    return time_on_host(kernel, arrays, scalars, repeat, step=step)
 
 
 def command_emit(args) -> int:

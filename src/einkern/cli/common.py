@@ -8,6 +8,9 @@ from pathlib import Path
 
 from ..errors import UsageError
 
+#: The ``--backend`` option's help, for every command that has one.
+BACKEND_HELP = "cpu: C with OpenMP; cuda: NVIDIA GPUs; auto (default): cuda when a GPU is usable"
+
 
 class Parser(argparse.ArgumentParser):
     """argparse that raises :class:`~einkern.errors.UsageError` instead of exiting."""
@@ -49,3 +52,20 @@ def load_problem(args: argparse.Namespace):
     if path.is_dir():
         raise UsageError(f"{args.program} is a directory, not a program file")
     return make_problem(load(path), dict(args.extent))
+
+
+def format_bytes(nbytes: int) -> str:
+    """``nbytes`` in binary units: ``512 B``, ``1.5 KiB``, ``256 MiB``, ... ``EiB``
+    (three significant digits), then in powers of ten (exact for integers of any
+    size)."""
+    if nbytes < 1024:
+        return f"{nbytes} B"
+    if nbytes >= 1024**7:
+        digits = len(str(nbytes))
+        lead = nbytes // 10 ** (digits - 3)
+        return f"{lead // 100}.{lead % 100:02d}e+{digits - 1} B"
+    power = 1
+    while nbytes >= 1024 ** (power + 1):
+        power += 1
+    unit = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB")[power - 1]
+    return f"{nbytes / 1024**power:.3g} {unit}"

@@ -22,7 +22,7 @@ from ..tuning.report import ProgressDisplay, print_database, print_results
 from ..tuning.strategies import strategy_names
 from ..tuning.tuner import DEFAULT_BUDGET, DEFAULT_STRATEGY, TuneOptions, tune_problem, tune_task
 from ..tuning.verdict import Verdict
-from .common import add_extent_argument, load_problem
+from .common import BACKEND_HELP, add_extent_argument, load_problem
 
 WISDOM_FORMAT = "einkern-wisdom"
 WISDOM_VERSION = 1
@@ -46,8 +46,16 @@ def add_tune_parsers(subparsers: argparse._SubParsersAction) -> None:
     tune = subparsers.add_parser("tune", help="autotune a program's kernels")
     tune.add_argument("program", help="a .ein, tensor or mapped-function file")
     add_extent_argument(tune)
-    tune.add_argument("--backend", "-b", default="auto", choices=["auto", "cpu", "cuda"])
-    tune.add_argument("--strategy", "-s", default=DEFAULT_STRATEGY, choices=strategy_names())
+    tune.add_argument(
+        "--backend", "-b", default="auto", choices=["auto", "cpu", "cuda"], help=BACKEND_HELP
+    )
+    tune.add_argument(
+        "--strategy",
+        "-s",
+        default=DEFAULT_STRATEGY,
+        choices=strategy_names(),
+        help=f"how variants are chosen (default {DEFAULT_STRATEGY}; docs/tuning.md)",
+    )
     limit = tune.add_mutually_exclusive_group()
     limit.add_argument(
         "--budget",
@@ -247,7 +255,7 @@ def command_db(args: argparse.Namespace) -> int:
             records, verdicts = db.records(), db.verdicts()
         _write_wisdom(args.path, records, verdicts)
         where = "standard output" if args.path == "-" else args.path
-        print(f"exported {len(records)} records to {where}", file=sys.stderr)
+        print(f"exported {_records(len(records))} to {where}", file=sys.stderr)
         return 0
     if args.db_command == "import":
         records, verdicts = _read_wisdom(args.path)
@@ -255,7 +263,7 @@ def command_db(args: argparse.Namespace) -> int:
             stored = db.add_many(records)
             for verdict in verdicts:
                 db.add_verdict(verdict)
-            print(f"imported {stored} of {len(records)} records into {db.path}")
+            print(f"imported {stored} of {_records(len(records))} into {db.path}")
         return 0
     from ..tuning.canonical import einkern_version
 
@@ -268,7 +276,7 @@ def command_db(args: argparse.Namespace) -> int:
             stale_version=einkern_version() if stale else None,
             keep_best_only=args.keep_best,
         )
-        print(f"deleted {deleted} records from {db.path}")
+        print(f"deleted {_records(deleted)} from {db.path}")
     return 0
 
 
@@ -331,3 +339,8 @@ def _read_wisdom(path: str) -> tuple[list[TuningRecord], list[Verdict]]:
 
 
 TUNE_COMMANDS = {"tune": command_tune, "db": command_db}
+
+
+def _records(count: int) -> str:
+    """``1 record``, ``2 records``."""
+    return f"{count} record{'s' if count != 1 else ''}"

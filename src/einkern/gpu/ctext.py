@@ -284,6 +284,15 @@ class CText:
         """Lines before a For loop with this ``unroll`` setting."""
         return []
 
+    def copy_async(self, s: kir.CopyAsync, env: Mapping[str, str]) -> list[str]:
+        raise NotImplementedError
+
+    def copy_commit(self) -> list[str]:
+        raise NotImplementedError
+
+    def copy_wait(self, pending: int) -> list[str]:
+        raise NotImplementedError
+
     def local(self, name: str) -> str:
         """Check a new local name (Declare, loop variable, vector)."""
         check_identifier(name)
@@ -435,6 +444,19 @@ class CText:
             return lines
         if isinstance(s, kir.Comment):
             return [f"// {line}" for line in s.text.splitlines() or [""]]
+        if isinstance(s, kir.CopyAsync):
+            shared, source = self.array(s.shared), self.array(s.array)
+            if shared.space != "shared" or source.space != "global":
+                raise ValueError(f"cp.async from {source.space} {source.name!r} to {shared.space}")
+            if shared.ctype != source.ctype:
+                raise ValueError(f"cp.async between {source.ctype} and {shared.ctype}")
+            return self.copy_async(s, env)
+        if isinstance(s, kir.CopyCommit):
+            return self.copy_commit()
+        if isinstance(s, kir.CopyWait):
+            if s.pending < 0:
+                raise ValueError(f"cp.async.wait_group {s.pending}")
+            return self.copy_wait(s.pending)
         if isinstance(s, kir.VectorLoad):
             self.local(s.name)
             info = self.array(s.array)

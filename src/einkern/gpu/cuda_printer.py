@@ -44,6 +44,7 @@ from .ctext import (
     indent,
     vector_type,
 )
+from .mma import SHAPES, asm_statement, registers
 
 STATIC_SHARED_LIMIT = 48 * 1024  # bytes of static shared memory a kernel may declare
 
@@ -85,6 +86,29 @@ class CudaText(CText):
 
     def uninitialised(self, stmt: kir.Declare) -> str:
         return f"{stmt.ctype} {stmt.name};"
+
+    def copy_async(self, s: kir.CopyAsync, env) -> list[str]:
+        shared, source = self.array(s.shared), self.array(s.array)
+        nbytes = ELEMENT_BYTES[shared.ctype]
+        it = self.index_type
+        inside = self.expr(s.inside, env)
+        return [
+            "{",
+            f"    const int ekx_in = {inside};",
+            f"    const unsigned ekx_dst = (unsigned)__cvta_generic_to_shared("
+            f"&{shared.name}[{self.expr(s.shared_index, env, it)}]);",
+            f"    const {shared.ctype} *ekx_src = {source.name} + "
+            f"(ekx_in ? ({self.expr(s.index, env, it)}) : 0);",
+            f'    asm volatile("cp.async.ca.shared.global [%0], [%1], {nbytes}, %2;"'
+            f' :: "r"(ekx_dst), "l"(ekx_src), "r"(ekx_in ? {nbytes} : 0) : "memory");',
+            "}",
+        ]
+
+    def copy_commit(self) -> list[str]:
+        return ['asm volatile("cp.async.commit_group;" ::: "memory");']
+
+    def copy_wait(self, pending: int) -> list[str]:
+        return [f'asm volatile("cp.async.wait_group {pending};" ::: "memory");']
 
     def unroll(self, unroll: int) -> list[str]:
         if unroll < 0:
@@ -189,6 +213,8 @@ def _sections(printer: CText, sections: Sequence[kir.Section], env: dict[str, st
             lines += printer.block(section.body, env)
         elif isinstance(section, kir.Barrier):
             lines.append("__syncthreads();")
+        elif isinstance(section, kir.Mma):
+            lines.append(mma_text(section))
         elif isinstance(section, kir.Uniform):
             v, it = printer.local(section.var), printer.index_type
             if section.step <= 0:
@@ -201,6 +227,28 @@ def _sections(printer: CText, sections: Sequence[kir.Section], env: dict[str, st
         else:
             raise TypeError(f"unknown kernel section {section!r}")
     return lines
+
+
+def mma_text(section: kir.Mma) -> str:
+    """The ``asm volatile`` statement of an :class:`~kir.Mma` section (tf32
+    operands are floats already rounded to tf32, passed as their bits)."""
+    shape = SHAPES[section.shape]
+    na, nb, nc = registers(shape)
+    if shape.packed > 1:
+        raise ValueError(f"{shape.name}: packed 16-bit operands are not generated yet")
+
+    def regs(fragment: kir.Fragment, count: int, bits: bool = False) -> list[str]:
+        names = [f"{fragment.var}[{fragment.first + j}]" for j in range(count)]
+        return [f"__float_as_uint({n})" for n in names] if bits else names
+
+    tf32 = shape.input_type == "tf32"
+    return asm_statement(
+        shape,
+        regs(section.d, nc),
+        regs(section.a, na, tf32),
+        regs(section.b, nb, tf32),
+        regs(section.c, nc),
+    )
 
 
 def print_kernel(kernel: kir.Kernel) -> str:

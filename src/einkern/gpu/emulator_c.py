@@ -27,6 +27,19 @@ Execution model:
   first thread loop therefore starts with ``if (k == start) {before the loop}
   else {tail of iteration k - step}``; a missing end-of-loop barrier thus lets
   fast threads overwrite shared memory that slow threads still read, as on a GPU;
+* an :class:`~kir.Mma` ends the pending thread loop (as a barrier does) and runs
+  as a loop over the block's warps: each warp's 32 fragments of A, B and C are
+  gathered from the lanes' thread variables through the instruction's fragment
+  layout tables (``einkern.gpu.mma``, checked on the hardware), the product is
+  computed (exact products, the sum in double, rounded once to the accumulator
+  type) and D is scattered back: a kernel that loads fragments by a wrong layout
+  computes a wrong product here, as on a GPU.  The step synchronises the whole
+  block, which the instruction does not: a barrier missing only where an MMA
+  lies between the read and the overwrite of shared memory is not caught;
+* a :class:`~kir.CopyAsync` reads its global element when issued but writes
+  shared memory only when a :class:`~kir.CopyWait` lets its group complete
+  (per emulated thread, in commit order), so a missing wait leaves the shared
+  element poisoned, as a copy still in flight would;
 * every Load/Store/VectorLoad goes through ``ekx_at_T``/``ekx_vload_T``, which
   check the index against the array's size (misalignment too, for vector
   loads); a bad access is recorded and redirected to a per-thread sink holding
@@ -50,12 +63,13 @@ from .ctext import (
     indent,
     vector_type,
 )
+from .mma import SHAPES, Layout
 
 POISON_INT = -0x5EADBEEF  # poison of int shared memory / thread variables
 POISON_LONG = -0x5EADBEEF5EADBEEF  # poison of long long ones
 MAX_ERRORS = 32  # bad accesses recorded per kernel run (all are counted)
 RECORD = 5  # longs per recorded error
-KINDS = ("out of bounds", "misaligned")
+KINDS = ("out of bounds", "misaligned", "too many asynchronous copies in flight")
 POISON = {
     "float": "EKX_NAN_F",
     "double": "EKX_NAN_D",
@@ -106,6 +120,11 @@ typedef struct {{
     double sink_d;
     int sink_i;
     long long sink_ll;
+    /* asynchronous copies in flight, per emulated thread (cp.async) */
+    char **q_dst;
+    double *q_val;
+    int *q_size, *q_group, *q_count, *q_open;
+    int q_cap;
 }} ekx_ctx;
 static void ekx_record(ekx_ctx *c, int site, long long index, int kind)
 {{
@@ -121,7 +140,43 @@ static void ekx_record(ekx_ctx *c, int site, long long index, int kind)
         e[4] = kind;
     }}
 }}
-{_access_functions()}{helper_functions("static inline")}"""
+{_access_functions()}{helper_functions("static inline")}
+static void ekx_async_push(ekx_ctx *c, long long t, void *dst, double value, int size)
+{{
+    int *n = &c->q_count[t];
+    if (*n >= c->q_cap) {{
+        ekx_record(c, -1, *n, 2);
+        return;
+    }}
+    long long k = t * c->q_cap + *n;
+    c->q_dst[k] = (char *)dst;
+    c->q_val[k] = value;
+    c->q_size[k] = size;
+    c->q_group[k] = c->q_open[t];
+    ++*n;
+}}
+static void ekx_async_wait(ekx_ctx *c, long long t, int pending)
+{{
+    long long base = t * c->q_cap;
+    int keep = 0;
+    for (int i = 0; i < c->q_count[t]; ++i) {{
+        long long k = base + i;
+        if (c->q_group[k] < c->q_open[t] - pending) {{
+            if (c->q_size[k] == 8)
+                *(double *)c->q_dst[k] = c->q_val[k];
+            else
+                *(float *)c->q_dst[k] = (float)c->q_val[k];
+        }} else {{
+            long long to = base + keep++;
+            c->q_dst[to] = c->q_dst[k];
+            c->q_val[to] = c->q_val[k];
+            c->q_size[to] = c->q_size[k];
+            c->q_group[to] = c->q_group[k];
+        }}
+    }}
+    c->q_count[t] = keep;
+}}
+"""
 
 
 @dataclass(frozen=True)
@@ -152,9 +207,10 @@ def _trips(u: kir.Uniform) -> int:
 
 
 def has_barrier(sections: Sequence[kir.Section]) -> bool:
-    """True when running ``sections`` executes at least one barrier."""
+    """True when running ``sections`` executes at least one barrier (or a
+    warp-collective :class:`~kir.Mma`, which splits thread loops the same way)."""
     return any(
-        isinstance(s, kir.Barrier)
+        isinstance(s, kir.Barrier | kir.Mma)
         or (isinstance(s, kir.Uniform) and _trips(s) > 0 and has_barrier(s.body))
         for s in sections
     )
@@ -207,6 +263,26 @@ class EmulationText(CText):
     def uninitialised(self, stmt: kir.Declare) -> str:
         return f"{stmt.ctype} {stmt.name} = {POISON[stmt.ctype]};"
 
+    def copy_async(self, s: kir.CopyAsync, env) -> list[str]:
+        shared, source = self.array(s.shared), self.array(s.array)
+        it = self.index_type
+        target = self.element(shared, self.expr(s.shared_index, env, it), "store")
+        value = self.element(source, self.expr(s.index, env, it), "load")
+        size = 8 if shared.ctype == "double" else 4
+        return [
+            "{",
+            f"    const int {PREFIX}in = {self.expr(s.inside, env)};",
+            f"    {PREFIX}async_push({PREFIX}c, {PREFIX}thread, &{target}, "
+            f"{PREFIX}in ? (double){value} : 0.0, {size});",
+            "}",
+        ]
+
+    def copy_commit(self) -> list[str]:
+        return [f"++{PREFIX}c->q_open[{PREFIX}thread];"]
+
+    def copy_wait(self, pending: int) -> list[str]:
+        return [f"{PREFIX}async_wait({PREFIX}c, {PREFIX}thread, {pending});"]
+
     # -- schedule --------------------------------------------------------------
 
     def thread_loop(self, pending: list[str]) -> list[str]:
@@ -244,6 +320,10 @@ class EmulationText(CText):
             if isinstance(s, kir.Barrier):
                 code += self.thread_loop(pending)
                 pending = []
+            elif isinstance(s, kir.Mma):
+                code += self.thread_loop(pending)
+                pending = []
+                code += self.mma(s)
             elif isinstance(s, kir.PerThread) or not has_barrier([s]):
                 pending = pending + self.per_thread([s], env)
             elif isinstance(s, kir.Uniform):
@@ -252,6 +332,59 @@ class EmulationText(CText):
             else:
                 raise TypeError(f"unknown kernel section {s!r}")
         return code, pending
+
+    def mma(self, section: kir.Mma) -> list[str]:
+        """The warp loop executing one :class:`~kir.Mma` (see the module docstring)."""
+        shape = SHAPES[section.shape]
+        if shape.packed > 1:
+            raise ValueError(f"{shape.name}: packed 16-bit operands are not emulated yet")
+        if self.kernel.threads % 32:
+            raise ValueError(f"an MMA needs whole warps, not {self.kernel.threads} threads")
+        counts = {v.name: max(1, v.count) for v in self.kernel.thread_vars}
+        w, lane, i, t = (f"{PREFIX}{n}" for n in ("warp", "lane", "i", "t"))
+        m, n, k = shape.m, shape.n, shape.k
+
+        def slot(f: kir.Fragment) -> str:  # register i of lane t's fragment
+            return f"{PREFIX}tv_{f.var}[{t} * {counts[f.var]} + {f.first} + {i}]"
+
+        acc = "double" if shape.accumulator == "f64" else "float"
+        lines = [
+            f"for (int {w} = 0; {w} < {self.kernel.threads // 32}; ++{w}) {{",
+            f"    double {PREFIX}ma[{m}][{k}], {PREFIX}mb[{k}][{n}], {PREFIX}mc[{m}][{n}];",
+            f"    for (int {lane} = 0; {lane} < 32; ++{lane}) {{",
+            f"        const long long {t} = {w} * 32LL + {lane};",
+        ]
+        for name, fragment, layout in (
+            ("ma", section.a, shape.a),
+            ("mb", section.b, shape.b),
+            ("mc", section.c, shape.c),
+        ):
+            table = _table_name(shape.name, name[1])
+            value = slot(fragment)
+            if name != "mc" and shape.input_type == "tf32":
+                value = f"{PREFIX}tf32({value})"
+            lines += [
+                f"        for (int {i} = 0; {i} < {layout.count}; ++{i})",
+                f"            {PREFIX}{name}[{table}[{lane}][{i}][0]][{table}[{lane}][{i}][1]]"
+                f" = (double){value};",
+            ]
+        r, c, kk, sum_ = (f"{PREFIX}{x}" for x in ("r", "c", "k", "sum"))
+        table = _table_name(shape.name, "c")
+        lines += [
+            "    }",
+            f"    for (int {lane} = 0; {lane} < 32; ++{lane}) {{",
+            f"        const long long {t} = {w} * 32LL + {lane};",
+            f"        for (int {i} = 0; {i} < {shape.c.count}; ++{i}) {{",
+            f"            const int {r} = {table}[{lane}][{i}][0], {c} = {table}[{lane}][{i}][1];",
+            f"            double {sum_} = {PREFIX}mc[{r}][{c}];",
+            f"            for (int {kk} = 0; {kk} < {k}; ++{kk})",
+            f"                {sum_} += {PREFIX}ma[{r}][{kk}] * {PREFIX}mb[{kk}][{c}];",
+            f"            {slot(section.d)} = ({acc}){sum_};",
+            "        }",
+            "    }",
+            "}",
+        ]
+        return lines
 
     def _rotated(
         self, u: kir.Uniform, env: dict[str, str], pending: list[str]
@@ -284,6 +417,99 @@ class EmulationText(CText):
         last = u.start + (_trips(u) - 1) * u.step
         after = ["{", f"    const {it} {v} = {last};", *indent(tail), "}"] if tail else []
         return code, after
+
+
+def _table_name(shape: str, operand: str) -> str:
+    return f"{PREFIX}mma_{shape}_{operand}"
+
+
+def _mma_sections(sections: Sequence[kir.Section]) -> list[kir.Mma]:
+    found: list[kir.Mma] = []
+    for s in sections:
+        if isinstance(s, kir.Mma):
+            found.append(s)
+        elif isinstance(s, kir.Uniform):
+            found += _mma_sections(s.body)
+    return found
+
+
+def _layout_table(name: str, layout: Layout) -> str:
+    rows = ", ".join(
+        "{" + ", ".join(f"{{{r}, {c}}}" for r, c in lane) + "}" for lane in layout.table().tolist()
+    )
+    return f"static const short {name}[32][{layout.count}][2] = {{{rows}}};"
+
+
+TF32_HELPER = f"""\
+static inline float {PREFIX}tf32(float x)
+{{
+    /* cvt.rna.tf32.f32: nearest, ties away from zero, 10 mantissa bits */
+    union {{ float f; unsigned u; }} v;
+    v.f = x;
+    if ((v.u & 0x7f800000u) != 0x7f800000u)
+        v.u = (v.u + 0x1000u) & 0xffffe000u;
+    return v.f;
+}}
+"""
+
+
+def mma_prelude(kernel: kir.Kernel) -> str:
+    """The fragment layout tables of the MMA shapes ``kernel`` uses."""
+    shapes = sorted({s.shape for s in _mma_sections(kernel.body)})
+    lines = []
+    for name in shapes:
+        shape = SHAPES[name]
+        for operand, layout in (("a", shape.a), ("b", shape.b), ("c", shape.c)):
+            lines.append(_layout_table(_table_name(name, operand), layout))
+    if any(SHAPES[name].input_type == "tf32" for name in shapes):
+        lines.append(TF32_HELPER)
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def _copies(kernel: kir.Kernel) -> int:
+    """CopyAsync statements in the kernel's text."""
+
+    def stmts(body) -> int:
+        count = 0
+        for s in body:
+            if isinstance(s, kir.CopyAsync):
+                count += 1
+            elif isinstance(s, kir.For):
+                count += stmts(s.body)
+            elif isinstance(s, kir.If):
+                count += stmts(s.body) + stmts(s.orelse)
+        return count
+
+    def sections(body) -> int:
+        count = 0
+        for s in body:
+            if isinstance(s, kir.PerThread):
+                count += stmts(s.body)
+            elif isinstance(s, kir.Uniform):
+                count += sections(s.body)
+        return count
+
+    return sections(kernel.body)
+
+
+def _queue(kernel: kir.Kernel) -> tuple[list[str], list[str], list[str]]:
+    """The asynchronous-copy queues (allocation, per-block reset, frees): room for
+    every copy statement of the kernel issued four times per thread."""
+    copies = _copies(kernel)
+    if not copies:
+        return [], [], []
+    cap, n, c = max(16, 4 * copies), kernel.threads, f"{PREFIX}c"
+    fields = [("q_dst", "char *", n * cap), ("q_val", "double", n * cap)]
+    fields += [("q_size", "int", n * cap), ("q_group", "int", n * cap)]
+    fields += [("q_count", "int", n), ("q_open", "int", n)]
+    allocate = [f"{c}->q_cap = {cap};"]
+    allocate += [f"{c}->{f} = ({t} *)malloc(sizeof({t}) * {size});" for f, t, size in fields]
+    allocate.append(
+        f"const int {PREFIX}qok = {' && '.join(f'{c}->{f} != NULL' for f, _, _ in fields)};"
+    )
+    i = f"{PREFIX}i"
+    reset = [f"for (int {i} = 0; {i} < {n}; ++{i}) {c}->q_count[{i}] = {c}->q_open[{i}] = 0;"]
+    return allocate, reset, [f"free({c}->{f});" for f, _, _ in fields]
 
 
 def _declarations(kernel: kir.Kernel) -> tuple[list[str], list[str], list[str]]:
@@ -320,25 +546,28 @@ def emulation_source(kernel: kir.Kernel) -> EmulationSource:
         for n, p in enumerate(scalars)
     ]
     allocate, poison, free = _declarations(kernel)
+    q_allocate, q_reset, q_free = _queue(kernel)
     b, it = f"{PREFIX}block", kernel.index_type
     blocks = [
         "#pragma omp for schedule(static)",
         f"for ({it} {b} = 0; {b} < {kernel.blocks}; ++{b}) {{",
-        f"    if (!{PREFIX}ok) continue;",
+        f"    if (!{PREFIX}ok{' || !' + PREFIX + 'qok' if q_allocate else ''}) continue;",
         f"    {PREFIX}c->block = {b};",
-        *indent([*poison, *code]),
+        *indent([*poison, *q_reset, *code]),
         "}",
     ]
     parallel = [
         f"{PREFIX}ctx {PREFIX}context = {{{PREFIX}errors, 0, 0, 0.0f, 0.0, 0, 0}};",
         f"{PREFIX}ctx *const {PREFIX}c = &{PREFIX}context;",
         *allocate,
-        f"if (!{PREFIX}ok) {{",
+        *q_allocate,
+        f"if (!{PREFIX}ok{' || !' + PREFIX + 'qok' if q_allocate else ''}) {{",
         "    #pragma omp atomic write",
         f"    {PREFIX}errors[1] = 1;",
         "}",
         *blocks,
         *free,
+        *q_free,
     ]
     body = [
         f"long long *const {PREFIX}errors = (long long *){PREFIX}buffers[{len(arrays)}];",
@@ -357,6 +586,7 @@ def emulation_source(kernel: kir.Kernel) -> EmulationSource:
         [
             *comment,
             C_PRELUDE,
+            mma_prelude(kernel),
             f"void {ENTRY_POINT}(void **{PREFIX}buffers, const double *{PREFIX}scalars)",
             "{",
             *indent(body),

@@ -6,7 +6,10 @@ Structure.  A kernel body is a list of *sections*:
 * :class:`PerThread` — code every thread of the block runs independently;
 * :class:`Uniform` — a loop whose bounds are the same for all threads of a
   block (k-step loops); its body is again a list of sections;
-* :class:`Barrier` — ``__syncthreads()``.
+* :class:`Barrier` — ``__syncthreads()``;
+* :class:`Mma` — one warp-level ``mma.sync`` per warp (warp-collective: every
+  lane's fragment registers are read at once, so it separates per-thread code
+  as a barrier does).
 
 Between two barriers, threads may not communicate.  The CUDA printer emits the
 sections in order; the emulator runs each :class:`PerThread` section as a loop
@@ -185,7 +188,37 @@ class Comment:
     text: str
 
 
-Stmt = Declare | Assign | Store | For | If | Comment | VectorLoad
+@dataclass(frozen=True)
+class CopyAsync:
+    """``cp.async``: element ``array[index]`` (global) copied to ``shared[shared_index]``
+    without passing through registers, landing only when a later :class:`CopyWait`
+    lets its group complete; where ``inside`` is false the shared element is
+    zero-filled and global memory is not read."""
+
+    shared: str
+    shared_index: Expr
+    array: str
+    index: Expr
+    inside: Expr
+
+
+@dataclass(frozen=True)
+class CopyCommit:
+    """``cp.async.commit_group``: the thread's copies issued since the last commit
+    form one group."""
+
+
+@dataclass(frozen=True)
+class CopyWait:
+    """``cp.async.wait_group pending``: wait until at most ``pending`` of the
+    thread's most recent groups are incomplete (the older ones have landed)."""
+
+    pending: int
+
+
+Stmt = (
+    Declare | Assign | Store | For | If | Comment | VectorLoad | CopyAsync | CopyCommit | CopyWait
+)
 
 
 # ---- sections ----------------------------------------------------------------
@@ -213,7 +246,30 @@ class Uniform:
     body: tuple[Section, ...]
 
 
-Section = PerThread | Barrier | Uniform
+@dataclass(frozen=True)
+class Fragment:
+    """A lane's registers of one MMA operand: ``var[first]``, ``var[first + 1]``, ...
+    of the thread-variable array ``var`` (as many as the instruction takes)."""
+
+    var: str
+    first: int = 0
+
+
+@dataclass(frozen=True)
+class Mma:
+    """``D = A·B + C`` by every warp of the block with the instruction
+    ``einkern.gpu.mma.SHAPES[shape]``; each lane's operands are fragments of
+    thread-variable arrays laid out as that shape's fragment layouts say (``d``
+    may be ``c``: accumulate in place).  The block's threads must be whole warps."""
+
+    shape: str
+    d: Fragment
+    a: Fragment
+    b: Fragment
+    c: Fragment
+
+
+Section = PerThread | Barrier | Uniform | Mma
 
 
 # ---- declarations ------------------------------------------------------------

@@ -193,7 +193,9 @@ class Mapping:
             lines.append("  k-step: " + ", ".join(f"{i}={s}" for i, s in self.k_step))
         for staging in self.staged:
             order = ",".join(staging.order) or "natural"
-            lines.append(f"  shared: {staging.access} layout {order} padding {staging.padding}")
+            lines.append(
+                f"  shared: {staging.access} layout {order} padding {staging.padding} elements"
+            )
         lines.append(
             f"  prefetch {'on' if self.prefetch else 'off'}, unroll {self.unroll}, "
             f"vector width {self.vector_width}, boundary {self.boundary}"

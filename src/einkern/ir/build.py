@@ -349,10 +349,7 @@ class _StatementBuilder:
                 raise UnknownNameError(
                     f"unknown function {name!r}",
                     node.func.span,
-                    hint="elementwise functions are "
-                    + ", ".join(sorted(ARITY))
-                    + "; "
-                    + _suggest(name, ARITY, "functions"),
+                    hint=_suggest(name, ARITY, "elementwise functions"),
                 )
             arity = ARITY[name]
             if len(node.args) != arity:

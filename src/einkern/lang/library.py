@@ -332,7 +332,9 @@ def _accesses(expr: ExprNode, func: FunctionDef) -> list[AccessNode]:
             )
         if arity != len(expr.args):
             raise SemanticError(
-                f"{expr.func.name} takes {arity} argument(s), got {len(expr.args)}", expr.span
+                f"{expr.func.name} takes {arity} argument{'s' if arity != 1 else ''}, "
+                f"got {len(expr.args)}",
+                expr.span,
             )
         return [a for arg in expr.args for a in _accesses(arg, func)]
     if isinstance(expr, NameNode):

@@ -255,7 +255,8 @@ class MappedReader(TokenCursor):
     ) -> None:
         if len(args) != len(func.params):
             raise SemanticError(
-                f"{func.name.name} takes {len(func.params)} argument(s), got {len(args)}",
+                f"{func.name.name} takes {len(func.params)} "
+                f"argument{'s' if len(func.params) != 1 else ''}, got {len(args)}",
                 call_span,
                 hint=func.signature(),
             )

@@ -78,7 +78,7 @@ class CudaBackend:
             raise BackendError(
                 f"the CUDA backend is not usable here: {self._why_unavailable}",
                 hint="run on a machine with an NVIDIA GPU and `pip install 'einkern[cuda]'`, "
-                "or use backend='cpu'",
+                "or use backend='cpu' (`--backend cpu` on the command line)",
             )
         source = self.source(problem, mappings, nests)
         key = (problem, source.text)

@@ -86,7 +86,8 @@ def initialize() -> None:
     except Exception as error:  # the bindings raise when libcuda itself is missing
         raise BackendError(
             f"cuInit failed: the NVIDIA driver cannot be loaded ({error})",
-            hint="the CUDA backend needs an NVIDIA GPU and driver; use backend='cpu'",
+            hint="the CUDA backend needs an NVIDIA GPU and driver; use backend='cpu' "
+            "(`--backend cpu` on the command line)",
         ) from error
     check(result, "cuInit")
 

@@ -1,0 +1,180 @@
+"""A statement read as one binary contraction in GEMM form (the view tensor-core
+kernels take): ``C[out] op= scale · Σ_K A[..] · B[..]`` with the indices in
+four groups — batch (in A, B and C), M (in C and A), N (in C and B) and K
+(summed, in A and B) — each group flattened into one logical dimension.
+
+Within a group the indices are ordered slowest first, so that the group's
+flat coordinate decomposes into per-index coordinates by division and
+remainder; the order follows the operand whose loads it drives (M by A's
+strides, N by B's, K by whichever operand is contiguous along a K index,
+batch by C's), so that consecutive flat coordinates are consecutive addresses
+where the layout allows.  :func:`contraction_of` says why when a statement
+is not of this form.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..ir.nodes import (
+    Access,
+    Const,
+    Expr,
+    Neg,
+    ScalarRef,
+    Sum,
+    product_factors,
+    signed_terms,
+)
+from ..ir.task import Task
+from . import exprs as E
+from . import kir
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One tensor access with the stride (in elements) of each of its indices."""
+
+    access: Access
+    strides: tuple[tuple[str, int], ...]
+
+    @property
+    def tensor(self) -> str:
+        return self.access.tensor
+
+    def stride(self, index: str) -> int:
+        return dict(self.strides).get(index, 0)
+
+    def contiguous(self) -> str | None:
+        """The index with stride 1 (None for a rank-0 access)."""
+        for index, stride in self.strides:
+            if stride == 1:
+                return index
+        return None
+
+
+@dataclass(frozen=True)
+class Contraction:
+    """The GEMM form of a statement (see the module docstring)."""
+
+    output: Operand
+    a: Operand
+    b: Operand
+    op: str  # "=", "+=" or "-="
+    sign: int  # +1 or -1: the sign of the product term
+    scale: tuple[str, ...]  # scalar names multiplying the product
+    constant: float  # constant factor of the product
+    extents: tuple[tuple[str, int], ...]
+    batch: tuple[str, ...]
+    m: tuple[str, ...]
+    n: tuple[str, ...]
+    k: tuple[str, ...]
+
+    def extent(self, index: str) -> int:
+        return dict(self.extents)[index]
+
+    def size(self, group: tuple[str, ...]) -> int:
+        return math.prod(self.extent(i) for i in group)
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.size(self.batch) * self.size(self.m) * self.size(self.n) * self.size(self.k)
+
+    def coordinates(self, group: tuple[str, ...], flat: kir.Expr) -> dict[str, kir.Expr]:
+        """Each index's coordinate from the group's flat coordinate ``flat``."""
+        found: dict[str, kir.Expr] = {}
+        inner = 1
+        for index in reversed(group):
+            extent = self.extent(index)
+            found[index] = (
+                E.mod(E.div(flat, inner), extent) if index != group[0] else E.div(flat, inner)
+            )
+            inner *= extent
+        return found
+
+    def offset(self, operand: Operand, coords: dict[str, kir.Expr]) -> kir.Expr:
+        """``Σ stride·coordinate`` over the indices of ``operand`` found in ``coords``."""
+        return E.linear([(coords[i], operand.stride(i)) for i, _ in operand.strides if i in coords])
+
+
+class NotAContraction(ValueError):
+    """The statement is not one binary contraction (the message says why)."""
+
+
+def _operand(task: Task, access: Access) -> Operand:
+    if len(set(access.indices)) != len(access.indices):
+        raise NotAContraction(f"{access} repeats an index (a diagonal)")
+    strides = task.problem.strides(access.tensor)
+    return Operand(access, tuple(zip(access.indices, strides, strict=True)))
+
+
+def _split(rhs: Expr) -> tuple[int, list[Expr], tuple[str, ...]]:
+    """(sign, factors, summed indices) of a single-term right-hand side."""
+    terms = signed_terms(rhs)
+    if len(terms) != 1:
+        raise NotAContraction(f"{len(terms)} terms (one product expected)")
+    sign, term = terms[0]
+    factors: list[Expr] = product_factors(term)
+    summed: tuple[str, ...] = ()
+    inner = [f for f in factors if isinstance(f, Sum)]
+    if len(inner) > 1:
+        raise NotAContraction("more than one sum in the product")
+    if inner:
+        summed = inner[0].indices
+        rest: list[Expr] = [f for f in factors if not isinstance(f, Sum)]
+        body_sign, body = 1, inner[0].body
+        if isinstance(body, Neg):
+            body_sign, body = -1, body.operand
+        inner_terms = signed_terms(body)
+        if len(inner_terms) != 1:
+            raise NotAContraction("a sum of several terms")
+        body_sign *= inner_terms[0][0]
+        factors = rest + [f for f in product_factors(inner_terms[0][1])]
+        sign *= body_sign
+    return sign, factors, summed
+
+
+def contraction_of(task: Task) -> Contraction:
+    """The GEMM form of the task's statement; :class:`NotAContraction` otherwise."""
+    statement = task.statement
+    problem = task.problem
+    sign, factors, summed = _split(statement.rhs)
+    tensors = [f for f in factors if isinstance(f, Access)]
+    scale = tuple(f.name for f in factors if isinstance(f, ScalarRef))
+    constant = math.prod(f.value for f in factors if isinstance(f, Const))
+    if len(tensors) != 2 or len(tensors) + len(scale) + sum(
+        isinstance(f, Const) for f in factors
+    ) != len(factors):
+        raise NotAContraction("the product must be two tensors times scalars")
+    if statement.output.tensor in {t.tensor for t in tensors}:
+        raise NotAContraction("the output is also read")
+    a, b = (_operand(task, t) for t in tensors)
+    out = _operand(task, statement.output)
+    ia, ib, ic = set(a.access.indices), set(b.access.indices), set(out.access.indices)
+    if set(summed) != (ia | ib) - ic or not summed:
+        raise NotAContraction("every summed index must be in an operand, and one at least")
+    if ic - (ia | ib):
+        raise NotAContraction("an output index is in neither operand")
+    if (ia ^ ib) & set(summed):
+        raise NotAContraction("a summed index is in one operand only")
+    extents = tuple((i, problem.index_size(statement, i)) for i in statement.indices)
+
+    def ordered(group, by: Operand) -> tuple[str, ...]:
+        return tuple(sorted(group, key=lambda i: -by.stride(i)))
+
+    k_by = a if a.contiguous() in summed else b if b.contiguous() in summed else a
+    return Contraction(
+        output=out,
+        a=a,
+        b=b,
+        op=statement.op,
+        sign=sign,
+        scale=scale,
+        constant=float(constant),
+        extents=extents,
+        batch=ordered(ia & ib & ic, out),
+        m=ordered((ia & ic) - ib, a),
+        n=ordered((ib & ic) - ia, b),
+        k=ordered(set(summed), k_by),
+    )

@@ -1,0 +1,431 @@
+"""Tensor-core kernels: a binary contraction in GEMM form (:mod:`.contraction`)
+lowered onto warp-level MMA instructions (:mod:`.mma`).
+
+Kernel shape, for an :class:`MmaConfig`:
+
+* a block computes a ``BM × BN`` tile of the (batch, M, N) output, BM =
+  ``warps_m · tiles_m · m`` and BN = ``warps_n · tiles_n · n`` for the
+  instruction's m × n; each warp a ``tiles_m × tiles_n`` grid of instruction
+  tiles, its accumulators in registers;
+* the K dimension is stepped ``k_step`` elements at a time through two shared
+  buffers: all threads load the next A (BM × k_step) and B (k_step × BN) tiles
+  into registers, coalesced along each operand's contiguous index (through the
+  group decomposition, so any index order works), zero-filled past the extents;
+  meanwhile each warp loads its fragments of the current tiles from shared
+  memory by the instruction's layout formulas and issues the MMAs; then the
+  registers go to the other buffer, and one barrier ends the step;
+* the epilogue stores each accumulator element by the accumulator layout
+  (``=``, ``+=``, ``-=``, times the statement's scalars), predicated at the edges.
+
+Parameters follow the other kernels' convention (``p_<tensor>`` arrays in
+declaration order, ``s_<scalar>`` doubles), so the runtime launches them alike.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+
+from ..ir.task import Task
+from ..semantics import C_TYPE
+from . import exprs as E
+from . import kir
+from .contraction import Contraction, contraction_of
+from .mma import SHAPES, coordinates, registers
+
+
+@dataclass(frozen=True)
+class MmaConfig:
+    """The tile shape of a tensor-core kernel (see the module docstring)."""
+
+    shape: str = "m16n8k4_f64"
+    warps_m: int = 4
+    warps_n: int = 4
+    tiles_m: int = 2
+    tiles_n: int = 4
+    k_step: int = 16
+    padding: int = -1  # extra elements per shared row; -1: conflict-free for 8-byte fragments
+    stages: int = 1  # shared buffers per tile (1 or 2 via registers; 2-4 asynchronous)
+    copy: str = "registers"  # global → shared: "registers" (prefetched) or "async" (cp.async)
+
+    def block_tile(self) -> tuple[int, int]:
+        shape = SHAPES[self.shape]
+        return self.warps_m * self.tiles_m * shape.m, self.warps_n * self.tiles_n * shape.n
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps_m * self.warps_n
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @staticmethod
+    def from_json(text: str) -> MmaConfig:
+        return MmaConfig(**json.loads(text))
+
+
+def problems(task: Task, config: MmaConfig) -> list[str]:
+    """Why ``config`` cannot compute ``task`` (empty: it can)."""
+    found: list[str] = []
+    if config.shape not in SHAPES:
+        return [f"unknown MMA shape {config.shape!r}"]
+    shape = SHAPES[config.shape]
+    if shape.input_type != "f64":
+        found.append(f"{shape.name}: only fp64 MMA kernels are generated so far")
+    program = task.program
+    statement = task.statement
+    dtypes = {program.tensor(t).dtype for t in statement.tensors()}
+    if dtypes != {"float64"}:
+        found.append(f"fp64 tensor cores need float64 tensors, not {sorted(dtypes)}")
+    if config.k_step % shape.k or config.k_step < shape.k:
+        found.append(f"k_step {config.k_step} is not a multiple of the instruction's k={shape.k}")
+    if min(config.warps_m, config.warps_n, config.tiles_m, config.tiles_n) < 1:
+        found.append("warps and tiles must be positive")
+    if config.threads > 1024:
+        found.append(f"{config.threads} threads per block")
+    if config.copy not in ("registers", "async"):
+        found.append(f"copy {config.copy!r} (registers or async)")
+    elif config.copy == "registers" and config.stages not in (1, 2):
+        found.append(f"stages {config.stages} (1 or 2 when copying through registers)")
+    elif config.copy == "async" and config.stages not in (2, 3, 4):
+        found.append(f"stages {config.stages} (2 to 4 with asynchronous copies)")
+    if config.padding < -1:
+        found.append("padding must be >= 0, or -1 (automatic)")
+    return found
+
+
+def lower_mma(task: Task, config: MmaConfig, name: str | None = None) -> kir.Kernel:
+    """The kernel IR of ``task`` on tensor cores (ValueError when it cannot)."""
+    trouble = problems(task, config)
+    if trouble:
+        raise ValueError("; ".join(trouble))
+    c = contraction_of(task)
+    return _Builder(task, c, config, name or f"einkern_s{task.position}").kernel()
+
+
+def _padding(row: int, padding: int) -> int:
+    """Extra elements after a shared row of ``row`` doubles.  Automatic (-1): the
+    row length becomes 4 modulo 16, so the 16 lanes of a half warp reading a
+    fragment (rows ``group`` 0..3 apart, columns ``quad`` 0..3, or the transpose)
+    hit 16 distinct 8-byte bank pairs."""
+    return (4 - row) % 16 if padding == -1 else padding
+
+
+class _Builder:
+    def __init__(self, task: Task, c: Contraction, config: MmaConfig, name: str):
+        self.task, self.c, self.config, self.name = task, c, config, name
+        self.shape = SHAPES[config.shape]
+        self.bm, self.bn = config.block_tile()
+        self.bk = config.k_step
+        self.M, self.N, self.K = c.size(c.m), c.size(c.n), c.size(c.k)
+        self.tiles_m = math.ceil(self.M / self.bm)
+        self.tiles_n = math.ceil(self.N / self.bn)
+        self.batches = c.size(c.batch)
+        largest = max(task.problem.numel(t) for t in task.statement.tensors())
+        self.itype = "long long" if largest >= 2**31 else "int"
+        self.lda = self.bk + _padding(self.bk, config.padding)  # shared A row (M rows)
+        self.ldb = self.bn + _padding(self.bn, config.padding)  # shared B row (K rows)
+
+    # -- pieces ---------------------------------------------------------------
+
+    def tid(self) -> kir.Expr:
+        return kir.ThreadIdx()
+
+    def warp_bases(self) -> tuple[kir.Expr, kir.Expr]:
+        """Row (M) and column (N) of the warp's first instruction tile in the block."""
+        warp = E.div(self.tid(), 32)
+        shape, cfg = self.shape, self.config
+        row = E.mul(E.mod(warp, cfg.warps_m), E.const(cfg.tiles_m * shape.m))
+        col = E.mul(E.div(warp, cfg.warps_m), E.const(cfg.tiles_n * shape.n))
+        return row, col
+
+    def lane_group_quad(self) -> tuple[kir.Expr, kir.Expr]:
+        lane = E.mod(self.tid(), 32)
+        return E.div(lane, 4), E.mod(lane, 4)
+
+    def prologue(self) -> list[kir.Stmt]:
+        """Block coordinates (M tile fastest, then N, then batch) and the batch's
+        base offsets into every tensor."""
+        block = kir.BlockIdx()
+        body: list[kir.Stmt] = [
+            kir.Assign("row0", E.mul(E.mod(block, self.tiles_m), E.const(self.bm))),
+            kir.Assign(
+                "col0", E.mul(E.mod(E.div(block, self.tiles_m), self.tiles_n), E.const(self.bn))
+            ),
+        ]
+        flat = E.div(block, self.tiles_m * self.tiles_n)
+        coords = self.c.coordinates(self.c.batch, flat) if self.c.batch else {}
+        for name, operand in (
+            ("base_a", self.c.a),
+            ("base_b", self.c.b),
+            ("base_c", self.c.output),
+        ):
+            body.append(kir.Assign(name, self.c.offset(operand, coords)))
+        nc = registers(self.shape)[2]
+        count = self.config.tiles_m * self.config.tiles_n * nc
+        body += [kir.Store("acc", E.const(i), kir.Float(0.0)) for i in range(count)]
+        return body
+
+    def _tile(self, which: str, kk: kir.Expr) -> tuple:
+        """(operand, rows, cols, row group, col group, row0, col0, shared, ld) of
+        the A (M × k_step) or B (k_step × N) tile at k offset ``kk``."""
+        c = self.c
+        if which == "a":
+            return c.a, self.bm, self.bk, c.m, c.k, kir.Var("row0"), kk, "As", self.lda
+        return c.b, self.bk, self.bn, c.k, c.n, kk, kir.Var("col0"), "Bs", self.ldb
+
+    def _elements(self, which: str, ahead: int = 0, kk: kir.Expr | None = None):
+        """Per element a thread copies of one tile: (register, guard on the
+        thread's share, shared-memory index, in-extents condition, global index);
+        ``ahead``: the tile ``ahead`` k-steps after ``kk``.  Consecutive threads
+        go along the operand's contiguous index."""
+        kk = kir.Var("kk") if kk is None else kk
+        operand, rows, cols, row_group, col_group, row0, col0, shared, ld = self._tile(which, kk)
+        if ahead:
+            if which == "a":
+                col0 = E.add(col0, E.const(ahead * self.bk))
+            else:
+                row0 = E.add(row0, E.const(ahead * self.bk))
+        threads = self.config.threads
+        fastest_col = bool(col_group) and operand.stride(col_group[-1]) == 1
+        total = rows * cols
+        base = "base_a" if which == "a" else "base_b"
+        for j in range(math.ceil(total / threads)):
+            e = E.add(self.tid(), E.const(j * threads))
+            if fastest_col:
+                r, col = E.div(e, cols), E.mod(e, cols)
+            else:
+                r, col = E.mod(e, rows), E.div(e, rows)
+            gr, gc = E.add(row0, r), E.add(col0, col)
+            coords = {**self.c.coordinates(row_group, gr), **self.c.coordinates(col_group, gc)}
+            index = E.add(kir.Var(base), self.c.offset(operand, coords))
+            inside = E.conj(
+                [
+                    E.less(gr, E.const(self.c.size(row_group))),
+                    E.less(gc, E.const(self.c.size(col_group))),
+                ]
+            )
+            share = E.less(e, E.const(total)) if (j + 1) * threads > total else None
+            target = E.add(E.mul(r, E.const(ld)), col)
+            yield j, share, target, inside, index
+
+    def fetch(self, which: str, ahead: int, kk: kir.Expr | None = None) -> list[kir.Stmt]:
+        """Global loads of a tile into the thread's prefetch registers (zero past
+        the extents); ``kk``: the k offset (default: the k-step loop's)."""
+        operand = self.c.a if which == "a" else self.c.b
+        register = f"pre_{which}"
+        stmts: list[kir.Stmt] = []
+        for j, share, _, inside, index in self._elements(which, ahead, kk):
+            load: kir.Stmt = kir.If(
+                inside,
+                (kir.Store(register, E.const(j), kir.Load(f"p_{operand.tensor}", index)),),
+                (kir.Store(register, E.const(j), kir.Float(0.0)),),
+            )
+            stmts.append(kir.If(share, (load,)) if share is not None else load)
+        return stmts
+
+    def buffer(self, which: str, number: kir.Expr) -> kir.Expr:
+        """Offset of shared buffer ``number`` (0 or 1) of the A or B tile."""
+        size = self.bm * self.lda if which == "a" else self.bk * self.ldb
+        return E.mul(number, E.const(size))
+
+    def deposit(self, which: str, number: kir.Expr) -> list[kir.Stmt]:
+        """The prefetch registers stored into shared buffer ``number`` of the tile."""
+        shared = "As" if which == "a" else "Bs"
+        stmts: list[kir.Stmt] = []
+        for j, share, target, _, _ in self._elements(which):
+            at = E.add(self.buffer(which, number), target)
+            store: kir.Stmt = kir.Store(shared, at, kir.Load(f"pre_{which}", E.const(j)))
+            stmts.append(kir.If(share, (store,)) if share is not None else store)
+        return stmts
+
+    def k_step(self) -> list[kir.Section]:
+        """One k-step on double-buffered shared tiles: the next tile's global
+        loads issued into registers (they overlap the MMAs), fragments and MMAs
+        from the current buffer, the registers stored into the other buffer, one
+        barrier (the other buffer was last read before the previous barrier)."""
+        step = E.div(kir.Var("kk"), self.bk)
+        current, following = E.mod(step, 2), E.mod(E.add(step, E.const(1)), 2)
+        sections: list[kir.Section] = []
+        if self.config.stages == 1:  # one buffer: store, barrier, ..., barrier
+            current = following = E.const(0)
+            deposit = self.deposit("a", current) + self.deposit("b", current)
+            sections += [kir.PerThread(tuple(deposit)), kir.Barrier()]
+        sections.append(kir.PerThread(tuple(self.fetch("a", 1) + self.fetch("b", 1))))
+        sections += self.multiply(current)
+        if self.config.stages == 2:
+            deposit = self.deposit("a", following) + self.deposit("b", following)
+            sections.append(kir.PerThread(tuple(deposit)))
+        sections.append(kir.Barrier())
+        return sections
+
+    def issue(self, ahead: int, number: kir.Expr, kk: kir.Expr | None = None) -> list[kir.Stmt]:
+        """Asynchronous copies of the A and B tiles ``ahead`` k-steps after ``kk``
+        into shared buffer ``number``, committed as one group."""
+        stmts: list[kir.Stmt] = []
+        for which, shared in (("a", "As"), ("b", "Bs")):
+            operand = self.c.a if which == "a" else self.c.b
+            for _, share, target, inside, index in self._elements(which, ahead, kk):
+                at = E.add(self.buffer(which, number), target)
+                copy: kir.Stmt = kir.CopyAsync(shared, at, f"p_{operand.tensor}", index, inside)
+                stmts.append(kir.If(share, (copy,)) if share is not None else copy)
+        return [*stmts, kir.CopyCommit()]
+
+    def async_step(self) -> list[kir.Section]:
+        """One k-step of the asynchronous pipeline: wait until this step's tiles
+        have landed, a barrier (they are visible, and every warp is done with the
+        buffer refilled next), the copies of the tiles ``stages - 1`` steps ahead
+        issued into that buffer, then the fragments and MMAs of this step."""
+        stages = self.config.stages
+        step = E.div(kir.Var("kk"), self.bk)
+        current = E.mod(step, stages)
+        ahead = E.mod(E.add(step, E.const(stages - 1)), stages)
+        return [
+            kir.PerThread((kir.CopyWait(stages - 2),)),
+            kir.Barrier(),
+            kir.PerThread(tuple(self.issue(stages - 1, ahead))),
+            *self.multiply(current),
+        ]
+
+    def multiply(self, current: kir.Expr) -> list[kir.Section]:
+        """Fragments from shared buffer ``current`` and the warp's MMAs, per
+        instruction k-step."""
+        sections: list[kir.Section] = []
+        shape, cfg = self.shape, self.config
+        na, nb, nc = registers(shape)
+        group, quad = self.lane_group_quad()
+        wrow, wcol = self.warp_bases()
+        for ks in range(0, self.bk, shape.k):
+            frags: list[kir.Stmt] = []
+            for tm in range(cfg.tiles_m):
+                for i in range(na):
+                    r, col = coordinates(shape.a, group, quad, i)
+                    row = E.add(wrow, E.add(E.const(tm * shape.m), r))
+                    at = E.add(E.mul(row, E.const(self.lda)), E.add(E.const(ks), col))
+                    at = E.add(self.buffer("a", current), at)
+                    frags.append(kir.Store("fa", E.const(tm * na + i), kir.Load("As", at)))
+            for tn in range(cfg.tiles_n):
+                for i in range(nb):
+                    r, col = coordinates(shape.b, group, quad, i)
+                    column = E.add(wcol, E.add(E.const(tn * shape.n), col))
+                    at = E.add(E.mul(E.add(E.const(ks), r), E.const(self.ldb)), column)
+                    at = E.add(self.buffer("b", current), at)
+                    frags.append(kir.Store("fb", E.const(tn * nb + i), kir.Load("Bs", at)))
+            sections.append(kir.PerThread(tuple(frags)))
+            for tm in range(cfg.tiles_m):
+                for tn in range(cfg.tiles_n):
+                    acc = kir.Fragment("acc", (tm * cfg.tiles_n + tn) * nc)
+                    sections.append(
+                        kir.Mma(
+                            shape.name,
+                            acc,
+                            kir.Fragment("fa", tm * na),
+                            kir.Fragment("fb", tn * nb),
+                            acc,
+                        )
+                    )
+        return sections
+
+    def epilogue(self) -> list[kir.Stmt]:
+        c, shape, cfg = self.c, self.shape, self.config
+        nc = registers(shape)[2]
+        group, quad = self.lane_group_quad()
+        wrow, wcol = self.warp_bases()
+        factor: kir.Expr = kir.Float(c.sign * c.constant)
+        for name in c.scale:
+            factor = E.mul(factor, kir.Var(f"s_{name}"))
+        out = f"p_{c.output.tensor}"
+        stmts: list[kir.Stmt] = []
+        for tm in range(cfg.tiles_m):
+            for tn in range(cfg.tiles_n):
+                for i in range(nc):
+                    r, col = coordinates(shape.c, group, quad, i)
+                    gm = E.add(kir.Var("row0"), E.add(wrow, E.add(E.const(tm * shape.m), r)))
+                    gn = E.add(kir.Var("col0"), E.add(wcol, E.add(E.const(tn * shape.n), col)))
+                    coords = {**c.coordinates(c.m, gm), **c.coordinates(c.n, gn)}
+                    index = E.add(kir.Var("base_c"), c.offset(c.output, coords))
+                    value = kir.Op(
+                        "*", factor, kir.Load("acc", E.const((tm * cfg.tiles_n + tn) * nc + i))
+                    )
+                    op = {"=": "=", "+=": "+=", "-=": "-="}[c.op]
+                    inside = E.conj([E.less(gm, E.const(self.M)), E.less(gn, E.const(self.N))])
+                    assert inside is not None
+                    stmts.append(kir.If(inside, (kir.Store(out, index, value, op),)))
+        return stmts
+
+    # -- the kernel -------------------------------------------------------------
+
+    def kernel(self) -> kir.Kernel:
+        task, c, cfg = self.task, self.c, self.config
+        na, nb, nc = registers(self.shape)
+        steps = math.ceil(self.K / self.bk) * self.bk
+        zero = E.const(0)
+        if cfg.copy == "async":
+            first: list[kir.Stmt] = []
+            for s in range(cfg.stages - 1):
+                first += self.issue(s, E.const(s), zero)
+            loop = kir.Uniform("kk", 0, steps, self.bk, tuple(self.async_step()))
+            body: tuple[kir.Section, ...] = (
+                kir.PerThread(tuple(self.prologue() + first)),
+                loop,
+                kir.PerThread((kir.CopyWait(0), *self.epilogue())),
+            )
+        else:
+            first = self.fetch("a", 0, zero) + self.fetch("b", 0, zero)
+            if cfg.stages == 2:
+                first += self.deposit("a", zero) + self.deposit("b", zero)
+            body = (
+                kir.PerThread(tuple(self.prologue() + first)),
+                *([kir.Barrier()] if cfg.stages == 2 else []),
+                kir.Uniform("kk", 0, steps, self.bk, tuple(self.k_step())),
+                kir.PerThread(tuple(self.epilogue())),
+            )
+        per_thread = math.ceil(self.bm * self.bk / cfg.threads)
+        prefetch = (
+            ()
+            if cfg.copy == "async"
+            else (
+                kir.ThreadVar("pre_a", "double", per_thread),
+                kir.ThreadVar("pre_b", "double", math.ceil(self.bk * self.bn / cfg.threads)),
+            )
+        )
+        used = set(task.statement.tensors())
+        params = [
+            kir.Param(
+                f"p_{t.name}",
+                C_TYPE[t.dtype],
+                True,
+                task.problem.numel(t.name),
+                readonly=t.name != c.output.tensor,
+            )
+            for t in task.program.tensors
+            if t.name in used
+        ]
+        params += [kir.Param(f"s_{s.name}", "double", False) for s in task.program.scalars]
+        it = self.itype
+        return kir.Kernel(
+            name=self.name,
+            params=tuple(params),
+            threads=cfg.threads,
+            blocks=self.tiles_m * self.tiles_n * self.batches,
+            thread_vars=(
+                kir.ThreadVar("row0", it),
+                kir.ThreadVar("col0", it),
+                kir.ThreadVar("base_a", it),
+                kir.ThreadVar("base_b", it),
+                kir.ThreadVar("base_c", it),
+                kir.ThreadVar("fa", "double", cfg.tiles_m * na),
+                kir.ThreadVar("fb", "double", cfg.tiles_n * nb),
+                kir.ThreadVar("acc", "double", cfg.tiles_m * cfg.tiles_n * nc),
+                *prefetch,
+            ),
+            shared=(
+                kir.SharedArray("As", "double", cfg.stages * self.bm * self.lda),
+                kir.SharedArray("Bs", "double", cfg.stages * self.bk * self.ldb),
+            ),
+            body=body,
+            index_type=it,
+            comment=f"{task.statement}  [mma {self.shape.name}, {cfg.to_json()}]",
+            meta=(("compute_type", "double"),),
+        )

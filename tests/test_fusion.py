@@ -143,14 +143,15 @@ def test_merging_renames_a_summed_index_that_clashes():
     assert np.allclose(evaluate(one, arrays, {})["t"], evaluate(problem, arrays, {})["t"])
 
 
-def test_ccsdt_d1_fused_is_the_hand_merged_kernel_on_cuda():
-    problem = make_problem(load(ROOT / "examples/ccsdt_d1.ein"), {"T": 16})
+@pytest.mark.parametrize("family", ["s1", "d1", "d2"])
+def test_ccsdt_fused_is_the_hand_merged_kernel_on_cuda(family):
+    problem = make_problem(load(ROOT / f"examples/ccsdt_{family}.ein"), {"T": 16})
     plan = fusion_plan(problem, "cuda")
     assert len(plan.groups) == 1 and plan.groups[0].kind == "merge"
     fused = generate(plan.fused).text
-    hand = generate(make_problem(load(family_program("d1", 16)), {})).text
+    hand = generate(make_problem(load(family_program(family, 16)), {})).text
     assert fused.count("__global__") == 1
-    assert fused.replace("ccsdt_d1", "P") == hand.replace("sd_t_d1_all", "P")
+    assert fused.replace(f"ccsdt_{family}", "P") == hand.replace(f"sd_t_{family}_all", "P")
 
 
 # ---- the cover ----------------------------------------------------------------------

@@ -5,23 +5,25 @@ outermost output dimensions (outermost in its output's memory order) are
 identified with the dimensions ``F[0..depth-1]`` of one fused loop nest.  Each
 fused iteration runs the statements' remaining loops (their inner parallel and
 reduction loops) in program order.  That is legal exactly when every dependence
-between two statements of the group (:func:`einkern.ir.poly.dependences`),
-carried over to ``F`` through both alignments, has distance zero: the consumer
-only reads (or overwrites) what its own fused iteration produced.  A dependence
-of any other distance crosses iterations, that is threads or blocks, and
-forbids the group.
+between two statements of the group -- the isl relation of each pair of their
+accesses to one tensor with a write among them (built from the access maps of
+:mod:`einkern.ir.poly`) -- carried over to ``F`` through both alignments, has
+distance zero: the consumer only reads (or overwrites) what its own fused
+iteration produced.  A dependence of any other distance crosses iterations,
+that is threads or blocks, and forbids the group.
 
-Two kinds of group come out of that (:func:`group_kind`):
+Two kinds of group come out of that:
 
-- ``merge``: updates of one output (``t = ...; t += ...; t -= ...`` or only
-  updates) aligned over the whole output, whose right-hand sides do not read it.
-  :func:`merge_statements` derives, as a pure transform, the one statement that
-  sums the signed right-hand sides (renaming each statement's indices to the
-  first one's by output position), the hand-merged ``sd_t_<family>_all``
-  statement of the CCSD(T) benchmark; every backend lowers it as one kernel.
+- ``merge`` (:func:`mergeable`): updates of one output (``t = ...; t += ...;
+  t -= ...`` or only updates) aligned over the whole output, whose right-hand
+  sides do not read it.  :func:`merge_statements` derives, as a pure transform,
+  the one statement that sums the signed right-hand sides (renaming each
+  statement's indices to the first one's by output position), the hand-merged
+  ``sd_t_<family>_all`` statement of the CCSD(T) benchmark; every backend
+  lowers it as one kernel.
 - ``nest``: any other legal group aligned over at least one dimension
   (siblings reading one input, producer–consumer chains): one loop nest on the
-  CPU backend.
+  CPU backend; on CUDA, siblings without dependences as one launch.
 """
 
 from __future__ import annotations

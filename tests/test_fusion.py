@@ -359,3 +359,14 @@ def test_measured_groupings_keep_the_fastest_cover_and_say_so():
     assert_matches_reference(kernel)
     with pytest.raises(einkern.errors.ArgumentError):
         einkern.compile(ROOT / "examples/norms.ein", backend="cpu", fuse="sometimes")
+
+
+def test_tune_measures_the_groupings(tmp_path, capsys):
+    from einkern.cli import main
+
+    path = str(ROOT / "examples/norms.ein")
+    database = str(tmp_path / "db.sqlite")
+    code = main(["tune", path, "-e", "nb=50", "-e", "d=8", "--backend", "cpu", "-n", "1",
+                 "--db", database, "--groupings"])
+    assert code == 0
+    assert "chosen by the fastest measured cover" in capsys.readouterr().out

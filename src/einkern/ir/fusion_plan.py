@@ -46,7 +46,7 @@ MAX_CANDIDATES = 2000  # candidate groups enumerated (beyond: the plan says it s
 ALTERNATIVES = 3  # covers kept: the best and the next best
 #: Covers predicted within this fraction of the fastest count as equally fast (the
 #: cost models rank; they do not predict closely): the one of fewest kernels wins.
-MODEL_TOLERANCE = 0.25
+MODEL_TOLERANCE = 0.15
 
 
 @dataclass(frozen=True)

@@ -275,7 +275,7 @@ def test_tuned_without_tuning_database_says_so(tmp_path, capsys):
 
 
 def test_suites_registry_and_usage_errors(tmp_path):
-    assert suite_names() == ("gemm", "nekbone", "ccsdt", "riemann", "mapped")
+    assert suite_names() == ("gemm", "nekbone", "ccsdt", "riemann", "mapped", "contractions")
     assert [s.name for s in resolve_suites(["ccsdt", "all"])][:2] == ["ccsdt", "gemm"]
     with pytest.raises(UsageError):
         resolve_suites(["nosuch"])

@@ -245,7 +245,7 @@ def test_compile_fuses_by_default_and_reports_its_groups():
     kernel = einkern.compile(ROOT / "examples/ccsdt_d1.ein", backend="cpu", T=3)
     assert kernel.kernels == 1
     assert kernel.groups[0].positions == tuple(range(9)) and kernel.groups[0].kind == "merge"
-    assert len(kernel.compiled_problem.program.statements) == 1
+    assert len(kernel.compiled.program.statements) == 1
     assert "statement_1" not in kernel.source()
     unfused = einkern.compile(ROOT / "examples/ccsdt_d1.ein", backend="cpu", T=3, fuse=False)
     assert unfused.kernels == 9

@@ -111,7 +111,7 @@ def test_not_contractions_are_refused(statement):
         contraction_of(statement_task(problem, 0))
 
 
-def test_float32_is_refused_until_tf32_exists():
+def test_float32_is_refused_by_fp64_shapes():
     problem = problem_of(
         "program t\ndims m\ndtype float32\ntensor A[m,m], B[m,m], C[m,m]\n"
         "C[i,j] = A[i,k] * B[k,j]\n",
@@ -180,3 +180,69 @@ def test_a_missing_wait_is_caught(stages):
         report = emulate([candidate], given, {})
         assert report.ok
         assert np.allclose(given["p_C"], want, rtol=1e-12) == good
+
+
+def _float32_problem(name: str):
+    text, extents = PROGRAMS[name]
+    dims = ", ".join(extents)
+    return problem_of(f"program t\ndims {dims}\ndtype float32\n{text}\n", **extents)
+
+
+def _error(problem, config, seed=4) -> float:
+    from einkern.reference import relative_error
+
+    kernel = lower_mma(statement_task(problem, 0), config)
+    arrays = random_arrays(problem, seed)
+    scalars = random_scalars(problem, seed)
+    want = evaluate(problem, {k: v.astype(np.float64) for k, v in arrays.items()}, scalars)
+    out = problem.program.statements[0].output.tensor
+    given = {f"p_{k}": v.copy(order="K") for k, v in arrays.items()}
+    report = emulate([kernel], given, {f"s_{k}": v for k, v in scalars.items()})
+    assert report.ok, report
+    return relative_error(given[f"p_{out}"].astype(np.float64), want[out].astype(np.float64))
+
+
+TF32 = {
+    "tf32-k8": MmaConfig("m16n8k8_tf32", 2, 2, 2, 2, 16),
+    "tf32-k4-async": MmaConfig("m16n8k4_tf32", 2, 1, 1, 2, 8, stages=3, copy="async"),
+}
+
+
+@pytest.mark.parametrize("config", sorted(TF32))
+@pytest.mark.parametrize("name", ["gemm", "four-index", "update-scaled", "six-index-out"])
+def test_tf32_and_3xtf32(name, config):
+    """TF32 keeps 10 mantissa bits of each input: its error is far above fp32's
+    rounding but within 1e-2 here (inputs in [0.5, 1.5]); 3xTF32 (high and low
+    parts, three MMAs) is back to fp32's tolerance."""
+    import dataclasses
+
+    problem = _float32_problem(name)
+    plain = _error(problem, TF32[config])
+    split = _error(problem, dataclasses.replace(TF32[config], split=True))
+    assert 1e-5 < plain < 1e-2
+    assert split <= 1e-5 and split < plain / 20
+
+
+def test_tf32_needs_float32_tensors():
+    assert any(
+        "float32" in p for p in problems(statement_task(_problem("gemm"), 0), TF32["tf32-k8"])
+    )
+    split_f64 = MmaConfig(split=True)
+    assert any(
+        "tf32 shapes only" in p for p in problems(statement_task(_problem("gemm"), 0), split_f64)
+    )
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_tf32_kernels_compile_without_spills(split):
+    pytest.importorskip("cuda.bindings.nvrtc")
+    import dataclasses
+
+    from einkern.backends.cuda.nvrtc import compile_cubin
+
+    problem = _float32_problem("six-index-out")
+    for config in TF32.values():
+        kernel = lower_mma(statement_task(problem, 0), dataclasses.replace(config, split=split))
+        for arch in ("sm_80", "sm_90"):
+            module = compile_cubin(print_cuda(kernel), arch)
+            assert all(r.spill_stores == 0 for r in module.resources)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -15,6 +15,7 @@ from .ir.bind import make_problem
 from .ir.build import build_program
 from .ir.fusion_plan import FusionPlan, Group, plan_fusion, unfused_plan
 from .ir.nodes import Problem, Program
+from .ir.rewrite_plan import REWRITES, RewritePlan, plan, unchanged
 
 
 def load(program: str | os.PathLike | Program) -> Program:
@@ -34,6 +35,7 @@ def compile(  # noqa: A001 - the public name is the point
     mappings: Mapping[int, Any] | str | None = None,
     tune: bool | str | None = None,
     tuning_db: str | os.PathLike | None = None,
+    rewrite: bool | Collection[str] = True,
     fuse: bool | str = True,
     **extents: int,
 ) -> Kernel:
@@ -49,35 +51,60 @@ def compile(  # noqa: A001 - the public name is the point
     this device for the exact problem, else the record of the nearest problem
     size, else the decision algorithm's default; ``"model"`` the analytic
     model's best; ``"full"`` tunes now and records the results.
-    ``kernel.tuning_sources`` says which was used.  Compilation is cached on
-    disk, so a second compile of the same problem does not invoke the compiler
-    again.
+    ``kernel.tuning_sources`` says which was used.  ``rewrite``: let the plan
+    step rewrite statements into several kernels with temporaries when the cost
+    model says it pays (``True``), never (``False``), or only the rewrites named
+    (``"split_products"``, ``"split_k"``, ``"ttgt"``; docs/rewrites.md);
+    ``kernel.rewrites.explain()`` says what was chosen and why.  Rewrites are off
+    when ``mappings`` or ``tune`` are given (they name the program's own
+    statements).  Compilation is cached on disk, so a second compile of the same
+    problem does not invoke the compiler again.
 
     ``fuse`` (default True) lets the fusion planner group statements into kernels
-    (:mod:`einkern.ir.fusion_plan`): updates of one output become one statement
-    (every backend), other legal groups one loop nest (CPU).  ``mappings`` and
-    tuning then refer to the statements of the fused program
-    (``kernel.compiled_problem``); ``kernel.groups`` lists the kernels' statements
-    and ``kernel.fusion.explain()`` why.  ``fuse=False``: one kernel per statement;
-    ``fuse="measure"``: the planner's best covers are compiled and timed on random
-    inputs here, and the fastest is kept (:func:`measure_groupings`)."""
+    first (:mod:`einkern.ir.fusion_plan`, docs/fusion.md): updates of one output
+    become one statement (every backend), other legal groups one loop nest (CPU)
+    or, without dependences between them, one launch (CUDA).  ``mappings``,
+    tuning and rewrites then refer to the statements of the fused program;
+    ``kernel.groups`` lists the kernels' statements and ``kernel.fusion.explain()``
+    why; rewrites are off when a kernel holds several statements.
+    ``fuse=False``: one kernel per statement; ``fuse="measure"``: the planner's
+    best covers are compiled and timed on random inputs here, and the fastest is
+    kept (:func:`measure_groupings`)."""
     problem = make_problem(load(program), extents)
     chosen = get_backend(backend)
-    plan = fusion_plan(problem, chosen.name, bool(fuse))
-    if fuse == "measure":
-        plan = measure_groupings(problem, chosen, plan)
-    elif not isinstance(fuse, bool):
+    if not isinstance(fuse, bool) and fuse != "measure":
         raise ArgumentError(f"fuse must be True, False or 'measure', not {fuse!r}")
+    fusion = fusion_plan(problem, chosen.name, bool(fuse))
+    if fuse == "measure":
+        fusion = measure_groupings(problem, chosen, fusion)
     sources: tuple[str, ...] = ()
     if tune not in (None, False):
         if mappings is not None:
             raise ArgumentError("give mappings= or tune=, not both")
         from .tuning.policy import tuned_build_argument
 
-        mappings, sources = tuned_build_argument(chosen.name, plan.fused, tune, tuning_db)
-    kernel = Kernel(problem, chosen, mappings=mappings, fuse=bool(fuse), plan=plan)
+        mappings, sources = tuned_build_argument(chosen.name, fusion.fused, tune, tuning_db)
+    rewrites = rewrites_after_fusion(fusion, chosen.name, rewrite, given=mappings is not None)
+    kernel = Kernel(problem, chosen, mappings=mappings, plan=rewrites, fusion=fusion)
     kernel.tuning_sources = sources
     return kernel
+
+
+def rewrites_after_fusion(
+    fusion: FusionPlan, backend: str, rewrite: bool | Collection[str] = True, *, given: bool = False
+) -> RewritePlan:
+    """The rewrite plan of the fused problem (:func:`plan_rewrites`), or none when a
+    fused kernel holds several statements (a rewrite would move them apart)."""
+    rewrites = plan_rewrites(fusion.fused, backend, rewrite, given=given)
+    if rewrites.rewrites and _several(fusion):
+        return unchanged(fusion.fused, "rewrites off: a fused kernel holds several statements")
+    return rewrites
+
+
+def _several(fusion: FusionPlan) -> bool:
+    """True when some kernel of the plan holds several statements of its fused
+    problem (loop nests, sibling launches)."""
+    return any(len(n) > 1 for n in fusion.nests)
 
 
 def fusion_plan(problem: Problem, backend: str, fuse: bool = True) -> FusionPlan:
@@ -88,6 +115,8 @@ def fusion_plan(problem: Problem, backend: str, fuse: bool = True) -> FusionPlan
     if not fuse or backend not in ("cpu", "cuda"):
         why = "fusion turned off" if not fuse else f"the {backend} backend does not fuse"
         return unfused_plan(problem, backend, why)
+    if problem.program.temporaries:
+        return unfused_plan(problem, backend, "the program has temporaries (rewritten)")
     return _planned(problem, backend)
 
 
@@ -100,6 +129,33 @@ def _planned(problem: Problem, backend: str) -> FusionPlan:
     else:
         from .backends.cuda.fusion import group_seconds  # type: ignore[assignment]
     return plan_fusion(problem, backend, group_seconds)
+
+
+def plan_rewrites(
+    problem: Problem, backend: str, rewrite: bool | Collection[str] = True, *, given: bool = False
+) -> RewritePlan:
+    """The planning step between a problem and a backend: which statements are
+    rewritten into several kernels (:mod:`einkern.ir.rewrite_plan`).  The CUDA
+    backend decides by its cost model; others take only ``split_products`` (decided
+    by flop count).  ``given``: mappings or tuning results name the statements, so
+    nothing is rewritten."""
+    if rewrite is False:
+        return unchanged(problem, "rewrites off (rewrite=False)")
+    if given:
+        return unchanged(problem, "rewrites off: mappings or tuning results are given")
+    allowed = REWRITES if rewrite is True else tuple(rewrite)
+    unknown = [name for name in allowed if name not in REWRITES]
+    if unknown or isinstance(rewrite, str):
+        raise ArgumentError(
+            f"rewrite={rewrite!r}: expected True, False or a collection of rewrite names",
+            hint=f"names: {', '.join(REWRITES)}",
+        )
+    model = None
+    if backend == "cuda":
+        from .gpu.rewrite_cost import CudaRewriteModel
+
+        model = CudaRewriteModel()
+    return plan(problem, model, allowed)
 
 
 class Kernel:
@@ -116,28 +172,41 @@ class Kernel:
         problem: Problem,
         backend: Backend,
         mappings: Mapping[int, Any] | str | None = None,
+        plan: RewritePlan | None = None,
         fuse: bool = True,
-        plan: FusionPlan | None = None,
+        fusion: FusionPlan | None = None,
     ):
         self.problem = problem
         self.program = problem.program
         self.backend = backend
-        self.fusion = plan if plan is not None else fusion_plan(problem, backend.name, fuse)
-        self.compiled_problem = self.fusion.fused
-        self.mappings = fused_build_argument(self.fusion, backend, mappings)
         self.tuning_sources: tuple[str, ...] = ()
-        self._binder = Binder(problem, backend)  # the one argument check
+        if fusion is None and plan is not None and plan.original == problem:
+            fuse = False  # a rewrite plan of the program's own statements
+        #: the fusion planner's groups (:mod:`einkern.ir.fusion_plan`)
+        self.fusion = fusion if fusion is not None else fusion_plan(problem, backend.name, fuse)
+        fused = self.fusion.fused
+        #: the rewrites chosen (none unless a plan is given) and the problem compiled
+        self.rewrites = plan if plan is not None else unchanged(fused)
+        if self.rewrites.original != fused:
+            raise ArgumentError("the rewrite plan is of another problem")
+        if self.rewrites.rewrites and _several(self.fusion):
+            raise ArgumentError("a fused kernel holds several statements: give no rewrite plan")
+        self.compiled = self.rewrites.problem
+        self._binder = Binder(self.compiled, backend)  # the one argument check
         if isinstance(mappings, Mapping | str) and backend.name != "cuda":
             raise ArgumentError(
                 "mappings apply to the cuda backend only",
                 hint="drop mappings=, or use backend='cuda'",
             )
+        if mappings is not None and self.rewrites.rewrites:
+            raise ArgumentError("mappings name the program's statements: give no rewrite plan")
+        self.mappings = fused_build_argument(self.fusion, backend, mappings)
         self._nests = cuda_nests(self.fusion, backend)
         if self.mappings is None and not self._nests:
-            self.executable = backend.build(self.compiled_problem)
+            self.executable = backend.build(self.compiled)
         else:
             self.executable = backend.build(  # type: ignore[call-arg]
-                self.compiled_problem, self.mappings, **self._nests
+                self.compiled, self.mappings, **self._nests
             )
 
     # -- information --------------------------------------------------------
@@ -158,7 +227,7 @@ class Kernel:
 
     @property
     def kernels(self) -> int:
-        """Number of kernels a call runs (one per group)."""
+        """Number of kernel groups a call runs (one per group; rewrites add more)."""
         return len(self.fusion.groups)
 
     @property
@@ -177,9 +246,9 @@ class Kernel:
     def source(self) -> str:
         """The generated source code."""
         if self.mappings is None and not self._nests:
-            return self.backend.emit(self.compiled_problem)
+            return self.backend.emit(self.compiled)
         return self.backend.emit(  # type: ignore[call-arg]
-            self.compiled_problem, self.mappings, **self._nests
+            self.compiled, self.mappings, **self._nests
         )
 
     def __repr__(self) -> str:
@@ -249,7 +318,7 @@ def measure_groupings(
     measured = []
     for cover in covers:
         candidate = dataclasses.replace(plan, chosen=cover)
-        kernel = Kernel(problem, backend, plan=candidate)
+        kernel = Kernel(problem, backend, fusion=candidate)
         call = kernel.bind(**{n: a.copy(order="K") for n, a in arrays.items()}, **scalars)
         profile = getattr(kernel.executable, "profile_checked", None)
         times = []

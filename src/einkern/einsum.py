@@ -14,6 +14,9 @@ How an einsum is computed (:func:`einsum_plan` shows it for given operands):
 * ``optimize=False``: one kernel over all the indices, whatever the number of
   operands (a loop nest over every index: far more arithmetic for chains such
   as ``ij,jk,kl->il``).
+* A pairwise step may itself run as several kernels: split-K or TTGT, where the
+  CUDA cost model says it pays (:func:`einkern.compile`'s ``rewrite``;
+  docs/rewrites.md); :func:`einsum_plan` shows it.
 
 The subscripts follow NumPy: ``->`` and the output (implicit output: the
 ellipsis' dimensions, then the indices that appear once, in alphabetical
@@ -139,12 +142,19 @@ def _step(
     tune: Any,
     tuning_db: Any,
 ) -> Step:
+    # a pairwise step may be rewritten (split-K, TTGT) where the model says it pays;
+    # a step over three or more operands is the one loop nest optimize=False asks for
+    rewrite = ("split_k", "ttgt") if len(operands) <= 2 else False
     kernel = compile_program(
-        einsum_program(operands, output), backend=backend.name, tune=tune, tuning_db=tuning_db
+        einsum_program(operands, output),
+        backend=backend.name,
+        tune=tune,
+        tuning_db=tuning_db,
+        rewrite=rewrite,
     )
     subscripts = ",".join(o.term for o in operands) + "->" + output.term
     names = tuple(f"x{i}" for i in range(len(operands)))
-    return Step(positions, subscripts, kernel, Binder(kernel.problem, backend), names)
+    return Step(positions, subscripts, kernel, Binder(kernel.compiled, backend), names)
 
 
 # ---- plans ----------------------------------------------------------------------
@@ -182,10 +192,9 @@ class EinsumPlan:
 
     def __str__(self) -> str:
         lines = [f"einsum {self.subscripts}: {self.how}"]
-        lines += [
-            f"  step {n}: operands {step.positions} {step.subscripts}"
-            for n, step in enumerate(self.steps)
-        ]
+        for n, step in enumerate(self.steps):
+            lines.append(f"  step {n}: operands {step.positions} {step.subscripts}")
+            lines += [f"    {note}" for note in step.kernel.rewrites.notes]
         return "\n".join(lines)
 
     def run(

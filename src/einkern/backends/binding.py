@@ -113,11 +113,13 @@ class Binder:
         self.program = problem.program
         self.backend = backend
         self._inputs = self.program.inputs
-        self._tensor_names = frozenset(t.name for t in self.program.tensors)
+        # Temporaries (a rewrite's) are the backend's: a call neither passes nor gets them.
+        self._tensors = tuple(t for t in self.program.tensors if not t.temporary)
+        self._tensor_names = frozenset(t.name for t in self._tensors)
         self._scalar_names = frozenset(s.name for s in self.program.scalars)
         #: Every name a call may use for an array or scalar.
         self.names = self._tensor_names | self._scalar_names
-        self._written = frozenset(s.output.tensor for s in self.program.statements)
+        self._written = frozenset(self.program.outputs)
         # What a correct array of each tensor looks like, computed once: a call whose
         # arrays match exactly skips the detailed checks (and their messages).
         self._accepted = {
@@ -126,9 +128,9 @@ class Binder:
                 t.dtype,
                 contiguous_strides(problem.shape(t.name), t.layout),
             )
-            for t in self.program.tensors
+            for t in self._tensors
         }
-        self._nbytes = {t.name: problem.nbytes(t.name) for t in self.program.tensors}
+        self._nbytes = {t.name: problem.nbytes(t.name) for t in self._tensors}
 
     # -- entry points -------------------------------------------------------------
 
@@ -179,7 +181,7 @@ class Binder:
         if len(infos) > 1:
             self._check_overlap(infos)
         like = list(arrays.values())
-        for tensor in self.program.tensors:
+        for tensor in self._tensors:
             if tensor.name not in arrays:  # an output not passed, or a tensor never used
                 array = self.backend.allocate(self.problem, tensor.name, like)
                 arrays[tensor.name] = array

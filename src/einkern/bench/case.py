@@ -26,6 +26,9 @@ class Case:
     size: float
     label: str
     note: str = ""
+    #: Check against a float64 computation on the device (when the device has one)
+    #: even where the NumPy reference would be quick: cheap for large drawn cases.
+    device_reference: bool = False
 
     @property
     def key(self) -> str:

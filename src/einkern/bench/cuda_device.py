@@ -11,6 +11,7 @@ disabled) and fp64.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from statistics import median
 from typing import Any
@@ -148,15 +149,28 @@ class CudaDevice:
             for name, dtype in self.dtypes.items()
         }
         torch.cuda.empty_cache()
+        simt = {}
+        for name in self.dtypes:
+            try:
+                simt[name] = simt_peak(name, self.properties.multi_processor_count)
+            except Exception as error:  # noqa: BLE001 - the floor falls back to cuBLAS's
+                print(f"SIMT {name} peak not measured: {error}", file=sys.stderr)
         method = {
             "bandwidth": f"torch copy_ of {nbytes >> 20} MiB device to device, median of 10 "
             "(bytes read + written)",
             "peak": f"cuBLAS via torch.matmul {n}x{n}x{n}, TF32 disabled, median of 10",
             "host": "numpy.copyto of 256 MiB and numpy.matmul 2048^3 (fp64), to size the "
             "NumPy reference",
+            "simt_peak": "einkern's FMA-chain kernel (8 independent chains per thread, "
+            f"{SIMT_ITERATIONS} steps, 16 blocks of 256 threads per SM), median of 10",
         }
         return Calibration(
-            bandwidth, peak, method, host_bandwidth(256 << 20), host_peak(2048, "float64")
+            bandwidth,
+            peak,
+            method,
+            host_bandwidth(256 << 20),
+            host_peak(2048, "float64"),
+            simt,
         )
 
     def bandwidth(self, nbytes: int = 1 << 30) -> float:
@@ -207,3 +221,63 @@ class CudaDevice:
         run = lower(problem, module_ops("torch float64", torch))
         run(values, scalars)
         return {name: values[name] for name in problem.program.outputs}
+
+
+#: FMA steps per chain of the SIMT peak kernel.
+SIMT_ITERATIONS = 4096
+
+
+def simt_source(dtype: str) -> str:
+    """CUDA C of a kernel doing only independent fused multiply-adds in ``dtype``:
+    eight chains per thread, ``SIMT_ITERATIONS`` steps each (2 flops per step);
+    the result is stored only when it equals an impossible value, so nothing is
+    optimised away and nothing is written."""
+    ctype = "double" if dtype == "float64" else "float"
+    chains = range(8)
+    start = "".join(f"    {ctype} a{c} = x + {c} * threadIdx.x;\n" for c in chains)
+    steps = "".join(f"        a{c} = fma(a{c}, b, x);\n" for c in chains)
+    total = " + ".join(f"a{c}" for c in chains)
+    return (
+        f'extern "C" __global__ void ek_simt_{dtype}({ctype}* out, double seed) {{\n'
+        f"    const {ctype} x = ({ctype})seed;\n"
+        f"    const {ctype} b = ({ctype})(1.0 - seed * 1e-9);\n"
+        f"{start}"
+        f"    #pragma unroll 16\n"
+        f"    for (int i = 0; i < {SIMT_ITERATIONS}; ++i) {{\n{steps}    }}\n"
+        f"    if ({total} == ({ctype})-1.0) out[threadIdx.x] = {total};\n"
+        "}\n"
+    )
+
+
+def simt_peak(dtype: str, sm_count: int, runs: int = 10) -> float:
+    """Flop/s of :func:`simt_source`'s kernel on GPU 0 (16 blocks of 256 threads per
+    SM), median of ``runs`` launches after one warm-up, timed with CUDA events."""
+    from ..backends.cuda import driver
+    from ..backends.cuda.limits import device_limits
+    from ..backends.cuda.nvrtc import compile_cubin
+
+    name = f"ek_simt_{dtype}"
+    driver.activate(0)
+    module = driver.load_module(
+        compile_cubin(simt_source(dtype), device_limits().arch).cubin, [name]
+    )
+    grid, block = (16 * sm_count, 1, 1), (256, 1, 1)
+    out = driver.alloc(8 * 256)
+    timer = driver.EventTimer()
+    try:
+
+        def run() -> None:
+            driver.launch(module.functions[name], grid, block, [out], [1e-3], 0, name)
+
+        run()
+        driver.synchronize(name)
+        times = []
+        for _ in range(runs):
+            timer.start(0)
+            run()
+            times.append(timer.stop(0) * 1e-3)
+    finally:
+        timer.close()
+        driver.free(out)
+    flops = 2 * 8 * SIMT_ITERATIONS * grid[0] * block[0]
+    return flops / median(times)

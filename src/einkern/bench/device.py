@@ -33,10 +33,19 @@ class Calibration:
     method: Mapping[str, str] = field(default_factory=dict)
     host_bandwidth: float = 0.0
     host_peak: float = 0.0
+    #: Peak of plain fused multiply-adds (no tensor cores) per dtype in flop/s, where
+    #: measured (the CUDA device); the ``contractions`` report's floor uses it.
+    simt_peak: Mapping[str, float] = field(default_factory=dict)
 
     def floor(self, flops: int, nbytes: int, dtype: str) -> float:
         """Fewest seconds a kernel can take: max(bytes / bandwidth, flops / peak)."""
         return max(nbytes / self.bandwidth, flops / self.peak[dtype])
+
+    def simt_floor(self, flops: int, nbytes: int, dtype: str) -> float:
+        """max(bytes / bandwidth, flops / SIMT peak), the matrix-product peak where no
+        SIMT peak was measured."""
+        peak = self.simt_peak.get(dtype) or self.peak[dtype]
+        return max(nbytes / self.bandwidth, flops / peak)
 
 
 class Timer(Protocol):

@@ -41,10 +41,13 @@ def get_suite(name: str) -> Suite:
 
 
 def resolve_suites(names: Sequence[str]) -> list[Suite]:
-    """Suites by name, in order, without repeats; ``all`` stands for every suite."""
+    """Suites by name, in order, without repeats; ``all`` stands for every suite
+    except those that say ``in_all = False`` (the ``contractions`` generality
+    benchmark, which is run and reported on its own)."""
     wanted: list[str] = []
     for name in names:
-        for item in suite_names() if name == "all" else (name,):
+        every = [n for n in suite_names() if getattr(get_suite(n), "in_all", True)]
+        for item in every if name == "all" else (name,):
             if item not in wanted:
                 wanted.append(item)
     return [get_suite(name) for name in wanted]

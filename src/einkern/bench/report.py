@@ -1,5 +1,7 @@
 """Writers: ``results.json`` (everything), ``results.csv`` (one line per measurement)
-and ``results.md`` (one line per case, einkern against each peer)."""
+and ``results.md`` (one line per case, einkern against each peer); for the
+``contractions`` suite also ``contractions.json`` and ``contractions.md`` (the
+generality report, :mod:`einkern.bench.generality`)."""
 
 from __future__ import annotations
 
@@ -148,3 +150,15 @@ def write_markdown(result: BenchResult, path: Path) -> str:
     table = markdown_table(result)
     path.write_text(summary(result) + "\n\n" + table + "\n", encoding="utf-8")
     return table
+
+
+def write_generality(result: BenchResult, out: Path) -> str:
+    """Write the ``contractions`` suite's report to ``out`` (contractions.json and
+    contractions.md); returns its class table and model line (printed last)."""
+    from .generality import class_table, summarize, summary_markdown
+
+    summary = summarize(result)
+    text = json.dumps(_finite(summary), indent=1, allow_nan=False)
+    (out / "contractions.json").write_text(text + "\n", encoding="utf-8")
+    (out / "contractions.md").write_text(summary_markdown(summary) + "\n", encoding="utf-8")
+    return class_table(summary)

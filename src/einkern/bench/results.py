@@ -25,7 +25,8 @@ class Measurement:
     the same run and ``floor_fraction`` = floor_s / median_s; ``error`` is the
     max relative error of the outputs against ``reference``;
     ``einkern_speedup`` = this row's median / einkern's median on the same case
-    (above 1: einkern is faster)."""
+    (above 1: einkern is faster); ``predicted_s`` the cost model's time of
+    einkern's kernel (CUDA only)."""
 
     suite: str
     workload: str
@@ -54,6 +55,9 @@ class Measurement:
     compile_s: float | None = None
     einkern_speedup: float | None = None
     note: str = ""
+    #: einkern rows on the GPU: the cost model's time (einkern.gpu.model) of the
+    #: mappings the kernel was compiled with, summed over its statements.
+    predicted_s: float | None = None
 
     @classmethod
     def columns(cls) -> tuple[str, ...]:
@@ -92,6 +96,7 @@ class BenchResult:
         calibration = asdict(self.calibration)
         calibration["peak"] = dict(self.calibration.peak)
         calibration["method"] = dict(self.calibration.method)
+        calibration["simt_peak"] = dict(self.calibration.simt_peak)
         return {
             "environment": self.environment,
             "calibration": calibration,

@@ -2,9 +2,9 @@
 
 For each case: fresh random inputs on the device (uniform in [0.5, 1.5)),
 one reference (NumPy, or float64 ``torch.einsum`` on the GPU where the NumPy
-reference would take more than a few seconds), then for einkern and each peer
-in turn: its own copy of the inputs, one checked call, warm-up, and the
-timed calls.  Nothing that goes wrong is dropped: a row records the reason.
+reference would take more than a few seconds or the case asks for it), then
+for einkern and each peer in turn: its own copy of the inputs, one checked
+call, warm-up, and the timed calls.  Nothing that goes wrong is dropped: a row records the reason.
 """
 
 from __future__ import annotations
@@ -53,6 +53,9 @@ class BenchOptions:
     reference_limit_s: float = 1.0
     seed: int = 0
     peers: tuple[str, ...] | None = None
+    #: A file to append the cost model's calibration records to (JSON lines,
+    #: :mod:`einkern.bench.calibrate`), or None.
+    calibrate: str | None = None
 
     def suite_timeout(self, suite: str) -> float | None:
         """Seconds allowed for ``suite``, or None for no limit."""
@@ -126,23 +129,7 @@ class Runner:
                 for name in self.implementations
             ]
         program = problem.program
-        dtype = program.tensor(program.outputs[0]).dtype
-        flops, nbytes = program_flops(problem), kernel_floor_bytes(problem)
-        common: dict[str, Any] = dict(
-            dtype=dtype,
-            flops=flops,
-            min_bytes=nbytes,
-            fused_min_bytes=fused_floor_bytes(problem),
-            floor_s=self.calibration.floor(flops, nbytes, dtype),
-            tolerance=tolerance(dtype),
-        )
-        seed = zlib.crc32(f"{self.options.seed}/{case.key}".encode())
-        scalars = random_scalars(problem, seed)
-        inputs = self.device.random_inputs(problem, seed)
-        try:
-            reference, common["reference"] = self._reference(problem, inputs, scalars)
-        except Exception as error:  # noqa: BLE001
-            reference, common["reference"] = None, f"reference failed: {_reason(error)}"
+        common, inputs, scalars, reference = self.prepare_case(case, problem)
         rows = []
         step(EINKERN)
         started = time.perf_counter()
@@ -157,6 +144,7 @@ class Runner:
             )
         else:
             compile_s = time.perf_counter() - started
+            predicted = predicted_seconds(kernel) if self.device.backend == "cuda" else None
             rows.append(
                 self._measure(
                     case,
@@ -165,7 +153,7 @@ class Runner:
                     problem,
                     inputs,
                     reference,
-                    dict(common, compile_s=compile_s),
+                    dict(common, compile_s=compile_s, predicted_s=predicted),
                 )
             )
         for peer in self.peers:
@@ -183,8 +171,40 @@ class Runner:
             rows.append(self._measure(case, peer.name, prepare, problem, inputs, reference, common))
         return rows
 
+    def prepare_case(
+        self, case: Case, problem: Problem
+    ) -> tuple[dict[str, Any], dict[str, Any], dict[str, float], dict[str, Any] | None]:
+        """The case's common row fields (counts, floor, tolerance, reference's name),
+        random inputs and scalars (seeded by the run's seed and the case), and the
+        reference outputs (None when the reference failed, which the fields say)."""
+        program = problem.program
+        dtype = program.tensor(program.outputs[0]).dtype
+        flops, nbytes = program_flops(problem), kernel_floor_bytes(problem)
+        common: dict[str, Any] = dict(
+            dtype=dtype,
+            flops=flops,
+            min_bytes=nbytes,
+            fused_min_bytes=fused_floor_bytes(problem),
+            floor_s=self.calibration.floor(flops, nbytes, dtype),
+            tolerance=tolerance(dtype),
+        )
+        seed = zlib.crc32(f"{self.options.seed}/{case.key}".encode())
+        scalars = random_scalars(problem, seed)
+        inputs = self.device.random_inputs(problem, seed)
+        try:
+            reference, common["reference"] = self._reference(
+                problem, inputs, scalars, case.device_reference
+            )
+        except Exception as error:  # noqa: BLE001
+            reference, common["reference"] = None, f"reference failed: {_reason(error)}"
+        return common, inputs, scalars, reference
+
     def _reference(
-        self, problem: Problem, inputs: Mapping[str, Any], scalars: Mapping[str, float]
+        self,
+        problem: Problem,
+        inputs: Mapping[str, Any],
+        scalars: Mapping[str, float],
+        on_device: bool = False,
     ) -> tuple[dict[str, Any], str]:
         from ..reference import evaluate
 
@@ -196,12 +216,11 @@ class Runner:
                 program_flops(problem) / calibration.host_peak
                 + 10 * kernel_floor_bytes(problem) / calibration.host_bandwidth
             )
-        if estimate > self.options.reference_limit_s:
-            on_device = self.device.device_reference(problem, inputs, scalars)
-            if on_device is not None:
-                return on_device, (
-                    f"torch.einsum float64 on the GPU (NumPy reference estimated {estimate:.0f} s)"
-                )
+        if on_device or estimate > self.options.reference_limit_s:
+            found = self.device.device_reference(problem, inputs, scalars)
+            if found is not None:
+                why = "asked for by the case" if on_device else f"estimated {estimate:.0f} s"
+                return found, f"torch.einsum float64 on the GPU (NumPy reference {why})"
         host = {name: self.device.to_host(array) for name, array in inputs.items()}
         values = evaluate(problem, host, scalars)
         return {name: values[name] for name in problem.program.outputs}, "numpy"
@@ -261,6 +280,25 @@ class Runner:
             note=note,
             **common,
         )
+
+
+def predicted_seconds(kernel) -> float | None:
+    """The cost model's time (:func:`einkern.gpu.model.predicted_time`, this GPU's
+    limits) of the mappings a CUDA kernel was compiled with, summed over its
+    statements; None where the model has no answer (another backend, an error)."""
+    from ..backends.cuda.limits import device_limits
+    from ..gpu.model import predicted_time
+    from ..ir.task import statement_task
+
+    try:
+        mappings = kernel.backend.mappings(kernel.problem, kernel.mappings)
+        limits = device_limits()
+        return sum(
+            predicted_time(statement_task(kernel.problem, position), mapping, limits)
+            for position, mapping in enumerate(mappings)
+        )
+    except Exception:  # noqa: BLE001 - a missing prediction is recorded as None
+        return None
 
 
 def _einkern_run(kernel, scalars: Mapping[str, float]) -> Callable[[dict[str, Any]], Run]:
@@ -325,12 +363,15 @@ def run_suites(
     rows: list[Measurement] = []
     if progress is not None:
         progress.start(total)
+    calibration_file = open(options.calibrate, "a", encoding="utf-8") if options.calibrate else None
     try:
         for suite, cases in plan:
-            rows.extend(_run_suite(runner, suite.name, cases, progress, note))
+            rows.extend(_run_suite(runner, suite.name, cases, progress, note, calibration_file))
     finally:
         if progress is not None:
             progress.stop()
+        if calibration_file is not None:
+            calibration_file.close()
     environment["duration_s"] = round(time.perf_counter() - run_started, 1)
     return BenchResult(
         environment,
@@ -342,9 +383,11 @@ def run_suites(
 
 
 def _run_suite(
-    runner: Runner, name: str, cases: Sequence[Case], progress, note: Log
+    runner: Runner, name: str, cases: Sequence[Case], progress, note: Log, calibration=None
 ) -> list[Measurement]:
-    """The rows of one suite; cases past its time limit are recorded as skipped."""
+    """The rows of one suite; cases past its time limit are recorded as skipped.
+    With a ``calibration`` stream, each case run also writes its cost-model
+    calibration records there (:func:`einkern.bench.calibrate.calibrate_case`)."""
     implementations = runner.implementations
     limit = runner.options.suite_timeout(name)
     started = time.perf_counter()
@@ -368,6 +411,8 @@ def _run_suite(
 
             rows.extend(runner.run_case(case, step))
             ran += 1
+            if calibration is not None:
+                _calibrate(runner, case, calibration, note)
         if progress is not None:
             progress.advance(len(implementations))
     elapsed = time.perf_counter() - started
@@ -375,6 +420,15 @@ def _run_suite(
         note(f"suite {name}: time limit {limit:g} s reached, {len(cases) - ran} case(s) skipped")
     note(f"suite {name}: {ran} of {len(cases)} case(s) run in {elapsed:.0f} s")
     return rows
+
+
+def _calibrate(runner: Runner, case: Case, stream, note: Log) -> None:
+    from .calibrate import calibrate_case
+
+    try:
+        calibrate_case(runner, case, stream, _einkern_run, runner.device.describe())
+    except Exception as error:  # noqa: BLE001 - calibration must not stop the benchmark
+        note(f"calibration of {case.key} failed: {_reason(error)}")
 
 
 def _names(options: BenchOptions) -> list[str] | None:

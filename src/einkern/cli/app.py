@@ -85,6 +85,12 @@ def _parser() -> argparse.ArgumentParser:
         help="(cuda) compile with NVRTC and print registers, shared memory and spills",
     )
     emit.add_argument("--arch", default=None, help="(cuda) target, e.g. sm_90 (default: device)")
+    for p in (check, run, emit):
+        p.add_argument(
+            "--no-rewrite",
+            action="store_true",
+            help="compile each statement as one kernel: no program rewrites (docs/rewrites.md)",
+        )
     for p in (run, emit):
         p.add_argument(
             "--no-fuse",
@@ -237,6 +243,16 @@ def command_check(args) -> int:
         f"\ntotal: {_human(flops, 'flop')}, min bytes {kernel_bytes} (one kernel per statement),"
         f" {fused_bytes} fused"
     )
+    if not args.no_rewrite:
+        from ..api import plan_rewrites
+
+        print("\nrewrites (CUDA cost model; docs/rewrites.md):")
+        try:
+            lines = plan_rewrites(problem, "cuda").explain()
+        except EinkernError as error:  # e.g. extents no CUDA mapping fits
+            lines = [f"not planned: {error.message}"]
+        for line in lines:
+            print(f"  {line}")
     return 0
 
 
@@ -281,7 +297,7 @@ def command_run(args) -> int:
 
 
 def _run_one(args, progress, label: str) -> int:
-    from ..api import Kernel
+    from ..api import Kernel, fusion_plan, rewrites_after_fusion
     from ..backends import get_backend
     from ..reference import evaluate
     from ..testing import output_tolerance, random_arrays, random_scalars, relative_error
@@ -296,7 +312,11 @@ def _run_one(args, progress, label: str) -> int:
         raise UsageError("--mapping needs --backend cuda")
     statements = len(problem.program.statements)
     progress.set(f"{label}: compiling {statements} statement{'s' * (statements != 1)}")
-    kernel = Kernel(problem, backend, mappings=mappings, fuse=not args.no_fuse)
+    fusion = fusion_plan(problem, backend.name, not args.no_fuse)
+    rewrites = rewrites_after_fusion(
+        fusion, backend.name, not args.no_rewrite, given=bool(mappings)
+    )
+    kernel = Kernel(problem, backend, mappings=mappings, plan=rewrites, fusion=fusion)
     progress.set(f"{label}: making random inputs")
     arrays = random_arrays(problem, args.seed, problem.program.inputs)
     scalars = random_scalars(problem, args.seed)
@@ -314,6 +334,8 @@ def _run_one(args, progress, label: str) -> int:
         f"{len(timing.seconds)} runs, {kernel.flops / median / 1e9:.3g} GFLOP/s, "
         f"{kernel.min_bytes / median / 1e9:.3g} GB/s of the minimum traffic"
     )
+    for rewrite in kernel.rewrites.rewrites:
+        print(f"  rewritten: {rewrite} (--no-rewrite compiles it as written)")
     if timing.to_device is not None:
         print(f"  timed with {timing.method}, after a warm-up call")
         for line in describe_copies(timing):
@@ -353,13 +375,18 @@ def command_emit(args) -> int:
     ]
     if cuda_only and backend.name != "cuda":
         raise UsageError(f"{cuda_only[0]} needs --backend cuda")
-    from ..api import cuda_nests, fused_build_argument, fusion_plan
+    from ..api import cuda_nests, fused_build_argument, fusion_plan, rewrites_after_fusion
 
     plan = fusion_plan(problem, backend.name, not args.no_fuse)
     if args.explain and len(problem.program.statements) > 1:
         print("\n".join(f"// {line}" for line in plan.explain()))
     problem = plan.fused  # statements as compiled: --mapping numbers refer to them
     mappings = _mappings(args, problem)
+    rewrites = rewrites_after_fusion(plan, backend.name, not args.no_rewrite, given=bool(mappings))
+    if args.explain and rewrites.rewrites:  # the statements explained below are rewritten
+        for line in rewrites.notes:
+            print(f"// rewrite: {line}")
+    problem = rewrites.problem
     if backend.name == "cuda":
         from ..backends.cuda.generate import resolve_mappings
 
@@ -370,10 +397,12 @@ def command_emit(args) -> int:
                 for line in mapping.describe().splitlines():  # type: ignore[attr-defined]
                     print(f"//   {line}")
                 print("//   mapping file: " + mapping.to_json(None))  # type: ignore[attr-defined]
+            _why_not_rewritten(rewrites)
         print(backend.emit(problem, chosen, **cuda_nests(plan, backend)))  # type: ignore[call-arg]
     else:
         if args.explain:
             _explain_cpu(problem)
+            _why_not_rewritten(rewrites)
         print(backend.emit(problem, fused_build_argument(plan, backend, None)))  # type: ignore[call-arg]
     if args.resources:
         from ..backends.cuda.nvrtc import kernel_resources
@@ -385,6 +414,13 @@ def command_emit(args) -> int:
         for resources in kernel_resources(problem, arch, chosen):
             print(f"// {resources}")
     return 0
+
+
+def _why_not_rewritten(rewrites) -> None:
+    """The plan's notes when it rewrote nothing (after the statements' explanations)."""
+    if not rewrites.rewrites:
+        for line in rewrites.notes:
+            print(f"// rewrite: {line}")
 
 
 def _explain_cpu(problem) -> None:

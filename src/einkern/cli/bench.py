@@ -85,7 +85,34 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
         metavar="NAMES",
         help="comma-separated peers to compare with (default: all of the backend's)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the random inputs, and of the cases the contractions suite draws",
+    )
+    parser.add_argument(
+        "--count",
+        type=int,
+        default=None,
+        metavar="N",
+        help="cases the contractions suite draws (default 120, --quick 6)",
+    )
+    parser.add_argument(
+        "--calibrate",
+        default=None,
+        metavar="FILE",
+        help="also time a handful of mapping configurations of each one-statement case "
+        "(CUDA) and append the cost model's predicted and the measured times to FILE "
+        "as JSON lines",
+    )
+    parser.add_argument(
+        "--dump",
+        default=None,
+        metavar="DIR",
+        help="write each case's program (CASE.ein) and cases.json (extents, and the einsum "
+        "equation of drawn cases) to DIR, then exit without running anything",
+    )
     parser.add_argument("--list", action="store_true", help="list suites and peers, then exit")
     parser.set_defaults(handler=command_bench)
     return parser
@@ -126,6 +153,8 @@ def _options(args):
 
     if args.runs < 1 or args.warmup < 0:
         raise UsageError("--runs must be at least 1 and --warmup at least 0")
+    if args.count is not None and args.count < 1:
+        raise UsageError("--count must be at least 1")
     peers = None
     if args.peers is not None:
         peers = tuple(name.strip() for name in args.peers.split(",") if name.strip())
@@ -137,6 +166,11 @@ def _options(args):
     backend = args.backend
     if backend == "auto":
         backend = get_backend("auto").name
+    if args.calibrate and backend != "cuda":
+        raise UsageError(
+            "--calibrate records the GPU cost model's predictions: it needs the cuda backend",
+            hint="run with --backend cuda on a GPU machine, or drop --calibrate",
+        )
     quick = args.quick
     if backend == "cpu" and not quick and not args.full:
         print(
@@ -154,6 +188,7 @@ def _options(args):
         suite_timeouts=args.suite_timeout,
         seed=args.seed,
         peers=peers,
+        calibrate=args.calibrate,
     )
 
 
@@ -174,7 +209,9 @@ def command_bench(args) -> int:
             hint="e.g. `einkern bench gemm --quick`, "
             "`einkern bench all`; `einkern bench --list` lists them",
         )
-    suites = resolve_suites(args.suites)
+    suites = [_configure(suite, args) for suite in resolve_suites(args.suites)]
+    if args.dump:
+        return _dump(suites, Path(args.dump), args.quick)
     options = _options(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -200,4 +237,45 @@ def command_bench(args) -> int:
         print(f"{len(bad)} einkern row(s) failed or exceeded the error tolerance", file=sys.stderr)
     sys.stderr.flush()
     print(table)
+    if any(suite.name == "contractions" for suite in suites):
+        print()
+        from ..bench.report import write_generality
+
+        print(write_generality(result, out))
+        print(f"wrote {out}/contractions.json and contractions.md", file=sys.stderr)
     return 1 if bad else 0
+
+
+def _dump(suites, folder: Path, quick: bool) -> int:
+    """Write every case's program and a cases.json index; returns 0."""
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    index: list[dict] = []
+    for suite in suites:
+        for case in suite.cases(quick):
+            name = f"{case.suite}_{case.workload}_{len(index):03d}.ein"
+            (folder / name).write_text(case.program, encoding="utf-8")
+            index.append(
+                {
+                    "file": name,
+                    "suite": case.suite,
+                    "workload": case.workload,
+                    "group": case.group,
+                    "extents": case.extent_map,
+                    "label": case.label,
+                    "note": case.note,
+                }
+            )
+    (folder / "cases.json").write_text(json.dumps(index, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {len(index)} programs and cases.json to {folder}", file=sys.stderr)
+    return 0
+
+
+def _configure(suite, args):
+    """The suite drawing from ``--seed`` (and ``--count`` cases) where it draws cases."""
+    if hasattr(suite, "with_seed"):
+        suite = suite.with_seed(args.seed)
+    if args.count is not None and hasattr(suite, "with_count"):
+        suite = suite.with_count(args.count)
+    return suite

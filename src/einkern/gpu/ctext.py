@@ -155,6 +155,8 @@ def join(a: str | None, b: str | None) -> str | None:
 
 def call_type(func: str) -> str | None:
     """``double`` for a C math function, ``float`` for its ``f`` variant, else None."""
+    if func == "ek_tf32":
+        return "float"
     if func in _MATH:
         return "double"
     if func.endswith("f") and func[:-1] in _MATH:

@@ -46,6 +46,16 @@ from .ctext import (
 )
 from .mma import SHAPES, asm_statement, registers
 
+#: fp32 → tf32 (``cvt.rna``: to nearest, ties away from zero), kept in a float.
+TF32_HELPER = """\
+__device__ __forceinline__ float ek_tf32(float x)
+{
+    unsigned u;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u) : "f"(x));
+    return __uint_as_float(u);
+}
+"""
+
 STATIC_SHARED_LIMIT = 48 * 1024  # bytes of static shared memory a kernel may declare
 
 CUDA_PRELUDE = (
@@ -58,6 +68,7 @@ CUDA_PRELUDE = (
 #define EKX_INF_D __longlong_as_double(0x7ff0000000000000LL)
 """
     + helper_functions("__device__ __forceinline__")
+    + TF32_HELPER
     + "#endif\n"
 )
 

@@ -141,6 +141,15 @@ static void ekx_record(ekx_ctx *c, int site, long long index, int kind)
     }}
 }}
 {_access_functions()}{helper_functions("static inline")}
+static inline float ek_tf32(float x)
+{{
+    /* PTX cvt.rna.tf32.f32: to nearest, ties away from zero, 10 mantissa bits */
+    union {{ float f; unsigned u; }} v;
+    v.f = x;
+    if ((v.u & 0x7f800000u) != 0x7f800000u)
+        v.u = (v.u + 0x1000u) & 0xffffe000u;
+    return v.f;
+}}
 static void ekx_async_push(ekx_ctx *c, long long t, void *dst, double value, int size)
 {{
     int *n = &c->q_count[t];
@@ -362,7 +371,7 @@ class EmulationText(CText):
             table = _table_name(shape.name, name[1])
             value = slot(fragment)
             if name != "mc" and shape.input_type == "tf32":
-                value = f"{PREFIX}tf32({value})"
+                value = f"ek_tf32({value})"
             lines += [
                 f"        for (int {i} = 0; {i} < {layout.count}; ++{i})",
                 f"            {PREFIX}{name}[{table}[{lane}][{i}][0]][{table}[{lane}][{i}][1]]"
@@ -440,19 +449,6 @@ def _layout_table(name: str, layout: Layout) -> str:
     return f"static const short {name}[32][{layout.count}][2] = {{{rows}}};"
 
 
-TF32_HELPER = f"""\
-static inline float {PREFIX}tf32(float x)
-{{
-    /* cvt.rna.tf32.f32: nearest, ties away from zero, 10 mantissa bits */
-    union {{ float f; unsigned u; }} v;
-    v.f = x;
-    if ((v.u & 0x7f800000u) != 0x7f800000u)
-        v.u = (v.u + 0x1000u) & 0xffffe000u;
-    return v.f;
-}}
-"""
-
-
 def mma_prelude(kernel: kir.Kernel) -> str:
     """The fragment layout tables of the MMA shapes ``kernel`` uses."""
     shapes = sorted({s.shape for s in _mma_sections(kernel.body)})
@@ -461,8 +457,6 @@ def mma_prelude(kernel: kir.Kernel) -> str:
         shape = SHAPES[name]
         for operand, layout in (("a", shape.a), ("b", shape.b), ("c", shape.c)):
             lines.append(_layout_table(_table_name(name, operand), layout))
-    if any(SHAPES[name].input_type == "tf32" for name in shapes):
-        lines.append(TF32_HELPER)
     return "\n".join(lines) + ("\n" if lines else "")
 
 

@@ -24,6 +24,7 @@ Kernel shape (one thread block computes one block tile of the output):
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from .. import semantics
 from ..ir.nodes import (
@@ -43,12 +44,15 @@ from ..semantics import C_TYPE as CTYPE
 from ..semantics import FUNCTIONS, ITEMSIZE
 from . import exprs as E
 from . import kir
+from .accumulation import sum_block
 from .builder import Context, KernelBuilder
 from .device import H100, DeviceLimits
-from .mapping import BOUNDARY_POLICIES, Mapping, MappingError
+from .mapping import ACCUMULATIONS, BOUNDARY_POLICIES, Mapping, MappingError
 from .normalize import Group, Placeholder, reduction_of
 from .padding import padding_problems
 from .staging import check_staging, staged_group_sections
+from .transpose import STRATEGY as TRANSPOSE
+from .transpose import build_transpose
 
 
 def compute_dtype(task: Task) -> str:
@@ -101,7 +105,9 @@ def new_builder(task: Task, mapping: Mapping, name: str) -> KernelBuilder:
 
 def build_kernel(builder: KernelBuilder) -> kir.Kernel:
     """Run the passes over ``builder`` (prologue, one section per reduction group,
-    epilogue) and assemble the kernel."""
+    epilogue) and assemble the kernel; the transpose strategy is its own pass."""
+    if builder.mapping.strategy == TRANSPOSE:
+        return build_transpose(builder)
     sections: list[kir.Section] = [kir.PerThread(tuple(prologue(builder)))]
     for number, group in enumerate(builder.reduction.groups):
         sections.extend(group_sections(builder, number, group))
@@ -160,7 +166,7 @@ def prologue(b: KernelBuilder) -> list[kir.Stmt]:
         body.append(kir.Assign(f"b_{index}", base))
         stride *= count
     for number in range(len(b.reduction.groups)):
-        b.thread_vars.append(kir.ThreadVar(f"acc{number}", b.ctype, len(b.slots)))
+        b.thread_vars.append(kir.ThreadVar(f"acc{number}", accumulator_ctype(b), len(b.slots)))
         for r, slot in enumerate(b.slots):
             start: kir.Expr = kir.Float(0.0)
             if b.preload:
@@ -199,7 +205,7 @@ def value(b: KernelBuilder, expr, ctx: Context, group: int | None = None) -> kir
 def inline_sum(b: KernelBuilder, expr: Sum, ctx: Context) -> kir.Expr:
     """A sum nested in an expression: serial per-thread loops."""
     name = b.fresh("sum")
-    ctx.statements.append(kir.Declare(name, b.ctype, kir.Float(0.0)))
+    ctx.statements.append(kir.Declare(name, accumulator_ctype(b), kir.Float(0.0)))
     inner = Context({**ctx.coords}, {**ctx.local}, [], {})
     loop_vars = {i: b.fresh(f"k_{i}_") for i in expr.indices}
     for index, var in loop_vars.items():
@@ -251,43 +257,126 @@ def global_load(b: KernelBuilder, access: Access, ctx: Context) -> kir.Expr:
 # -- reduction groups ------------------------------------------------------------
 
 
-def accumulate(b: KernelBuilder, number: int, group: Group, ctx: Context) -> list[kir.Stmt]:
+def accumulate(
+    b: KernelBuilder, number: int, group: Group, ctx: Context, into: str = "acc"
+) -> list[kir.Stmt]:
     """``acc[r] ±= term`` for every term of the body and register-tile element,
     term by term: the values of one term are loaded once, used by every element
     and dead before the next term's are loaded (a whole CCSD(T) family keeps
-    one term's operands live, not all eighteen)."""
+    one term's operands live, not all eighteen).  ``into``: the accumulators'
+    name (``part``: a blocked group's chunk partials)."""
     for sign, term in signed_terms(group.body):
         add = (sign > 0) == (b.preload >= 0)
         for r, slot in enumerate(b.slots):
             slot_ctx = b.slot_context(slot, ctx)
             term_value = value(b, term, slot_ctx, number)
             ctx.statements.append(
-                kir.Store(f"acc{number}", E.const(r), term_value, "+=" if add else "-=")
+                kir.Store(f"{into}{number}", E.const(r), term_value, "+=" if add else "-=")
             )
     return ctx.statements
 
 
+def accumulator_ctype(b: KernelBuilder) -> str:
+    """The accumulators' C type: double for a ``wide`` float kernel."""
+    return "double" if b.mapping.accumulate == "wide" and b.ctype == "float" else b.ctype
+
+
+def _into_partials(b: KernelBuilder, number: int, group: Group, ctx: Context) -> list[kir.Stmt]:
+    return accumulate(b, number, group, ctx, "part")
+
+
 def group_sections(b: KernelBuilder, number: int, group: Group) -> list[kir.Section]:
     """The sections of reduction group ``number``: serial, or staged when the
-    mapping stages any of its inputs."""
+    mapping stages any of its inputs.  A ``blocked`` float group with staged
+    inputs sums runs of k-step chunks (:func:`partial_period`) into partials
+    (``part``), zeroed at a run's first chunk and added to the accumulators after
+    its last (serial groups: :func:`serial_group`)."""
     staged = [a for a in group.accesses() if b.mapping.staging_of(str(a)) is not None]
     if not staged:
         return [kir.PerThread(tuple(serial_group(b, number, group)))]
-    return staged_group_sections(b, number, group, staged, accumulate)
+    if b.mapping.accumulate != "blocked" or b.ctype != "float":
+        return staged_group_sections(b, number, group, staged, accumulate)
+    sections = staged_group_sections(b, number, group, staged, _into_partials)
+    zero, add = _partials(b, number, "zero"), _partials(b, number, "add")
+    wrapped: list[kir.Section] = []
+    for section in sections:
+        if isinstance(section, kir.Uniform):
+            chunks = section.stop - section.start
+            period = partial_period(b.size, group, b.mapping, chunks)
+            if period > 1:  # a partial spans `period` chunks
+                chunk = kir.Var(section.var)
+                phase = E.mod(chunk, period)
+                last = E.less(E.const(period - 2), phase)
+                if chunks % period:
+                    last = kir.Op("||", last, E.less(E.const(chunks - 2), chunk))
+                zero = (kir.If(E.less(phase, E.const(1)), zero),)
+                add = (kir.If(last, add),)
+            body = (kir.PerThread(zero), *section.body, kir.PerThread(add))
+            section = replace(section, body=body)
+        wrapped.append(section)
+    return wrapped
+
+
+def partial_period(size, group: Group, mapping: Mapping, chunks: int) -> int:
+    """Chunks per partial sum of a blocked group: the power of two that makes a
+    block nearest sqrt(n) terms (error ~ (b + n/b)·u is smallest at b = sqrt(n)),
+    at least 1 and at most ``chunks``."""
+    terms = math.prod(size(i) for i in group.indices)
+    per_chunk = max(1, terms // max(chunks, 1))
+    period = 1 << max(0, round(math.log2(math.sqrt(terms) / per_chunk)))
+    return min(period, max(chunks, 1))
 
 
 def serial_group(b: KernelBuilder, number: int, group: Group) -> list[kir.Stmt]:
-    """Per-thread loops over the group's indices around :func:`accumulate`."""
+    """Per-thread loops over the group's indices around :func:`accumulate`.  A
+    ``blocked`` float group sums blocks of about sqrt(n) terms
+    (:func:`~.accumulation.sum_block`: from one loop inwards, that loop tiled when
+    needed) into partials ``part``, each added to the accumulators after its block."""
     indices = b.group_indices(group)
     loop_vars = {i: f"k_{i}" for i in indices}
     ctx = Context({i: kir.Var(v) for i, v in loop_vars.items()}, {})
-    body: tuple[kir.Stmt, ...] = tuple(accumulate(b, number, group, ctx))
+    sizes = [b.size(i) for i in indices]
+    block = None
+    if b.mapping.accumulate == "blocked" and b.ctype == "float":
+        block = sum_block(sizes)
+    body: tuple[kir.Stmt, ...] = tuple(
+        accumulate(b, number, group, ctx, "acc" if block is None else "part")
+    )
     for depth, index in enumerate(reversed(indices)):
+        position, size = len(indices) - 1 - depth, sizes[len(indices) - 1 - depth]
         unroll = b.mapping.unroll if depth == 0 and b.mapping.unroll > 1 else 0
+        if block is None or position != block[0]:
+            body = (kir.For(loop_vars[index], E.const(0), E.const(size), 1, body, unroll=unroll),)
+            continue
+        tile = block[1]
+        start: kir.Expr = E.const(0)
+        stop: kir.Expr = E.const(size)
+        if tile is not None:
+            start = kir.Var(f"kb_{index}")
+            stop = E.add(start, E.const(tile))
+            if size % tile:
+                stop = E.minimum(stop, E.const(size))
         body = (
-            kir.For(loop_vars[index], E.const(0), E.const(b.size(index)), 1, body, unroll=unroll),
+            *_partials(b, number, "zero"),
+            kir.For(loop_vars[index], start, stop, 1, body, unroll=unroll),
+            *_partials(b, number, "add"),
         )
+        if tile is not None:
+            body = (kir.For(f"kb_{index}", E.const(0), E.const(size), tile, body),)
     return [kir.Comment(f"reduction over {', '.join(indices)}"), *body]
+
+
+def _partials(b: KernelBuilder, number: int, what: str) -> tuple[kir.Stmt, ...]:
+    """Zero the partials of group ``number`` (declaring them once), or add them to
+    its accumulators."""
+    part, acc, count = f"part{number}", f"acc{number}", len(b.slots)
+    if not any(var.name == part for var in b.thread_vars):
+        b.thread_vars.append(kir.ThreadVar(part, b.ctype, count))
+    if what == "zero":
+        return tuple(kir.Store(part, E.const(r), kir.Float(0.0)) for r in range(count))
+    return tuple(
+        kir.Store(acc, E.const(r), kir.Load(part, E.const(r)), "+=") for r in range(count)
+    )
 
 
 # -- the epilogue ----------------------------------------------------------------
@@ -401,6 +490,10 @@ def check_mapping(
         )
     if mapping.unroll < 1:
         problems.append("unroll must be at least 1")
+    if mapping.accumulate not in ACCUMULATIONS:
+        problems.append(
+            f"accumulate {mapping.accumulate!r} (use {', '.join(ACCUMULATIONS)})"
+        )
     if not 0 <= mapping.min_blocks <= limits.max_blocks_per_sm:
         problems.append(
             f"min_blocks {mapping.min_blocks} (0 to {limits.max_blocks_per_sm} blocks per SM)"

@@ -29,7 +29,11 @@ Vocabulary (Treduda §3.1, MAGMA Table 4.2, R-Stream §4):
   store is predicated), ``exact`` (no checks: only valid when every tile
   divides its extent) or ``pad`` (MAGMA's padding: the tensors are copied into
   zero-filled buffers whose extents the tiles divide, the kernel runs exact,
-  the output is cropped back).
+  the output is cropped back);
+* ``accumulate`` says how a float32 reduction sums its terms: ``plain`` (one
+  accumulator per output), ``blocked`` (a partial per output per k-step chunk,
+  added to the accumulator at the chunk's end) or ``wide`` (double
+  accumulators); :mod:`einkern.gpu.accumulation` has the rule that picks it.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from dataclasses import asdict, dataclass, field
 from ..errors import EinkernError
 
 BOUNDARY_POLICIES = ("guard", "redirect", "exact", "pad")
+ACCUMULATIONS = ("plain", "blocked", "wide")
 
 
 class MappingError(EinkernError):
@@ -103,6 +108,9 @@ class Mapping:
     #: values, loaded before the reduction (their DRAM latency overlaps it), and the
     #: epilogue only stores.  See :func:`einkern.gpu.lower.preload_applies`.
     preload_output: bool = False
+    #: How reductions accumulate (:data:`ACCUMULATIONS`); absent from the JSON form
+    #: when ``plain``, so mapping files written before it load unchanged.
+    accumulate: str = "plain"
     reasons: tuple[str, ...] = field(default=(), compare=False)
 
     # -- derived -------------------------------------------------------------
@@ -144,6 +152,8 @@ class Mapping:
     def to_json(self, indent: int | None = 2) -> str:
         data = asdict(self)
         data.pop("reasons")
+        if self.accumulate == "plain":
+            data.pop("accumulate")
         return json.dumps(data, indent=indent)
 
     @staticmethod
@@ -166,6 +176,7 @@ class Mapping:
                 boundary=str(data.get("boundary", "guard")),
                 min_blocks=int(data.get("min_blocks", 0)),
                 preload_output=bool(data.get("preload_output", False)),
+                accumulate=str(data.get("accumulate", "plain")),
             )
         except (KeyError, TypeError, ValueError, json.JSONDecodeError) as error:
             raise MappingError(
@@ -201,6 +212,7 @@ class Mapping:
             f"vector width {self.vector_width}, boundary {self.boundary}"
             + (f", at least {self.min_blocks} blocks/SM" if self.min_blocks else "")
             + (", output preloaded" if self.preload_output else "")
+            + (f", {self.accumulate} accumulation" if self.accumulate != "plain" else "")
         )
         lines.extend(f"  why: {reason}" for reason in self.reasons)
         return "\n".join(lines)

@@ -48,6 +48,9 @@ class MmaConfig:
     padding: int = -1  # extra elements per shared row; -1: conflict-free for 8-byte fragments
     stages: int = 1  # shared buffers per tile (1 or 2 via registers; 2-4 asynchronous)
     copy: str = "registers"  # global → shared: "registers" (prefetched) or "async" (cp.async)
+    #: tf32 shapes only: each operand split into a tf32 high and low part and three
+    #: MMAs (lo·hi + hi·lo + hi·hi): fp32-level accuracy (3xTF32).
+    split: bool = False
 
     def block_tile(self) -> tuple[int, int]:
         shape = SHAPES[self.shape]
@@ -71,13 +74,16 @@ def problems(task: Task, config: MmaConfig) -> list[str]:
     if config.shape not in SHAPES:
         return [f"unknown MMA shape {config.shape!r}"]
     shape = SHAPES[config.shape]
-    if shape.input_type != "f64":
-        found.append(f"{shape.name}: only fp64 MMA kernels are generated so far")
     program = task.program
     statement = task.statement
     dtypes = {program.tensor(t).dtype for t in statement.tensors()}
-    if dtypes != {"float64"}:
-        found.append(f"fp64 tensor cores need float64 tensors, not {sorted(dtypes)}")
+    wanted = {"f64": "float64", "tf32": "float32"}.get(shape.input_type)
+    if wanted is None:
+        found.append(f"{shape.name}: {shape.input_type} MMA kernels are not generated yet")
+    elif dtypes != {wanted}:
+        found.append(f"{shape.name} needs {wanted} tensors, not {', '.join(sorted(dtypes))}")
+    if config.split and shape.input_type != "tf32":
+        found.append("split (3xTF32) applies to tf32 shapes only")
     if config.k_step % shape.k or config.k_step < shape.k:
         found.append(f"k_step {config.k_step} is not a multiple of the instruction's k={shape.k}")
     if min(config.warps_m, config.warps_n, config.tiles_m, config.tiles_n) < 1:
@@ -104,12 +110,18 @@ def lower_mma(task: Task, config: MmaConfig, name: str | None = None) -> kir.Ker
     return _Builder(task, c, config, name or f"einkern_s{task.position}").kernel()
 
 
-def _padding(row: int, padding: int) -> int:
-    """Extra elements after a shared row of ``row`` doubles.  Automatic (-1): the
-    row length becomes 4 modulo 16, so the 16 lanes of a half warp reading a
-    fragment (rows ``group`` 0..3 apart, columns ``quad`` 0..3, or the transpose)
-    hit 16 distinct 8-byte bank pairs."""
-    return (4 - row) % 16 if padding == -1 else padding
+def _padding(row: int, padding: int, itemsize: int, operand: str) -> int:
+    """Extra elements after a shared row of ``row`` elements.  Automatic (-1): for
+    doubles the row length becomes 4 modulo 16, so the 16 lanes of a half warp
+    reading a fragment (rows ``group`` 0..3 apart, columns ``quad`` 0..3, or the
+    transpose) hit 16 distinct 8-byte bank pairs; for 4-byte elements 4 (A: rows
+    ``group`` 0..7, columns ``quad``) or 8 (B: rows ``quad``, columns ``group``)
+    modulo 32, so a warp's 32 reads hit 32 distinct banks."""
+    if padding != -1:
+        return padding
+    if itemsize == 8:
+        return (4 - row) % 16
+    return ((4 if operand == "a" else 8) - row) % 32
 
 
 class _Builder:
@@ -124,8 +136,10 @@ class _Builder:
         self.batches = c.size(c.batch)
         largest = max(task.problem.numel(t) for t in task.statement.tensors())
         self.itype = "long long" if largest >= 2**31 else "int"
-        self.lda = self.bk + _padding(self.bk, config.padding)  # shared A row (M rows)
-        self.ldb = self.bn + _padding(self.bn, config.padding)  # shared B row (K rows)
+        self.ctype = "double" if self.shape.input_type == "f64" else "float"
+        size = 8 if self.ctype == "double" else 4
+        self.lda = self.bk + _padding(self.bk, config.padding, size, "a")  # shared A row
+        self.ldb = self.bn + _padding(self.bn, config.padding, size, "b")  # shared B row
 
     # -- pieces ---------------------------------------------------------------
 
@@ -304,28 +318,39 @@ class _Builder:
                     row = E.add(wrow, E.add(E.const(tm * shape.m), r))
                     at = E.add(E.mul(row, E.const(self.lda)), E.add(E.const(ks), col))
                     at = E.add(self.buffer("a", current), at)
-                    frags.append(kir.Store("fa", E.const(tm * na + i), kir.Load("As", at)))
+                    frags += self._fragment("fa", tm * na + i, kir.Load("As", at), na * cfg.tiles_m)
             for tn in range(cfg.tiles_n):
                 for i in range(nb):
                     r, col = coordinates(shape.b, group, quad, i)
                     column = E.add(wcol, E.add(E.const(tn * shape.n), col))
                     at = E.add(E.mul(E.add(E.const(ks), r), E.const(self.ldb)), column)
                     at = E.add(self.buffer("b", current), at)
-                    frags.append(kir.Store("fb", E.const(tn * nb + i), kir.Load("Bs", at)))
+                    frags += self._fragment("fb", tn * nb + i, kir.Load("Bs", at), nb * cfg.tiles_n)
             sections.append(kir.PerThread(tuple(frags)))
+            # 3xTF32: the small products first (lo·hi, hi·lo), then hi·hi
+            low_a, low_b = na * cfg.tiles_m, nb * cfg.tiles_n
+            pairs = [(low_a, 0), (0, low_b), (0, 0)] if cfg.split else [(0, 0)]
             for tm in range(cfg.tiles_m):
                 for tn in range(cfg.tiles_n):
                     acc = kir.Fragment("acc", (tm * cfg.tiles_n + tn) * nc)
-                    sections.append(
-                        kir.Mma(
-                            shape.name,
-                            acc,
-                            kir.Fragment("fa", tm * na),
-                            kir.Fragment("fb", tn * nb),
-                            acc,
-                        )
-                    )
+                    for da, db in pairs:
+                        a = kir.Fragment("fa", da + tm * na)
+                        b = kir.Fragment("fb", db + tn * nb)
+                        sections.append(kir.Mma(shape.name, acc, a, b, acc))
         return sections
+
+    def _fragment(self, var: str, slot: int, value: kir.Expr, low: int) -> list[kir.Stmt]:
+        """Register ``slot`` of fragment array ``var`` from ``value``: as it is
+        (fp64), rounded to tf32, or (3xTF32) its tf32 high part with the low part
+        ``low`` registers further on."""
+        if self.shape.input_type != "tf32":
+            return [kir.Store(var, E.const(slot), value)]
+        high = kir.Call("ek_tf32", (value,))
+        stmts: list[kir.Stmt] = [kir.Store(var, E.const(slot), high)]
+        if self.config.split:
+            rest = kir.Op("-", value, kir.Load(var, E.const(slot)))
+            stmts.append(kir.Store(var, E.const(low + slot), kir.Call("ek_tf32", (rest,))))
+        return stmts
 
     def epilogue(self) -> list[kir.Stmt]:
         c, shape, cfg = self.c, self.shape, self.config
@@ -382,12 +407,13 @@ class _Builder:
                 kir.PerThread(tuple(self.epilogue())),
             )
         per_thread = math.ceil(self.bm * self.bk / cfg.threads)
+        copies = 2 if cfg.split else 1  # 3xTF32 keeps high and low parts
         prefetch = (
             ()
             if cfg.copy == "async"
             else (
-                kir.ThreadVar("pre_a", "double", per_thread),
-                kir.ThreadVar("pre_b", "double", math.ceil(self.bk * self.bn / cfg.threads)),
+                kir.ThreadVar("pre_a", self.ctype, per_thread),
+                kir.ThreadVar("pre_b", self.ctype, math.ceil(self.bk * self.bn / cfg.threads)),
             )
         )
         used = set(task.statement.tensors())
@@ -415,17 +441,17 @@ class _Builder:
                 kir.ThreadVar("base_a", it),
                 kir.ThreadVar("base_b", it),
                 kir.ThreadVar("base_c", it),
-                kir.ThreadVar("fa", "double", cfg.tiles_m * na),
-                kir.ThreadVar("fb", "double", cfg.tiles_n * nb),
-                kir.ThreadVar("acc", "double", cfg.tiles_m * cfg.tiles_n * nc),
+                kir.ThreadVar("fa", self.ctype, copies * cfg.tiles_m * na),
+                kir.ThreadVar("fb", self.ctype, copies * cfg.tiles_n * nb),
+                kir.ThreadVar("acc", self.ctype, cfg.tiles_m * cfg.tiles_n * nc),
                 *prefetch,
             ),
             shared=(
-                kir.SharedArray("As", "double", cfg.stages * self.bm * self.lda),
-                kir.SharedArray("Bs", "double", cfg.stages * self.bk * self.ldb),
+                kir.SharedArray("As", self.ctype, cfg.stages * self.bm * self.lda),
+                kir.SharedArray("Bs", self.ctype, cfg.stages * self.bk * self.ldb),
             ),
             body=body,
             index_type=it,
             comment=f"{task.statement}  [mma {self.shape.name}, {cfg.to_json()}]",
-            meta=(("compute_type", "double"),),
+            meta=(("compute_type", self.ctype),),
         )

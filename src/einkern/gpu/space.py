@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 
 from ..ir.nodes import Access, Binary, Neg, Problem, signed_terms
 from ..ir.task import Task
+from .accumulation import with_accumulation
 from .config import NO_STAGING, SCALAR_CONFIG, CudaConfig, StagingConfig
 from .device import H100, DeviceLimits
 from .lower import check_mapping, compute_dtype, preload_applies
@@ -322,7 +323,7 @@ def config_to_mapping(task: Task, config: CudaConfig, reasons: tuple[str, ...] =
     else:
         strategy = "direct"
     dtype = compute_dtype(task)
-    return Mapping(
+    mapping = Mapping(
         strategy=strategy,
         parallel=parallel,
         grid_order=_grid_order(task),
@@ -336,6 +337,7 @@ def config_to_mapping(task: Task, config: CudaConfig, reasons: tuple[str, ...] =
         preload_output=bool(config.preload),
         reasons=reasons,
     )
+    return with_accumulation(task, mapping)
 
 
 def _grid_order(task: Task) -> tuple[str, ...]:

@@ -209,6 +209,12 @@ class Tensor:
     dtype: DType = "float64"
     layout: Layout = "row"  # "row": last index contiguous; "column": first index contiguous
     span: Span | None = field(default=None, compare=False, repr=False)
+    #: A tensor a program rewrite introduced (see :mod:`einkern.ir.rewrite`): the
+    #: caller never passes nor receives it; the backend provides its memory.
+    temporary: bool = False
+    #: For a temporary: the tensor whose memory it reads and writes (a *view*: the
+    #: same elements in the same order, dense in this tensor's layout and shape).
+    view_of: str | None = None
 
     @property
     def rank(self) -> int:
@@ -307,12 +313,38 @@ class Program:
                 return scalar
         raise KeyError(name)
 
+    def storage(self, name: str) -> str:
+        """The tensor whose memory ``name`` uses: ``name`` itself, or the end of its
+        chain of views (within this program: a view whose base a program cut out of
+        another, a task's view, does not hold ends the chain)."""
+        seen = {name}
+        tensor = self.tensor(name)
+        names = {t.name for t in self.tensors}
+        while tensor.view_of is not None and tensor.view_of in names:
+            tensor = self.tensor(tensor.view_of)
+            if tensor.name in seen:
+                raise ValueError(f"views form a cycle through {tensor.name!r}")
+            seen.add(tensor.name)
+        return tensor.name
+
+    @property
+    def temporaries(self) -> tuple[str, ...]:
+        """Tensors a rewrite introduced (never passed nor returned), in declaration order."""
+        return tuple(t.name for t in self.tensors if t.temporary)
+
     @property
     def outputs(self) -> tuple[str, ...]:
-        """Tensors written by some statement, in order of first write."""
+        """Tensors the caller receives: those written by some statement (directly or
+        through a view), in order of first write; temporaries are not outputs."""
         seen: dict[str, None] = {}
+        plain = not any(t.temporary for t in self.tensors)
         for statement in self.statements:
-            seen.setdefault(statement.output.tensor, None)
+            name = statement.output.tensor
+            if not plain:
+                name = self.storage(name)
+                if self.tensor(name).temporary:
+                    continue
+            seen.setdefault(name, None)
         return tuple(seen)
 
     @property
@@ -321,12 +353,15 @@ class Program:
         writes them with ``=`` (compound-assigned outputs are inputs too)."""
         assigned: set[str] = set()
         used: dict[str, None] = {}
+        plain = not any(t.temporary for t in self.tensors)
         for statement in self.statements:
             for access in statement.reads():
-                if access.tensor not in assigned:
-                    used.setdefault(access.tensor, None)
+                name = access.tensor if plain else self.storage(access.tensor)
+                if name not in assigned and (plain or not self.tensor(name).temporary):
+                    used.setdefault(name, None)
             if statement.op == "=":
-                assigned.add(statement.output.tensor)
+                target = statement.output.tensor
+                assigned.add(target if plain else self.storage(target))
         order = {t.name: i for i, t in enumerate(self.tensors)}
         return tuple(sorted(used, key=order.__getitem__))
 
@@ -339,7 +374,9 @@ class Program:
             )
         )
         for t in self.tensors:
-            lines.append(f"tensor {t.name}[{', '.join(t.shape)}] {t.dtype} {t.layout}")
+            kind = " temporary" if t.temporary else ""
+            kind += f" view of {t.view_of}" if t.view_of is not None else ""
+            lines.append(f"tensor {t.name}[{', '.join(t.shape)}] {t.dtype} {t.layout}{kind}")
         for s in self.scalars:
             default = "" if s.default is None else f" = {s.default}"
             lines.append(f"scalar {s.name}{default} {s.dtype}")

@@ -40,6 +40,7 @@ from ..backends.cpu.schedule import (
     schedule_violation,
     tileable_reduction_indices,
     top_level_sums,
+    with_accumulation,
 )
 from ..ir.nodes import Problem, Statement
 from ..ir.task import Task
@@ -96,7 +97,7 @@ def schedule_from_configs(
         reason = schedule_violation(problem, statement, schedule)
         if reason is not None:
             raise ValueError(f"statement {position}: {reason}")
-        loops.append(schedule)
+        loops.append(with_accumulation(problem, statement, schedule))
     return CpuSchedule(tuple(loops))
 
 
@@ -231,7 +232,8 @@ class CpuTarget:
         if reason is not None:
             raise VariantError("invalid", reason)
         single = task.view
-        source = emit_c(single, CpuSchedule((loop_schedule(config),)))
+        loops = with_accumulation(single, single.program.statements[0], loop_schedule(config))
+        source = emit_c(single, CpuSchedule((loops,)))
         directory = cache_directory()
         chain = toolchain(directory)
         path = cached_library(source, chain, directory)

@@ -16,6 +16,7 @@ from ...arrays import ArrayInfo, describe_numpy
 from ...errors import ArgumentError, CompilationError
 from ...ir.nodes import Problem
 from ..binding import Call, article, bind_arguments, type_name
+from ..temporaries import HostTemporaries, resolve_views
 from .codegen import ENTRY_POINT
 from .compiler import (
     Toolchain,
@@ -42,6 +43,8 @@ class CpuExecutable:
     problem: Problem
     library: Path
     function: Any = dataclasses.field(repr=False)
+    #: memory of the problem's temporaries (a rewrite's), reused across calls
+    temporaries: HostTemporaries | None = dataclasses.field(default=None, repr=False)
 
     def run(self, arrays: Mapping[str, Any], scalars: Mapping[str, Any]) -> None:
         """Check ``arrays`` and ``scalars`` by name (the one check,
@@ -56,13 +59,26 @@ class CpuExecutable:
         memory, checked by :class:`~einkern.backends.binding.Binder`)."""
         program = self.problem.program
         infos = call.infos
-        pointers = (ctypes.c_void_p * max(1, len(program.tensors)))(
-            *(infos[tensor.name].pointer for tensor in program.tensors)
-        )
         values = (ctypes.c_double * max(1, len(program.scalars)))(
             *(call.scalars[scalar.name] for scalar in program.scalars)
         )
-        self.function(pointers, values)
+        if self.temporaries is None:
+            pointers = (ctypes.c_void_p * max(1, len(program.tensors)))(
+                *(infos[tensor.name].pointer for tensor in program.tensors)
+            )
+            self.function(pointers, values)
+            return
+        taken = self.temporaries.take()
+        try:
+            addresses = {name: info.pointer for name, info in infos.items()}
+            addresses.update((name, array.ctypes.data) for name, array in taken.items())
+            resolve_views(self.problem, addresses)
+            pointers = (ctypes.c_void_p * max(1, len(program.tensors)))(
+                *(addresses[tensor.name] for tensor in program.tensors)
+            )
+            self.function(pointers, values)
+        finally:
+            self.temporaries.give_back(taken)
 
 
 def load_library(path: Path) -> Any:
@@ -131,7 +147,8 @@ class CpuBackend:
         if found is not None:
             return found
         path, function = load_or_compile(emit_program(problem, schedule), chain, directory)
-        executable = CpuExecutable(problem, path, function)
+        holder = HostTemporaries(problem) if problem.program.temporaries else None
+        executable = CpuExecutable(problem, path, function, holder)
         with self._lock:
             return self._executables.setdefault(key, executable)
 

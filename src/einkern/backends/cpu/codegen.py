@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from ... import semantics
 from ...gpu import exprs as E
 from ...gpu import kir
+from ...gpu.accumulation import sum_block
 from ...gpu.ctext import (
     C_LITERAL_MACROS,
     ENTRY_POINT,
@@ -175,10 +176,21 @@ class _Context:
     printer: CpuText
     counter: itertools.count = field(default_factory=itertools.count)
     buffers: Mapping[Sum, kir.Expr] = field(default_factory=dict)  # sums already computed
+    accumulate: str = "plain"  # see schedule.ACCUMULATIONS
 
-    def fresh(self) -> str:
+    @property
+    def acc_ctype(self) -> str:
+        """The accumulators' C type: double for a ``wide`` float statement."""
+        return "double" if self.accumulate == "wide" else self.ctype
+
+    @property
+    def blocked(self) -> bool:
+        """Whether sums take partial accumulators (``blocked``)."""
+        return self.accumulate == "blocked"
+
+    def fresh(self, prefix: str = "acc") -> str:
         """A new accumulator (the printer knows it from now on)."""
-        return self.printer.declare(f"acc{next(self.counter)}")
+        return self.printer.declare(f"{prefix}{next(self.counter)}", self.acc_ctype)
 
     def size(self, index: str) -> int:
         return self.problem.index_size(self.statement, index)
@@ -198,9 +210,12 @@ def _statement_function(
     program = problem.program
     ctype = C_TYPE[compute_dtype(program, statement)]
     scalars = _statement_scalars(program, statement)
-    buffers = [(f"sumbuf{n}", 1) for n in range(len(top_level_sums(statement.rhs)))]
+    sums = range(len(top_level_sums(statement.rhs)))
+    buffers = [(f"{kind}{n}", 1) for kind in ("sumbuf", "sumpart") for n in sums]
+    # No type is wider than double that costs nothing: a double statement's "wide" is plain.
+    accumulate = "plain" if loops.accumulate == "wide" and ctype != "float" else loops.accumulate
     printer = CpuText(problem, statement, ctype, scalars, buffers)
-    context = _Context(problem, statement, ctype, printer)
+    context = _Context(problem, statement, ctype, printer, accumulate=accumulate)
     output = statement.output
 
     parameters = []
@@ -284,7 +299,7 @@ def _buffered_tile(context: _Context, loops: LoopSchedule, tiles: Mapping[str, i
     position = _buffer_offset(loops.order, shape, tiles)
     sums = top_level_sums(statement.rhs)
     names = {node: f"sumbuf{number}" for number, node in enumerate(sums)}
-    lines = [f"{context.ctype} {name}[{elements}];" for name in names.values()]
+    lines = [f"{context.acc_ctype} {name}[{elements}];" for name in names.values()]
     split = len(loops.order) - loops.inner
     outer = [_point_header(i, context.size(i), tiles.get(i)) for i in loops.order[:split]]
     inner = [_point_header(i, context.size(i), tiles.get(i)) for i in loops.order[split:]]
@@ -303,12 +318,24 @@ def _buffered_tile(context: _Context, loops: LoopSchedule, tiles: Mapping[str, i
         element = context.printer.target(name, position)
         if loops.inner == 0:
             acc = context.fresh()
+            blocked = context.blocked  # the tile's partial, added to the buffer at its end
             core = [
-                f"{context.ctype} {acc} = {element};",
+                f"{context.acc_ctype} {acc} = {0 if blocked else element};",
                 *_nest(reduction_points, [*body.setup, f"{acc} += {text};"]),
-                f"{element} = {acc};",
+                f"{element} {'+=' if blocked else '='} {acc};",
             ]
             lines += _nest(reduction_tiles + outer, core)
+        elif context.blocked and reduction_tiles:
+            part = f"sumpart{name[len('sumbuf') :]}"
+            partial = context.printer.target(part, position)
+            core = [*body.setup, f"{partial} += {text};"]
+            tile = [
+                f"{context.ctype} {part}[{elements}];",
+                f"for (int64_t e = 0; e < {elements}; ++e) {part}[e] = 0;",
+                *_nest(outer + reduction_points + inner, core),
+                f"for (int64_t e = 0; e < {elements}; ++e) {name}[e] += {part}[e];",
+            ]
+            lines += _nest(reduction_tiles, tile)
         else:
             core = [*body.setup, f"{element} += {text};"]
             lines += _nest(reduction_tiles + outer + reduction_points + inner, core)
@@ -390,15 +417,34 @@ def _expr(expr: Expr, context: _Context) -> _Code:
 
 
 def _sum(expr: Sum, context: _Context) -> _Code:
-    """Accumulator declaration and reduction loops; the value is the accumulator."""
+    """Accumulator declaration and reduction loops; the value is the accumulator.
+
+    Blocked (:func:`sum_block`): the loops from the block's index inwards add into a
+    partial accumulator, declared at the start of each block and added to the
+    running one at its end; the block's index is tiled when the loops inside it
+    hold fewer terms than a block."""
     acc = context.fresh()
     body = _expr(expr.body, context)
-    lines = [f"{context.ctype} {acc} = 0; /* {_comment_text(str(expr))} */"]
-    for depth, name in enumerate(expr.indices):
-        lines.append(_INDENT * depth + _loop_header(name, context.size(name)))
-    inner = _INDENT * len(expr.indices)
-    lines += [inner + line for line in body.setup]
-    lines.append(f"{inner}{acc} += {context.printer.text(body.value)};")
-    for depth in range(len(expr.indices) - 1, -1, -1):
-        lines.append(_INDENT * depth + "}")
-    return _Code(tuple(lines), kir.Var(acc))
+    term = f"{context.printer.text(body.value)}"
+    lines = [f"{context.acc_ctype} {acc} = 0; /* {_comment_text(str(expr))} */"]
+    sizes = [context.size(name) for name in expr.indices]
+    block = sum_block(sizes) if context.blocked else None
+    if block is None:
+        core = [*body.setup, f"{acc} += {term};"]
+        loops = [_loop_header(i, n) for i, n in zip(expr.indices, sizes, strict=True)]
+        return _Code((*lines, *_nest(loops, core)), kir.Var(acc))
+    split, tile = block
+    part = context.fresh("part")
+    headers = [_loop_header(i, n) for i, n in zip(expr.indices, sizes, strict=True)]
+    outer, inner = headers[:split], headers[split + 1 :]
+    index, size = expr.indices[split], sizes[split]
+    if tile is None:
+        block_loops, points = [], [_loop_header(index, size)]
+    else:
+        block_loops, points = [_tile_header(index, size, tile)], [_point_header(index, size, tile)]
+    partial = [
+        f"{context.ctype} {part} = 0;",
+        *_nest(points + inner, [*body.setup, f"{part} += {term};"]),
+        f"{acc} += {part};",
+    ]
+    return _Code((*lines, *_nest(outer + block_loops, partial)), kir.Var(acc))

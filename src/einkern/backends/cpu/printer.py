@@ -82,10 +82,10 @@ class CpuText(CText):
 
     # -- the backend's entry points -------------------------------------------------
 
-    def declare(self, name: str) -> str:
-        """A new accumulator of the compute type."""
+    def declare(self, name: str, ctype: str | None = None) -> str:
+        """A new accumulator of the compute type (or of ``ctype``: a wider one)."""
         self.local(name)
-        self.env[name] = self.ctype
+        self.env[name] = ctype or self.ctype
         return name
 
     def text(self, e: kir.Expr) -> str:

@@ -13,14 +13,28 @@ reduction index, or moving parallel point loops inside the reduction loops
 (``inner``), makes the statement *buffered*: the outermost sums of the
 right-hand side are accumulated per tile in a small per-thread array, one
 reduction tile at a time, and the expression is evaluated from it at the end.
+
+Accumulation (``accumulate``, one of :data:`ACCUMULATIONS`).  ``plain``: one
+accumulator of the compute type runs over the whole sum (the error of a float32
+sum of n terms grows like n·u, u = 2^-24).  ``blocked``: two-level summation,
+a partial accumulator per block of about sqrt(n) terms added into the running
+sum at the block's end (error ~ (b + n/b)·u); a buffered statement's block is
+its reduction tile.  ``wide``: the terms, computed in
+the compute type, are accumulated in double (float32 statements only; float64
+ones accumulate plainly whatever this says).  Float64 sums are blocked from
+:data:`LONG_FLOAT64_TERMS` terms on.  :func:`choose_accumulation` is the
+rule the default schedule uses; docs/accuracy.md has the measurements.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
-from ...ir.nodes import Expr, Problem, Statement, Sum, children
+from ... import semantics
+from ...gpu.accumulation import ACCURATE_TERMS  # float32 sums shorter: plain (both backends)
+from ...ir.nodes import Expr, Problem, Statement, Sum, children, walk
 
 #: Statements doing fewer elementary operations than this run on one thread:
 #: starting a parallel region costs more than it saves.
@@ -34,6 +48,13 @@ OUTER_PARALLELISM = 64
 #: Most elements of the per-thread sum buffers of one buffered statement
 #: (they live on the stack of each OpenMP thread).
 TILE_BUFFER_LIMIT = 4096
+
+#: How sums accumulate (see the module docstring).
+ACCUMULATIONS = ("plain", "blocked", "wide")
+
+#: Float64 sums of at least this many terms are blocked too (their plain error,
+#: 1e-13 at 10^7 terms, is within the tolerance but ~100x NumPy's; blocked: ~20x less).
+LONG_FLOAT64_TERMS = 1 << 14
 
 
 @dataclass(frozen=True)
@@ -54,8 +75,13 @@ class LoopSchedule:
     collapse: int
     tiles: tuple[tuple[str, int], ...] = ()
     inner: int = 0
+    accumulate: str = "plain"
 
     def __post_init__(self) -> None:
+        if self.accumulate not in ACCUMULATIONS:
+            raise ValueError(
+                f"accumulate {self.accumulate!r} (use {', '.join(ACCUMULATIONS)})"
+            )
         if len(set(self.order)) != len(self.order):
             raise ValueError(f"loop order repeats an index: {self.order}")
         tiled = [index for index, _ in self.tiles]
@@ -156,6 +182,85 @@ def default_loop_schedule(problem: Problem, statement: Statement) -> LoopSchedul
 
 def decide_loop_schedule(problem: Problem, statement: Statement) -> LoopDecision:
     """:func:`default_loop_schedule` with the reason for each choice."""
+    loops = _decide_loops(problem, statement)
+    accumulate, reason = choose_accumulation(problem, statement, loops.schedule)
+    schedule = dataclasses.replace(loops.schedule, accumulate=accumulate)
+    return LoopDecision(schedule, (*loops.reasons, reason))
+
+
+def longest_sum(problem: Problem, statement: Statement) -> int:
+    """Terms of the statement's longest sum (0: it has none)."""
+    return max(
+        (
+            math.prod(problem.index_size(statement, index) for index in node.indices)
+            for node in walk(statement.rhs)
+            if isinstance(node, Sum)
+        ),
+        default=0,
+    )
+
+
+def choose_accumulation(
+    problem: Problem, statement: Statement, loops: LoopSchedule
+) -> tuple[str, str]:
+    """The accumulation rule ("accurate-sums"): float64 sums of fewer than
+    :data:`LONG_FLOAT64_TERMS` terms, and float32 sums of fewer than
+    :data:`ACCURATE_TERMS`, plain; longer float64 sums blocked where blocking
+    splits them; longer float32 sums blocked
+    (partials of about sqrt(n) terms, or the reduction tile of a buffered
+    statement), except a buffered statement whose reductions are not tiled: wide
+    (its buffer holds the running sums, and nothing splits them into blocks).
+    Returns the choice and its reason."""
+    dtype = semantics.compute_dtype(
+        problem.program.tensor(statement.output.tensor).dtype,
+        [problem.program.tensor(access.tensor).dtype for access in statement.reads()],
+    )
+    terms = longest_sum(problem, statement)
+    if dtype != "float32":
+        if terms < LONG_FLOAT64_TERMS or not _splits(problem, statement, loops):
+            return "plain", f"accurate-sums: {dtype} sums of up to {terms:,} terms: plain"
+        return "blocked", (
+            f"accurate-sums: {dtype} sums of up to {terms:,} terms (at least "
+            f"{LONG_FLOAT64_TERMS:,}) blocked as float32 ones are: free, and closer to "
+            "NumPy's accuracy"
+        )
+    if terms < ACCURATE_TERMS:
+        return "plain", (
+            f"accurate-sums: float32 sums of at most {terms:,} terms (under "
+            f"{ACCURATE_TERMS}) accumulate plainly: error bound n·u under the tolerance"
+        )
+    if not is_buffered(problem, statement, loops):
+        return "blocked", (
+            f"accurate-sums: float32 sums of up to {terms:,} terms add blocks of about "
+            "sqrt(n) terms into partials, each added to the running sum at its end"
+        )
+    if _splits(problem, statement, loops):
+        return "blocked", (
+            f"accurate-sums: float32 sums of up to {terms:,} terms: each reduction tile "
+            "sums into its own partial, added to the tile buffer at the tile's end"
+        )
+    return "wide", (
+        f"accurate-sums: float32 sums of up to {terms:,} terms in a buffer with untiled "
+        "reductions accumulate in double"
+    )
+
+
+def _splits(problem: Problem, statement: Statement, loops: LoopSchedule) -> bool:
+    """Whether blocked accumulation splits the statement's sums: always when it is
+    not buffered (partials of about sqrt(n) terms), else when a reduction is tiled."""
+    if not is_buffered(problem, statement, loops):
+        return True
+    return any(index not in loops.order for index in effective_tiles(problem, statement, loops))
+
+
+def with_accumulation(problem: Problem, statement: Statement, loops: LoopSchedule) -> LoopSchedule:
+    """``loops`` with the accumulation :func:`choose_accumulation` picks for it (the
+    tuner's schedules get it this way: accuracy is not a tuning knob)."""
+    return dataclasses.replace(loops, accumulate=choose_accumulation(problem, statement, loops)[0])
+
+
+def _decide_loops(problem: Problem, statement: Statement) -> LoopDecision:
+    """The loop nest of :func:`decide_loop_schedule` (accumulation not chosen yet)."""
     order = default_loop_order(problem, statement)
     output = statement.output.tensor
     if not order:
@@ -221,6 +326,8 @@ def describe_loops(loops: LoopSchedule) -> str:
         parts.append("tiles " + ", ".join(f"{index}={size}" for index, size in loops.tiles))
     if loops.inner:
         parts.append(f"{loops.inner} point loop(s) inside the sums")
+    if loops.accumulate != "plain":
+        parts.append(f"{loops.accumulate} accumulation")
     return "; ".join(parts)
 
 

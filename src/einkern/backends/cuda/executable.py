@@ -8,9 +8,10 @@ work queued on that stream afterwards is ordered after the kernels, and the
 launches can be captured into a CUDA graph.  Device arrays are used in place;
 host (NumPy) arrays are copied to the device on the stream, and the ones the
 program writes are copied back before the call returns.  Temporaries (the padded
-copies of the ``pad`` boundary policy) are allocated stream-ordered for each
-call from einkern's memory pool (from the graph's memory during a capture), so
-concurrent calls on different streams never share them.
+copies of the ``pad`` boundary policy, and a program rewrite's temporaries) are
+allocated stream-ordered for each call from einkern's memory pool (from the
+graph's memory during a capture), so concurrent calls on different streams
+never share them.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ...errors import BackendError
 from ...ir.nodes import Problem
 from ..binding import Call, bind_arguments
+from ..temporaries import owned, resolve_views, roots, views
 from . import driver
 from .arrays import READER
 from .nvrtc import CompiledModule, KernelResources, arch_for, compile_cubin
@@ -52,10 +54,14 @@ class CudaExecutable:
         self._kernels: dict[int, dict[str, Any]] = {}
         self._plans: dict[int, tuple] = {}
         self._written = frozenset(problem.program.outputs)
-        declared = {t.name for t in problem.program.tensors}  # (kernels also name temporaries)
-        self._used = tuple(
-            dict.fromkeys(t for k in source.kernels for t in k.tensors if t in declared)
-        )
+        program = problem.program
+        declared = {t.name for t in program.tensors}  # (kernels also name temporaries)
+        named = tuple(dict.fromkeys(t for k in source.kernels for t in k.tensors if t in declared))
+        # the caller's tensors the kernels use (through views too), and the rewrite's
+        # temporaries with memory of their own (allocated for each call, as the pad copies)
+        self._used = tuple(t for t in roots(problem, named) if not program.tensor(t).temporary)
+        self._owned = tuple((t, problem.nbytes(t)) for t in owned(problem))
+        self._views = bool(views(problem))
 
     @property
     def resources(self) -> tuple[KernelResources, ...]:
@@ -155,7 +161,9 @@ class CudaExecutable:
                 stream.wait(as_stream(producer))  # on the GPU: the host never waits
         pointers = {name: infos[name].pointer for name in self._used}
         host = [name for name in self._used if infos[name].device == "cpu"]
-        if not host and not self.source.temporaries:
+        if not host and not self.source.temporaries and not self._owned:
+            if self._views:
+                resolve_views(self.problem, pointers)
             times = _launch(core, stream, plan, pointers, call.scalars, repeat)
             if SYNCHRONIZE:
                 _synchronize(stream, self.problem.program.name)
@@ -167,8 +175,10 @@ class CudaExecutable:
                 driver.copy_to_device_async(
                     pointers[name], infos[name].pointer, nbytes, stream.handle
                 )
-            for name, nbytes in self.source.temporaries:
+            for name, nbytes in (*self.source.temporaries, *self._owned):
                 pointers[name] = allocate(nbytes)
+            if self._views:
+                resolve_views(self.problem, pointers)
             times = _launch(core, stream, plan, pointers, call.scalars, repeat)
             for name in host:
                 if name in self._written:

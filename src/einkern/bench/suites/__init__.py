@@ -8,9 +8,10 @@ from ..case import Suite
 def builtin_suites() -> list[type[Suite]]:
     """Suite classes in the order ``all`` runs them."""
     from .ccsdt import CcsdtSuite
+    from .contractions import ContractionsSuite
     from .gemm import GemmSuite
     from .mapped import MappedSuite
     from .nekbone import NekboneSuite
     from .riemann import RiemannSuite
 
-    return [GemmSuite, NekboneSuite, CcsdtSuite, RiemannSuite, MappedSuite]
+    return [GemmSuite, NekboneSuite, CcsdtSuite, RiemannSuite, MappedSuite, ContractionsSuite]

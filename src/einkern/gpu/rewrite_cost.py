@@ -1,0 +1,64 @@
+"""The CUDA cost of a rewritten program's statements, for the rewrite plan
+(:mod:`einkern.ir.rewrite_plan`): each statement's kernel under its default
+mapping (the decision algorithm's), its time predicted by :mod:`.model` (a
+transpose's by :func:`.transpose.predicted_transpose_time`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..errors import EinkernError
+from ..ir.nodes import Problem
+from ..ir.task import statement_task
+from .decision import decide
+from .device import H100, DeviceLimits
+from .mapping import Mapping
+from .model import predicted_time
+from .transpose import STRATEGY as TRANSPOSE
+from .transpose import predicted_transpose_time
+
+
+@dataclass
+class CudaRewriteModel:
+    """:class:`~einkern.ir.rewrite_plan.CostModel` of the CUDA backend on ``limits``."""
+
+    limits: DeviceLimits = H100
+    _mappings: dict[tuple[Problem, int], Mapping] = field(default_factory=dict, repr=False)
+
+    @property
+    def sm_count(self) -> int:
+        return self.limits.sm_count
+
+    def mapping(self, problem: Problem, position: int) -> Mapping:
+        key = (problem, position)
+        if key not in self._mappings:
+            self._mappings[key] = decide(statement_task(problem, position), self.limits)
+        return self._mappings[key]
+
+    def time(self, problem: Problem, positions: range) -> float:
+        total = 0.0
+        for position in positions:
+            try:
+                mapping = self.mapping(problem, position)
+            except EinkernError:
+                return math.inf
+            task = statement_task(problem, position)
+            if mapping.strategy == TRANSPOSE:  # the general model takes it for uncoalesced
+                total += predicted_transpose_time(task, self.limits.dram_bandwidth)
+            else:
+                total += predicted_time(task, mapping, self.limits)
+        return total
+
+    def blocks(self, problem: Problem, position: int) -> int:
+        """Blocks of the default kernel (a huge number when no mapping fits: the
+        plan then never splits the statement)."""
+        statement = problem.program.statements[position]
+        try:
+            mapping = self.mapping(problem, position)
+        except EinkernError:
+            return 2**62
+        return math.prod(
+            math.ceil(problem.index_size(statement, d) / mapping.tile_of(d).tile)
+            for d in statement.parallel_indices
+        )

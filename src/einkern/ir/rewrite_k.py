@@ -1,0 +1,173 @@
+"""The split-K rewrite (see :mod:`.rewrite`): a long sum onto a small output as
+partial sums over slices of the summed index, then a sum over the slices."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from .nodes import Access, Const, Problem, Program, Statement, Sum, Tensor, accesses
+from .rewrite import (
+    Rewrite,
+    RewriteError,
+    _apply,
+    _dtype,
+    _Edit,
+    _Names,
+    _reads_own_output,
+    _rename,
+    _statement,
+    _substitute,
+    _written,
+    free_indices,
+    outer_sums,
+)
+
+
+def split_k_target(statement: Statement, index: str | None = None) -> tuple[Sum, str]:
+    """The outer sum split-K would split and its index (``index``, else the first
+    summed index), or :class:`~.rewrite.RewriteError`: the sum's other indices must
+    be output indices."""
+    parallel = set(statement.parallel_indices)
+    for node in outer_sums(statement):
+        if not set(free_indices(node)) <= parallel:
+            continue
+        for candidate in node.indices:
+            if index is None or candidate == index:
+                return node, candidate
+    raise RewriteError(
+        "split-K needs a sum (not nested in another) over "
+        + (f"index {index!r}" if index else "some index")
+        + " whose other indices are the statement's output indices"
+    )
+
+
+def longest_index(problem: Problem, statement: Statement) -> str | None:
+    """The summed index over the largest extent among the statement's outer sums."""
+    best: tuple[int, str] | None = None
+    parallel = set(statement.parallel_indices)
+    for node in outer_sums(statement):
+        if set(free_indices(node)) <= parallel:
+            for index in node.indices:
+                size = problem.index_size(statement, index)
+                if best is None or size > best[0]:
+                    best = (size, index)
+    return None if best is None else best[1]
+
+
+def slice_count(size: int, wanted: int) -> tuple[int, bool]:
+    """``(S, divides)``: a number of slices near ``wanted`` that divides ``size``
+    (within a factor of two) when one exists, else ``wanted``, not dividing."""
+    for delta in range(wanted):
+        for candidate in (wanted + delta, wanted - delta):
+            if wanted // 2 <= candidate <= 2 * wanted and candidate >= 2 and size % candidate == 0:
+                return candidate, True
+    return wanted, False
+
+
+def split_k(problem: Problem, position: int, slices: int, index: str | None = None) -> Rewrite:
+    """Split the sum over ``index`` (default: the longest summed index) of statement
+    ``position`` into ``slices`` partial sums."""
+    program = problem.program
+    statement = program.statements[position]
+    if _reads_own_output(program, statement):
+        raise RewriteError(
+            f"statement {position} reads its own output {statement.output.tensor!r}: its "
+            "partial sums would have to read values the statement overwrites"
+        )
+    index = index if index is not None else longest_index(problem, statement)
+    node, index = split_k_target(statement, index)
+    size = problem.index_size(statement, index)
+    if slices < 2 or slices > size:
+        raise RewriteError(f"split-K into {slices} slices of an index over {size}")
+    names = _Names(program, statement, f"k{position}_")
+    edit = _Edit([], [], [])
+    extents = dict(statement.index_extents)
+    count, divides = slice_count(size, slices)
+    inner = size // count if divides else math.ceil(size / count)
+    s = names.fresh("s")
+    k = names.fresh("k")
+    extents[s] = edit.extent(names, "S", count)
+    extents[k] = edit.extent(names, "K", inner)
+    written = _written(program)
+    renamed: dict[str, Access] = {}
+    for access in accesses(node.body):
+        if index not in access.indices or str(access) in renamed:
+            continue
+        if access.indices.count(index) > 1:
+            raise RewriteError(f"split-K of {index!r}, which {access} uses twice")
+        source = access
+        if not divides or program.storage(access.tensor) in written:
+            source = _padded_copy(problem, statement, access, index, count * inner, names, edit)
+        renamed[str(access)] = _split_view(
+            program, edit, names, source, index, (s, k), (extents[s], extents[k])
+        )
+    body = _rename(node.body, renamed)
+    free = [i for i in statement.parallel_indices if i in free_indices(node)]
+    output = program.tensor(statement.output.tensor)
+    dims = [s, *free] if output.layout == "row" else [*free, s]
+    partial = names.fresh("P")
+    dtype = _dtype(program, statement, accesses(node.body))
+    edit.tensors.append(
+        Tensor(partial, tuple(extents[i] for i in dims), dtype, output.layout,
+               temporary=True)
+    )
+    bound = tuple(i for i in node.indices if i != index) + (k,)
+    edit.statements.append(_statement(Access(partial, tuple(dims)), "=", Sum(bound, body), extents))
+    rhs = _substitute(statement.rhs, node, Sum((s,), Access(partial, tuple(dims))))
+    edit.statements.append(_statement(statement.output, statement.op, rhs, extents))
+    how = (
+        f"{index} = {count}·{inner} split by views (free)"
+        if divides and not any(t.view_of is None for t in edit.tensors[:-1])
+        else f"{index} over {size} padded to {count}·{inner} (copies of its operands)"
+    )
+    reason = f"the sum over {index} ({size} terms) in {count} partial sums: {how}"
+    return Rewrite("split_k", position, len(edit.statements), reason,
+                   _apply(problem, position, edit), problem)
+
+
+def _split_view(program: Program, edit: _Edit, names: _Names, access: Access, index: str,
+                pair: tuple[str, str], pair_extents: tuple[str, str]) -> Access:
+    """A view of ``access``'s tensor with ``index``'s dimension split in two (slowest
+    first in memory), and the access through it."""
+    tensor = _tensor(program, edit, access.tensor)
+    where = access.indices.index(index)
+    outer, inner = (0, 1) if tensor.layout == "row" else (1, 0)
+    indices = list(access.indices)
+    shape = list(tensor.shape)
+    indices[where : where + 1] = [pair[outer], pair[inner]]
+    shape[where : where + 1] = [pair_extents[outer], pair_extents[inner]]
+    name = names.fresh(f"{access.tensor}_v")
+    edit.tensors.append(
+        Tensor(name, tuple(shape), tensor.dtype, tensor.layout, temporary=True,
+               view_of=tensor.name)
+    )
+    return Access(name, tuple(indices))
+
+
+def _tensor(program: Program, edit: _Edit, name: str) -> Tensor:
+    for tensor in edit.tensors:
+        if tensor.name == name:
+            return tensor
+    return program.tensor(name)
+
+
+def _padded_copy(problem: Problem, statement: Statement, access: Access, index: str,
+                 padded: int, names: _Names, edit: _Edit) -> Access:
+    """A temporary copy of ``access``'s tensor, its ``index`` dimension padded with
+    zeros to ``padded``: two statements (zero-fill, then copy of the elements)."""
+    program = problem.program
+    tensor = program.tensor(access.tensor)
+    extents = dict(statement.index_extents)
+    long = edit.extent(names, "Kp", padded)
+    over = names.fresh("kp")
+    extents[over] = long
+    shape = tuple(
+        long if i == index else d for i, d in zip(access.indices, tensor.shape, strict=True)
+    )
+    name = names.fresh(f"{access.tensor}_p")
+    edit.tensors.append(replace(tensor, name=name, shape=shape, span=None, temporary=True))
+    fill = tuple(over if i == index else i for i in access.indices)
+    edit.statements.append(_statement(Access(name, fill), "=", Const(0.0), extents))
+    edit.statements.append(_statement(Access(name, access.indices), "=", access, extents))
+    return Access(name, access.indices)

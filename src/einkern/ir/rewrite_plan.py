@@ -1,0 +1,177 @@
+"""Which rewrites a program gets: the planning step between problem and backend.
+
+:func:`plan` walks the statements from last to first (so that earlier positions
+stay valid) and for each:
+
+1. ``split_products`` when a product of three or more tensors does at most half
+   the arithmetic pairwise, with intermediates within the memory limit (by flop
+   count: the same on every backend; :class:`~.rewrite.ProductSplit`);
+2. with a cost model (the CUDA backend's), each statement that results is
+   compared with its ``ttgt`` and ``split_k`` candidates: the candidate whose
+   kernels' predicted times sum lowest is taken when it beats the statement's
+   own predicted time by :data:`MARGIN` (the model is rough; a rewrite adds
+   launches and traffic it must clearly repay).  ``split_k`` is a candidate
+   only when the statement's default mapping has fewer blocks than the GPU has
+   SMs: it takes ``S = ceil(2 · SMs / blocks)`` slices (two waves of blocks),
+   at most one per 128 summed terms.
+
+Every choice, taken or not, leaves a line in :attr:`RewritePlan.notes`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Protocol
+
+from .nodes import Problem
+from .rewrite import Rewrite, RewriteError, split_products
+from .rewrite_k import longest_index, split_k
+from .rewrite_ttgt import ttgt
+
+#: The rewrites there are, by name.
+REWRITES = ("split_products", "split_k", "ttgt")
+#: A candidate must be predicted this much faster than the statement (ratio):
+#: the model has not been calibrated on rewritten plans yet (scripts/gpu_rewrite.sh
+#: measures them), and a rewrite adds launches and traffic it must clearly repay.
+#: At 0.6 no example program is rewritten (the nearest, ccsdt_d2's S4 and S7 under
+#: TTGT, are predicted at 0.64 of their direct kernels).
+MARGIN = 0.6
+#: Fewest summed terms per split-K slice.
+MIN_SLICE = 128
+
+
+class CostModel(Protocol):
+    """What the plan needs from a backend's model."""
+
+    @property
+    def sm_count(self) -> int:
+        """Streaming multiprocessors of the GPU modelled."""
+        ...
+
+    def time(self, problem: Problem, positions: range) -> float:
+        """Predicted seconds of the kernels of statements ``positions``."""
+        ...
+
+    def blocks(self, problem: Problem, position: int) -> int:
+        """Thread blocks of statement ``position``'s default kernel."""
+        ...
+
+
+@dataclass(frozen=True)
+class RewritePlan:
+    """``problem`` is what the backend compiles: ``original`` after ``rewrites``
+    (in the order applied); ``notes`` say why for every candidate."""
+
+    original: Problem
+    problem: Problem
+    rewrites: tuple[Rewrite, ...]
+    notes: tuple[str, ...]
+
+    def explain(self) -> list[str]:
+        if not self.notes:
+            return ["rewrites: none apply"]
+        return [f"rewrite: {note}" for note in self.notes]
+
+
+def unchanged(problem: Problem, why: str | None = None) -> RewritePlan:
+    """The plan that rewrites nothing."""
+    return RewritePlan(problem, problem, (), () if why is None else (why,))
+
+
+def plan(
+    problem: Problem,
+    model: CostModel | None = None,
+    allowed: Collection[str] = REWRITES,
+    memory_limit: int | None = None,
+) -> RewritePlan:
+    """The rewrites of ``problem`` that pay (module docstring); only those named in
+    ``allowed``; ``memory_limit`` (elements) bounds split_products' intermediates."""
+    current = problem
+    rewrites: list[Rewrite] = []
+    notes: list[str] = []
+    for position in reversed(range(len(problem.program.statements))):
+        count = 1
+        if "split_products" in allowed:
+            try:
+                done = split_products(current, position, memory_limit=memory_limit)
+            except RewriteError:
+                pass
+            else:
+                current, count = done.problem, done.count
+                rewrites.append(done)
+                notes.append(f"S{position}: split_products: {done.reason}")
+        if model is None:
+            continue
+        for at in reversed(range(position, position + count)):
+            label = f"S{position}" if count == 1 else f"S{position} (step {at - position})"
+            chosen = _best(current, at, model, allowed, label, notes)
+            if chosen is not None:
+                current = chosen.problem
+                rewrites.append(chosen)
+    return RewritePlan(problem, current, tuple(rewrites), tuple(notes))
+
+
+def _candidates(
+    problem: Problem, position: int, model: CostModel, allowed: Collection[str]
+) -> tuple[list[Rewrite], list[str]]:
+    found: list[Rewrite] = []
+    skipped: list[str] = []
+    if "ttgt" in allowed:
+        try:
+            found.append(ttgt(problem, position))
+        except RewriteError as error:
+            skipped.append(f"ttgt: {error.message}")
+    if "split_k" in allowed:
+        statement = problem.program.statements[position]
+        index = longest_index(problem, statement)
+        blocks = model.blocks(problem, position)
+        if index is None:
+            skipped.append("split_k: no sum to split")
+        elif blocks >= model.sm_count:
+            skipped.append(f"split_k: {blocks} blocks already fill {model.sm_count} SMs")
+        else:
+            size = problem.index_size(statement, index)
+            slices = min(math.ceil(2 * model.sm_count / max(blocks, 1)), size // MIN_SLICE)
+            if slices < 2:
+                skipped.append(f"split_k: the sum over {index} ({size}) is too short to split")
+            else:
+                try:
+                    found.append(split_k(problem, position, slices, index))
+                except RewriteError as error:
+                    skipped.append(f"split_k: {error.message}")
+    return found, skipped
+
+
+def _best(
+    problem: Problem,
+    position: int,
+    model: CostModel,
+    allowed: Collection[str],
+    label: str,
+    notes: list[str],
+) -> Rewrite | None:
+    candidates, skipped = _candidates(problem, position, model, allowed)
+    if not candidates:
+        if skipped:
+            notes.append(f"{label}: direct: no candidate ({'; '.join(skipped)})")
+        return None
+    direct = model.time(problem, range(position, position + 1))
+    timed = [
+        (model.time(c.problem, range(position, position + c.count)), c) for c in candidates
+    ]
+    seconds, best = min(timed, key=lambda pair: pair[0])
+    others = ", ".join(f"{c.name} {t * 1e6:.3g} us" for t, c in timed)
+    if seconds < MARGIN * direct:
+        notes.append(
+            f"{label}: {best.name}: predicted {seconds * 1e6:.3g} us against "
+            f"{direct * 1e6:.3g} us direct ({others}): {best.reason}"
+        )
+        return best
+    notes.append(
+        f"{label}: direct: predicted {direct * 1e6:.3g} us, no rewrite "
+        f"{MARGIN:.0%} of that or less ({others})"
+        + (f"; {'; '.join(skipped)}" if skipped else "")
+    )
+    return None

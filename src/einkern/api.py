@@ -20,9 +20,16 @@ from .ir.rewrite_plan import REWRITES, RewritePlan, plan, unchanged
 
 def load(program: str | os.PathLike | Program) -> Program:
     """Parse and check a program: a path to a ``.ein``/tensor/mapped file, program
-    text, or an already built :class:`Program` (returned unchanged)."""
+    text, or an already built :class:`Program` (returned unchanged).  A ``.c`` loop
+    nest is raised to a tensor program when its statements have Einstein semantics
+    on box domains (:mod:`einkern.ir.affine_raise`); others run through
+    :func:`compile_loops`."""
     if isinstance(program, Program):
         return program
+    if isinstance(program, os.PathLike | str) and str(program).lower().endswith(".c"):
+        from .ir.affine_raise import load_raised  # a C loop nest with Einstein semantics
+
+        return load_raised(program)
     from .lang import load_program_node
 
     return build_program(load_program_node(program))
@@ -338,3 +345,41 @@ def measure_groupings(
         alternatives=tuple(c for _, c in measured if c is not best),
         rule=f"the fastest measured cover ({text}; predicted first: {plan.rule})",
     )
+
+
+def compile_loops(
+    program: str | os.PathLike,
+    *,
+    function: str | None = None,
+    backend: str = "cpu",
+    **sizes: int,
+):
+    """Compile one function of a C loop-nest program (a ``.c`` path or C text; see
+    docs/affine.md) for concrete ``sizes`` and return a callable
+    :class:`~einkern.backends.cpu.affine.AffineKernel` (CPU backend).  ``function``
+    picks a function by name (default: the first)."""
+    from .backends.cpu.affine import AffineKernel
+    from .errors import UsageError
+    from .ir.affine import make_affine_problem
+    from .lang.cfront import parse_c
+
+    if backend not in ("cpu", "auto"):
+        raise ArgumentError(
+            "C loop nests compile for the cpu backend only", hint="use backend='cpu'"
+        )
+    text, name = str(program), "<string>"
+    if isinstance(program, os.PathLike) or ("\n" not in text and text.endswith(".c")):
+        try:
+            with open(program, encoding="utf-8") as handle:
+                text, name = handle.read(), str(program)
+        except (OSError, UnicodeDecodeError) as error:
+            raise UsageError(f"cannot read {program}: {error}") from None
+    parsed = parse_c(text, name)
+    try:
+        chosen = parsed.function(function)
+    except KeyError:
+        names = ", ".join(f.name for f in parsed.functions)
+        raise ArgumentError(
+            f"{name} has no function {function!r}", hint=f"functions: {names}"
+        ) from None
+    return AffineKernel(make_affine_problem(chosen, sizes))

@@ -29,7 +29,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument(
             "program",
             nargs="+" if many else None,
-            help="a .ein, tensor (.tensor) or mapped-function (.mapped) file"
+            help="a .ein, tensor (.tensor), mapped-function (.mapped) or C loop-nest (.c) file"
             + (" (several: each is run in turn)" if many else ""),
         )
         add_extent_argument(p)
@@ -191,7 +191,12 @@ def _check_program(args):
 
 def command_check(args) -> int:
     from ..ir import analysis, poly
+    from .affine import is_c_file
 
+    if is_c_file(args.program):
+        from .affine import command_check as check_affine
+
+        return check_affine(args)
     problem = _check_program(args)
     program = problem.program
     polyhedra = poly.Polyhedra(program)
@@ -297,6 +302,12 @@ def command_run(args) -> int:
 
 
 def _run_one(args, progress, label: str) -> int:
+    from .affine import is_c_file, tensor_path
+
+    if is_c_file(args.program) and not (args.backend == "cuda" and tensor_path(args)):
+        from .affine import command_run as run_affine
+
+        return run_affine(args)
     from ..api import Kernel, fusion_plan, rewrites_after_fusion
     from ..backends import get_backend
     from ..reference import evaluate
@@ -367,7 +378,12 @@ def _time_kernel(kernel, arrays, scalars, repeat: int, step):
 
 def command_emit(args) -> int:
     from ..backends import get_backend
+    from .affine import is_c_file, tensor_path
 
+    if is_c_file(args.program) and not (args.backend == "cuda" and tensor_path(args)):
+        from .affine import command_emit as emit_affine
+
+        return emit_affine(args)
     problem = load_problem(args)
     backend = get_backend(args.backend)
     cuda_only = [

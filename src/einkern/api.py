@@ -124,13 +124,18 @@ def fusion_plan(problem: Problem, backend: str, fuse: bool = True) -> FusionPlan
         return unfused_plan(problem, backend, why)
     if problem.program.temporaries:
         return unfused_plan(problem, backend, "the program has temporaries (rewritten)")
-    return _planned(problem, backend)
+    siblings = False
+    if backend != "cpu":
+        from .backends.cuda import fusion
+
+        siblings = fusion.SIBLING_LAUNCHES
+    return _planned(problem, backend, siblings)
 
 
 @lru_cache(maxsize=16)
-def _planned(problem: Problem, backend: str) -> FusionPlan:
+def _planned(problem: Problem, backend: str, siblings: bool) -> FusionPlan:
     """The planner's choice (kept: a compile, ``check`` and ``emit`` of one program
-    plan once)."""
+    plan once; ``siblings``: the CUDA planner's switch, part of the key)."""
     if backend == "cpu":
         from .backends.cpu.fused import group_seconds
     else:

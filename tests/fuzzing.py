@@ -31,6 +31,7 @@ EXAMPLES = (
     sorted((ROOT / "examples").glob("*.ein"))
     + sorted((ROOT / "examples").glob("*.tensor"))
     + sorted((ROOT / "examples").glob("*.mapped"))
+    + sorted((ROOT / "examples").glob("*.c"))
 )
 
 #: Characters a mutation may insert: ASCII punctuation, digits, odd unicode

@@ -40,7 +40,8 @@ def _fakes():
 
     def contraction(alpha, a, mode_a, b, mode_b, beta, c, mode_c):
         equation = f"{''.join(mode_a)},{''.join(mode_b)}->{''.join(mode_c)}"
-        c[...] = alpha * np.einsum(equation, a, b) + beta * c
+        # cuTENSOR reads no C when beta is 0 (c may be uninitialised: NaN * 0 is NaN)
+        c[...] = alpha * np.einsum(equation, a, b) + (beta * c if beta else 0.0)
         return c
 
     cupy = SimpleNamespace(from_dlpack=np.from_dlpack, empty=np.empty)

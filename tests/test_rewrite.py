@@ -33,6 +33,22 @@ from einkern.testing import (
 )
 
 
+@pytest.fixture(autouse=True)
+def cuda_rewrites(monkeypatch):
+    """These tests exercise the CUDA rewrites (off by default until they have run
+    on a GPU: einkern.api.REWRITES_ON_CUDA)."""
+    monkeypatch.setattr("einkern.api.REWRITES_ON_CUDA", True)
+
+
+def test_cuda_rewrites_are_off_by_default(monkeypatch):
+    monkeypatch.setattr("einkern.api.REWRITES_ON_CUDA", False)
+    problem = make_problem(
+        einkern.load("dims k=100000\ntensor x[k], y[k], d[]\nd[] = x[k]*y[k]\n"), {}
+    )
+    chosen = plan_rewrites(problem, "cuda")
+    assert not chosen.rewrites and "REWRITES_ON_CUDA" in " ".join(chosen.explain())
+
+
 def problem_of(text: str, **sizes: int) -> Problem:
     return make_problem(einkern.load(text), sizes)
 

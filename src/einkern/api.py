@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Collection, Mapping
+from functools import lru_cache
 from typing import Any
 
 from .backends import Backend, get_backend
@@ -12,15 +13,23 @@ from .errors import ArgumentError
 from .ir.analysis import fused_floor_bytes, kernel_floor_bytes, program_flops
 from .ir.bind import make_problem
 from .ir.build import build_program
+from .ir.fusion_plan import FusionPlan, Group, plan_fusion, unfused_plan
 from .ir.nodes import Problem, Program
 from .ir.rewrite_plan import REWRITES, RewritePlan, plan, unchanged
 
 
 def load(program: str | os.PathLike | Program) -> Program:
     """Parse and check a program: a path to a ``.ein``/tensor/mapped file, program
-    text, or an already built :class:`Program` (returned unchanged)."""
+    text, or an already built :class:`Program` (returned unchanged).  A ``.c`` loop
+    nest is raised to a tensor program when its statements have Einstein semantics
+    on box domains (:mod:`einkern.ir.affine_raise`); others run through
+    :func:`compile_loops`."""
     if isinstance(program, Program):
         return program
+    if isinstance(program, os.PathLike | str) and str(program).lower().endswith(".c"):
+        from .ir.affine_raise import load_raised  # a C loop nest with Einstein semantics
+
+        return load_raised(program)
     from .lang import load_program_node
 
     return build_program(load_program_node(program))
@@ -34,6 +43,7 @@ def compile(  # noqa: A001 - the public name is the point
     tune: bool | str | None = None,
     tuning_db: str | os.PathLike | None = None,
     rewrite: bool | Collection[str] = True,
+    fuse: bool | str = True,
     **extents: int,
 ) -> Kernel:
     """Compile a tensor program for concrete extents and return a callable kernel.
@@ -55,20 +65,90 @@ def compile(  # noqa: A001 - the public name is the point
     ``kernel.rewrites.explain()`` says what was chosen and why.  Rewrites are off
     when ``mappings`` or ``tune`` are given (they name the program's own
     statements).  Compilation is cached on disk, so a second compile of the same
-    problem does not invoke the compiler again."""
+    problem does not invoke the compiler again.
+
+    ``fuse`` (default True) lets the fusion planner group statements into kernels
+    first (:mod:`einkern.ir.fusion_plan`, docs/fusion.md): updates of one output
+    become one statement (every backend), other legal groups one loop nest (CPU)
+    or, without dependences between them, one launch (CUDA).  ``mappings``,
+    tuning and rewrites then refer to the statements of the fused program;
+    ``kernel.groups`` lists the kernels' statements and ``kernel.fusion.explain()``
+    why; rewrites are off when a kernel holds several statements.
+    ``fuse=False``: one kernel per statement; ``fuse="measure"``: the planner's
+    best covers are compiled and timed on random inputs here, and the fastest is
+    kept (:func:`measure_groupings`)."""
     problem = make_problem(load(program), extents)
     chosen = get_backend(backend)
+    if not isinstance(fuse, bool) and fuse != "measure":
+        raise ArgumentError(f"fuse must be True, False or 'measure', not {fuse!r}")
+    fusion = fusion_plan(problem, chosen.name, bool(fuse))
+    if fuse == "measure":
+        fusion = measure_groupings(problem, chosen, fusion)
     sources: tuple[str, ...] = ()
     if tune not in (None, False):
         if mappings is not None:
             raise ArgumentError("give mappings= or tune=, not both")
         from .tuning.policy import tuned_build_argument
 
-        mappings, sources = tuned_build_argument(chosen.name, problem, tune, tuning_db)
-    rewrites = plan_rewrites(problem, chosen.name, rewrite, given=mappings is not None)
-    kernel = Kernel(problem, chosen, mappings=mappings, plan=rewrites)
+        mappings, sources = tuned_build_argument(chosen.name, fusion.fused, tune, tuning_db)
+    rewrites = rewrites_after_fusion(fusion, chosen.name, rewrite, given=mappings is not None)
+    kernel = Kernel(problem, chosen, mappings=mappings, plan=rewrites, fusion=fusion)
     kernel.tuning_sources = sources
     return kernel
+
+
+def rewrites_after_fusion(
+    fusion: FusionPlan, backend: str, rewrite: bool | Collection[str] = True, *, given: bool = False
+) -> RewritePlan:
+    """The rewrite plan of the fused problem (:func:`plan_rewrites`), or none when a
+    fused kernel holds several statements (a rewrite would move them apart)."""
+    rewrites = plan_rewrites(fusion.fused, backend, rewrite, given=given)
+    if rewrites.rewrites and _several(fusion):
+        return unchanged(fusion.fused, "rewrites off: a fused kernel holds several statements")
+    return rewrites
+
+
+def _several(fusion: FusionPlan) -> bool:
+    """True when some kernel of the plan holds several statements of its fused
+    problem (loop nests, sibling launches)."""
+    return any(len(n) > 1 for n in fusion.nests)
+
+
+def fusion_plan(problem: Problem, backend: str, fuse: bool = True) -> FusionPlan:
+    """The fusion planner's grouping of ``problem`` for backend ``backend`` (``cpu``
+    or ``cuda``; other backends, and ``fuse=False``, get one kernel per statement)."""
+    if len(problem.program.statements) < 2:
+        return unfused_plan(problem, backend, "one statement")
+    if not fuse or backend not in ("cpu", "cuda"):
+        why = "fusion turned off" if not fuse else f"the {backend} backend does not fuse"
+        return unfused_plan(problem, backend, why)
+    if problem.program.temporaries:
+        return unfused_plan(problem, backend, "the program has temporaries (rewritten)")
+    siblings = False
+    if backend != "cpu":
+        from .backends.cuda import fusion
+
+        siblings = fusion.SIBLING_LAUNCHES
+    return _planned(problem, backend, siblings)
+
+
+@lru_cache(maxsize=16)
+def _planned(problem: Problem, backend: str, siblings: bool) -> FusionPlan:
+    """The planner's choice (kept: a compile, ``check`` and ``emit`` of one program
+    plan once; ``siblings``: the CUDA planner's switch, part of the key)."""
+    if backend == "cpu":
+        from .backends.cpu.fused import group_seconds
+    else:
+        from .backends.cuda.fusion import group_seconds  # type: ignore[assignment]
+    return plan_fusion(problem, backend, group_seconds)
+
+
+#: Whether the CUDA backend rewrites programs (split-K, TTGT, split products).
+#: Off until the rewritten programs have run on a GPU: their kernels are checked
+#: in the emulator, but the CUDA runtime's temporaries and views have not run
+#: (the device was withdrawn before ``scripts/gpu_rewrite.sh`` could); turn it on
+#: after that script passes.  The CPU backend's rewrites are on.
+REWRITES_ON_CUDA = False
 
 
 def plan_rewrites(
@@ -83,6 +163,10 @@ def plan_rewrites(
         return unchanged(problem, "rewrites off (rewrite=False)")
     if given:
         return unchanged(problem, "rewrites off: mappings or tuning results are given")
+    if backend == "cuda" and not REWRITES_ON_CUDA:
+        return unchanged(
+            problem, "rewrites off on CUDA until they have run on a GPU (api.REWRITES_ON_CUDA)"
+        )
     allowed = REWRITES if rewrite is True else tuple(rewrite)
     unknown = [name for name in allowed if name not in REWRITES]
     if unknown or isinstance(rewrite, str):
@@ -113,16 +197,24 @@ class Kernel:
         backend: Backend,
         mappings: Mapping[int, Any] | str | None = None,
         plan: RewritePlan | None = None,
+        fuse: bool = True,
+        fusion: FusionPlan | None = None,
     ):
         self.problem = problem
         self.program = problem.program
         self.backend = backend
-        self.mappings = mappings
         self.tuning_sources: tuple[str, ...] = ()
+        if fusion is None and plan is not None and plan.original == problem:
+            fuse = False  # a rewrite plan of the program's own statements
+        #: the fusion planner's groups (:mod:`einkern.ir.fusion_plan`)
+        self.fusion = fusion if fusion is not None else fusion_plan(problem, backend.name, fuse)
+        fused = self.fusion.fused
         #: the rewrites chosen (none unless a plan is given) and the problem compiled
-        self.rewrites = plan if plan is not None else unchanged(problem)
-        if self.rewrites.original != problem:
+        self.rewrites = plan if plan is not None else unchanged(fused)
+        if self.rewrites.original != fused:
             raise ArgumentError("the rewrite plan is of another problem")
+        if self.rewrites.rewrites and _several(self.fusion):
+            raise ArgumentError("a fused kernel holds several statements: give no rewrite plan")
         self.compiled = self.rewrites.problem
         self._binder = Binder(self.compiled, backend)  # the one argument check
         if isinstance(mappings, Mapping | str) and backend.name != "cuda":
@@ -132,10 +224,14 @@ class Kernel:
             )
         if mappings is not None and self.rewrites.rewrites:
             raise ArgumentError("mappings name the program's statements: give no rewrite plan")
-        if mappings is None:
+        self.mappings = fused_build_argument(self.fusion, backend, mappings)
+        self._nests = cuda_nests(self.fusion, backend)
+        if self.mappings is None and not self._nests:
             self.executable = backend.build(self.compiled)
         else:
-            self.executable = backend.build(problem, mappings)  # type: ignore[call-arg]
+            self.executable = backend.build(  # type: ignore[call-arg]
+                self.compiled, self.mappings, **self._nests
+            )
 
     # -- information --------------------------------------------------------
 
@@ -146,6 +242,17 @@ class Kernel:
     @property
     def outputs(self) -> tuple[str, ...]:
         return self.program.outputs
+
+    @property
+    def groups(self) -> tuple[Group, ...]:
+        """The kernels' statements (positions in :attr:`program`), in launch order,
+        each with its kind (``single``, ``merge``, ``nest``) and predicted time."""
+        return self.fusion.groups
+
+    @property
+    def kernels(self) -> int:
+        """Number of kernel groups a call runs (one per group; rewrites add more)."""
+        return len(self.fusion.groups)
 
     @property
     def flops(self) -> int:
@@ -162,9 +269,11 @@ class Kernel:
 
     def source(self) -> str:
         """The generated source code."""
-        if self.mappings is None:
+        if self.mappings is None and not self._nests:
             return self.backend.emit(self.compiled)
-        return self.backend.emit(self.problem, self.mappings)  # type: ignore[call-arg]
+        return self.backend.emit(  # type: ignore[call-arg]
+            self.compiled, self.mappings, **self._nests
+        )
 
     def __repr__(self) -> str:
         sizes = ", ".join(f"{n}={v}" for n, v in self.problem.sizes if not n.isdigit())
@@ -192,3 +301,102 @@ class Kernel:
         self.executable.run_checked(call)
         results = tuple(call.arrays[name] for name in self.outputs)
         return results[0] if len(results) == 1 else results
+
+
+def fused_build_argument(plan: FusionPlan, backend: Backend, mappings: Any) -> Any:
+    """The CPU schedule (given or default) with the plan's loop nests; other
+    build arguments unchanged."""
+    if backend.name != "cpu" or not any(len(n) > 1 for n in plan.nests):
+        return mappings
+    from .backends.cpu.fused import nest_schedule
+    from .backends.cpu.schedule import CpuSchedule, default_schedule
+
+    schedule = mappings if isinstance(mappings, CpuSchedule) else default_schedule(plan.fused)
+    return nest_schedule(schedule, plan.nests)
+
+
+def cuda_nests(plan: FusionPlan, backend: Backend) -> dict[str, Any]:
+    """``{"nests": ...}`` for the CUDA backend when the plan has groups of several
+    statements in :attr:`FusionPlan.fused` (sibling kernels run as one), else ``{}``."""
+    nests = tuple(n for n in plan.nests if len(n) > 1)
+    return {"nests": nests} if backend.name == "cuda" and nests else {}
+
+
+def measure_groupings(
+    problem: Problem, backend: Backend, plan: FusionPlan, repeat: int = 5, seed: int = 0
+) -> FusionPlan:
+    """``plan`` with the fastest of its chosen and alternative covers, each compiled
+    (default mappings or schedules) and timed on random inputs (median of
+    ``repeat`` calls: the kernels' own times where the executable profiles them,
+    else the call); its rule lists the measured times."""
+    import dataclasses
+    import time
+
+    from .testing import random_arrays, random_scalars
+
+    covers = (plan.chosen, *plan.alternatives)
+    if len(covers) < 2:
+        return plan
+    arrays = random_arrays(problem, seed, problem.program.inputs)
+    scalars = random_scalars(problem, seed)
+    measured = []
+    for cover in covers:
+        candidate = dataclasses.replace(plan, chosen=cover)
+        kernel = Kernel(problem, backend, fusion=candidate)
+        call = kernel.bind(**{n: a.copy(order="K") for n, a in arrays.items()}, **scalars)
+        profile = getattr(kernel.executable, "profile_checked", None)
+        times = []
+        for _ in range(repeat):
+            if profile is not None:
+                times.append(sum(profile(call, 1)) * 1e-3)
+            else:
+                start = time.perf_counter()
+                kernel.executable.run_checked(call)
+                times.append(time.perf_counter() - start)
+        measured.append((sorted(times)[len(times) // 2], cover))
+    best_seconds, best = min(measured, key=lambda item: item[0])
+    text = "; ".join(f"{len(c.groups)} kernel(s) {t * 1e3:.4g} ms" for t, c in measured)
+    return dataclasses.replace(
+        plan,
+        chosen=best,
+        alternatives=tuple(c for _, c in measured if c is not best),
+        rule=f"the fastest measured cover ({text}; predicted first: {plan.rule})",
+    )
+
+
+def compile_loops(
+    program: str | os.PathLike,
+    *,
+    function: str | None = None,
+    backend: str = "cpu",
+    **sizes: int,
+):
+    """Compile one function of a C loop-nest program (a ``.c`` path or C text; see
+    docs/affine.md) for concrete ``sizes`` and return a callable
+    :class:`~einkern.backends.cpu.affine.AffineKernel` (CPU backend).  ``function``
+    picks a function by name (default: the first)."""
+    from .backends.cpu.affine import AffineKernel
+    from .errors import UsageError
+    from .ir.affine import make_affine_problem
+    from .lang.cfront import parse_c
+
+    if backend not in ("cpu", "auto"):
+        raise ArgumentError(
+            "C loop nests compile for the cpu backend only", hint="use backend='cpu'"
+        )
+    text, name = str(program), "<string>"
+    if isinstance(program, os.PathLike) or ("\n" not in text and text.endswith(".c")):
+        try:
+            with open(program, encoding="utf-8") as handle:
+                text, name = handle.read(), str(program)
+        except (OSError, UnicodeDecodeError) as error:
+            raise UsageError(f"cannot read {program}: {error}") from None
+    parsed = parse_c(text, name)
+    try:
+        chosen = parsed.function(function)
+    except KeyError:
+        names = ", ".join(f.name for f in parsed.functions)
+        raise ArgumentError(
+            f"{name} has no function {function!r}", hint=f"functions: {names}"
+        ) from None
+    return AffineKernel(make_affine_problem(chosen, sizes))

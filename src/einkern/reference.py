@@ -18,10 +18,18 @@ from __future__ import annotations
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import opt_einsum
 
+from .ir.affine import (
+    AffineProblem,
+    loop_key,
+    loop_parallel,
+    schedule_depth,
+    schedule_values,
+)
 from .ir.nodes import (
     Access,
     Binary,
@@ -35,6 +43,18 @@ from .ir.nodes import (
     Sum,
     product_factors,
 )
+from .lang.cfront_nodes import (
+    AExpr,
+    AFunction,
+    AStatement,
+    Bin,
+    Constraint,
+    IterValue,
+    Num,
+    Ref,
+    Scal,
+)
+from .lang.cfront_nodes import Neg as ANeg
 from .semantics import FUNCTIONS, NUMPY_DTYPE
 
 _LETTERS = string.ascii_letters
@@ -219,3 +239,140 @@ def relative_error(result, reference) -> float:
     scale = float(np.max(np.abs(reference))) if reference.size else 0.0
     diff = float(np.max(np.abs(result - reference))) if reference.size else 0.0
     return diff / scale if scale > 0 else diff
+
+
+# ---- affine programs (loop nests from the C front end) -------------------------------
+
+
+def evaluate_affine(
+    problem: AffineProblem,
+    arrays: Mapping[str, np.ndarray],
+    scalars: Mapping[str, float] | None = None,
+) -> dict[str, np.ndarray]:
+    """Run an affine program (:mod:`einkern.ir.affine`) on copies of ``arrays``, every
+    statement instance in schedule (source) order; return every array's final value.
+
+    Independent of the backends' loop generation: each statement's instances are
+    enumerated from its own loop bounds and guards, sorted by the 2d+1 schedule,
+    and executed in that order.  Vectorised where the dependences allow: when a
+    statement's innermost loop holds no other statement and carries no dependence
+    (:func:`~einkern.ir.affine.loop_parallel`), all its iterations for one point
+    of the outer loops run as one NumPy operation at the place of the first;
+    otherwise one instance at a time (plain loops, usable at test sizes).  Values
+    are computed in float64 and rounded to the array's dtype where stored."""
+    function = problem.function
+    sizes = dict(problem.sizes)
+    values: dict[str, np.ndarray] = {}
+    for array in function.arrays:
+        dtype = NUMPY_DTYPE[array.dtype]
+        if array.name in arrays:
+            values[array.name] = np.array(arrays[array.name], dtype=dtype, copy=True)
+        else:
+            values[array.name] = np.full(problem.shape(array.name), np.nan, dtype=dtype)
+    env_scalars = {name: float(value) for name, value in (scalars or {}).items()}
+    width = schedule_depth(function)
+    instances: list[tuple[tuple[int, ...], int, dict[str, Any]]] = []
+    for number, statement in enumerate(function.statements):
+        vector = _vectorisable(function, statement)
+        for point in _points(statement, sizes, vector):
+            first = {n: int(np.ravel(v)[0]) for n, v in point.items()}  # executed first
+            env = {**sizes, **first}
+            key = tuple(
+                int(v) if v.lstrip("-").isdigit() else (-env[v[1:]] if v[0] == "-" else env[v])
+                for v in schedule_values(statement, width)
+            )
+            instances.append((key, number, point))
+    instances.sort(key=lambda item: (item[0], item[1]))
+    for _, number, point in instances:
+        _execute(function.statements[number], {**sizes, **point}, values, env_scalars)
+    return values
+
+
+def _vectorisable(function: AFunction, statement: AStatement) -> bool:
+    """True when the statement alone fills its innermost loop, which carries no
+    dependence: its iterations may run as one vector operation."""
+    depth = len(statement.loops)
+    if depth == 0:
+        return False
+    key = loop_key(statement, depth)
+    alone = all(
+        other is statement or loop_key(other, depth) != key
+        for other in function.statements
+        if len(other.loops) >= depth
+    )
+    return alone and loop_parallel(function, key)
+
+
+def _points(statement: AStatement, sizes: Mapping[str, int], vector: bool = False):
+    """Every point of the statement's domain (loop order; guards applied); with
+    ``vector``, the innermost iterator is an array of all its values (in execution
+    order) for each point of the outer loops."""
+    last = len(statement.loops) - 1
+
+    def nest(depth: int, env: dict[str, Any]):
+        if depth == len(statement.loops):
+            if all(_holds(guard, env) for guard in statement.guards):
+                yield {i: env[i] for i in statement.iterators}
+            return
+        loop = statement.loops[depth]
+        low = max(bound.value(env) for bound in loop.lower)
+        high = min(bound.value(env) for bound in loop.upper)
+        if vector and depth == last:
+            run = np.arange(low, high + 1)[:: loop.step]
+            inner = {**env, loop.iterator: run}
+            keep = np.ones(run.shape, dtype=bool)
+            for guard in statement.guards:
+                value = guard.aff.value(inner)
+                keep &= (value == 0) if guard.equal else (value >= 0)
+            if keep.any():
+                yield {**{i: env[i] for i in statement.iterators[:-1]},
+                       loop.iterator: run[keep]}
+            return
+        values = range(low, high + 1) if loop.step == 1 else range(high, low - 1, -1)
+        for value in values:
+            yield from nest(depth + 1, {**env, loop.iterator: value})
+
+    yield from nest(0, dict(sizes))
+
+
+def _holds(guard: Constraint, env: Mapping[str, Any]) -> bool:
+    value = guard.aff.value(env)
+    return value == 0 if guard.equal else value >= 0
+
+
+def _execute(statement: AStatement, env, values, scalars) -> None:
+    """One instance (scalar iterators) or one vector of instances (the innermost
+    iterator an array), computed in float64 with NumPy's meaning (x/0 is ±inf)."""
+    target = statement.target
+    where = tuple(s.value(env) for s in target.subscripts)
+    with np.errstate(all="ignore"):
+        value = np.float64(_affine_value(statement.rhs, env, values, scalars))
+        if statement.op != "=":
+            old = np.asarray(values[target.array][where], dtype=np.float64)
+            value = {
+                "+=": np.add,
+                "-=": np.subtract,
+                "*=": np.multiply,
+                "/=": np.divide,
+            }[statement.op](old, value)
+    values[target.array][where] = value
+
+
+def _affine_value(expr: AExpr, env, values, scalars) -> Any:
+    if isinstance(expr, Num):
+        return np.float64(expr.value)
+    if isinstance(expr, Scal):
+        return np.float64(scalars[expr.name])
+    if isinstance(expr, Ref):
+        element = values[expr.array][tuple(s.value(env) for s in expr.subscripts)]
+        return np.asarray(element, dtype=np.float64)
+    if isinstance(expr, IterValue):
+        return np.asarray(expr.aff.value(env), dtype=np.float64)
+    if isinstance(expr, ANeg):
+        return -_affine_value(expr.operand, env, values, scalars)
+    if isinstance(expr, Bin):
+        a = _affine_value(expr.left, env, values, scalars)
+        b = _affine_value(expr.right, env, values, scalars)
+        return {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide}[expr.op](a, b)
+    args = [_affine_value(a, env, values, scalars) for a in expr.args]
+    return FUNCTIONS[expr.func].numpy(*args)

@@ -29,7 +29,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument(
             "program",
             nargs="+" if many else None,
-            help="a .ein, tensor (.tensor) or mapped-function (.mapped) file"
+            help="a .ein, tensor (.tensor), mapped-function (.mapped) or C loop-nest (.c) file"
             + (" (several: each is run in turn)" if many else ""),
         )
         add_extent_argument(p)
@@ -43,6 +43,13 @@ def _parser() -> argparse.ArgumentParser:
         "--dependences",
         action="store_true",
         help="list every dependence between statements (default: a summary)",
+    )
+    check.add_argument(
+        "--backend",
+        "-b",
+        default="auto",
+        choices=["auto", "cpu", "cuda"],
+        help="whose fusion plan to print (default: the backend compile would use)",
     )
 
     run = sub.add_parser("run", help="run programs on random inputs and time them")
@@ -85,6 +92,11 @@ def _parser() -> argparse.ArgumentParser:
             help="compile each statement as one kernel: no program rewrites (docs/rewrites.md)",
         )
     for p in (run, emit):
+        p.add_argument(
+            "--no-fuse",
+            action="store_true",
+            help="one kernel per statement (default: the fusion planner groups statements)",
+        )
         p.add_argument(
             "--mapping",
             default=None,
@@ -179,7 +191,12 @@ def _check_program(args):
 
 def command_check(args) -> int:
     from ..ir import analysis, poly
+    from .affine import is_c_file
 
+    if is_c_file(args.program):
+        from .affine import command_check as check_affine
+
+        return check_affine(args)
     problem = _check_program(args)
     program = problem.program
     polyhedra = poly.Polyhedra(program)
@@ -223,6 +240,7 @@ def command_check(args) -> int:
             for access in (statement.output, *accesses(statement.rhs)):
                 print(f"    access  {own.access_map(access)}")
     _print_dependences(polyhedra.dependences(), args.dependences)
+    _print_fusion(problem, args.backend)
     flops = analysis.program_flops(problem)
     kernel_bytes = format_bytes(analysis.kernel_floor_bytes(problem))
     fused_bytes = format_bytes(analysis.fused_floor_bytes(problem))
@@ -241,6 +259,17 @@ def command_check(args) -> int:
         for line in lines:
             print(f"  {line}")
     return 0
+
+
+def _print_fusion(problem, backend: str) -> None:
+    """The fusion planner's groups for the backend, and what kept statements apart."""
+    from ..api import fusion_plan
+    from ..backends import get_backend
+
+    if len(problem.program.statements) < 2:
+        return
+    name = get_backend(backend).name if backend == "auto" else backend
+    print("\n".join(fusion_plan(problem, name).explain()))
 
 
 def _print_dependences(found, every: bool) -> None:
@@ -273,7 +302,13 @@ def command_run(args) -> int:
 
 
 def _run_one(args, progress, label: str) -> int:
-    from ..api import Kernel, plan_rewrites
+    from .affine import is_c_file, tensor_path
+
+    if is_c_file(args.program) and not (args.backend == "cuda" and tensor_path(args)):
+        from .affine import command_run as run_affine
+
+        return run_affine(args)
+    from ..api import Kernel, fusion_plan, rewrites_after_fusion
     from ..backends import get_backend
     from ..reference import evaluate
     from ..testing import output_tolerance, random_arrays, random_scalars, relative_error
@@ -288,8 +323,11 @@ def _run_one(args, progress, label: str) -> int:
         raise UsageError("--mapping needs --backend cuda")
     statements = len(problem.program.statements)
     progress.set(f"{label}: compiling {statements} statement{'s' * (statements != 1)}")
-    rewrites = plan_rewrites(problem, backend.name, not args.no_rewrite, given=bool(mappings))
-    kernel = Kernel(problem, backend, mappings=mappings, plan=rewrites)
+    fusion = fusion_plan(problem, backend.name, not args.no_fuse)
+    rewrites = rewrites_after_fusion(
+        fusion, backend.name, not args.no_rewrite, given=bool(mappings)
+    )
+    kernel = Kernel(problem, backend, mappings=mappings, plan=rewrites, fusion=fusion)
     progress.set(f"{label}: making random inputs")
     arrays = random_arrays(problem, args.seed, problem.program.inputs)
     scalars = random_scalars(problem, args.seed)
@@ -340,7 +378,12 @@ def _time_kernel(kernel, arrays, scalars, repeat: int, step):
 
 def command_emit(args) -> int:
     from ..backends import get_backend
+    from .affine import is_c_file, tensor_path
 
+    if is_c_file(args.program) and not (args.backend == "cuda" and tensor_path(args)):
+        from .affine import command_emit as emit_affine
+
+        return emit_affine(args)
     problem = load_problem(args)
     backend = get_backend(args.backend)
     cuda_only = [
@@ -348,10 +391,14 @@ def command_emit(args) -> int:
     ]
     if cuda_only and backend.name != "cuda":
         raise UsageError(f"{cuda_only[0]} needs --backend cuda")
-    mappings = _mappings(args, problem)
-    from ..api import plan_rewrites
+    from ..api import cuda_nests, fused_build_argument, fusion_plan, rewrites_after_fusion
 
-    rewrites = plan_rewrites(problem, backend.name, not args.no_rewrite, given=bool(mappings))
+    plan = fusion_plan(problem, backend.name, not args.no_fuse)
+    if args.explain and len(problem.program.statements) > 1:
+        print("\n".join(f"// {line}" for line in plan.explain()))
+    problem = plan.fused  # statements as compiled: --mapping numbers refer to them
+    mappings = _mappings(args, problem)
+    rewrites = rewrites_after_fusion(plan, backend.name, not args.no_rewrite, given=bool(mappings))
     if args.explain and rewrites.rewrites:  # the statements explained below are rewritten
         for line in rewrites.notes:
             print(f"// rewrite: {line}")
@@ -367,12 +414,12 @@ def command_emit(args) -> int:
                     print(f"//   {line}")
                 print("//   mapping file: " + mapping.to_json(None))  # type: ignore[attr-defined]
             _why_not_rewritten(rewrites)
-        print(backend.emit(problem, chosen))  # type: ignore[call-arg]
+        print(backend.emit(problem, chosen, **cuda_nests(plan, backend)))  # type: ignore[call-arg]
     else:
         if args.explain:
             _explain_cpu(problem)
             _why_not_rewritten(rewrites)
-        print(backend.emit(problem))
+        print(backend.emit(problem, fused_build_argument(plan, backend, None)))  # type: ignore[call-arg]
     if args.resources:
         from ..backends.cuda.nvrtc import kernel_resources
 

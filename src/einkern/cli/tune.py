@@ -70,6 +70,17 @@ def add_tune_parsers(subparsers: argparse._SubParsersAction) -> None:
     tune.add_argument("--db", metavar="PATH", help=f"tuning database (default {default_path()})")
     tune.add_argument("--seed", type=int, default=0, help="random seed of the search")
     tune.add_argument(
+        "--groupings",
+        action="store_true",
+        help="also compile and time the fusion planner's alternative groupings "
+        "(default mappings) and print them",
+    )
+    tune.add_argument(
+        "--no-fuse",
+        action="store_true",
+        help="tune every statement alone (default: the fused program's kernels, as compiled)",
+    )
+    tune.add_argument(
         "--statement",
         type=int,
         action="append",
@@ -142,9 +153,12 @@ def _backend_name(name: str) -> str:
 
 def command_tune(args: argparse.Namespace) -> int:
     """``einkern tune``: tune every statement, record, print a summary table."""
+    from ..api import fusion_plan
     from ..tuning.target import ExplainsDefault, get_target
 
-    problem = load_problem(args)
+    backend = _backend_name(args.backend)
+    plan = fusion_plan(load_problem(args), backend, not args.no_fuse)
+    problem = plan.fused
     positions = _positions(args, problem)
     evaluations = (
         args.budget
@@ -159,7 +173,6 @@ def command_tune(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         repeats=args.repeats,
     )
-    backend = _backend_name(args.backend)
     display = ProgressDisplay(problem, positions)
     if args.simulate:
         with TuningDB(args.simulate, create=False) as db, display:
@@ -183,6 +196,12 @@ def command_tune(args: argparse.Namespace) -> int:
         if args.explain and isinstance(target, ExplainsDefault):
             rules = [target.explain_default(task) for task in _tasks(problem, positions)]
         print_results(problem, results, explain=args.explain, database=db.path, rules=rules)
+    if args.groupings:
+        from ..api import measure_groupings
+        from ..backends import get_backend
+
+        measured = measure_groupings(plan.problem, get_backend(backend), plan)
+        print("\n".join(measured.explain()[:2]))
     return 0
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..errors import RegistrationError, UsageError
 from .ast import ProgramNode
+from .cfront import parse_c_node
 from .mapped import parse_mapped
 from .parser import parse_program
 from .tensorfile import parse_tensor_file
@@ -56,6 +57,7 @@ def front_end_names() -> tuple[str, ...]:
 register_front_end(FrontEnd("ein", parse_program, (".ein",)))
 register_front_end(FrontEnd("tensor", parse_tensor_file, (".tensor", ".tf")))
 register_front_end(FrontEnd("mapped", parse_mapped, (".mapped", ".mf")))
+register_front_end(FrontEnd("c", parse_c_node, (".c",)))  # loop nests: docs/affine.md
 
 _PATHLIKE = re.compile(r"^[^\s\[\]=;]+(\.[A-Za-z0-9]+)$")
 

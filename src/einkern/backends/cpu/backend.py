@@ -17,7 +17,7 @@ from ...errors import ArgumentError, CompilationError
 from ...ir.nodes import Problem
 from ..binding import Call, article, bind_arguments, type_name
 from ..temporaries import HostTemporaries, resolve_views
-from .codegen import ENTRY_POINT, emit_c
+from .codegen import ENTRY_POINT
 from .compiler import (
     Toolchain,
     cache_directory,
@@ -26,6 +26,7 @@ from .compiler import (
     find_compiler,
     toolchain,
 )
+from .fused import emit_program
 from .schedule import CpuSchedule, default_schedule
 
 _DLPACK_CPU = 1  # kDLCPU
@@ -130,7 +131,7 @@ class CpuBackend:
 
     def emit(self, problem: Problem, schedule: CpuSchedule | None = None) -> str:
         """The C source for ``problem`` (default schedule when none is given)."""
-        return emit_c(problem, schedule)
+        return emit_program(problem, schedule)
 
     def build(self, problem: Problem, schedule: CpuSchedule | None = None) -> CpuExecutable:
         """An executable for ``problem``: from memory, else the disk cache, else compiled.
@@ -145,7 +146,7 @@ class CpuBackend:
             found = self._executables.get(key)
         if found is not None:
             return found
-        path, function = load_or_compile(emit_c(problem, schedule), chain, directory)
+        path, function = load_or_compile(emit_program(problem, schedule), chain, directory)
         holder = HostTemporaries(problem) if problem.program.temporaries else None
         executable = CpuExecutable(problem, path, function, holder)
         with self._lock:

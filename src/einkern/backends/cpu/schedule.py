@@ -102,9 +102,14 @@ class LoopSchedule:
 
 @dataclass(frozen=True)
 class CpuSchedule:
-    """One :class:`LoopSchedule` per statement of the program, in order."""
+    """One :class:`LoopSchedule` per statement of the program, in order.
+
+    ``nests``: groups of consecutive statements (positions, ascending) compiled as
+    one fused loop nest (:mod:`.fused`; the fusion planner chooses them); their
+    members' loop schedules are not used."""
 
     statements: tuple[LoopSchedule, ...]
+    nests: tuple[tuple[int, ...], ...] = ()
 
 
 def parallel_indices(statement: Statement) -> tuple[str, ...]:

@@ -18,7 +18,7 @@ from ...ir.nodes import Problem
 from . import arrays as _arrays
 from .codegen import CudaSource, KernelSpec
 from .executable import CudaExecutable
-from .generate import MappingSpec, generate, resolve_mappings
+from .generate import MappingSpec, Nests, generate, resolve_mappings
 from .nvrtc import DEFAULT_ARCH, KernelResources, kernel_resources
 
 __all__ = [
@@ -58,16 +58,21 @@ class CudaBackend:
 
     # -- the protocol -----------------------------------------------------------
 
-    def source(self, problem: Problem, mappings: MappingSpec = None) -> CudaSource:
+    def source(
+        self, problem: Problem, mappings: MappingSpec = None, nests: Nests = ()
+    ) -> CudaSource:
         """Kernels of the problem: each statement under its mapping (given, or the
-        decision algorithm's)."""
-        return generate(problem, mappings)
+        decision algorithm's); each group of ``nests`` (statements without
+        dependences between them, from the fusion planner) as one kernel."""
+        return generate(problem, mappings, nests)
 
-    def emit(self, problem: Problem, mappings: MappingSpec = None) -> str:
+    def emit(self, problem: Problem, mappings: MappingSpec = None, nests: Nests = ()) -> str:
         """CUDA C source of the problem (needs no GPU)."""
-        return self.source(problem, mappings).text
+        return self.source(problem, mappings, nests).text
 
-    def build(self, problem: Problem, mappings: MappingSpec = None) -> CudaExecutable:
+    def build(
+        self, problem: Problem, mappings: MappingSpec = None, nests: Nests = ()
+    ) -> CudaExecutable:
         """Compile (or fetch from the caches) the problem's kernels for GPU 0."""
         if not self.available():
             raise BackendError(
@@ -75,7 +80,7 @@ class CudaBackend:
                 hint="run on a machine with an NVIDIA GPU and `pip install 'einkern[cuda]'`, "
                 "or use backend='cpu' (`--backend cpu` on the command line)",
             )
-        source = self.source(problem, mappings)
+        source = self.source(problem, mappings, nests)
         key = (problem, source.text)
         executable = self._executables.get(key)
         if executable is None:

@@ -65,19 +65,30 @@ def resolve_mappings(problem: Problem, mappings: MappingSpec = None) -> dict[int
     return chosen
 
 
-def generate(problem: Problem, mappings: MappingSpec = None) -> CudaSource:
+def generate(
+    problem: Problem, mappings: MappingSpec = None, nests: Nests = ()
+) -> CudaSource:
     """CUDA C of the whole problem under ``mappings``: per statement one kernel, or
-    (boundary ``pad``) a padding copy per input, the kernel, and a crop copy."""
+    (boundary ``pad``) a padding copy per input, the kernel, and a crop copy.
+    ``nests``: groups of consecutive statements without dependences between them
+    that run as one kernel (:mod:`.siblings`; a group it refuses stays apart)."""
     from ...gpu.cuda_printer import launch_shape, print_cuda_module
     from ...gpu.plan import plan_task
 
     limits = device_limits()
     chosen = resolve_mappings(problem, mappings)
     program = re.sub(r"[^A-Za-z0-9_]", "_", problem.program.name)[:40]
+    combined = _combined(problem, chosen, nests, program)
+    first = {group[0]: spec for group, (spec, _) in combined.items()}
+    inside = {p for group in combined for p in group}
     kernels = []
     specs = []
     temporaries: list[tuple[str, int]] = []
     for position, statement in enumerate(problem.program.statements):
+        if position in first:
+            specs.append(first[position])
+        if position in inside:
+            continue
         name = f"ek_{program}_s{position}"
         plan = plan_task(
             statement_task(problem, position),
@@ -105,4 +116,60 @@ def generate(problem: Problem, mappings: MappingSpec = None) -> CudaSource:
                     shared_bytes=shape.dynamic_shared_bytes,
                 )
             )
-    return CudaSource(print_cuda_module(kernels), tuple(specs), tuple(temporaries))
+    text = print_cuda_module(kernels)
+    text += "".join("\n" + source for _, source in combined.values())
+    return CudaSource(text, tuple(specs), tuple(temporaries))
+
+
+Nests = tuple[tuple[int, ...], ...]
+
+
+def sibling_members(
+    problem: Problem, chosen: dict[int, Mapping], positions: tuple[int, ...], program: str
+):
+    """Each statement of ``positions`` lowered alone (one launch each), or None when
+    one needs several launches (boundary ``pad``)."""
+    from ...gpu.plan import plan_task
+    from .siblings import Member
+
+    members = []
+    for position in positions:
+        plan = plan_task(
+            statement_task(problem, position),
+            chosen[position],
+            f"ekm_{program}_s{position}",
+            max_shared_bytes=device_limits().shared_per_block_optin,
+        )
+        if len(plan.launches) != 1:
+            return None
+        members.append(Member(plan.launches[0].kernel, plan.launches[0].buffers))
+    return members
+
+
+def _combined(
+    problem: Problem, chosen: dict[int, Mapping], nests: Nests, program: str
+) -> dict[tuple[int, ...], tuple[KernelSpec, str]]:
+    """The spec and source of each group of ``nests`` that runs as one kernel."""
+    from .siblings import combine, why_not_combined
+
+    groups: dict[tuple[int, ...], tuple[KernelSpec, str]] = {}
+    for positions in nests:
+        if len(positions) < 2:
+            continue
+        members = sibling_members(problem, chosen, positions, program)
+        if members is None or why_not_combined(members) is not None:
+            continue
+        name = f"ek_{program}_s{positions[0]}_{positions[-1]}"
+        kernel = combine(name, members)
+        groups[positions] = (KernelSpec(
+            name=name,
+            statement=positions[0],
+            tensors=kernel.buffers,
+            scalars=kernel.scalars,
+            output=problem.program.statements[positions[0]].output.tensor,
+            grid=(kernel.blocks, 1, 1),
+            block=(kernel.threads, 1, 1),
+            mapping=chosen[positions[0]],
+            shared_bytes=0,
+        ), kernel.text)
+    return groups

@@ -1,0 +1,81 @@
+"""The CUDA cost of a candidate group for the fusion planner
+(:mod:`einkern.ir.fusion_plan`): the analytic model (:mod:`einkern.gpu.model`) of
+the kernel the decision algorithm maps it to, plus a launch.
+
+A group is one kernel here when it is one statement, a ``merge`` group (updates
+of one output, merged by :func:`einkern.ir.fusion.merge_statements` into one
+statement, whose kernel keeps the output tile in registers across every
+product), or a ``nest`` of statements without dependences between them whose
+kernels :mod:`.siblings` combines into one launch; other groups give None.
+"""
+
+from __future__ import annotations
+
+from ...ir.fusion import MERGE, merge_statements
+from ...ir.nodes import Problem, Program
+from ...ir.task import Task, statement_task
+from .limits import device_limits
+
+#: Seconds a kernel launch costs beyond its work (H100, driver API).
+LAUNCH_SECONDS = 4e-6
+
+#: Whether the planner may run sibling statements as one combined launch.  Off
+#: until the combined kernel has run on a GPU: its parts are checked in the
+#: emulator, but the block dispatch that joins them is CUDA text the emulator
+#: does not run (``scripts/gpu_fusion.sh`` is the check; turn it on after it passes).
+SIBLING_LAUNCHES = False
+
+
+def group_seconds(
+    problem: Problem, positions: tuple[int, ...], kind: str, depth: int
+) -> float | None:
+    """Predicted seconds of the group's one kernel, or None when the CUDA backend
+    does not compile that kind of group as one kernel."""
+    from ...gpu.decision import decide
+    from ...gpu.model import predicted_time
+
+    limits = device_limits()
+    if len(positions) == 1:
+        task = statement_task(problem, positions[0])
+    elif kind == MERGE:
+        task = merged_task(problem, positions)
+    elif SIBLING_LAUNCHES:
+        return siblings_seconds(problem, positions)
+    else:
+        return None
+    return predicted_time(task, decide(task, limits), limits) + LAUNCH_SECONDS
+
+
+def siblings_seconds(problem: Problem, positions: tuple[int, ...]) -> float | None:
+    """Predicted seconds of statements without dependences between them run as one
+    kernel (:mod:`.siblings`): their own predicted times, less one launch each but
+    one, and less the DRAM reads of the tensors they all read beyond the first
+    (interleaved blocks find them in L2); None when they depend on one another or
+    their kernels cannot be combined."""
+    from ...gpu.decision import decide
+    from ...gpu.model import predicted_time
+    from ...ir.poly import dependences
+    from .generate import sibling_members
+    from .siblings import why_not_combined
+
+    members = set(positions)
+    if any(d.source in members and d.sink in members for d in dependences(problem.program)):
+        return None
+    limits = device_limits()
+    chosen = {p: decide(statement_task(problem, p), limits) for p in positions}
+    lowered = sibling_members(problem, chosen, positions, "cost")
+    if lowered is None or why_not_combined(lowered) is not None:
+        return None
+    alone = sum(predicted_time(statement_task(problem, p), chosen[p], limits) for p in positions)
+    statements = [problem.program.statements[p] for p in positions]
+    common = set.intersection(*({a.tensor for a in s.reads()} for s in statements))
+    saved = (len(positions) - 1) * sum(problem.nbytes(t) for t in common)
+    return max(alone - saved / limits.dram_bandwidth, alone / len(positions)) + LAUNCH_SECONDS
+
+
+def merged_task(problem: Problem, positions: tuple[int, ...]) -> Task:
+    """The one-statement task of a merge group's merged statement."""
+    program = problem.program
+    merged = merge_statements(program, positions, checked=True)
+    alone = Program(program.name, program.extents, program.tensors, program.scalars, (merged,))
+    return Task(Problem(alone, problem.sizes), (0,))

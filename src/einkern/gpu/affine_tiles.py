@@ -1,0 +1,65 @@
+"""Tiles of a two-dimensional domain that skip the empty ones (a triangle's upper
+half): the plan, made on the host for fixed sizes, and the kernel-IR arithmetic
+that sends block ``b`` to its tile.
+
+The domain is given row by row (``[low, high)`` of the inner iterator for each
+value of the outer one).  Tiles are ``ROWS x COLUMNS`` (8 x 32: a warp along the
+contiguous inner dimension); a row of tiles covers the columns of the union of
+its rows' ranges, so only tiles that hold a point — or sit between two that do —
+are launched.  Block ``b`` finds its tile row ``q`` and the column shift
+``delta`` (tile column ``b + delta``) by a balanced tree of comparisons with the
+first block of each non-empty tile row: a few selects, no table in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from . import kir
+
+ROWS, COLUMNS = 8, 32
+
+
+@dataclass(frozen=True)
+class TilePlan:
+    """``entries``: for each non-empty tile row, (its first block, tile row,
+    column shift); ``blocks``: tiles launched; ``box``: tiles of the bounding box."""
+
+    entries: tuple[tuple[int, int, int], ...]
+    blocks: int
+    box: int
+    origin: int  # the inner iterator's value at tile column 0
+
+
+def tile_plan(rows: Sequence[tuple[int, int]]) -> TilePlan | None:
+    """The non-empty tiles of a domain given as each row's ``[low, high)``."""
+    filled = [(low, high) for low, high in rows if high > low]
+    if not filled:
+        return None
+    origin = min(low for low, _ in filled)
+    right = max(high for _, high in filled)
+    entries, block = [], 0
+    for q in range(-(-len(rows) // ROWS)):
+        ranges = [(lo, hi) for lo, hi in rows[q * ROWS : (q + 1) * ROWS] if hi > lo]
+        if not ranges:
+            continue
+        first = (min(lo for lo, _ in ranges) - origin) // COLUMNS
+        last = (max(hi for _, hi in ranges) - origin - 1) // COLUMNS
+        entries.append((block, q, first - block))
+        block += last - first + 1
+    box = -(-len(rows) // ROWS) * -(-(right - origin) // COLUMNS)
+    return TilePlan(tuple(entries), block, box, origin)
+
+
+def select_tree(b: kir.Expr, starts: Sequence[int], leaves: Sequence[int]) -> kir.Expr:
+    """``leaves[k]`` for the last ``k`` with ``starts[k] <= b`` (``starts`` ascending,
+    ``starts[0] <= b`` assumed): a balanced tree of selects."""
+    if len(leaves) == 1:
+        return kir.Int(leaves[0])
+    middle = len(leaves) // 2
+    return kir.Select(
+        kir.Op("<", b, kir.Int(starts[middle])),
+        select_tree(b, starts[:middle], leaves[:middle]),
+        select_tree(b, starts[middle:], leaves[middle:]),
+    )

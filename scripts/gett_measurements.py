@@ -73,8 +73,7 @@ def main(path: str) -> None:
         tasks = [statement_task(problem, p) for p in range(statements)]
         configs = [explain(t).config for t in tasks]
         predicted = [
-            predicted_time(t, config_to_mapping(t, c))
-            for t, c in zip(tasks, configs, strict=True)
+            predicted_time(t, config_to_mapping(t, c)) for t, c in zip(tasks, configs, strict=True)
         ]
         total = sum(predicted)
         for position, (config, guess) in enumerate(zip(configs, predicted, strict=True)):

@@ -89,9 +89,7 @@ def run_case(device: CudaDevice, name: str, text: str, subscripts: str | None, r
         kernel(**arrays)  # warm-up (and the result for the error)
         torch.cuda.synchronize()
         result = arrays[statement.output.tensor]
-        error = (
-            float(device.relative_error(result, reference)) if reference is not None else None
-        )
+        error = float(device.relative_error(result, reference)) if reference is not None else None
         times = device.timer.time(lambda kernel=kernel: kernel(**arrays), runs)
         rows.append(
             {
@@ -136,8 +134,10 @@ def main() -> int:
             print(json.dumps({k: v for k, v in row.items() if k != "mapping"}), flush=True)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "gpu_accuracy.json").write_text(json.dumps(rows, indent=1))
-    print("\n| case | strategy | rule's choice | plain us | blocked us | wide us |"
-          " plain err | blocked err | wide err |")
+    print(
+        "\n| case | strategy | rule's choice | plain us | blocked us | wide us |"
+        " plain err | blocked err | wide err |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for name in dict.fromkeys(row["case"] for row in rows):
         mine = {row["mode"]: row for row in rows if row["case"] == name}

@@ -96,13 +96,17 @@ def main() -> int:
         with open(args.json, "w") as handle:
             json.dump(rows, handle, indent=1)
     print()
-    print(f"{'program':28} {'variant':14} {'kernels':>7} {'ms':>9} {'% floor':>8} "
-          f"{'vs unfused':>10} {'err':>8}")
+    print(
+        f"{'program':28} {'variant':14} {'kernels':>7} {'ms':>9} {'% floor':>8} "
+        f"{'vs unfused':>10} {'err':>8}"
+    )
     unfused = {r["group"]: r["ms"] for r in rows if str(r["variant"]).startswith("unfused")}
     for r in rows:
         ratio = unfused.get(r["group"], float("nan")) / r["ms"]
-        print(f"{r['group']:28} {r['variant']:14} {r['kernels']:7} {r['ms']:9.3f} "
-              f"{r['floor_pct']:7.1f}% {ratio:9.2f}x {r['error']:8.1e}")
+        print(
+            f"{r['group']:28} {r['variant']:14} {r['kernels']:7} {r['ms']:9.3f} "
+            f"{r['floor_pct']:7.1f}% {ratio:9.2f}x {r['error']:8.1e}"
+        )
     return 0
 
 

@@ -42,9 +42,17 @@ def dense(shape, dtype, layout="row"):
 
 
 def row(case, what, seconds, nbytes, flops=0, reference=None, error=None):
-    ROWS.append(dict(case=case, what=what, ms=seconds * 1e3, gbs=nbytes / seconds / 1e9,
-                     gflops=flops / seconds / 1e9, vs=None if reference is None else
-                     reference / seconds, error=error))
+    ROWS.append(
+        dict(
+            case=case,
+            what=what,
+            ms=seconds * 1e3,
+            gbs=nbytes / seconds / 1e9,
+            gflops=flops / seconds / 1e9,
+            vs=None if reference is None else reference / seconds,
+            error=error,
+        )
+    )
     print(json.dumps(ROWS[-1]), flush=True)
 
 
@@ -54,14 +62,31 @@ def relerr(a, b) -> float:
 
 def transposes() -> None:
     cases = [
-        ("2d 8192² ji", "dims n=8192, m=8192\ntensor A[n,m], B[m,n] {d}\nB[j,i] = A[i,j]\n",
-         (8192, 8192), (1, 0)),
-        ("3d 512²·64 cba", "dims a=512, b=512, c=64\ntensor A[a,b,c], B[c,b,a] {d}\n"
-         "B[c,b,a] = A[a,b,c]\n", (512, 512, 64), (2, 1, 0)),
-        ("4d 64⁴ dcab", "dims n=64\ntensor A[n,n,n,n], B[n,n,n,n] {d}\n"
-         "B[d,c,a,b] = A[a,b,c,d]\n", (64,) * 4, (3, 2, 0, 1)),
-        ("6d 16⁶ fedcba", "dims n=16\ntensor A[n,n,n,n,n,n], B[n,n,n,n,n,n] {d}\n"
-         "B[f,e,d,c,b,a] = A[a,b,c,d,e,f]\n", (16,) * 6, (5, 4, 3, 2, 1, 0)),
+        (
+            "2d 8192² ji",
+            "dims n=8192, m=8192\ntensor A[n,m], B[m,n] {d}\nB[j,i] = A[i,j]\n",
+            (8192, 8192),
+            (1, 0),
+        ),
+        (
+            "3d 512²·64 cba",
+            "dims a=512, b=512, c=64\ntensor A[a,b,c], B[c,b,a] {d}\nB[c,b,a] = A[a,b,c]\n",
+            (512, 512, 64),
+            (2, 1, 0),
+        ),
+        (
+            "4d 64⁴ dcab",
+            "dims n=64\ntensor A[n,n,n,n], B[n,n,n,n] {d}\nB[d,c,a,b] = A[a,b,c,d]\n",
+            (64,) * 4,
+            (3, 2, 0, 1),
+        ),
+        (
+            "6d 16⁶ fedcba",
+            "dims n=16\ntensor A[n,n,n,n,n,n], B[n,n,n,n,n,n] {d}\n"
+            "B[f,e,d,c,b,a] = A[a,b,c,d,e,f]\n",
+            (16,) * 6,
+            (5, 4, 3, 2, 1, 0),
+        ),
     ]
     for dtype in ("float32", "float64"):
         for name, text, shape, perm in cases:
@@ -82,8 +107,10 @@ def transposes() -> None:
 
 def long_reduction() -> None:
     for dtype, k in (("float64", 400_000), ("float32", 800_000)):
-        text = f"dims m=64, n=64, k={k}\ntensor A[m,k], B[k,n], C[m,n] {dtype}\n" \
-               "C[i,j] = A[i,k]*B[k,j]\n"
+        text = (
+            f"dims m=64, n=64, k={k}\ntensor A[m,k], B[k,n], C[m,n] {dtype}\n"
+            "C[i,j] = A[i,k]*B[k,j]\n"
+        )
         a, b = dense((64, k), dtype), dense((k, 64), dtype)
         expected = torch.einsum("ik,kj->ij", a, b)
         nbytes = (a.numel() + b.numel()) * a.element_size()
@@ -108,11 +135,18 @@ def forced(problem, rewrite) -> Kernel:
 
 def ttgt_cases() -> None:
     cases = [
-        ("abcd=aebf·fced n=48", "dims n=48\ntensor A[n,n,n,n], B[n,n,n,n], C[n,n,n,n]\n"
-         "C[a,b,c,d] = A[a,e,b,f]*B[f,c,e,d]\n", "aebf,fced->abcd"),
-        ("sd_t_d2_5 (ccsdt_d2 S4) T=16", "dims T=16\nlayout column\ntensor t3[T,T,T,T,T,T], "
-         "t2[T,T,T,T], v2[T,T,T,T]\nt3[h2,h1,h3,p6,p4,p5] += t2[p7,p4,h1,h2] * v2[p7,h3,p6,p5]\n",
-         None),
+        (
+            "abcd=aebf·fced n=48",
+            "dims n=48\ntensor A[n,n,n,n], B[n,n,n,n], C[n,n,n,n]\n"
+            "C[a,b,c,d] = A[a,e,b,f]*B[f,c,e,d]\n",
+            "aebf,fced->abcd",
+        ),
+        (
+            "sd_t_d2_5 (ccsdt_d2 S4) T=16",
+            "dims T=16\nlayout column\ntensor t3[T,T,T,T,T,T], "
+            "t2[T,T,T,T], v2[T,T,T,T]\nt3[h2,h1,h3,p6,p4,p5] += t2[p7,p4,h1,h2] * v2[p7,h3,p6,p5]\n",
+            None,
+        ),
     ]
     for name, text, subscripts in cases:
         problem = make_problem(einkern.load(text), {})
@@ -122,9 +156,11 @@ def ttgt_cases() -> None:
             arrays[tensor.name] = dense(problem.shape(tensor.name), "float64", tensor.layout)
         flops = 2 * 48**6 if subscripts else 2 * 16**7
         nbytes = sum(t.numel() * 8 for t in arrays.values())
-        kernels = {"einkern direct": einkern.compile(text, backend="cuda", rewrite=False),
-                   "einkern TTGT": forced(problem, ttgt(problem, 0)),
-                   "einkern default": einkern.compile(text, backend="cuda")}
+        kernels = {
+            "einkern direct": einkern.compile(text, backend="cuda", rewrite=False),
+            "einkern TTGT": forced(problem, ttgt(problem, 0)),
+            "einkern default": einkern.compile(text, backend="cuda"),
+        }
         out_name = program.statements[0].output.tensor
         results = {}
         for label, kernel in kernels.items():
@@ -132,8 +168,14 @@ def ttgt_cases() -> None:
             kernel(**work)
             results[label] = work[out_name].clone()
             t = median(partial(kernel, **work))
-            row(f"ttgt {name}", label, t, nbytes, flops,
-                error=relerr(results[label], results["einkern direct"]))
+            row(
+                f"ttgt {name}",
+                label,
+                t,
+                nbytes,
+                flops,
+                error=relerr(results[label], results["einkern direct"]),
+            )
         if subscripts:
             a, b = arrays["A"], arrays["B"]
             t = median(partial(torch.einsum, subscripts, a, b))
@@ -153,8 +195,10 @@ def main() -> int:
     for r in ROWS:
         vs = "" if r["vs"] is None else f"{r['vs']:.2f}"
         err = "" if r["error"] is None else f"{r['error']:.1e}"
-        print(f"{r['case'][:42]:42} {r['what']:18} {r['ms']:9.3f} {r['gbs']:8.0f} "
-              f"{r['gflops']:9.0f} {vs:>7} {err}")
+        print(
+            f"{r['case'][:42]:42} {r['what']:18} {r['ms']:9.3f} {r['gbs']:8.0f} "
+            f"{r['gflops']:9.0f} {vs:>7} {err}"
+        )
     return 0
 
 

@@ -24,9 +24,7 @@ from einkern.ir.task import statement_task, tasks_of
 
 TOLERANCE = 1e-5
 GEMM = "dims n = 1, k = 1\ntensor A[n, k], B[k, n], C[n, n]\nC[i,j] = A[i,l] * B[l,j]"
-RECTANGULAR = (
-    "dims m = 1, n = 1, k = 1\ntensor A[m, k], B[k, n], C[m, n]\nC[i,j] = A[i,l] * B[l,j]"
-)
+RECTANGULAR = "dims m = 1, n = 1, k = 1\ntensor A[m, k], B[k, n], C[m, n]\nC[i,j] = A[i,l] * B[l,j]"
 GEMV = "dims m = 1, n = 1\ntensor A[m, n], x[n], y[m]\ny[i] = A[i,k] * x[k]"
 
 

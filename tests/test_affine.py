@@ -232,8 +232,9 @@ def test_affine_cuda_kernels_match_the_reference_in_the_emulator(name, sizes, ho
 
     problem = A.make_affine_problem(function_of(name), sizes)
     kernels = affine_kernels(problem)
-    assert any(how in k.reason or (how == "sequential" and "one thread" in k.reason)
-               for k in kernels)
+    assert any(
+        how in k.reason or (how == "sequential" and "one thread" in k.reason) for k in kernels
+    )
     arrays, scalars = random_affine_arguments(problem, 3)
     expected = evaluate_affine(problem, arrays, scalars)
     work = {f"t_{n}": a.copy() for n, a in arrays.items()}
@@ -357,8 +358,10 @@ def test_triangular_domains_launch_only_non_empty_tiles(shape, n):
     from einkern.gpu.affine import affine_kernels
 
     loops = TRIANGLES[shape]
-    text = f"void tri(int n, double a, double A[n][n], double C[n][n]) {{\n" \
+    text = (
+        f"void tri(int n, double a, double A[n][n], double C[n][n]) {{\n"
         f"  {loops}\n    C[i][j] = a * A[i][j] + i - j;\n}}"
+    )
     problem = A.make_affine_problem(parse_c(text).functions[0], {"n": n})
     (launch,) = affine_kernels(problem)
     rng = np.random.default_rng(n)

@@ -72,10 +72,18 @@ REJECTED = [
     ("pointer arithmetic", LOOP + "    *(y + i) = x[i];\n}", 3, "pointer"),
     ("data-dependent subscript", LOOP + "    y[i] = x[(int)y[i]];\n}", 3, "not affine"),
     ("indirect subscript", LOOP + "    x[y[i]] = 1;\n}", 3, "data-dependent"),
-    ("data-dependent bound", HEAD + "  for (int i = 0; i < x[0]; i++)\n    x[i] = 1;\n}", 2,
-     "data-dependent"),
-    ("product of iterators", LOOP + "    for (int j = 0; j < i * i; j++) x[j] = 1;\n}", 3,
-     "product"),
+    (
+        "data-dependent bound",
+        HEAD + "  for (int i = 0; i < x[0]; i++)\n    x[i] = 1;\n}",
+        2,
+        "data-dependent",
+    ),
+    (
+        "product of iterators",
+        LOOP + "    for (int j = 0; j < i * i; j++) x[j] = 1;\n}",
+        3,
+        "product",
+    ),
     ("division in a subscript", LOOP + "    x[i / 2] = 1;\n}", 3, "'/'"),
     ("side-effecting call", LOOP + "    x[i] = rand();\n}", 3, "side effects"),
     ("call statement", HEAD + '  printf("%d", n);\n}', 2, "side effects"),
@@ -131,9 +139,47 @@ def test_missing_and_unknown_sizes_are_usage_errors(capsys):
 
 # ---- fuzzing -------------------------------------------------------------------------------
 
-_TOKENS = ["for", "(", ")", "{", "}", ";", "[", "]", "i", "j", "n", "+", "-", "*", "/", "<",
-           "<=", "=", "+=", "if", "while", "&&", "||", "0", "1", "x", "double", "*p", "->", "?",
-           "//", "/*", "#", "é", "\x00", "1e999", "0x", "\\", '"']
+_TOKENS = [
+    "for",
+    "(",
+    ")",
+    "{",
+    "}",
+    ";",
+    "[",
+    "]",
+    "i",
+    "j",
+    "n",
+    "+",
+    "-",
+    "*",
+    "/",
+    "<",
+    "<=",
+    "=",
+    "+=",
+    "if",
+    "while",
+    "&&",
+    "||",
+    "0",
+    "1",
+    "x",
+    "double",
+    "*p",
+    "->",
+    "?",
+    "//",
+    "/*",
+    "#",
+    "é",
+    "\x00",
+    "1e999",
+    "0x",
+    "\\",
+    '"',
+]
 
 
 def mutate_c(seed: int) -> str:
@@ -143,12 +189,12 @@ def mutate_c(seed: int) -> str:
         where = rng.randrange(len(text) + 1)
         choice = rng.random()
         if choice < 0.4:
-            text = text[:where] + text[where + rng.randint(1, 6):]
+            text = text[:where] + text[where + rng.randint(1, 6) :]
         elif choice < 0.8:
             text = text[:where] + rng.choice(_TOKENS) + text[where:]
         else:
             start = rng.randrange(len(text) + 1)
-            text = text[:where] + text[start:start + rng.randint(1, 20)] + text[where:]
+            text = text[:where] + text[start : start + rng.randint(1, 20)] + text[where:]
     return text
 
 
@@ -193,8 +239,10 @@ def test_the_c_front_end_is_registered_and_points_to_the_loop_nest_path():
 
 @pytest.mark.parametrize("name", ["and", "min", "mod", "exists"])
 def test_names_isl_reserves_are_located_errors(name):
-    text = f"void f(int n, double x[n]) {{\n  for (int {name} = 0; {name} < n; {name}++)\n" \
+    text = (
+        f"void f(int n, double x[n]) {{\n  for (int {name} = 0; {name} < n; {name}++)\n"
         f"    x[{name}] = 1;\n}}"
+    )
     with pytest.raises(ParseError) as caught:
         parse_c(text, "k.c")
     assert "reserved by isl" in caught.value.message and caught.value.span.line == 2

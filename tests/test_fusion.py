@@ -103,9 +103,12 @@ def test_updates_of_one_output_are_legal_over_the_whole_output():
     found = fusion.legality(program, tuple(range(9)))
     assert found.depth == 6
     assert fusion.mergeable(program, tuple(range(9))) is None
-    assert "S1 reads t on" in (fusion.mergeable(load(
-        "dims n = 3\ntensor t[n], a[n]\nt[i] += a[i]\nt[i] += t[i] * a[i]\n"
-    ), (0, 1)) or "")
+    assert "S1 reads t on" in (
+        fusion.mergeable(
+            load("dims n = 3\ntensor t[n], a[n]\nt[i] += a[i]\nt[i] += t[i] * a[i]\n"), (0, 1)
+        )
+        or ""
+    )
 
 
 def test_a_planner_that_ignores_a_forbidding_dependence_fails_the_reference_check(monkeypatch):
@@ -132,8 +135,10 @@ def test_the_merged_statement_is_the_hand_merged_benchmark_statement(family):
 
 
 def test_merging_renames_a_summed_index_that_clashes():
-    program = load("dims n = 3\ntensor t[n, n], a[n, n]\nt[i,j] += a[i,k] * a[k,j]\n"
-                   "t[k,i] += a[k,j] * a[j,i]\n")
+    program = load(
+        "dims n = 3\ntensor t[n, n], a[n, n]\nt[i,j] += a[i,k] * a[k,j]\n"
+        "t[k,i] += a[k,j] * a[j,i]\n"
+    )
     merged = fusion.merge_statements(program, (0, 1))
     problem = make_problem(program, {})
     one = make_problem(
@@ -171,8 +176,7 @@ def _costs(table):
 
 def test_the_milp_cover_is_the_cheapest_and_lists_the_next_best(monkeypatch):
     problem = small(SIBLINGS)
-    table = {(0,): 1.0, (1,): 1.0, (2,): 1.0, (0, 1): 1.0, (1, 2): 1.2, (0, 2): 1.5,
-             (0, 1, 2): 2.6}
+    table = {(0,): 1.0, (1,): 1.0, (2,): 1.0, (0, 1): 1.0, (1, 2): 1.2, (0, 2): 1.5, (0, 1, 2): 2.6}
     monkeypatch.setattr(planner, "MODEL_TOLERANCE", 0.0)
     plan = planner.plan_fusion(problem, "test", _costs(table))
     assert [g.positions for g in plan.groups] == [(0, 1), (2,)]
@@ -182,8 +186,15 @@ def test_the_milp_cover_is_the_cheapest_and_lists_the_next_best(monkeypatch):
 
 def test_within_the_model_tolerance_fewer_kernels_win():
     problem = small(SIBLINGS)
-    table = {(0,): 1.0, (1,): 1.0, (2,): 1.0, (0, 1): 1.0, (1, 2): 1.2, (0, 2): 1.5,
-             (0, 1, 2): 2.25}
+    table = {
+        (0,): 1.0,
+        (1,): 1.0,
+        (2,): 1.0,
+        (0, 1): 1.0,
+        (1, 2): 1.2,
+        (0, 2): 1.5,
+        (0, 1, 2): 2.25,
+    }
     plan = planner.plan_fusion(problem, "test", _costs(table))
     assert [g.positions for g in plan.groups] == [(0, 1, 2)]  # 2.25 <= 1.15 * 2.0
     assert "fewest kernels" in plan.rule
@@ -248,9 +259,7 @@ EXPECTED_KERNELS = {
 def test_kernel_counts_at_the_default_sizes(name, backend):
     problem = make_problem(load(ROOT / "examples" / name), {})
     assert len(fusion_plan(problem, backend).groups) == EXPECTED_KERNELS[(name, backend)]
-    assert len(fusion_plan(problem, backend, fuse=False).groups) == len(
-        problem.program.statements
-    )
+    assert len(fusion_plan(problem, backend, fuse=False).groups) == len(problem.program.statements)
 
 
 def test_compile_fuses_by_default_and_reports_its_groups():
@@ -281,9 +290,7 @@ def _random_program(choose) -> str:
             lines.append(f"{out}[i,j] {op} {left}[i,k] * {right}[k,j]")
         else:
             order, again = choose(["i,j", "j,i"]), choose(["i,j", "j,i"])
-            lines.append(
-                f"{out}[i,j] {op} {left}[{order}] * {right}[i,j] + {right}[{again}]"
-            )
+            lines.append(f"{out}[i,j] {op} {left}[{order}] * {right}[i,j] + {right}[{again}]")
     return "\n".join(lines) + "\n"
 
 
@@ -355,9 +362,17 @@ def test_statements_that_depend_on_one_another_are_not_siblings():
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["local_grad3.ein", "fousek_function2.mapped", "ccsdt_d1.ein"])
 def test_fused_kernels_match_the_reference_on_the_gpu(name, sibling_launches):
-    kernel = einkern.compile(ROOT / "examples" / name, backend="cuda", **(
-        {"nelt": 100} if name.startswith("local") else {"T": 6} if name.startswith("ccsdt") else {}
-    ))
+    kernel = einkern.compile(
+        ROOT / "examples" / name,
+        backend="cuda",
+        **(
+            {"nelt": 100}
+            if name.startswith("local")
+            else {"T": 6}
+            if name.startswith("ccsdt")
+            else {}
+        ),
+    )
     assert kernel.kernels < len(kernel.program.statements)
     assert_matches_reference(kernel)
 
@@ -378,7 +393,22 @@ def test_tune_measures_the_groupings(tmp_path, capsys):
 
     path = str(ROOT / "examples/norms.ein")
     database = str(tmp_path / "db.sqlite")
-    code = main(["tune", path, "-e", "nb=50", "-e", "d=8", "--backend", "cpu", "-n", "1",
-                 "--db", database, "--groupings"])
+    code = main(
+        [
+            "tune",
+            path,
+            "-e",
+            "nb=50",
+            "-e",
+            "d=8",
+            "--backend",
+            "cpu",
+            "-n",
+            "1",
+            "--db",
+            database,
+            "--groupings",
+        ]
+    )
     assert code == 0
     assert "chosen by the fastest measured cover" in capsys.readouterr().out

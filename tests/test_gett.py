@@ -123,7 +123,12 @@ def test_violation_names_what_is_wrong_with_a_gett_point():
     )
     assert violation(task, base) is None
     wrong = [
-        (GettTiling((("f", 8, 1), ("k", 4, 1)),), "not an output index"),
+        (
+            GettTiling(
+                (("f", 8, 1), ("k", 4, 1)),
+            ),
+            "not an output index",
+        ),
         (GettTiling((("f", 8, 1), ("e", 4, 1)), (("a", 2),)), "main reduction"),
         (GettTiling((("f", 64, 1),)), "much larger"),
         (GettTiling((("f", 2, 1), ("e", 2, 1))), "half a warp"),
@@ -149,13 +154,9 @@ def test_groups_give_wide_tiles_on_small_extents():
     for point in points:
         assert point.gett is not None and point.x == "f"
         assert violation(task, point) is None
-    widest = max(
-        p.gett.threads * p.gett.register_tile for p in points if p.gett is not None
-    )
+    widest = max(p.gett.threads * p.gett.register_tile for p in points if p.gett is not None)
     assert widest >= 64 * 64
-    assert any(
-        len([t for t in p.gett.tiles if t[0] in "def"]) >= 2 for p in points if p.gett
-    )
+    assert any(len([t for t in p.gett.tiles if t[0] in "def"]) >= 2 for p in points if p.gett)
 
 
 def test_input_contiguous_index_is_tiled_for_coalesced_copies():
@@ -333,9 +334,7 @@ def test_the_rules_stay_unless_a_gett_point_is_clearly_faster():
     decision = choose(task)
     assert decision.config == explain(task).config
     assert decision.steps[-1][1].startswith("family rules kept")
-    best = min(
-        predicted_time(task, config_to_mapping(task, c)) for c in gett.candidates(task)
-    )
+    best = min(predicted_time(task, config_to_mapping(task, c)) for c in gett.candidates(task))
     assert best >= MARGIN * predicted_time(task, config_to_mapping(task, decision.config))
 
 

@@ -28,8 +28,16 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("backends", ("einkern.backends", "einkern.arrays", "einkern.testing")),
     ("tuning", ("einkern.tuning",)),
     ("api", ("einkern.api",)),
-    ("tools", ("einkern.bench", "einkern.einsum", "einkern.einsum_subscripts", "einkern.torch",
-               "einkern.blas")),
+    (
+        "tools",
+        (
+            "einkern.bench",
+            "einkern.einsum",
+            "einkern.einsum_subscripts",
+            "einkern.torch",
+            "einkern.blas",
+        ),
+    ),
     ("cli", ("einkern.cli",)),
     ("facade", ("einkern", "einkern.__main__")),  # the package root, above all
 )

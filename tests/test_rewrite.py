@@ -56,8 +56,11 @@ def problem_of(text: str, **sizes: int) -> Problem:
 def run_cpu(rewrite: Rewrite) -> dict[str, float]:
     """The rewritten problem on the CPU backend against the original's reference."""
     original = rewrite.original
-    kernel = Kernel(original, get_backend("cpu"), plan=RewritePlan(
-        original, rewrite.problem, (rewrite,), (rewrite.reason,)))
+    kernel = Kernel(
+        original,
+        get_backend("cpu"),
+        plan=RewritePlan(original, rewrite.problem, (rewrite,), (rewrite.reason,)),
+    )
     return assert_matches_reference(kernel, original, seed=3)
 
 
@@ -113,11 +116,11 @@ def test_split_products_matches_reference_and_keeps_other_terms() -> None:
 
 
 def test_split_products_decided_by_flops() -> None:
-    chain = problem_of("dims n=64\ntensor A[n,n], B[n,n], C[n,n], D[n,n]\n"
-                       "D[i,l] = A[i,j]*B[j,k]*C[k,l]\n")
+    chain = problem_of(
+        "dims n=64\ntensor A[n,n], B[n,n], C[n,n], D[n,n]\nD[i,l] = A[i,j]*B[j,k]*C[k,l]\n"
+    )
     assert plan(chain).rewrites[0].name == "split_products"
-    outer = problem_of("dims n=8\ntensor A[n], B[n], C[n], D[n,n,n]\n"
-                       "D[i,j,k] = A[i]*B[j]*C[k]\n")
+    outer = problem_of("dims n=8\ntensor A[n], B[n], C[n], D[n,n,n]\nD[i,j,k] = A[i]*B[j]*C[k]\n")
     assert not plan(outer).rewrites  # no sum: nothing to save
     with pytest.raises(RewriteError):
         split_products(outer, 0)
@@ -196,8 +199,9 @@ def test_a_wrong_split_view_fails() -> None:
         dataclasses.replace(s, rhs=_swap_view(s.rhs, view.name)) for s in program.statements
     )
     tensors = tuple(wrong if t.name == view.name else t for t in program.tensors)
-    broken = Problem(dataclasses.replace(program, tensors=tensors, statements=statements),
-                     rewrite.problem.sizes)
+    broken = Problem(
+        dataclasses.replace(program, tensors=tensors, statements=statements), rewrite.problem.sizes
+    )
     with pytest.raises(AssertionError, match="differs from the reference"):
         run_cpu(dataclasses.replace(rewrite, problem=broken))
 
@@ -248,8 +252,9 @@ def test_ttgt_refusals() -> None:
     gemm = problem_of("dims n=8\ntensor A[n,n], B[n,n], C[n,n]\nC[i,j] = A[i,k]*B[k,j]\n")
     with pytest.raises(RewriteError, match="already a plain GEMM"):
         ttgt(gemm, 0)
-    chain = problem_of("dims n=8\ntensor A[n,n], B[n,n], C[n,n], D[n,n]\n"
-                       "D[i,l] = A[i,j]*B[j,k]*C[k,l]\n")
+    chain = problem_of(
+        "dims n=8\ntensor A[n,n], B[n,n], C[n,n], D[n,n]\nD[i,l] = A[i,j]*B[j,k]*C[k,l]\n"
+    )
     with pytest.raises(RewriteError, match="exactly two"):
         ttgt(chain, 0)
     two_terms = problem_of(
@@ -263,8 +268,7 @@ def test_ttgt_refusals() -> None:
 
 
 def test_plan_chooses_split_k_for_a_long_reduction_on_cuda() -> None:
-    problem = problem_of(LONG.format(k=100_000, layout="row", dtype="float64", op="+="), n=64,
-                         m=64)
+    problem = problem_of(LONG.format(k=100_000, layout="row", dtype="float64", op="+="), n=64, m=64)
     chosen = plan_rewrites(problem, "cuda")
     assert [r.name for r in chosen.rewrites] == ["split_k"]
     assert any("split_k: predicted" in line for line in chosen.explain())
@@ -355,8 +359,10 @@ def test_einsum_pairwise_steps_get_the_choice() -> None:
     CUDA model a long reduction is split; on the CPU backend nothing changes."""
     from einkern.einsum import Operand, einsum_program
 
-    operands = [Operand("ik", (64, 100_000), "float64", "row"),
-                Operand("kj", (100_000, 64), "float64", "row")]
+    operands = [
+        Operand("ik", (64, 100_000), "float64", "row"),
+        Operand("kj", (100_000, 64), "float64", "row"),
+    ]
     program = einsum_program(operands, Operand("ij", (64, 64), "float64", "row"))
     problem = make_problem(program, {})
     chosen = plan_rewrites(problem, "cuda", ("split_k", "ttgt"))
@@ -398,10 +404,7 @@ def random_contraction(rng: np.random.Generator) -> str:
         for name, idx, layout in zip("ABC", (a, b, c), layouts, strict=True)
     )
     op = str(rng.choice(["=", "+=", "-="]))
-    return (
-        f"dims {dims}\n{tensors}\n"
-        f"C[{','.join(c)}] {op} A[{','.join(a)}] * B[{','.join(b)}]\n"
-    )
+    return f"dims {dims}\n{tensors}\nC[{','.join(c)}] {op} A[{','.join(a)}] * B[{','.join(b)}]\n"
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -420,10 +423,12 @@ def test_rewritten_cuda_source_compiles_with_nvrtc() -> None:
     fused groups) compiles for sm_90 without spills."""
     from einkern.backends.cuda.nvrtc import kernel_resources
 
-    padded = split_k(problem_of(LONG.format(k=1001, layout="column", dtype="float32",
-                                            op="+=")), 0, 8)
-    shape = PERMUTED.format(layout="row", dtype="float64", out="c, a, b", out_indices="c,a,b",
-                            op="-=")
+    padded = split_k(
+        problem_of(LONG.format(k=1001, layout="column", dtype="float32", op="+=")), 0, 8
+    )
+    shape = PERMUTED.format(
+        layout="row", dtype="float64", out="c, a, b", out_indices="c,a,b", op="-="
+    )
     for rewrite in (padded, ttgt(problem_of(shape), 0)):
         resources = kernel_resources(rewrite.problem, "sm_90")
         assert len(resources) == rewrite.count

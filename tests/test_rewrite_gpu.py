@@ -79,8 +79,10 @@ def test_rewrite_temporaries_inside_a_captured_graph(torch) -> None:
     host = {n: np.asfortranarray(rng.random(kernel.problem.shape(n))) for n in ("A", "B", "C")}
     expected = einkern.evaluate(kernel.problem, host, {})["C"]
     device = {n: torch.from_numpy(a).cuda() for n, a in host.items()}
-    static = {n: torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cuda")
-              for n, t in device.items()}
+    static = {
+        n: torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cuda")
+        for n, t in device.items()
+    }
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):

@@ -87,8 +87,9 @@ def _vector_out(y: Any, n: int, t: str, beta: float) -> np.ndarray:
     return out
 
 
-def gemv(alpha: float, a: Any, x: Any, beta: float = 0.0, y: Any = None,
-         trans: bool = False) -> np.ndarray:
+def gemv(
+    alpha: float, a: Any, x: Any, beta: float = 0.0, y: Any = None, trans: bool = False
+) -> np.ndarray:
     """``alpha·op(A)·x + beta·y`` with ``op(A)`` ``A`` or ``Aᵀ``."""
     t, (a, x) = _dtype(a, x)
     m, n = _shape(a, 2, "a")
@@ -116,8 +117,9 @@ def _cols(trans: bool) -> str:
     return "m" if trans else "n"
 
 
-def symv(alpha: float, a: Any, x: Any, beta: float = 0.0, y: Any = None,
-         lower: bool = False) -> np.ndarray:
+def symv(
+    alpha: float, a: Any, x: Any, beta: float = 0.0, y: Any = None, lower: bool = False
+) -> np.ndarray:
     """``alpha·A·x + beta·y`` for symmetric ``A`` stored in one triangle (``lower``
     or upper, SciPy's default); the other triangle is never read."""
     t, (a, x) = _dtype(a, x)
@@ -152,8 +154,15 @@ def _matrix_out(c: Any, shape: tuple[int, int], t: str) -> np.ndarray:
     return out
 
 
-def gemm(alpha: float, a: Any, b: Any, beta: float = 0.0, c: Any = None,
-         trans_a: bool = False, trans_b: bool = False) -> np.ndarray:
+def gemm(
+    alpha: float,
+    a: Any,
+    b: Any,
+    beta: float = 0.0,
+    c: Any = None,
+    trans_a: bool = False,
+    trans_b: bool = False,
+) -> np.ndarray:
     """``alpha·op(A)·op(B) + beta·C``."""
     t, (a, b) = _dtype(a, b)
     a_rows, a_cols = _shape(a, 2, "a")
@@ -178,16 +187,18 @@ def gemm(alpha: float, a: Any, b: Any, beta: float = 0.0, c: Any = None,
     return out
 
 
-def syrk(alpha: float, a: Any, beta: float = 0.0, c: Any = None, trans: bool = False,
-         lower: bool = False) -> np.ndarray:
+def syrk(
+    alpha: float, a: Any, beta: float = 0.0, c: Any = None, trans: bool = False, lower: bool = False
+) -> np.ndarray:
     """``alpha·A·Aᵀ + beta·C`` (``trans``: ``alpha·Aᵀ·A + beta·C``); only the
     ``lower`` (or upper) triangle is computed, the other is ``C``'s (or zero)."""
     t, (a,) = _dtype(a)
     rows, cols = _shape(a, 2, "a")
     n, k = (cols, rows) if trans else (rows, cols)
     out = _matrix_out(c, (n, n), t)
-    decl, left, right = ("A[k][n]", "A[p][i]", "A[p][j]") if trans else \
-        ("A[n][k]", "A[i][p]", "A[j][p]")
+    decl, left, right = (
+        ("A[k][n]", "A[p][i]", "A[p][j]") if trans else ("A[n][k]", "A[i][p]", "A[j][p]")
+    )
     low, high = ("0", "i") if lower else ("i", "n - 1")
     text = f"""void syrk(int n, int k, {t} alpha, {t} beta, {t} {decl}, {t} C[n][n]) {{
         for (int i = 0; i < n; i++) {{
@@ -202,8 +213,15 @@ def syrk(alpha: float, a: Any, beta: float = 0.0, c: Any = None, trans: bool = F
     return out
 
 
-def trsm(alpha: float, a: Any, b: Any, side: str = "L", lower: bool = False,
-         trans: bool = False, unit: bool = False) -> np.ndarray:
+def trsm(
+    alpha: float,
+    a: Any,
+    b: Any,
+    side: str = "L",
+    lower: bool = False,
+    trans: bool = False,
+    unit: bool = False,
+) -> np.ndarray:
     """``X`` with ``op(A)·X = alpha·B`` (``side="L"``) or ``X·op(A) = alpha·B``
     (``side="R"``); ``A`` triangular (``lower`` or upper, ``unit`` diagonal not
     read), ``op(A)`` ``A`` or ``Aᵀ``."""
@@ -228,27 +246,31 @@ def _trsm_text(t: str, left: bool, forward_lower: bool, trans: bool, unit: bool)
 
     scale = "for (int i = 0; i < m; i++) for (int j = 0; j < n; j++) B[i][j] *= alpha;"
     if left:  # rows of X, in order of the triangle: forward for lower T
-        rows = "for (int i = 0; i < m; i++)" if forward_lower else \
-            "for (int i = m - 1; i >= 0; i--)"
-        others = "for (int p = 0; p < i; p++)" if forward_lower else \
-            "for (int p = i + 1; p < m; p++)"
+        rows = (
+            "for (int i = 0; i < m; i++)" if forward_lower else "for (int i = m - 1; i >= 0; i--)"
+        )
+        others = (
+            "for (int p = 0; p < i; p++)" if forward_lower else "for (int p = i + 1; p < m; p++)"
+        )
         divide = "" if unit else f"for (int j = 0; j < n; j++) B[i][j] /= {T('i', 'i')};"
         body = f"""{rows} {{
             {others}
                 for (int j = 0; j < n; j++)
-                    B[i][j] -= {T('i', 'p')} * B[p][j];
+                    B[i][j] -= {T("i", "p")} * B[p][j];
             {divide}
         }}"""
     else:  # columns of X: X T = B, forward when T is upper
-        cols = "for (int j = n - 1; j >= 0; j--)" if forward_lower else \
-            "for (int j = 0; j < n; j++)"
-        others = "for (int p = j + 1; p < n; p++)" if forward_lower else \
-            "for (int p = 0; p < j; p++)"
+        cols = (
+            "for (int j = n - 1; j >= 0; j--)" if forward_lower else "for (int j = 0; j < n; j++)"
+        )
+        others = (
+            "for (int p = j + 1; p < n; p++)" if forward_lower else "for (int p = 0; p < j; p++)"
+        )
         divide = "" if unit else f"for (int i = 0; i < m; i++) B[i][j] /= {T('j', 'j')};"
         body = f"""{cols} {{
             {others}
                 for (int i = 0; i < m; i++)
-                    B[i][j] -= B[i][p] * {T('p', 'j')};
+                    B[i][j] -= B[i][p] * {T("p", "j")};
             {divide}
         }}"""
     return f"""void trsm(int m, int n, int s, {t} alpha, {t} A[s][s], {t} B[m][n]) {{

@@ -325,8 +325,7 @@ def _points(statement: AStatement, sizes: Mapping[str, int], vector: bool = Fals
                 value = guard.aff.value(inner)
                 keep &= (value == 0) if guard.equal else (value >= 0)
             if keep.any():
-                yield {**{i: env[i] for i in statement.iterators[:-1]},
-                       loop.iterator: run[keep]}
+                yield {**{i: env[i] for i in statement.iterators[:-1]}, loop.iterator: run[keep]}
             return
         values = range(low, high + 1) if loop.step == 1 else range(high, low - 1, -1)
         for value in values:

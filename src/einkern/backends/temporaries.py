@@ -90,4 +90,3 @@ def view_arrays(problem: Problem, arrays: Mapping[str, np.ndarray]) -> dict[str,
         layout = program.tensor(name).layout
         result[name] = flat.reshape(problem.shape(name), order="C" if layout == "row" else "F")
     return result
-

@@ -165,9 +165,7 @@ def case_results(result: BenchResult, suite: str = SUITE) -> list[CaseResult]:
                 einkern_s=_time(rows.get(EINKERN)),
                 einkern_status=_status(rows.get(EINKERN)),
                 peers=peers,
-                better_peer=min(timed, key=lambda name: peers[name] or math.inf)
-                if timed
-                else None,
+                better_peer=min(timed, key=lambda name: peers[name] or math.inf) if timed else None,
                 predicted_s=rows[EINKERN].predicted_s if EINKERN in rows else None,
                 peer_errors=tuple(
                     name for name, row in rows.items() if name != EINKERN and row.error_ok is False

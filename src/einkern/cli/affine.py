@@ -37,8 +37,10 @@ def load_functions(args):
     known = {size for function in parsed.functions for size in function.sizes}
     unknown = sorted(set(given) - known)
     if unknown:
-        raise UsageError(f"{path} has no size parameter {unknown[0]!r}",
-                         hint=f"size parameters: {', '.join(sorted(known)) or 'none'}")
+        raise UsageError(
+            f"{path} has no size parameter {unknown[0]!r}",
+            hint=f"size parameters: {', '.join(sorted(known)) or 'none'}",
+        )
     return [
         make_affine_problem(f, {k: v for k, v in given.items() if k in f.sizes})
         for f in parsed.functions
@@ -55,13 +57,24 @@ def command_check(args) -> int:
         print(f"function {function.name} (affine loop nest)")
         print(f"sizes    {sizes or '(none)'}")
         raised = raise_function(function)
-        print("tensor   " + ("no: " + raised if isinstance(raised, str) else
-                             "yes: Einstein statements on boxes (every backend's mappings apply)"))
+        print(
+            "tensor   "
+            + (
+                "no: " + raised
+                if isinstance(raised, str)
+                else "yes: Einstein statements on boxes (every backend's mappings apply)"
+            )
+        )
         for array in function.arrays:
-            role = [w for w, names in (("input", problem.inputs), ("output", problem.outputs))
-                    if array.name in names]
-            print(f"array    {array.name}[{', '.join(array.shape)}] = {problem.shape(array.name)} "
-                  f"{array.dtype} row-major  {' '.join(role) or 'unused'}")
+            role = [
+                w
+                for w, names in (("input", problem.inputs), ("output", problem.outputs))
+                if array.name in names
+            ]
+            print(
+                f"array    {array.name}[{', '.join(array.shape)}] = {problem.shape(array.name)} "
+                f"{array.dtype} row-major  {' '.join(role) or 'unused'}"
+            )
         for scalar in function.scalars:
             print(f"scalar   {scalar.name} {scalar.dtype}")
         print()
@@ -82,8 +95,10 @@ def command_check(args) -> int:
         else:
             counts = {k: sum(d.kind == k for d in found) for k in ("flow", "anti", "output")}
             detail = ", ".join(f"{c} {k}" for k, c in counts.items() if c)
-            print(f"dependences: {len(found)}"
-                  + (f" ({detail}; --dependences lists them)" if found else ""))
+            print(
+                f"dependences: {len(found)}"
+                + (f" ({detail}; --dependences lists them)" if found else "")
+            )
         print()
     return 0
 
@@ -127,8 +142,10 @@ def _emit_cuda(args) -> int:
     from ..ir.affine_raise import raise_function
 
     if getattr(args, "mapping", None) is not None or getattr(args, "resources", False):
-        raise UsageError("--mapping and --resources apply to tensor programs only",
-                         hint="this loop nest is not one (see `einkern check`)")
+        raise UsageError(
+            "--mapping and --resources apply to tensor programs only",
+            hint="this loop nest is not one (see `einkern check`)",
+        )
     for problem in load_functions(args):
         raised = raise_function(problem.function)
         kernels = affine_kernels(problem)
@@ -138,8 +155,10 @@ def _emit_cuda(args) -> int:
             for kernel in distinct_kernels(kernels):
                 launches = [k for k in kernels if k.kernel.name == kernel.name]
                 times = f", {len(launches)} launches" if len(launches) > 1 else ""
-                print(f"// {kernel.name} ({', '.join(launches[0].statements)}{times}): "
-                      f"{launches[0].reason}")
+                print(
+                    f"// {kernel.name} ({', '.join(launches[0].statements)}{times}): "
+                    f"{launches[0].reason}"
+                )
         print(print_cuda_module(distinct_kernels(kernels)))
     return 0
 
@@ -188,8 +207,9 @@ def command_run(args) -> int:
             tolerance = TOLERANCE[problem.function.array(name).dtype]
             failed |= error > tolerance
             status = "ok" if error <= tolerance else "FAILED"
-            print(f"check {name}: max relative error {error:.3e} (tolerance {tolerance:.0e}) "
-                  f"{status}")
+            print(
+                f"check {name}: max relative error {error:.3e} (tolerance {tolerance:.0e}) {status}"
+            )
     return 1 if failed else 0
 
 

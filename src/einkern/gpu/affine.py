@@ -37,9 +37,20 @@ INDEX = "long long"
 MAX_HOST_TRIPS = 4096  # a longer sequential outer loop runs in one thread instead
 MAX_BOX_ROWS = 1 << 16  # rows examined to bound a nested loop (else 1-d mapping)
 _OPS = {
-    "add": "+", "sub": "-", "mul": "*", "le": "<=", "lt": "<", "ge": ">=", "gt": ">",
-    "eq": "==", "and_": "&&", "and_then": "&&", "or_": "||", "or_else": "||",
-    "min": "min", "max": "max",
+    "add": "+",
+    "sub": "-",
+    "mul": "*",
+    "le": "<=",
+    "lt": "<",
+    "ge": ">=",
+    "gt": ">",
+    "eq": "==",
+    "and_": "&&",
+    "and_then": "&&",
+    "or_": "||",
+    "or_else": "||",
+    "min": "min",
+    "max": "max",
 }
 _BLOCK, _FOR, _IF, _USER = (
     getattr(isl.ast_node_type, name) for name in ("block", "for_", "if_", "user")
@@ -169,8 +180,12 @@ def statement_store(
 
         return kir.Call(function_name(e.func, ctype), args)
 
-    return kir.Store(mangle("t", statement.target.array), offset(statement.target),
-                     expr(statement.rhs), statement.op)
+    return kir.Store(
+        mangle("t", statement.target.array),
+        offset(statement.target),
+        expr(statement.rhs),
+        statement.op,
+    )
 
 
 def _body(problem: A.AffineProblem, node: isl.AstNode) -> list[kir.Stmt]:
@@ -213,8 +228,9 @@ def _params(
     """Every array and scalar of the function, then the host loops' iterators."""
     function = problem.function
     arrays = tuple(
-        kir.Param(mangle("t", a.name), C_TYPE[a.dtype], True, problem.numel(a.name),
-                  a.name not in written)
+        kir.Param(
+            mangle("t", a.name), C_TYPE[a.dtype], True, problem.numel(a.name), a.name not in written
+        )
         for a in function.arrays
     )
     scalars = tuple(
@@ -255,8 +271,13 @@ class _Loop:
         if node.get_type() != _FOR:
             return None
         iterator = node.for_get_iterator().get_id().get_name()
-        return _Loop(iterator, _expr(node.for_get_init()), _stop(node.for_get_cond(), iterator),
-                     node.for_get_body(), tuple(_names_in(node, problem)))
+        return _Loop(
+            iterator,
+            _expr(node.for_get_init()),
+            _stop(node.for_get_cond(), iterator),
+            node.for_get_body(),
+            tuple(_names_in(node, problem)),
+        )
 
     def parallel(self, problem: A.AffineProblem) -> bool:
         depth = (int(self.iterator[1:]) + 1) // 2
@@ -276,9 +297,15 @@ class _Builder:
         if loop is not None and not loop.parallel(self.problem) and not outer:
             start, stop = _constant(loop.start), _constant(loop.stop)
             inner = _top_level(loop.body)
-            if (start is not None and stop is not None and stop - start <= MAX_HOST_TRIPS
-                    and any((c := _Loop.of(n, self.problem)) is not None and c.parallel(
-                        self.problem) for n in inner)):
+            if (
+                start is not None
+                and stop is not None
+                and stop - start <= MAX_HOST_TRIPS
+                and any(
+                    (c := _Loop.of(n, self.problem)) is not None and c.parallel(self.problem)
+                    for n in inner
+                )
+            ):
                 # a host loop: its body's nests launched once per iteration
                 first = len(self.launches)
                 for value in range(start, stop):
@@ -295,13 +322,13 @@ class _Builder:
             launch = self.launches[k]
             shape = launch.shape
             if shape in seen:
-                self.launches[k] = AffineKernel(seen[shape], launch.statements, launch.reason,
-                                                launch.values, shape)
+                self.launches[k] = AffineKernel(
+                    seen[shape], launch.statements, launch.reason, launch.values, shape
+                )
             else:
                 seen[shape] = launch.kernel
 
-    def kernel(self, node: isl.AstNode, loop: _Loop | None, outer: dict[str, int]
-               ) -> AffineKernel:
+    def kernel(self, node: isl.AstNode, loop: _Loop | None, outer: dict[str, int]) -> AffineKernel:
         statements = _names_in(node, self.problem)
         params = _params(self.problem, {s.target.array for s in statements}, tuple(outer))
         names = tuple(s.name for s in statements)
@@ -319,8 +346,17 @@ class _Builder:
             body, threads, blocks, reason = mapped
         if outer:
             reason += f" (launched once per value of host loop {', '.join(outer)})"
-        kernel = kir.Kernel(name, params, threads, blocks, (), (), (kir.PerThread(body),),
-                            index_type=INDEX, comment=reason)
+        kernel = kir.Kernel(
+            name,
+            params,
+            threads,
+            blocks,
+            (),
+            (),
+            (kir.PerThread(body),),
+            index_type=INDEX,
+            comment=reason,
+        )
         return AffineKernel(kernel, names, reason, values, repr((body, threads, blocks, params)))
 
     def _grid(self, node: isl.AstNode, loop: _Loop, outer: dict[str, int]):
@@ -343,13 +379,18 @@ class _Builder:
                     return tiled
             blocks = max(1, -(-(trips * width) // THREADS))
             row, column = kir.Var(loop.iterator), kir.Var(inner.iterator)
-            guard = kir.Op("&&", kir.Op("<", row, kir.Int(stop)), kir.Op(
-                "&&", kir.Op(">=", column, inner.start), kir.Op("<", column, inner.stop)))
+            guard = kir.Op(
+                "&&",
+                kir.Op("<", row, kir.Int(stop)),
+                kir.Op("&&", kir.Op(">=", column, inner.start), kir.Op("<", column, inner.stop)),
+            )
             body: tuple[kir.Stmt, ...] = (
-                kir.Declare(loop.iterator, INDEX,
-                            _plus(kir.Op("/", index, kir.Int(width)), kir.Int(start))),
-                kir.Declare(inner.iterator, INDEX,
-                            _plus(kir.Op("%", index, kir.Int(width)), kir.Int(low))),
+                kir.Declare(
+                    loop.iterator, INDEX, _plus(kir.Op("/", index, kir.Int(width)), kir.Int(start))
+                ),
+                kir.Declare(
+                    inner.iterator, INDEX, _plus(kir.Op("%", index, kir.Int(width)), kir.Int(low))
+                ),
                 kir.If(guard, tuple(_body(self.problem, inner.body))),
             )
             idle = 1 - filled / max(1, trips * width)
@@ -363,8 +404,10 @@ class _Builder:
         blocks = max(1, -(-trips // THREADS))
         body = (
             kir.Declare(loop.iterator, INDEX, _plus(index, kir.Int(start))),
-            kir.If(kir.Op("<", kir.Var(loop.iterator), kir.Int(stop)),
-                   tuple(_body(self.problem, loop.body))),
+            kir.If(
+                kir.Op("<", kir.Var(loop.iterator), kir.Int(stop)),
+                tuple(_body(self.problem, loop.body)),
+            ),
         )
         reason = (
             f"loop {loop.iterator} ({trips} iterations) carries no dependence: a box with "
@@ -392,15 +435,36 @@ class _Builder:
         t = kir.ThreadIdx()
         row, column = kir.Var(loop.iterator), kir.Var(inner.iterator)
         body: tuple[kir.Stmt, ...] = (
-            kir.Declare(loop.iterator, INDEX, _plus(kir.Op("+", kir.Op("*", q, kir.Int(ROWS)),
-                                                           kir.Op("/", t, kir.Int(COLUMNS))),
-                                                    kir.Int(start))),
-            kir.Declare(inner.iterator, INDEX, _plus(
-                kir.Op("+", kir.Op("*", kir.Op("+", b, shift), kir.Int(COLUMNS)),
-                       kir.Op("%", t, kir.Int(COLUMNS))), kir.Int(plan.origin))),
-            kir.If(kir.Op("&&", kir.Op("<", row, kir.Int(stop)), kir.Op(
-                "&&", kir.Op(">=", column, inner.start), kir.Op("<", column, inner.stop))),
-                tuple(_body(self.problem, inner.body))),
+            kir.Declare(
+                loop.iterator,
+                INDEX,
+                _plus(
+                    kir.Op("+", kir.Op("*", q, kir.Int(ROWS)), kir.Op("/", t, kir.Int(COLUMNS))),
+                    kir.Int(start),
+                ),
+            ),
+            kir.Declare(
+                inner.iterator,
+                INDEX,
+                _plus(
+                    kir.Op(
+                        "+",
+                        kir.Op("*", kir.Op("+", b, shift), kir.Int(COLUMNS)),
+                        kir.Op("%", t, kir.Int(COLUMNS)),
+                    ),
+                    kir.Int(plan.origin),
+                ),
+            ),
+            kir.If(
+                kir.Op(
+                    "&&",
+                    kir.Op("<", row, kir.Int(stop)),
+                    kir.Op(
+                        "&&", kir.Op(">=", column, inner.start), kir.Op("<", column, inner.stop)
+                    ),
+                ),
+                tuple(_body(self.problem, inner.body)),
+            ),
         )
         reason = (
             f"loops {loop.iterator} x {inner.iterator} carry no dependence: tiles of "
@@ -411,8 +475,9 @@ class _Builder:
         return body, THREADS, plan.blocks, reason
 
     @staticmethod
-    def _box(loop: _Loop, inner: _Loop, start: int, stop: int, outer: dict[str, int]
-             ) -> tuple[int, int, int] | None:
+    def _box(
+        loop: _Loop, inner: _Loop, start: int, stop: int, outer: dict[str, int]
+    ) -> tuple[int, int, int] | None:
         """The inner loop's bounding range over the outer loop: (low, width, points)."""
         if stop - start > MAX_BOX_ROWS:
             return None

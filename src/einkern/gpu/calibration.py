@@ -110,9 +110,7 @@ def rank_correlation(predicted: Sequence[float], measured: Sequence[float]) -> f
 def log_error(samples: Sequence[Sample], calibration: Calibration) -> float:
     """Root mean square of log(predicted / measured)."""
     errors = [
-        math.log(calibration.combine(s.terms) / s.measured) ** 2
-        for s in samples
-        if s.measured > 0
+        math.log(calibration.combine(s.terms) / s.measured) ** 2 for s in samples if s.measured > 0
     ]
     return math.sqrt(sum(errors) / len(errors)) if errors else 0.0
 

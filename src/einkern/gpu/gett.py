@@ -209,12 +209,21 @@ def _candidates(task: Task, limits: DeviceLimits) -> tuple[CudaConfig, ...]:
     return tuple(found)
 
 
-
 #: Threads per output along a long reduction (``split``), and the output blocks
 #: they are tried with: (threads along x, along y, register tile along x, y).
 SPLITS = (4, 8, 16, 32, 64, 128, 256)
-SPLIT_BLOCKS = ((32, 1, 1, 1), (16, 2, 1, 1), (8, 4, 1, 1), (8, 8, 1, 1), (16, 1, 1, 1),
-                (8, 1, 1, 1), (4, 4, 1, 1), (16, 4, 1, 1), (8, 2, 2, 2), (4, 4, 2, 2))
+SPLIT_BLOCKS = (
+    (32, 1, 1, 1),
+    (16, 2, 1, 1),
+    (8, 4, 1, 1),
+    (8, 8, 1, 1),
+    (16, 1, 1, 1),
+    (8, 1, 1, 1),
+    (4, 4, 1, 1),
+    (16, 4, 1, 1),
+    (8, 2, 2, 2),
+    (4, 4, 2, 2),
+)
 #: Reductions of at least this many terms get ``split`` points.
 SPLIT_TERMS = 1024
 

@@ -428,9 +428,7 @@ def _partials(b: KernelBuilder, number: int, what: str) -> tuple[kir.Stmt, ...]:
         b.thread_vars.append(kir.ThreadVar(part, b.ctype, count))
     if what == "zero":
         return tuple(kir.Store(part, E.const(r), kir.Float(0.0)) for r in range(count))
-    return tuple(
-        kir.Store(acc, E.const(r), kir.Load(part, E.const(r)), "+=") for r in range(count)
-    )
+    return tuple(kir.Store(acc, E.const(r), kir.Load(part, E.const(r)), "+=") for r in range(count))
 
 
 # -- the epilogue ----------------------------------------------------------------
@@ -554,9 +552,7 @@ def check_mapping(
     if mapping.unroll < 1:
         problems.append("unroll must be at least 1")
     if mapping.accumulate not in ACCUMULATIONS:
-        problems.append(
-            f"accumulate {mapping.accumulate!r} (use {', '.join(ACCUMULATIONS)})"
-        )
+        problems.append(f"accumulate {mapping.accumulate!r} (use {', '.join(ACCUMULATIONS)})")
     if not 0 <= mapping.min_blocks <= limits.max_blocks_per_sm:
         problems.append(
             f"min_blocks {mapping.min_blocks} (0 to {limits.max_blocks_per_sm} blocks per SM)"

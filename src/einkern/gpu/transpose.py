@@ -138,8 +138,9 @@ def build_transpose(b: KernelBuilder) -> kir.Kernel:
         coords = _coords(b, {x_out: kir.Var(fast), x_in: across})
         slot = E.add(E.mul(kir.Var(fast), E.const(side + 1)), across)
         out = statement.output
-        write = kir.Store(f"p_{out.tensor}", _offset(b, out, coords), kir.Load(tile, slot),
-                          statement.op)
+        write = kir.Store(
+            f"p_{out.tensor}", _offset(b, out, coords), kir.Load(tile, slot), statement.op
+        )
         store.append(kir.If(_inside(b, coords, (x_in, x_out)), (write,)))
     sections: tuple[kir.Section, ...] = (
         kir.PerThread(tuple(body) + tuple(load)),

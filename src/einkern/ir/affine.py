@@ -314,14 +314,19 @@ def make_affine_problem(
     given = dict(sizes or {})
     for name in given:
         if name not in function.sizes:
-            raise ExtentError(f"{function.name} has no size parameter {name!r}",
-                              function.span,
-                              hint=f"size parameters: {', '.join(function.sizes) or 'none'}")
+            raise ExtentError(
+                f"{function.name} has no size parameter {name!r}",
+                function.span,
+                hint=f"size parameters: {', '.join(function.sizes) or 'none'}",
+            )
     values = []
     for name in function.sizes:
         if name not in given:
-            raise ExtentError(f"size parameter {name!r} needs a value", function.span,
-                              hint=f"give it, e.g. -e {name}=64")
+            raise ExtentError(
+                f"size parameter {name!r} needs a value",
+                function.span,
+                hint=f"give it, e.g. -e {name}=64",
+            )
         value = given[name]
         try:
             number = int(str(value))

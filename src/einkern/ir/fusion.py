@@ -121,8 +121,10 @@ class Fusibility:
         """The isl relation of ``left`` (in S``source``) and ``right`` (in S``sink``)
         when some pair of its instances lies in different fused iterations."""
         shapes = polyhedra(self.program)
-        relation = shapes.of(source).access_map(left).apply_range(
-            shapes.of(sink).access_map(right).reverse()
+        relation = (
+            shapes.of(source)
+            .access_map(left)
+            .apply_range(shapes.of(sink).access_map(right).reverse())
         )
         if relation.is_empty():
             return None
@@ -249,12 +251,18 @@ def _access_pairs(program: Program, source: int, sink: int) -> list[tuple[str, A
     """``(kind, access of S<source>, access of S<sink>)`` for every pair that touches
     one tensor with at least one write: flow, output, anti."""
     first, second = program.statements[source], program.statements[sink]
-    pairs = [("flow", first.output, read) for read in second.reads()
-             if read.tensor == first.output.tensor]
+    pairs = [
+        ("flow", first.output, read)
+        for read in second.reads()
+        if read.tensor == first.output.tensor
+    ]
     if second.output.tensor == first.output.tensor:
         pairs.append(("output", first.output, second.output))
-    pairs += [("anti", read, second.output) for read in first.reads()
-              if read.tensor == second.output.tensor]
+    pairs += [
+        ("anti", read, second.output)
+        for read in first.reads()
+        if read.tensor == second.output.tensor
+    ]
     return pairs
 
 
@@ -275,9 +283,7 @@ def _aligned_by_names(
         parent[find("a:" + a)] = find("b:" + b)
     own, other = alignment(program, source), alignment(program, sink)
     assert own is not None and other is not None
-    return all(
-        find("a:" + own[d][0]) == find("b:" + other[d][0]) for d in range(depth)
-    )
+    return all(find("a:" + own[d][0]) == find("b:" + other[d][0]) for d in range(depth))
 
 
 def _rhs_accesses(statement: Statement) -> list[Access]:
@@ -329,9 +335,7 @@ def rename_indices(expr: Expr, rename: dict[str, str]) -> Expr:
     if isinstance(expr, Access):
         return Access(expr.tensor, tuple(rename.get(i, i) for i in expr.indices))
     if isinstance(expr, Sum):
-        return Sum(
-            tuple(rename.get(i, i) for i in expr.indices), rename_indices(expr.body, rename)
-        )
+        return Sum(tuple(rename.get(i, i) for i in expr.indices), rename_indices(expr.body, rename))
     if isinstance(expr, Neg):
         return Neg(rename_indices(expr.operand, rename))
     if isinstance(expr, Binary):
@@ -360,9 +364,7 @@ def aligned_statement(program: Program, leader: int, position: int, depth: int) 
             name = f"{name}_{position}"
         rename[index] = name
         taken.add(name)
-    output = Access(
-        statement.output.tensor, tuple(rename[i] for i in statement.output.indices)
-    )
+    output = Access(statement.output.tensor, tuple(rename[i] for i in statement.output.indices))
     extents = tuple((rename[i], e) for i, e in statement.index_extents)
     return Statement(
         output, statement.op, rename_indices(statement.rhs, rename), extents, statement.span

@@ -144,9 +144,7 @@ class FusionPlan:
 
 def unfused_plan(problem: Problem, target: str, why: str = "fusion turned off") -> FusionPlan:
     """One kernel per statement, in program order (``fuse=False``), nothing predicted."""
-    groups = tuple(
-        Group((p,), SINGLE, 0, 0.0, why) for p in range(len(problem.program.statements))
-    )
+    groups = tuple(Group((p,), SINGLE, 0, 0.0, why) for p in range(len(problem.program.statements)))
     return FusionPlan(problem, target, Cover(groups, 0.0), (), (), len(groups), False, why)
 
 
@@ -254,8 +252,11 @@ def _candidates(problem: Problem, cost: GroupCost) -> tuple[list[Group], tuple[s
                     joined = answers.joining(positions)
                     forbidden[(positions[0], positions[1])] = (
                         "legal as one loop nest, but not one kernel on this backend"
-                        + (f" ({joined} joins them; CUDA runs only siblings as one)"
-                           if joined is not None else "")
+                        + (
+                            f" ({joined} joins them; CUDA runs only siblings as one)"
+                            if joined is not None
+                            else ""
+                        )
                     )
                 grown.append(group)
                 if len(seen) >= MAX_CANDIDATES:
@@ -279,8 +280,13 @@ def _candidate(
     if fusibility.mergeable(positions) is None:
         seconds = cost(problem, positions, MERGE, found.depth)
         if seconds is not None:
-            return Group(positions, MERGE, found.depth, seconds,
-                         "updates of one output merged into one statement")
+            return Group(
+                positions,
+                MERGE,
+                found.depth,
+                seconds,
+                "updates of one output merged into one statement",
+            )
     seconds = cost(problem, positions, NEST, found.depth)
     if seconds is None:
         return None

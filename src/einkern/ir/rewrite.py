@@ -279,8 +279,9 @@ def product_split(problem: Problem, statement: Statement, node: Sum) -> ProductS
     )
 
 
-def split_products(problem: Problem, position: int, *, force: bool = False,
-                   memory_limit: int | None = None) -> Rewrite:
+def split_products(
+    problem: Problem, position: int, *, force: bool = False, memory_limit: int | None = None
+) -> Rewrite:
     """Contract every product of three or more tensors in statement ``position``
     pairwise (see :class:`ProductSplit` for when it pays; ``force`` skips that
     test).  ``memory_limit``: largest intermediate in elements (default: four times
@@ -316,8 +317,9 @@ def split_products(problem: Problem, position: int, *, force: bool = False,
             )
             body = _product(chosen)
             edit.statements.append(
-                _statement(Access(name, result), "=", Sum(summed, body) if summed else body,
-                           extents)
+                _statement(
+                    Access(name, result), "=", Sum(summed, body) if summed else body, extents
+                )
             )
             operands.append(Access(name, result))
         summed = tuple(i for i in node.indices if any(i in a.indices for a in operands))
@@ -334,8 +336,14 @@ def split_products(problem: Problem, position: int, *, force: bool = False,
             f"statement {position} has no product of three or more tensors that pays to split"
         )
     edit.statements.append(replace(statement, rhs=rhs, index_extents=_extents_of(rhs, statement)))
-    return Rewrite("split_products", position, len(edit.statements), "; ".join(reasons),
-                   _apply(problem, position, edit), problem)
+    return Rewrite(
+        "split_products",
+        position,
+        len(edit.statements),
+        "; ".join(reasons),
+        _apply(problem, position, edit),
+        problem,
+    )
 
 
 def _extents_of(rhs: Expr, statement: Statement) -> tuple[tuple[str, str], ...]:

@@ -109,8 +109,7 @@ def split_k(problem: Problem, position: int, slices: int, index: str | None = No
     partial = names.fresh("P")
     dtype = _dtype(program, statement, accesses(node.body))
     edit.tensors.append(
-        Tensor(partial, tuple(extents[i] for i in dims), dtype, output.layout,
-               temporary=True)
+        Tensor(partial, tuple(extents[i] for i in dims), dtype, output.layout, temporary=True)
     )
     bound = tuple(i for i in node.indices if i != index) + (k,)
     edit.statements.append(_statement(Access(partial, tuple(dims)), "=", Sum(bound, body), extents))
@@ -122,12 +121,20 @@ def split_k(problem: Problem, position: int, slices: int, index: str | None = No
         else f"{index} over {size} padded to {count}·{inner} (copies of its operands)"
     )
     reason = f"the sum over {index} ({size} terms) in {count} partial sums: {how}"
-    return Rewrite("split_k", position, len(edit.statements), reason,
-                   _apply(problem, position, edit), problem)
+    return Rewrite(
+        "split_k", position, len(edit.statements), reason, _apply(problem, position, edit), problem
+    )
 
 
-def _split_view(program: Program, edit: _Edit, names: _Names, access: Access, index: str,
-                pair: tuple[str, str], pair_extents: tuple[str, str]) -> Access:
+def _split_view(
+    program: Program,
+    edit: _Edit,
+    names: _Names,
+    access: Access,
+    index: str,
+    pair: tuple[str, str],
+    pair_extents: tuple[str, str],
+) -> Access:
     """A view of ``access``'s tensor with ``index``'s dimension split in two (slowest
     first in memory), and the access through it."""
     tensor = _tensor(program, edit, access.tensor)
@@ -139,8 +146,7 @@ def _split_view(program: Program, edit: _Edit, names: _Names, access: Access, in
     shape[where : where + 1] = [pair_extents[outer], pair_extents[inner]]
     name = names.fresh(f"{access.tensor}_v")
     edit.tensors.append(
-        Tensor(name, tuple(shape), tensor.dtype, tensor.layout, temporary=True,
-               view_of=tensor.name)
+        Tensor(name, tuple(shape), tensor.dtype, tensor.layout, temporary=True, view_of=tensor.name)
     )
     return Access(name, tuple(indices))
 
@@ -152,8 +158,15 @@ def _tensor(program: Program, edit: _Edit, name: str) -> Tensor:
     return program.tensor(name)
 
 
-def _padded_copy(problem: Problem, statement: Statement, access: Access, index: str,
-                 padded: int, names: _Names, edit: _Edit) -> Access:
+def _padded_copy(
+    problem: Problem,
+    statement: Statement,
+    access: Access,
+    index: str,
+    padded: int,
+    names: _Names,
+    edit: _Edit,
+) -> Access:
     """A temporary copy of ``access``'s tensor, its ``index`` dimension padded with
     zeros to ``padded``: two statements (zero-fill, then copy of the elements)."""
     program = problem.program

@@ -158,9 +158,7 @@ def _best(
             notes.append(f"{label}: direct: no candidate ({'; '.join(skipped)})")
         return None
     direct = model.time(problem, range(position, position + 1))
-    timed = [
-        (model.time(c.problem, range(position, position + c.count)), c) for c in candidates
-    ]
+    timed = [(model.time(c.problem, range(position, position + c.count)), c) for c in candidates]
     seconds, best = min(timed, key=lambda pair: pair[0])
     others = ", ".join(f"{c.name} {t * 1e6:.3g} us" for t, c in timed)
     if seconds < MARGIN * direct:
@@ -171,7 +169,6 @@ def _best(
         return best
     notes.append(
         f"{label}: direct: predicted {direct * 1e6:.3g} us, no rewrite "
-        f"{MARGIN:.0%} of that or less ({others})"
-        + (f"; {'; '.join(skipped)}" if skipped else "")
+        f"{MARGIN:.0%} of that or less ({others})" + (f"; {'; '.join(skipped)}" if skipped else "")
     )
     return None

@@ -99,13 +99,17 @@ def ttgt(problem: Problem, position: int) -> Rewrite:
         raise RewriteError(f"statement {position} reads its own output")
     sign, scalars, node, a, b = _parts(statement)
     groups = groups_of(program, statement)
-    out_order = [i for i in memory_order(program.tensor(statement.output.tensor),
-                                         statement.output.indices) if i not in groups["batch"]]
+    out_order = [
+        i
+        for i in memory_order(program.tensor(statement.output.tensor), statement.output.indices)
+        if i not in groups["batch"]
+    ]
     if out_order and out_order[0] in groups["N"]:  # the output holds N first: swap roles
         a, b = b, a
         groups["M"], groups["N"] = groups["N"], groups["M"]
-        groups["K"] = [i for i in memory_order(program.tensor(a.tensor), a.indices)
-                       if i in groups["K"]]
+        groups["K"] = [
+            i for i in memory_order(program.tensor(a.tensor), a.indices) if i in groups["K"]
+        ]
     names = _Names(program, statement, f"g{position}_")
     edit = _Edit([], [], [])
     extents = dict(statement.index_extents)
@@ -139,8 +143,9 @@ def ttgt(problem: Problem, position: int) -> Rewrite:
         moved.append(out.tensor)
         canonical = [i for g in ("batch", "M", "N") for i in groups[g]]
         temp = names.fresh(f"{out.tensor}_t")
-        edit.tensors.append(Tensor(temp, tuple(extents[i] for i in canonical), dtype,
-                                   "row", temporary=True))
+        edit.tensors.append(
+            Tensor(temp, tuple(extents[i] for i in canonical), dtype, "row", temporary=True)
+        )
         flat = [g for g in ("batch", "M", "N") if g in fused]
         result = _view(edit, names, temp, dtype, flat, fused)
         edit.statements.append(_statement(result, "=", body, extents))
@@ -152,12 +157,14 @@ def ttgt(problem: Problem, position: int) -> Rewrite:
     sizes = ", ".join(f"{g} {'·'.join(groups[g])}" for g in GROUPS if groups[g])
     how = f"transposes of {', '.join(moved)}" if moved else "no transposes (views only)"
     reason = f"a GEMM over fused index groups ({sizes}) with {how}"
-    return Rewrite("ttgt", position, len(edit.statements), reason,
-                   _apply(problem, position, edit), problem)
+    return Rewrite(
+        "ttgt", position, len(edit.statements), reason, _apply(problem, position, edit), problem
+    )
 
 
-def _arrangement(tensor: Tensor, access: Access, groups: dict[str, list[str]],
-                 pair: tuple[str, str]) -> list[str] | None:
+def _arrangement(
+    tensor: Tensor, access: Access, groups: dict[str, list[str]], pair: tuple[str, str]
+) -> list[str] | None:
     """The group order (batch first) in which ``access`` already is in memory, or None."""
     order = list(memory_order(tensor, access.indices))
     for first, second in (pair, pair[::-1]):
@@ -167,21 +174,32 @@ def _arrangement(tensor: Tensor, access: Access, groups: dict[str, list[str]],
     return None
 
 
-def _view(edit: _Edit, names: _Names, base: str, dtype: DType, arrangement: Sequence[str],
-          fused: dict[str, tuple[str, str]]) -> Access:
+def _view(
+    edit: _Edit,
+    names: _Names,
+    base: str,
+    dtype: DType,
+    arrangement: Sequence[str],
+    fused: dict[str, tuple[str, str]],
+) -> Access:
     """A row-major view of ``base`` (in GEMM order) with one dimension per group."""
     name = names.fresh(f"{base}_g")
     shape = tuple(fused[g][1] for g in arrangement)
-    edit.tensors.append(
-        Tensor(name, shape, dtype, "row", temporary=True, view_of=base)
-    )
+    edit.tensors.append(Tensor(name, shape, dtype, "row", temporary=True, view_of=base))
     return Access(name, tuple(fused[g][0] for g in arrangement))
 
 
-def _operand(program: Program, edit: _Edit, names: _Names, access: Access,
-             groups: dict[str, list[str]], pair: tuple[str, str],
-             fused: dict[str, tuple[str, str]], extents: dict[str, str],
-             moved: list[str]) -> Access:
+def _operand(
+    program: Program,
+    edit: _Edit,
+    names: _Names,
+    access: Access,
+    groups: dict[str, list[str]],
+    pair: tuple[str, str],
+    fused: dict[str, tuple[str, str]],
+    extents: dict[str, str],
+    moved: list[str],
+) -> Access:
     """The access the GEMM-shaped statement makes for one operand: a view of it, or
     of its permuted copy."""
     tensor = program.tensor(access.tensor)
@@ -191,8 +209,9 @@ def _operand(program: Program, edit: _Edit, names: _Names, access: Access,
     moved.append(access.tensor)
     canonical = [i for g in ("batch", *pair) for i in groups[g]]
     temp = names.fresh(f"{access.tensor}_t")
-    edit.tensors.append(Tensor(temp, tuple(extents[i] for i in canonical), tensor.dtype,
-                               "row", temporary=True))
+    edit.tensors.append(
+        Tensor(temp, tuple(extents[i] for i in canonical), tensor.dtype, "row", temporary=True)
+    )
     edit.statements.append(_statement(Access(temp, tuple(canonical)), "=", access, extents))
     arranged = [g for g in ("batch", *pair) if g in fused]
     return _view(edit, names, temp, tensor.dtype, arranged, fused)

@@ -85,8 +85,9 @@ class CReader:
     # -- preprocessing ---------------------------------------------------------------
 
     def preprocess(self) -> str:
-        text = _COMMENT.sub(lambda m: _blank(m.group()) if m.group()[0] == "/" else m.group(),
-                            self.source.text)
+        text = _COMMENT.sub(
+            lambda m: _blank(m.group()) if m.group()[0] == "/" else m.group(), self.source.text
+        )
         lines = text.split("\n")
         for number, line in enumerate(lines, 1):
             stripped = line.strip()
@@ -141,12 +142,18 @@ class CReader:
             if isinstance(node, c_ast.Typedef) and node.name in _PRELUDE_NAMES:
                 continue  # the prelude
             if not isinstance(node, c_ast.FuncDef):
-                self.fail(node, "only function definitions are accepted at file level",
-                          hint="declare arrays and sizes as the function's parameters")
+                self.fail(
+                    node,
+                    "only function definitions are accepted at file level",
+                    hint="declare arrays and sizes as the function's parameters",
+                )
             functions.append(FunctionReader(self, node).read())
         if not functions:
-            raise ParseError("no function in the file", Span(self.source, 0, 0),
-                             hint="write a function of loop nests: void f(int n, double A[n])")
+            raise ParseError(
+                "no function in the file",
+                Span(self.source, 0, 0),
+                hint="write a function of loop nests: void f(int n, double A[n])",
+            )
         names = [f.name for f in functions]
         for function in functions:
             if names.count(function.name) > 1:
@@ -160,9 +167,11 @@ class CReader:
             return ParseError(f"C syntax error ({what})", self.span_at(line, column))
         what = message.split(": ", 1)[-1]
         end = len(self.source.text.rstrip())
-        return ParseError(f"C syntax error ({what})",
-                          Span(self.source, max(0, end - 1), max(1, end)),
-                          hint="the C parser could not say where; check the statement syntax")
+        return ParseError(
+            f"C syntax error ({what})",
+            Span(self.source, max(0, end - 1), max(1, end)),
+            hint="the C parser could not say where; check the statement syntax",
+        )
 
 
 def _text(node: Any) -> str:
@@ -179,7 +188,6 @@ def _text(node: Any) -> str:
 def parse_c(text: str, name: str = "<string>") -> N.AFile:
     """Read C text (``name`` names it in errors) into its affine functions."""
     return CReader(text, name).read()
-
 
 
 def parse_c_node(text: str, name: str) -> NoReturn:

@@ -18,8 +18,10 @@ _NOT_AFFINE_STATEMENTS = {
         "a while loop is not a static-control loop",
         "write a for loop with affine bounds",
     ),
-    c_ast.DoWhile: ("a do-while loop is not a static-control loop",
-                    "write a for loop with affine bounds"),
+    c_ast.DoWhile: (
+        "a do-while loop is not a static-control loop",
+        "write a for loop with affine bounds",
+    ),
     c_ast.Goto: ("goto is not supported (control flow must be structured loops and ifs)", None),
     c_ast.Label: ("labels are not supported (control flow must be structured loops and ifs)", None),
     c_ast.Break: ("break makes the trip count data dependent", "use an affine loop bound"),
@@ -68,10 +70,16 @@ class FunctionReader:
         function = decl.type
         name = decl.name
         result = function.type
-        if not (isinstance(result, c_ast.TypeDecl) and isinstance(result.type, c_ast.IdentifierType)
-                and result.type.names == ["void"]):
-            self.fail(decl, f"function {name!r} must return void",
-                      hint="results are written into array parameters")
+        if not (
+            isinstance(result, c_ast.TypeDecl)
+            and isinstance(result.type, c_ast.IdentifierType)
+            and result.type.names == ["void"]
+        ):
+            self.fail(
+                decl,
+                f"function {name!r} must return void",
+                hint="results are written into array parameters",
+            )
         for param in function.args.params if function.args else ():
             self._parameter(param)
         body = self.node.body
@@ -93,8 +101,9 @@ class FunctionReader:
 
     def _parameter(self, param: Any) -> None:
         if isinstance(param, c_ast.Typename) and param.name is None:
-            if isinstance(param.type, c_ast.TypeDecl) and getattr(param.type.type, "names", None) \
-                    == ["void"]:
+            if isinstance(param.type, c_ast.TypeDecl) and getattr(
+                param.type.type, "names", None
+            ) == ["void"]:
                 return  # f(void)
         if not isinstance(param, c_ast.Decl) or not param.name:
             self.fail(param, "every parameter needs a name and a type")
@@ -117,18 +126,25 @@ class FunctionReader:
         if isinstance(kind, c_ast.PtrDecl):
             element = float_dtype(kind.type)
             if element is None:
-                self.fail(param, f"parameter {name!r}: only pointers to float or double "
-                          "are accepted")
+                self.fail(
+                    param, f"parameter {name!r}: only pointers to float or double are accepted"
+                )
             shape = self.reader.pragma_shapes.get(name)
             if shape is None:
-                self.fail(param, f"pointer parameter {name!r} has no extents",
-                          hint=f"declare it as an array ({name}[n]) or add "
-                          f"`#pragma einkern array {name}[n]` before the function")
+                self.fail(
+                    param,
+                    f"pointer parameter {name!r} has no extents",
+                    hint=f"declare it as an array ({name}[n]) or add "
+                    f"`#pragma einkern array {name}[n]` before the function",
+                )
             extents = tuple(self._extent_text(text, line, param) for text, line in shape)
             self.arrays[name] = N.AArray(name, element, extents, self.reader.span(param))  # type: ignore[arg-type]
             return
-        self.fail(param, f"parameter {name!r}: unsupported type",
-                  hint="integers (sizes), float/double scalars and float/double arrays")
+        self.fail(
+            param,
+            f"parameter {name!r}: unsupported type",
+            hint="integers (sizes), float/double scalars and float/double arrays",
+        )
 
     def _array_parameter(self, param: c_ast.Decl) -> None:
         dims: list[Any] = []
@@ -142,11 +158,18 @@ class FunctionReader:
         extents = []
         for dim in dims:
             if dim is None:
-                self.fail(param, f"array {param.name!r}: every extent must be given",
-                          hint=f"e.g. {param.name}[n]")
+                self.fail(
+                    param,
+                    f"array {param.name!r}: every extent must be given",
+                    hint=f"e.g. {param.name}[n]",
+                )
             extents.append(self._extent_node(dim))
-        self.arrays[param.name] = N.AArray(param.name, dtype, tuple(extents),  # type: ignore[arg-type]
-                                           self.reader.span(param))
+        self.arrays[param.name] = N.AArray(
+            param.name,
+            dtype,
+            tuple(extents),  # type: ignore[arg-type]
+            self.reader.span(param),
+        )
 
     def _extent_node(self, dim: Any) -> str:
         if isinstance(dim, c_ast.ID) and dim.name in self.sizes:
@@ -158,8 +181,11 @@ class FunctionReader:
                 return str(int_literal(dim.value))
             except LiteralTooLarge:
                 self.fail(dim, "an array extent must be at most 2**63 - 1")
-        self.fail(dim, "an array extent must be an integer parameter declared before it, "
-                  "a #define'd constant or an integer")
+        self.fail(
+            dim,
+            "an array extent must be an integer parameter declared before it, "
+            "a #define'd constant or an integer",
+        )
 
     def _extent_text(self, text: str, line: int, param: Any) -> str:
         if text in self.sizes:
@@ -168,8 +194,11 @@ class FunctionReader:
             return str(self.reader.defines[text])
         if text.isdigit():
             return text
-        self.fail(param, f"pragma extent {text!r} (line {line}) is not an integer "
-                               "parameter, a #define'd constant or an integer")
+        self.fail(
+            param,
+            f"pragma extent {text!r} (line {line}) is not an integer "
+            "parameter, a #define'd constant or an integer",
+        )
 
     # -- statements --------------------------------------------------------------------
 
@@ -192,16 +221,23 @@ class FunctionReader:
         elif isinstance(node, c_ast.EmptyStatement):
             pass
         elif isinstance(node, c_ast.Decl | c_ast.DeclList):
-            self.fail(node, "local variables are not supported",
-                      hint="declare loop iterators in the for (int i = ...), keep values in arrays")
+            self.fail(
+                node,
+                "local variables are not supported",
+                hint="declare loop iterators in the for (int i = ...), keep values in arrays",
+            )
         elif isinstance(node, c_ast.Return):
-            self.fail(node, "return is only accepted as the function's last statement, "
-                      "without a value")
+            self.fail(
+                node, "return is only accepted as the function's last statement, without a value"
+            )
         elif isinstance(node, c_ast.UnaryOp) and node.op in ("p++", "++", "p--", "--"):
             self.fail(node, "increment statements are not supported", hint="write x[i] += 1")
         elif isinstance(node, c_ast.FuncCall):
-            self.fail(node, "a function call as a statement may have side effects",
-                      hint="only the elementwise functions, inside expressions, are accepted")
+            self.fail(
+                node,
+                "a function call as a statement may have side effects",
+                hint="only the elementwise functions, inside expressions, are accepted",
+            )
         else:
             self.fail(node, "unsupported statement: only for, if and assignments are accepted")
 
@@ -220,8 +256,11 @@ class FunctionReader:
             elif isinstance(child, c_ast.UnaryOp) and child.op in ("p++", "++", "p--", "--"):
                 target = child.expr
             if isinstance(target, c_ast.ID) and target.name == iterator:
-                self.fail(child, f"the loop iterator {iterator!r} is modified in the loop body",
-                          hint="a static-control loop changes its iterator only in its header")
+                self.fail(
+                    child,
+                    f"the loop iterator {iterator!r} is modified in the loop body",
+                    hint="a static-control loop changes its iterator only in its header",
+                )
 
     def _if(self, node: c_ast.If, scope: _Scope) -> None:
         constraints = condition(self, node.cond, scope.iterators)
@@ -230,36 +269,60 @@ class FunctionReader:
         if node.iffalse is None:
             return
         if len(constraints) != 1 or constraints[0].equal:
-            self.fail(node.cond, "else after a condition with && or == is not convex",
-                      hint="write two ifs with affine conditions")
+            self.fail(
+                node.cond,
+                "else after a condition with && or == is not convex",
+                hint="write two ifs with affine conditions",
+            )
         negated = N.Constraint(constraints[0].aff.scale(-1) + N.Aff(const=-1))
         other = _Scope(scope.loops, scope.guards + (negated,), scope.path, scope.counter)
         self._statement(node.iffalse, other)
 
     def _assignment(self, node: c_ast.Assignment, scope: _Scope) -> None:
         if node.op not in ("=", "+=", "-=", "*=", "/="):
-            self.fail(node, f"assignment operator {node.op!r} is not supported",
-                      hint="use = += -= *= or /=")
+            self.fail(
+                node,
+                f"assignment operator {node.op!r} is not supported",
+                hint="use = += -= *= or /=",
+            )
         lvalue = node.lvalue
         if isinstance(lvalue, c_ast.ID):
             if lvalue.name in self.scalars:
-                self.fail(lvalue, f"scalar parameter {lvalue.name!r} is read only",
-                          hint="write results into array elements")
+                self.fail(
+                    lvalue,
+                    f"scalar parameter {lvalue.name!r} is read only",
+                    hint="write results into array elements",
+                )
             if lvalue.name in scope.iterators or lvalue.name in self.sizes:
                 self.fail(lvalue, f"{lvalue.name!r} may not be assigned in the loop nest")
             if lvalue.name in self.arrays:
                 self.fail(lvalue, f"array {lvalue.name!r} assigned without subscripts")
-            self.fail(lvalue, f"assignment to undeclared variable {lvalue.name!r}",
-                      hint="local variables are not supported; write into an array parameter")
+            self.fail(
+                lvalue,
+                f"assignment to undeclared variable {lvalue.name!r}",
+                hint="local variables are not supported; write into an array parameter",
+            )
         if not isinstance(lvalue, c_ast.ArrayRef):
-            self.fail(lvalue, "only array elements can be assigned (pointer arithmetic and "
-                      "dereferences are not affine)")
+            self.fail(
+                lvalue,
+                "only array elements can be assigned (pointer arithmetic and "
+                "dereferences are not affine)",
+            )
         target = element(self, lvalue, scope.iterators)
         rhs = body_expr(self, node.rvalue, scope.iterators)
         name = f"S{len(self.statements)}"
-        self.statements.append(N.AStatement(
-            name, scope.loops, scope.guards, target, node.op, rhs, scope.take(),
-            self.reader.span(node)))
+        self.statements.append(
+            N.AStatement(
+                name,
+                scope.loops,
+                scope.guards,
+                target,
+                node.op,
+                rhs,
+                scope.take(),
+                self.reader.span(node),
+            )
+        )
 
 
 def _nodes(node: Any):
@@ -268,4 +331,3 @@ def _nodes(node: Any):
         current = stack.pop()
         yield current
         stack.extend(child for _, child in current.children())
-

@@ -29,8 +29,7 @@ C_FUNCTIONS: dict[str, str] = {
 
 #: Words isl's parser reserves: no parameter or iterator may be named so.
 ISL_RESERVED = frozenset(
-    "and or not exists implies rat infty NaN min max floor ceil floord ceild mod true "
-    "false".split()
+    "and or not exists implies rat infty NaN min max floor ceil floord ceild mod true false".split()
 )
 
 

@@ -71,8 +71,9 @@ class AffineText(CText):
         ]
         params += [kir.Param(mangle("s", s.name), ctype, False) for s in function.scalars]
         loops = [kir.ThreadVar(mangle("i", i), INDEX_TYPE) for i in statement.iterators]
-        kernel = kir.Kernel(statement.name, tuple(params), 1, 1, tuple(loops), (), (),
-                            index_type=INDEX_TYPE)
+        kernel = kir.Kernel(
+            statement.name, tuple(params), 1, 1, tuple(loops), (), (), index_type=INDEX_TYPE
+        )
         super().__init__(kernel)
         self.ctype = ctype
         self.env: dict[str, str] = dict(self.types)
@@ -112,8 +113,11 @@ class _Printer:
         kind = node.get_type()
         if kind == _BLOCK:
             children = node.block_get_children()
-            return [line for k in range(children.n_ast_node())
-                    for line in self.node(children.get_at(k), depth, inside_parallel)]
+            return [
+                line
+                for k in range(children.n_ast_node())
+                for line in self.node(children.get_at(k), depth, inside_parallel)
+            ]
         if kind == _FOR:
             return self.loop(node, depth, inside_parallel)
         if kind == _IF:
@@ -255,9 +259,9 @@ class AffineExecutable:
         arrays = self.problem.function.arrays
         scalars = self.problem.function.scalars
         pointers = (ctypes.c_void_p * max(1, len(arrays)))(
-            *(call.infos[a.name].pointer for a in arrays))
-        values = (ctypes.c_double * max(1, len(scalars)))(
-            *(call.scalars[s.name] for s in scalars))
+            *(call.infos[a.name].pointer for a in arrays)
+        )
+        values = (ctypes.c_double * max(1, len(scalars)))(*(call.scalars[s.name] for s in scalars))
         self.function(pointers, values)
 
 

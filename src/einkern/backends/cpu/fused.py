@@ -166,17 +166,21 @@ def _nest_function(problem: Problem, positions: tuple[int, ...]) -> list[str]:
     leader_order = _fused_order(program, positions[0], depth)
     uses_scalars = any(_statement_scalars(program, program.statements[p]) for p in positions)
     parameters = [
-        f"{'' if written else 'const '}{C_TYPE[program.tensor(t).dtype]} *restrict "
-        f"{mangle('t', t)}"
+        f"{'' if written else 'const '}{C_TYPE[program.tensor(t).dtype]} *restrict {mangle('t', t)}"
         for t, written in _group_tensors(program, positions)
     ]
     if uses_scalars:
         parameters.append("const double *restrict scalars")
-    lines = [f"/* statements {', '.join(map(str, positions))} in one loop nest over "
-             f"{', '.join(leader_order)}:"]
+    lines = [
+        f"/* statements {', '.join(map(str, positions))} in one loop nest over "
+        f"{', '.join(leader_order)}:"
+    ]
     lines += [f" *   {_comment_text(str(program.statements[p]))}" for p in positions]
-    lines += [" */", f"static void nest_{positions[0]}_{positions[-1]}({', '.join(parameters)})",
-              "{"]
+    lines += [
+        " */",
+        f"static void nest_{positions[0]}_{positions[-1]}({', '.join(parameters)})",
+        "{",
+    ]
     body: list[str] = []
     for position, member in zip(positions, members, strict=True):
         body += _member(problem, position, member, set(leader_order))

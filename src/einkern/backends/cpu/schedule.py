@@ -79,9 +79,7 @@ class LoopSchedule:
 
     def __post_init__(self) -> None:
         if self.accumulate not in ACCUMULATIONS:
-            raise ValueError(
-                f"accumulate {self.accumulate!r} (use {', '.join(ACCUMULATIONS)})"
-            )
+            raise ValueError(f"accumulate {self.accumulate!r} (use {', '.join(ACCUMULATIONS)})")
         if len(set(self.order)) != len(self.order):
             raise ValueError(f"loop order repeats an index: {self.order}")
         tiled = [index for index, _ in self.tiles]

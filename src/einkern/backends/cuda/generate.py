@@ -65,9 +65,7 @@ def resolve_mappings(problem: Problem, mappings: MappingSpec = None) -> dict[int
     return chosen
 
 
-def generate(
-    problem: Problem, mappings: MappingSpec = None, nests: Nests = ()
-) -> CudaSource:
+def generate(problem: Problem, mappings: MappingSpec = None, nests: Nests = ()) -> CudaSource:
     """CUDA C of the whole problem under ``mappings``: per statement one kernel, or
     (boundary ``pad``) a padding copy per input, the kernel, and a crop copy.
     ``nests``: groups of consecutive statements without dependences between them
@@ -161,15 +159,18 @@ def _combined(
             continue
         name = f"ek_{program}_s{positions[0]}_{positions[-1]}"
         kernel = combine(name, members)
-        groups[positions] = (KernelSpec(
-            name=name,
-            statement=positions[0],
-            tensors=kernel.buffers,
-            scalars=kernel.scalars,
-            output=problem.program.statements[positions[0]].output.tensor,
-            grid=(kernel.blocks, 1, 1),
-            block=(kernel.threads, 1, 1),
-            mapping=chosen[positions[0]],
-            shared_bytes=0,
-        ), kernel.text)
+        groups[positions] = (
+            KernelSpec(
+                name=name,
+                statement=positions[0],
+                tensors=kernel.buffers,
+                scalars=kernel.scalars,
+                output=problem.program.statements[positions[0]].output.tensor,
+                grid=(kernel.blocks, 1, 1),
+                block=(kernel.threads, 1, 1),
+                mapping=chosen[positions[0]],
+                shared_bytes=0,
+            ),
+            kernel.text,
+        )
     return groups

@@ -273,8 +273,9 @@ def named_shapes(quick: bool) -> list[Case]:
 
     tile = 4 if quick else 16
     keep = {
-        "ccsdt": lambda c: c.workload in ("sd_t_d1_1", "sd_t_d1_all")[: 1 if quick else 2]
-        and c.size == tile,
+        "ccsdt": lambda c: (
+            c.workload in ("sd_t_d1_1", "sd_t_d1_all")[: 1 if quick else 2] and c.size == tile
+        ),
         "nekbone": lambda c: quick or c.label == "p=10",
         "gemm": lambda c: c.group.endswith("square") and c.size in (64, 256, 1024, 4096),
         "riemann": lambda c: c.size in (6, 32),

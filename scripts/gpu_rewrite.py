@@ -143,8 +143,8 @@ def ttgt_cases() -> None:
         ),
         (
             "sd_t_d2_5 (ccsdt_d2 S4) T=16",
-            "dims T=16\nlayout column\ntensor t3[T,T,T,T,T,T], "
-            "t2[T,T,T,T], v2[T,T,T,T]\nt3[h2,h1,h3,p6,p4,p5] += t2[p7,p4,h1,h2] * v2[p7,h3,p6,p5]\n",
+            "dims T=16\nlayout column\ntensor t3[T,T,T,T,T,T], t2[T,T,T,T], v2[T,T,T,T]\n"
+            "t3[h2,h1,h3,p6,p4,p5] += t2[p7,p4,h1,h2] * v2[p7,h3,p6,p5]\n",
             None,
         ),
     ]

@@ -445,3 +445,40 @@ def test_tuning_target_registry_refuses_a_duplicate_name():
     assert get_target("cpu").backend == "cpu"
     with pytest.raises(EinkernError, match="cannot be tuned"):
         get_target("nonesuch")
+
+
+def test_processes_creating_one_database_at_once_all_open_it(tmp_path):
+    """Four processes opening one new database at the same moment: each must find
+    it ours.  The file's application id and its tables were read in two
+    transactions, and a creator committing between them made a reader see tables
+    without the id ("an SQLite file of another application"), about one start
+    in six."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    for attempt in range(30):
+        path = str(tmp_path / f"race{attempt}.sqlite")
+        barrier, results = context.Barrier(4), context.Queue()
+        workers = [
+            context.Process(target=_open_and_report, args=(path, barrier, results))
+            for _ in range(4)
+        ]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        outcomes = [results.get() for _ in workers]
+        assert outcomes == ["ok"] * 4, (attempt, outcomes)
+
+
+def _open_and_report(path, barrier, results) -> None:
+    from pathlib import Path
+
+    from einkern.tuning.db import TuningDatabaseError, _open
+
+    barrier.wait()
+    try:
+        _open(Path(path), True).close()
+        results.put("ok")
+    except TuningDatabaseError as error:
+        results.put(str(error))

@@ -343,8 +343,17 @@ def _prepare(connection: sqlite3.Connection, path: Path) -> None:
     connection.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
 
     def identity() -> tuple[int, int]:
-        application = connection.execute("PRAGMA application_id").fetchone()[0]
-        tables = connection.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        """(application id, tables) read in one transaction: read apart, another
+        process's creation could commit between them (seen: id 0 with 7 tables)."""
+        own = not connection.in_transaction
+        if own:
+            connection.execute("BEGIN")
+        try:
+            application = connection.execute("PRAGMA application_id").fetchone()[0]
+            tables = connection.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        finally:
+            if own:
+                connection.execute("COMMIT")
         return application, tables
 
     application, tables = identity()

@@ -16,8 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 
-from einkern.backends.cuda.decision import statement_tensors
-
 import einkern
 from einkern.bench.cuda_device import CudaDevice
 
@@ -58,7 +56,7 @@ def main() -> int:
             print(f"kernel {position}: {ms * 1e3:9.1f} us")
             continue
         statement = statements[position]
-        nbytes = sum(problem.nbytes(t) for t in statement_tensors(statement))
+        nbytes = sum(problem.nbytes(t) for t in statement.tensors())
         if statement.output.tensor in {access.tensor for access in statement.reads()}:
             nbytes += problem.nbytes(statement.output.tensor)  # read, then written
         print(

@@ -243,8 +243,8 @@ def body_expr(reader: Reading, node: Any, iterators: tuple[str, ...]) -> N.AExpr
         )
         try:
             value = float(int(text, 0)) if "int" in node.type else float(text)
-        except ValueError:
-            reader.fail(node, f"cannot read the number {node.value!r}")
+        except (ValueError, OverflowError):
+            reader.fail(node, f"cannot read the number {node.value[:40]!r}: not a finite double")
         return N.Num(value)
     if isinstance(node, c_ast.ID):
         if node.name in reader.scalars:

@@ -13,13 +13,6 @@ MEMORY_TYPE = {"f64": "double", "f32": "float", "tf32": "float", "bf16": "unsign
 MEMORY_TYPE["f16"] = "unsigned short"
 
 
-def _table(name: str, layout: Layout) -> str:
-    rows = ", ".join(
-        "{" + ", ".join(f"{{{r}, {c}}}" for r, c in lane) + "}" for lane in layout.table().tolist()
-    )
-    return f"static __device__ const short {name}[32][{layout.count}][2] = {{{rows}}};"
-
-
 def probe_source(shape: MmaShape, a: Layout | None = None) -> str:
     """CUDA C of ``extern "C" __global__ void probe(A, B, C, D)`` for ``shape``
     (``a``: a different layout for A, to plant a fault)."""
@@ -29,9 +22,9 @@ def probe_source(shape: MmaShape, a: Layout | None = None) -> str:
     reg = {"f64": "double", "tf32": "unsigned", "bf16": "unsigned", "f16": "unsigned"}
     rtype = reg[shape.input_type]
     lines = [
-        _table("ekA", a),
-        _table("ekB", shape.b),
-        _table("ekC", shape.c),
+        a.c_array("ekA", "static __device__"),
+        shape.b.c_array("ekB", "static __device__"),
+        shape.c.c_array("ekC", "static __device__"),
         f'extern "C" __global__ void probe(const {tin} *A, const {tin} *B, const {tacc} *C,'
         f" {tacc} *D)",
         "{",

@@ -63,7 +63,7 @@ from .ctext import (
     indent,
     vector_type,
 )
-from .mma import SHAPES, Layout
+from .mma import SHAPES
 
 POISON_INT = -0x5EADBEEF  # poison of int shared memory / thread variables
 POISON_LONG = -0x5EADBEEF5EADBEEF  # poison of long long ones
@@ -442,13 +442,6 @@ def _mma_sections(sections: Sequence[kir.Section]) -> list[kir.Mma]:
     return found
 
 
-def _layout_table(name: str, layout: Layout) -> str:
-    rows = ", ".join(
-        "{" + ", ".join(f"{{{r}, {c}}}" for r, c in lane) + "}" for lane in layout.table().tolist()
-    )
-    return f"static const short {name}[32][{layout.count}][2] = {{{rows}}};"
-
-
 def mma_prelude(kernel: kir.Kernel) -> str:
     """The fragment layout tables of the MMA shapes ``kernel`` uses."""
     shapes = sorted({s.shape for s in _mma_sections(kernel.body)})
@@ -456,7 +449,7 @@ def mma_prelude(kernel: kir.Kernel) -> str:
     for name in shapes:
         shape = SHAPES[name]
         for operand, layout in (("a", shape.a), ("b", shape.b), ("c", shape.c)):
-            lines.append(_layout_table(_table_name(name, operand), layout))
+            lines.append(layout.c_array(_table_name(name, operand)))
     return "\n".join(lines) + ("\n" if lines else "")
 
 

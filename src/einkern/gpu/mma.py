@@ -61,6 +61,15 @@ class Layout:
         t = self.table()
         return matrix[t[..., 0], t[..., 1]]
 
+    def c_array(self, name: str, qualifier: str = "static") -> str:
+        """The table as a C definition ``qualifier const short name[32][count][2]``
+        (row, column of each lane's registers), for the emulator and probe kernels."""
+        rows = ", ".join(
+            "{" + ", ".join(f"{{{r}, {c}}}" for r, c in lane) + "}"
+            for lane in self.table().tolist()
+        )
+        return f"{qualifier} const short {name}[32][{self.count}][2] = {{{rows}}};"
+
     def scatter(self, fragments: np.ndarray, dtype=np.float64) -> np.ndarray:
         """The matrix whose fragments are ``fragments`` (shape (32, count))."""
         t = self.table()

@@ -373,10 +373,9 @@ class _Builder:
                     value = kir.Op(
                         "*", factor, kir.Load("acc", E.const((tm * cfg.tiles_n + tn) * nc + i))
                     )
-                    op = {"=": "=", "+=": "+=", "-=": "-="}[c.op]
                     inside = E.conj([E.less(gm, E.const(self.M)), E.less(gn, E.const(self.N))])
                     assert inside is not None
-                    stmts.append(kir.If(inside, (kir.Store(out, index, value, op),)))
+                    stmts.append(kir.If(inside, (kir.Store(out, index, value, c.op),)))
         return stmts
 
     # -- the kernel -------------------------------------------------------------

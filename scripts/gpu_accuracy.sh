@@ -5,7 +5,7 @@
 # Logs and gpu_accuracy.json land in $OUT; the table is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
-export PYTHONPATH=src EINKERN_CACHE_DIR=/tmp/ekc-accuracy PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} EINKERN_CACHE_DIR=/tmp/ekc-accuracy PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
 timeout 270 python3 scripts/gpu_accuracy.py --runs 30 --out "$OUT" "$@" > "$OUT/gpu_accuracy.log" 2>&1

@@ -8,7 +8,7 @@
 # Logs under $OUT/cfront/.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
-export PYTHONPATH=src EINKERN_CACHE_DIR=/tmp/ekc-cfront PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} EINKERN_CACHE_DIR=/tmp/ekc-cfront PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; LOG="$OUT/cfront"; mkdir -p "$LOG"
 nvidia-smi --query-gpu=name,driver_version --format=csv > "$LOG/gpu.txt" 2>&1
 timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_affine_gpu.py \

@@ -8,7 +8,7 @@
 # $OUT; the table is printed last. Under 5 minutes on an H100.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONPATH=src EINKERN_CACHE_DIR=/tmp/ekc-gett PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} EINKERN_CACHE_DIR=/tmp/ekc-gett PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
 timeout 280 python3 scripts/gpu_gett.py --out "$OUT" --runs 15 --points 2 > "$OUT/gpu_gett.log" 2>&1

@@ -33,14 +33,14 @@ from einkern.testing import (
 )
 
 
-@pytest.fixture(autouse=True)
-def cuda_rewrites(monkeypatch):
-    """These tests exercise the CUDA rewrites (off by default until they have run
-    on a GPU: einkern.api.REWRITES_ON_CUDA)."""
-    monkeypatch.setattr("einkern.api.REWRITES_ON_CUDA", True)
+def test_cuda_rewrites_are_on_by_default():
+    problem = make_problem(
+        einkern.load("dims k=100000\ntensor x[k], y[k], d[]\nd[] = x[k]*y[k]\n"), {}
+    )
+    assert [r.name for r in plan_rewrites(problem, "cuda").rewrites] == ["split_k"]
 
 
-def test_cuda_rewrites_are_off_by_default(monkeypatch):
+def test_cuda_rewrites_can_be_switched_off(monkeypatch):
     monkeypatch.setattr("einkern.api.REWRITES_ON_CUDA", False)
     problem = make_problem(
         einkern.load("dims k=100000\ntensor x[k], y[k], d[]\nd[] = x[k]*y[k]\n"), {}

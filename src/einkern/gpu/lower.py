@@ -39,6 +39,7 @@ from ..ir.nodes import (
     accesses,
     signed_terms,
 )
+from ..ir.memo import by_identity
 from ..ir.task import Task
 from ..semantics import C_TYPE as CTYPE
 from ..semantics import FUNCTIONS, ITEMSIZE
@@ -55,6 +56,7 @@ from .transpose import STRATEGY as TRANSPOSE
 from .transpose import build_transpose
 
 
+@by_identity(maxsize=64)
 def compute_dtype(task: Task) -> str:
     """The dtype the task's statement computes in (:func:`einkern.semantics.compute_dtype`)."""
     statement = task.statement

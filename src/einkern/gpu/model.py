@@ -28,6 +28,7 @@ terms or task and configuration, predicted and measured seconds).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -36,7 +37,7 @@ from ..ir.nodes import Access, Problem
 from ..ir.task import Task
 from .device import H100, DeviceLimits
 from .lower import compute_dtype
-from .mapping import Mapping
+from .mapping import Mapping, ParallelTile
 from .normalize import reduction_of
 from .space import products_per_output
 from .staging import natural_order
@@ -385,17 +386,32 @@ def warp_footprint(problem: Problem, statement, mapping: Mapping, access) -> tup
     access's contiguous index in their register tiles, or walk along it in their
     reduction loop (1.0: fully coalesced)."""
     itemsize = problem.program.tensor(access.tensor).itemsize
-    strides = dict(zip(access.indices, problem.strides(access.tensor), strict=True))
-    threaded = [t for t in mapping.parallel if t.threads > 1]
-    lanes = min(32, mapping.threads)
-    split = dict(mapping.reduction_threads)  # lanes beyond the output threads
-    contiguous = next((i for i, s in strides.items() if s == 1), None)
+    strides = tuple(dict(zip(access.indices, problem.strides(access.tensor), strict=True)).items())
+    split = mapping.reduction_threads  # lanes beyond the output threads
+    contiguous = next((i for i, s in strides if s == 1), None)
     along = None  # the tile along the contiguous index: the thread's own elements there
     walked = 1  # elements a thread's reduction loop walks along the contiguous index
     if contiguous is not None and contiguous in statement.parallel_indices:
         along = mapping.tile_of(contiguous)
-    elif contiguous is not None and contiguous not in split:
+    elif contiguous is not None and contiguous not in dict(split):
         walked = min(32, problem.index_size(statement, contiguous))
+    threaded = tuple(t for t in mapping.parallel if t.threads > 1)
+    lanes = min(32, mapping.threads)
+    return _footprint(strides, itemsize, threaded, tuple(split), lanes, along, walked)
+
+
+@functools.lru_cache(maxsize=4096)
+def _footprint(
+    strides: tuple[tuple[str, int], ...],
+    itemsize: int,
+    threaded: tuple[ParallelTile, ...],
+    split: tuple[tuple[str, int], ...],
+    lanes: int,
+    along: ParallelTile | None,
+    walked: int,
+) -> tuple[int, float]:
+    """:func:`warp_footprint` of one warp layout (memoised: many mappings of a search
+    share their thread layout)."""
     offsets: set[int] = set()
     elements: set[int] = set()
     for lane in range(lanes):
@@ -403,10 +419,10 @@ def warp_footprint(problem: Problem, statement, mapping: Mapping, access) -> tup
         for tile in threaded:
             digit, rest = rest % tile.threads, rest // tile.threads
             coordinate[tile.index] = tile.local(digit, 0)
-        for index, threads in split.items():  # consecutive reduction threads: k, k+1, ...
+        for index, threads in split:  # consecutive reduction threads: k, k+1, ...
             digit, rest = rest % threads, rest // threads
             coordinate[index] = digit
-        offset = sum(strides[i] * coordinate.get(i, 0) for i in strides)
+        offset = sum(stride * coordinate.get(i, 0) for i, stride in strides)
         offsets.add(offset)
         if along is None:  # consecutive iterations of the loop use the rest of the sector
             elements.update(offset + step for step in range(walked))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..ir.memo import by_identity
 from ..ir.nodes import (
     Access,
     Binary,
@@ -129,8 +130,10 @@ def merge_sums(rhs: Expr) -> Expr:
     return _combine(rebuilt)
 
 
+@by_identity(maxsize=1024)
 def reduction_of(statement: Statement) -> Reduction:
-    """Split a statement into accumulator groups and an epilogue."""
+    """Split a statement into accumulator groups and an epilogue (memoised: the
+    mapping search asks for it thousands of times per statement)."""
     groups: list[Group] = []
 
     def replace(expr):

@@ -34,6 +34,7 @@ import math
 from dataclasses import dataclass, replace
 
 from ..ir.nodes import Access, Binary, Neg, Problem, signed_terms
+from ..ir.memo import by_identity
 from ..ir.task import Task
 from .accumulation import with_accumulation
 from .config import NO_STAGING, SCALAR_CONFIG, CudaConfig, StagingConfig
@@ -104,6 +105,7 @@ def _product_accesses(body) -> list[Access]:
     return []
 
 
+@by_identity(maxsize=64)
 def roles(task: Task) -> Roles:
     problem = task.problem
     statement = task.statement

@@ -11,6 +11,8 @@ problems, since generated kernels are specialised to their sizes.
 
 from __future__ import annotations
 
+import functools
+
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -252,13 +254,13 @@ class Statement:
     index_extents: tuple[tuple[str, str], ...]
     span: Span | None = field(default=None, compare=False, repr=False)
 
-    @property
+    @functools.cached_property
     def parallel_indices(self) -> tuple[str, ...]:
         """The distinct output indices (an index repeated on the left, a diagonal,
         is one loop)."""
         return tuple(dict.fromkeys(self.output.indices))
 
-    @property
+    @functools.cached_property
     def reduction_indices(self) -> tuple[str, ...]:
         return sum_indices(self.rhs)
 
@@ -267,13 +269,18 @@ class Statement:
         return self.parallel_indices + self.reduction_indices
 
     def extent_of(self, index: str) -> str:
-        for name, extent in self.index_extents:
-            if name == index:
-                return extent
-        raise KeyError(index)
+        return self._extents[index]
+
+    @functools.cached_property
+    def _extents(self) -> dict[str, str]:
+        return dict(reversed(self.index_extents))  # the first of a name wins
 
     def reads(self) -> tuple[Access, ...]:
         """Accesses read by the statement; a compound assignment reads its output."""
+        return self._reads
+
+    @functools.cached_property
+    def _reads(self) -> tuple[Access, ...]:
         reads = accesses(self.rhs)
         return (self.output, *reads) if self.op in ("+=", "-=") else reads
 
@@ -296,10 +303,11 @@ class Program:
     statements: tuple[Statement, ...]
 
     def tensor(self, name: str) -> Tensor:
-        for tensor in self.tensors:
-            if tensor.name == name:
-                return tensor
-        raise KeyError(name)
+        return self._tensors_by_name[name]
+
+    @functools.cached_property
+    def _tensors_by_name(self) -> dict[str, Tensor]:
+        return {t.name: t for t in reversed(self.tensors)}  # the first of a name wins
 
     def extent(self, name: str) -> Extent:
         for extent in self.extents:
@@ -392,10 +400,11 @@ class Problem:
     sizes: tuple[tuple[str, int], ...]
 
     def size(self, extent: str) -> int:
-        for name, value in self.sizes:
-            if name == extent:
-                return value
-        raise KeyError(extent)
+        return self._sizes[extent]
+
+    @functools.cached_property
+    def _sizes(self) -> dict[str, int]:
+        return dict(reversed(self.sizes))  # the first of a name wins
 
     def index_size(self, statement: Statement, index: str) -> int:
         return self.size(statement.extent_of(index))

@@ -23,9 +23,7 @@ declaration order, ``s_<scalar>`` doubles), so the runtime launches them alike.
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import asdict, dataclass
 
 from ..ir.task import Task
 from ..semantics import C_TYPE
@@ -33,39 +31,9 @@ from . import exprs as E
 from . import kir
 from .contraction import Contraction, contraction_of
 from .mma import SHAPES, coordinates, registers
+from .mma_config import MmaConfig
 
-
-@dataclass(frozen=True)
-class MmaConfig:
-    """The tile shape of a tensor-core kernel (see the module docstring)."""
-
-    shape: str = "m16n8k4_f64"
-    warps_m: int = 4
-    warps_n: int = 4
-    tiles_m: int = 2
-    tiles_n: int = 4
-    k_step: int = 16
-    padding: int = -1  # extra elements per shared row; -1: conflict-free for 8-byte fragments
-    stages: int = 1  # shared buffers per tile (1 or 2 via registers; 2-4 asynchronous)
-    copy: str = "registers"  # global → shared: "registers" (prefetched) or "async" (cp.async)
-    #: tf32 shapes only: each operand split into a tf32 high and low part and three
-    #: MMAs (lo·hi + hi·lo + hi·hi): fp32-level accuracy (3xTF32).
-    split: bool = False
-
-    def block_tile(self) -> tuple[int, int]:
-        shape = SHAPES[self.shape]
-        return self.warps_m * self.tiles_m * shape.m, self.warps_n * self.tiles_n * shape.n
-
-    @property
-    def threads(self) -> int:
-        return 32 * self.warps_m * self.warps_n
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
-
-    @staticmethod
-    def from_json(text: str) -> MmaConfig:
-        return MmaConfig(**json.loads(text))
+__all__ = ["MmaConfig", "lower_mma", "problems"]
 
 
 def problems(task: Task, config: MmaConfig) -> list[str]:

@@ -1,0 +1,81 @@
+"""The tile shape of a tensor-core kernel (:class:`MmaConfig`): the value that
+:class:`~einkern.gpu.mapping.Mapping` (strategy ``"mma"``) and
+:class:`~einkern.gpu.config.CudaConfig` carry, and that
+:mod:`einkern.gpu.mma_lower` turns into a kernel."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from .mma import SHAPES
+
+#: The mapping strategy of tensor-core kernels.
+STRATEGY = "mma"
+
+
+@dataclass(frozen=True)
+class MmaConfig:
+    """A block computes a ``BM × BN`` output tile: ``warps_m × warps_n`` warps, each
+    a ``tiles_m × tiles_n`` grid of instruction tiles; K steps by ``k_step``
+    (see :mod:`einkern.gpu.mma_lower`)."""
+
+    shape: str = "m16n8k4_f64"
+    warps_m: int = 4
+    warps_n: int = 4
+    tiles_m: int = 2
+    tiles_n: int = 4
+    k_step: int = 16
+    padding: int = -1  # extra elements per shared row; -1: conflict-free for 8-byte fragments
+    stages: int = 1  # shared buffers per tile (1 or 2 via registers; 2-4 asynchronous)
+    copy: str = "registers"  # global → shared: "registers" (prefetched) or "async" (cp.async)
+    #: tf32 shapes only: each operand split into a tf32 high and low part and three
+    #: MMAs (lo·hi + hi·lo + hi·hi): fp32-level accuracy (3xTF32).
+    split: bool = False
+
+    def block_tile(self) -> tuple[int, int]:
+        shape = SHAPES[self.shape]
+        return self.warps_m * self.tiles_m * shape.m, self.warps_n * self.tiles_n * shape.n
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps_m * self.warps_n
+
+    def describe(self) -> str:
+        bm, bn = self.block_tile()
+        copy = "cp.async" if self.copy == "async" else "register-prefetched"
+        return (
+            f"{self.shape} tensor cores, block tile {bm}x{bn}, {self.warps_m}x{self.warps_n} "
+            f"warps of {self.tiles_m}x{self.tiles_n} instruction tiles, k-step {self.k_step}, "
+            f"{self.stages} stage(s) {copy}" + (", 3xTF32" if self.split else "")
+        )
+
+    def values(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_values(cls, data: Mapping[str, Any]) -> MmaConfig:
+        """The config of these named values (TypeError/ValueError when malformed)."""
+        if not isinstance(data, Mapping):
+            raise TypeError(f"mma must be an object of {', '.join(f.name for f in fields(cls))}")
+        unknown = sorted(set(data) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ValueError(f"unknown mma parameters {unknown}")
+        config = cls(**data)
+        for f in fields(cls):
+            value = getattr(config, f.name)
+            wanted = {"shape": str, "copy": str, "split": bool}.get(f.name, int)
+            if not isinstance(value, wanted) or (wanted is int and isinstance(value, bool)):
+                raise TypeError(f"mma {f.name} {value!r} ({wanted.__name__})")
+        if config.shape not in SHAPES:
+            raise ValueError(f"unknown MMA shape {config.shape!r} (one of {', '.join(SHAPES)})")
+        return config
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @staticmethod
+    def from_json(text: str) -> MmaConfig:
+        return MmaConfig.from_values(json.loads(text))

@@ -36,6 +36,7 @@ from ..errors import ParseError
 from ..source import Source, Span
 from . import cfront_nodes as N
 from .cfront_body import FunctionReader
+from .cfront_types import LiteralTooLarge, int_literal
 
 _PRELUDE = (
     "typedef long int64_t; typedef int int32_t; typedef unsigned long size_t;"
@@ -105,7 +106,14 @@ class CReader:
             return
         found = _DEFINE.match(text)
         if found:
-            self.defines[found.group(1)] = int(found.group(2))
+            try:
+                self.defines[found.group(1)] = int_literal(found.group(2))
+            except LiteralTooLarge as error:
+                raise ParseError(
+                    f"#define {found.group(1)}: {error}",
+                    self.span_at(line, column + found.start(2), len(found.group(2))),
+                    hint="sizes must be under 2**63",
+                ) from None
             return
         found = _ARRAY_PRAGMA.match(text)
         if found:

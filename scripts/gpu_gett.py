@@ -44,6 +44,20 @@ CASES = {
 }
 
 
+# Held-out fp64 contractions for the tensor-core default (docs/tensor_cores.md):
+# shapes the MMA model was not calibrated on (it used DGEMM 2048/4096).
+HELD_OUT = {
+    "dgemm-1000": ("ij=ik*kj", dict.fromkeys("ijk", 1000), "float64", "row"),
+    "dgemm-1536c": ("ij=ik*kj", dict.fromkeys("ijk", 1536), "float64", "column"),
+    "dgemm-3000x700": ("ij=ik*kj", {"i": 3000, "j": 2000, "k": 700}, "float64", "row"),
+    "batched-512": ("zij=zik*zkj", {"z": 16, "i": 512, "j": 512, "k": 512}, "float64", "row"),
+    "abkl,klcd-48": ("abcd=abkl*klcd", dict.fromkeys("abcdkl", 48), "float64", "row"),
+    "akbl,cldk-64": ("abcd=akbl*cldk", dict.fromkeys("abcdkl", 64), "float64", "row"),
+    "aebf,fced-40c": ("abcd=aebf*fced", dict.fromkeys("abcdef", 40), "float64", "column"),
+    "panel-4096x64": ("ij=ik*kj", {"i": 4096, "j": 64, "k": 64}, "float64", "row"),
+}
+
+
 def program_text(spec: str, sizes: dict[str, int], dtype: str, layout: str) -> str:
     output, product = spec.split("=")
     a, b = product.split("*")
@@ -60,7 +74,12 @@ def main() -> int:
     parser.add_argument("--out", default="gett-out")
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--points", type=int, default=2, help="further GETT points per case")
+    parser.add_argument("--held-out", action="store_true", help="also the HELD_OUT fp64 cases")
+    parser.add_argument("--only", default="", help="comma-separated case names")
     args = parser.parse_args()
+    cases = {**CASES, **(HELD_OUT if args.held_out else {})}
+    if args.only:
+        cases = {k: v for k, v in cases.items() if k in args.only.split(",")}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     device = CudaDevice()
@@ -81,7 +100,7 @@ def main() -> int:
         cutensor = None
     results = []
     lines = []
-    for name, (spec, sizes, dtype, layout) in CASES.items():
+    for name, (spec, sizes, dtype, layout) in cases.items():
         text = program_text(spec, sizes, dtype, layout)
         problem = einkern.make_problem(einkern.load(text), {})
         task = statement_task(problem, 0)
@@ -141,7 +160,11 @@ def main() -> int:
             row = {
                 "case": name,
                 "variant": label,
-                "family": "gett" if config.gett is not None else "rules",
+                "family": "mma"
+                if config.mma is not None
+                else "gett"
+                if config.gett is not None
+                else "rules",
                 "ms": seconds * 1e3,
                 "torch_ms": peer * 1e3,
                 "cutensor_ms": None if cut is None else cut * 1e3,

@@ -162,9 +162,7 @@ def plan_rewrites(
     if given:
         return unchanged(problem, "rewrites off: mappings or tuning results are given")
     if backend == "cuda" and not REWRITES_ON_CUDA:
-        return unchanged(
-            problem, "rewrites off on CUDA (api.REWRITES_ON_CUDA)"
-        )
+        return unchanged(problem, "rewrites off on CUDA (api.REWRITES_ON_CUDA)")
     allowed = REWRITES if rewrite is True else tuple(rewrite)
     unknown = [name for name in allowed if name not in REWRITES]
     if unknown or isinstance(rewrite, str):

@@ -27,7 +27,11 @@ Fields (see :mod:`einkern.gpu.space` for what each does to the kernel):
   normalised so, so that one tiling has one JSON form);
 * ``split`` (None: absent): threads per output element along the main
   reduction's longest index, their partial sums combined in shared memory
-  (long reductions onto small outputs).
+  (long reductions onto small outputs);
+* ``mma`` (:class:`~einkern.gpu.mma_config.MmaConfig`, None: absent): a
+  tensor-core kernel of the statement's GEMM form; the other fields then take
+  their neutral values (``x``/``y`` empty, no staging, boundary ``guard``: the
+  kernel predicates its edges).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from .mapping import MappingError
+from .mma_config import MmaConfig
 
 STAGES = ("none", "A", "B", "all")
 LAYOUTS = ("natural", "compute")
@@ -206,8 +211,18 @@ class CudaConfig:
     preload: bool | None = None
     gett: GettTiling | None = None
     split: int | None = None
+    #: A tensor-core kernel of this tile shape (the other fields take their
+    #: neutral values); absent from the JSON form when None.
+    mma: MmaConfig | None = None
 
     def __post_init__(self) -> None:
+        if self.mma is not None:
+            _require(isinstance(self.mma, MmaConfig), f"mma {self.mma!r}")
+            _require(self.gett is None and self.split is None, "mma with gett or split")
+            neutral = (("x", ""), ("y", ""), ("block", (1, 1)), ("regs", (1, 1, 1)))
+            for name, value in (*neutral, ("boundary", "guard")):
+                object.__setattr__(self, name, value)
+            object.__setattr__(self, "staging", NO_STAGING)
         if self.gett is not None:
             _require(isinstance(self.gett, GettTiling), f"gett {self.gett!r}")
             self._normalise_gett()
@@ -283,6 +298,8 @@ class CudaConfig:
                 given[name] = tuple(given[name])
         if given.get("gett") is not None:
             given["gett"] = GettTiling.from_json(given["gett"])
+        if given.get("mma") is not None and not isinstance(given["mma"], MmaConfig):
+            given["mma"] = MmaConfig.from_values(given["mma"])
         return cls(**given)
 
     # -- the stored form ---------------------------------------------------------
@@ -295,6 +312,8 @@ class CudaConfig:
         data["staging"] = self.staging.to_json()
         if self.gett is not None:
             data["gett"] = self.gett.to_json()
+        if self.mma is not None:
+            data["mma"] = self.mma.values()
         return data
 
     @classmethod
@@ -310,7 +329,7 @@ class CudaConfig:
             values["staging"] = StagingConfig.from_json(values["staging"])
         if values.get("gett") is not None:
             values["gett"] = GettTiling.from_json(values["gett"])
-        return cls.from_values(values)
+        return cls.from_values(values)  # mma: parsed there
 
 
 #: The configuration of a rank-0 output: one thread computes it.

@@ -26,6 +26,7 @@ from .config import SCALAR_CONFIG, CudaConfig
 from .device import H100, DeviceLimits
 from .lower import preload_applies
 from .mapping import Mapping
+from .mma_model import mma_candidates
 from .model import cost_terms, predicted_time
 from .rules import (
     Change,
@@ -52,7 +53,7 @@ from .rules import (
     vector_runs_fit,
     whole_small_extents,
 )
-from .space import config_to_mapping, spreads
+from .space import config_to_mapping, spreads, violation
 from .transpose import transpose_mapping
 
 RuleFunction = Callable[[Facts, CudaConfig], Change | None]
@@ -169,10 +170,14 @@ def _bound(task: Task, config: CudaConfig, limits: DeviceLimits) -> str:
 
 @functools.lru_cache(maxsize=256)
 def _family(config: CudaConfig) -> str:
+    if config.mma is not None:
+        return "mma"
     return "gett" if config.gett is not None else "split" if config.split else "rules"
 
 
 def _describe(config: CudaConfig) -> str:
+    if config.mma is not None:
+        return config.mma.describe()
     if config.gett is not None:
         return config.gett.describe()
     tx, ty = config.block
@@ -188,6 +193,11 @@ def choose(task: Task, limits: DeviceLimits = H100) -> Decision:
     the last step (``model-choice``) says which family won, why, and the runner-up."""
     proposal = explain(task, limits)
     points = gett.candidates(task, limits) + gett.split_candidates(task, limits)
+    points += [
+        config
+        for config in (CudaConfig(x="", mma=tile) for tile in mma_candidates(task))
+        if violation(task, config, limits) is None
+    ]
     if not points:
         return proposal
     ranked = sorted(
@@ -198,7 +208,7 @@ def choose(task: Task, limits: DeviceLimits = H100) -> Decision:
     rules_time = _predict(task, proposal.config, limits)
     family = _family(best)
     described = (
-        f"{len(points)} GETT/split points of {best_time * 1e6:.3g} µs and up "
+        f"{len(points)} GETT/split/MMA points of {best_time * 1e6:.3g} µs and up "
         f"(best: {_describe(best)}, {_bound(task, best, limits)})"
     )
     if best_time < MARGIN * rules_time:

@@ -27,6 +27,7 @@ import math
 from dataclasses import replace
 
 from .. import semantics
+from ..ir.memo import by_identity
 from ..ir.nodes import (
     Access,
     Binary,
@@ -39,7 +40,6 @@ from ..ir.nodes import (
     accesses,
     signed_terms,
 )
-from ..ir.memo import by_identity
 from ..ir.task import Task
 from ..semantics import C_TYPE as CTYPE
 from ..semantics import FUNCTIONS, ITEMSIZE
@@ -47,8 +47,13 @@ from . import exprs as E
 from . import kir
 from .accumulation import sum_block
 from .builder import Context, KernelBuilder
+from .contraction import NotAContraction, contraction_of
 from .device import H100, DeviceLimits
 from .mapping import ACCUMULATIONS, BOUNDARY_POLICIES, Mapping, MappingError
+from .mma_config import STRATEGY as MMA
+from .mma_lower import lower_mma
+from .mma_lower import problems as mma_problems
+from .mma_lower import shared_bytes as mma_shared_bytes
 from .normalize import Group, Placeholder, reduction_of
 from .padding import padding_problems
 from .staging import check_staging, staged_group_sections
@@ -491,7 +496,35 @@ def lower(
             f"mapping does not fit statement S{task.position}: " + "; ".join(problems),
             hint="fix the mapping file, or let einkern choose one (omit --mapping)",
         )
-    return build_kernel(new_builder(task, mapping, name or f"einkern_s{task.position}"))
+    name = name or f"einkern_s{task.position}"
+    if mapping.mma is not None:
+        return lower_mma(task, mapping.mma, name)
+    return build_kernel(new_builder(task, mapping, name))
+
+
+def _mma_problems(
+    task: Task, mapping: Mapping, max_shared_bytes: int | None, limits: DeviceLimits
+) -> list[str]:
+    """:func:`check_mapping` of a tensor-core mapping: the statement has a GEMM form
+    the configuration's instruction takes, and the block fits the device."""
+    if mapping.mma is None or mapping.strategy != MMA:
+        return [f"strategy {MMA} needs an mma configuration, and only it"]
+    if not task.single:
+        return ["tensor-core kernels compute one statement"]
+    try:
+        contraction_of(task)
+    except NotAContraction as error:
+        return [f"no GEMM form for tensor cores: {error}"]
+    problems = mma_problems(task, mapping.mma)
+    if problems:
+        return problems
+    if mapping.threads > limits.max_threads_per_block:
+        return [f"{mapping.threads} threads per block (limit {limits.max_threads_per_block})"]
+    shared = mma_shared_bytes(mapping.mma)
+    allowed = limits.shared_per_block if max_shared_bytes is None else max_shared_bytes
+    if shared > allowed:
+        return [f"{shared} bytes of shared memory per block (limit {allowed})"]
+    return []
 
 
 def check_mapping(
@@ -500,6 +533,8 @@ def check_mapping(
     """Every reason why ``mapping`` cannot be lowered for this statement on a device
     with ``limits`` (empty: fine).  ``max_shared_bytes`` is the shared memory a block
     may use (default: ``limits.shared_per_block``, the amount without opt-in)."""
+    if mapping.mma is not None or mapping.strategy == MMA:
+        return _mma_problems(task, mapping, max_shared_bytes, limits)
     problem = task.problem
     statement = task.statement
     parallel = statement.parallel_indices

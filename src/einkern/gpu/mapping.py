@@ -42,6 +42,8 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from ..errors import EinkernError
+from .mma_config import STRATEGY as MMA
+from .mma_config import MmaConfig
 
 BOUNDARY_POLICIES = ("guard", "redirect", "exact", "pad")
 ACCUMULATIONS = ("plain", "blocked", "wide")
@@ -116,13 +118,19 @@ class Mapping:
     #: How reductions accumulate (:data:`ACCUMULATIONS`); absent from the JSON form
     #: when ``plain``, so mapping files written before it load unchanged.
     accumulate: str = "plain"
+    #: Strategy ``"mma"`` only: the tensor-core kernel's tile shape (the other
+    #: fields keep their defaults); absent from the JSON form otherwise.
+    mma: MmaConfig | None = None
     reasons: tuple[str, ...] = field(default=(), compare=False)
 
     # -- derived -------------------------------------------------------------
 
     @property
     def threads(self) -> int:
-        """Threads per block: the output tiles' times the reduction threads."""
+        """Threads per block: the output tiles' times the reduction threads (the
+        warps of a tensor-core kernel)."""
+        if self.mma is not None:
+            return self.mma.threads
         return self.output_threads * self.combine_threads
 
     @property
@@ -174,6 +182,8 @@ class Mapping:
             data.pop("reduction_threads")
         if self.accumulate == "plain":
             data.pop("accumulate")
+        if self.mma is None:
+            data.pop("mma")
         return json.dumps(data, indent=indent)
 
     @staticmethod
@@ -200,6 +210,7 @@ class Mapping:
                     (str(i), int(t)) for i, t in data.get("reduction_threads", ())
                 ),
                 accumulate=str(data.get("accumulate", "plain")),
+                mma=None if data.get("mma") is None else MmaConfig.from_values(data["mma"]),
             )
         except (KeyError, TypeError, ValueError, json.JSONDecodeError) as error:
             raise MappingError(
@@ -209,6 +220,10 @@ class Mapping:
 
     def describe(self) -> str:
         """One line per decision, for ``--explain``."""
+        if self.mma is not None:
+            lines = [f"strategy {MMA}: {self.threads} threads/block, {self.mma.describe()}"]
+            lines.extend(f"  why: {reason}" for reason in self.reasons)
+            return "\n".join(lines)
         lines = [
             f"strategy {self.strategy}: {self.threads} threads/block, "
             f"{self.register_tile} outputs/thread"

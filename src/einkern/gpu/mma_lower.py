@@ -33,7 +33,7 @@ from .contraction import Contraction, contraction_of
 from .mma import SHAPES, coordinates, registers
 from .mma_config import MmaConfig
 
-__all__ = ["MmaConfig", "lower_mma", "problems"]
+__all__ = ["MmaConfig", "lower_mma", "problems", "shared_bytes"]
 
 
 def problems(task: Task, config: MmaConfig) -> list[str]:
@@ -76,6 +76,15 @@ def lower_mma(task: Task, config: MmaConfig, name: str | None = None) -> kir.Ker
         raise ValueError("; ".join(trouble))
     c = contraction_of(task)
     return _Builder(task, c, config, name or f"einkern_s{task.position}").kernel()
+
+
+def shared_bytes(config: MmaConfig) -> int:
+    """Shared memory per block of the kernel of ``config`` (the A and B buffers)."""
+    bm, bn = config.block_tile()
+    size = 8 if SHAPES[config.shape].input_type == "f64" else 4
+    lda = config.k_step + _padding(config.k_step, config.padding, size, "a")
+    ldb = bn + _padding(bn, config.padding, size, "b")
+    return config.stages * (bm * lda + config.k_step * ldb) * size
 
 
 def _padding(row: int, padding: int, itemsize: int, operand: str) -> int:

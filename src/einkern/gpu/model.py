@@ -198,7 +198,12 @@ def predicted_time(
 
 
 def cost_terms(task: Task, mapping: Mapping, limits: DeviceLimits = H100) -> Terms:
-    """The model's bounds for ``task`` under ``mapping`` (see the module docstring)."""
+    """The model's bounds for ``task`` under ``mapping`` (see the module docstring;
+    tensor-core mappings: :mod:`einkern.gpu.mma_model`)."""
+    if mapping.mma is not None:
+        from .mma_model import mma_terms  # it builds on this module's Terms
+
+        return mma_terms(task, mapping.mma, limits)
     problem = task.problem
     statement = task.statement
     dtype = compute_dtype(task)

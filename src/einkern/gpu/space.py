@@ -33,14 +33,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from ..ir.nodes import Access, Binary, Neg, Problem, signed_terms
 from ..ir.memo import by_identity
+from ..ir.nodes import Access, Binary, Neg, Problem, signed_terms
 from ..ir.task import Task
 from .accumulation import with_accumulation
 from .config import NO_STAGING, SCALAR_CONFIG, CudaConfig, StagingConfig
 from .device import H100, DeviceLimits
 from .lower import check_mapping, compute_dtype, preload_applies
 from .mapping import Mapping, ParallelTile, Staging
+from .mma_config import STRATEGY as MMA
 from .normalize import reduction_of
 from .padding import padded_task, padding_problems
 from .staging import natural_order
@@ -307,6 +308,8 @@ def _compute_layout(problem: Problem, access: Access, tiles) -> tuple[str, ...]:
 
 def config_to_mapping(task: Task, config: CudaConfig, reasons: tuple[str, ...] = ()) -> Mapping:
     """The mapping ``config`` describes for ``task`` (``reasons``: why it was chosen)."""
+    if config.mma is not None:
+        return Mapping(MMA, (), boundary="guard", mma=config.mma, reasons=reasons)
     problem = task.problem
     statement = task.statement
     r = roles(task)
@@ -383,6 +386,9 @@ def _grid_order(task: Task) -> tuple[str, ...]:
 
 def violation(task: Task, config: CudaConfig, limits: DeviceLimits = H100) -> str | None:
     """Why a configuration is not in the space (None: valid).  Cheap checks first."""
+    if config.mma is not None:
+        problems = check_mapping(task, config_to_mapping(task, config), None, limits)
+        return problems[0] if problems else None
     problem = task.problem
     statement = task.statement
     size = {i: problem.index_size(statement, i) for i in statement.indices}

@@ -12,7 +12,6 @@ problems, since generated kernels are specialised to their sizes.
 from __future__ import annotations
 
 import functools
-
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field

@@ -16,6 +16,7 @@ from ..gpu.config import CudaConfig
 from ..gpu.decision import choose, default_config
 from ..gpu.gett import best_points as best_gett_points
 from ..gpu.gett import split_candidates
+from ..gpu.mma_model import mma_candidates
 from ..gpu.model import predicted_time
 from ..gpu.space import config_to_mapping, parameters, violation
 from ..ir.nodes import Problem
@@ -78,9 +79,10 @@ class CudaTarget:
         configuration's value when it lies outside (e.g. a register tile covering
         a whole extent of 12), so that the default is a point of the space; for a
         binary contraction also ``gett`` (None: the rules' family) with the model's
-        best GETT points, and for a long sum ``split`` (None: one thread per
-        output) with its best split points, whose values the other lists gain in
-        the same way."""
+        best GETT points, for a long sum ``split`` (None: one thread per output)
+        with its best split points, whose values the other lists gain in the same
+        way, and for an fp64 contraction ``mma`` (None: SIMT) with the tensor-core
+        tile shapes."""
         default = default_config(task, device_limits())[0]
         limits = device_limits()
         splits = sorted(
@@ -96,6 +98,9 @@ class CudaTarget:
             # a GETT point's staging has k-step 1 (its k-steps are in the tiling)
             stagings = [replace(s, k_step=1) for s in space["staging"]]
             space["staging"] = tuple(dict.fromkeys([*space["staging"], *stagings]))
+        tiles = mma_candidates(task)
+        if tiles:  # None: the SIMT families
+            space["mma"] = (None, *tiles)
         found = []
         for name, values in space.items():
             for point in points:

@@ -1,0 +1,122 @@
+"""The cost model of tensor-core kernels (strategy ``"mma"``), in the terms of
+:mod:`einkern.gpu.model` so that the decision compares them with the SIMT
+mappings on one scale.
+
+* **arithmetic**: the busiest SM's blocks, each ``BM·BN·K`` multiply-adds over
+  its padded tile, at the rate one SM reaches with this kernel.  That rate is
+  measured, not the instruction's peak: the register-prefetched one-stage kernel
+  with 128×128 tiles ran DGEMM 4096 at 38.1 TFLOP/s on an H100 (the fp64
+  ``mma.sync`` m16n8k4 instruction itself: 65–66), i.e. ``KERNEL_RATE`` over the
+  132 SMs.  Smaller tiles load more shared memory per multiply-add; their rate is
+  scaled by ``ai / (ai + TILE_OVERHEAD)`` of the tile's intensity
+  ``ai = BM·BN / (BM + BN)``, normalised to 1 at 128×128 (an estimate: the 64×128
+  tile's 29.2 TFLOP/s on DGEMM 1024 ran one block per SM, where the tile count,
+  not the rate, decides);
+* **dram**: the tensors read once and the output written once (read too for an
+  update), the output's stores at ``STORE_EFFICIENCY`` of the bandwidth: the
+  accumulator layout stores two adjacent elements per lane, rows apart (a
+  memory-bound 6-index contraction stored at about 1.2 TB/s of 3.0);
+* **l2**: A read once per N tile and B once per M tile.
+
+The SIMT model's predictions are faster than its kernels run: on DGEMM 2048 and
+4096 it predicts 0.757× and 0.756× the measured times (0.847 ms against 1.12,
+6.73 against 8.88; H100).  The decision compares the two families on one scale,
+so the tensor-core times, built from measured rates, are multiplied by that
+ratio (``SIMT_MODEL_SCALE``).
+
+docs/tensor_cores.md has the measurements.  :func:`einkern.gpu.model.cost_terms`
+calls :func:`mma_terms` for tensor-core mappings.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..ir.task import Task
+from .contraction import NotAContraction, contraction_of
+from .device import DeviceLimits
+from .mma import SHAPES
+from .mma_config import MmaConfig
+from .model import L2_OVER_DRAM, Terms
+
+#: Whole-device multiply-add rate (flop/s, FMA = 2) of the generated kernel with
+#: 128×128 tiles, per input type, measured on an H100 (132 SMs).
+KERNEL_RATE = {"f64": 38.1e12, "tf32": 150e12}
+MEASURED_SMS = 132
+TILE_OVERHEAD = 16.0
+STORE_EFFICIENCY = 0.4
+#: The SIMT model's predicted over measured time where both families were measured.
+SIMT_MODEL_SCALE = 0.76
+
+
+def tile_rate(config: MmaConfig) -> float:
+    """Share of the 128×128 tile's per-SM rate that this block tile reaches."""
+    bm, bn = config.block_tile()
+    ai = bm * bn / (bm + bn)
+    return (ai / (ai + TILE_OVERHEAD)) / (64 / (64 + TILE_OVERHEAD))
+
+
+def mma_bounds(task: Task, config: MmaConfig, limits: DeviceLimits) -> tuple[float, float, float]:
+    """(dram, l2, arithmetic) seconds of the tensor-core kernel of ``config``."""
+    c = contraction_of(task)
+    shape = SHAPES[config.shape]
+    bm, bn = config.block_tile()
+    m, n, k, batch = c.size(c.m), c.size(c.n), c.size(c.k), c.size(c.batch)
+    tiles_m, tiles_n = math.ceil(m / bm), math.ceil(n / bn)
+    blocks = tiles_m * tiles_n * batch
+    steps = math.ceil(k / config.k_step) * config.k_step
+    per_sm = KERNEL_RATE[shape.input_type] / MEASURED_SMS * tile_rate(config)
+    if config.split:
+        per_sm /= 3
+    busiest = math.ceil(blocks / limits.sm_count)
+    arithmetic = busiest * 2 * bm * bn * steps / per_sm
+    problem = task.problem
+    itemsize = problem.program.tensor(c.output.tensor).itemsize
+    a_bytes = problem.numel(c.a.tensor) * itemsize
+    b_bytes = problem.numel(c.b.tensor) * itemsize
+    c_bytes = problem.numel(c.output.tensor) * itemsize
+    reads = a_bytes + b_bytes + (c_bytes if c.op != "=" else 0)
+    dram = (reads + c_bytes / STORE_EFFICIENCY) / limits.dram_bandwidth
+    l2 = (a_bytes * tiles_n + b_bytes * tiles_m) / (L2_OVER_DRAM * limits.dram_bandwidth)
+    return dram, l2, arithmetic
+
+
+def mma_terms(task: Task, config: MmaConfig, limits: DeviceLimits) -> Terms:
+    """:func:`mma_bounds` as the model's :class:`~einkern.gpu.model.Terms`."""
+    dram, l2, arithmetic = (t * SIMT_MODEL_SCALE for t in mma_bounds(task, config, limits))
+    return Terms(dram, l2, 0.0, arithmetic, 0.0)
+
+
+#: The tile shapes the decision offers for fp64 (one register-prefetched stage:
+#: the measured best on an H100; two stages and cp.async were slower or untimed).
+F64_TILES = (
+    MmaConfig("m16n8k4_f64", 4, 4, 2, 4, 16),  # 128 x 128, 512 threads
+    MmaConfig("m16n8k4_f64", 2, 4, 2, 4, 16),  # 64 x 128
+    MmaConfig("m16n8k4_f64", 4, 2, 2, 4, 16),  # 128 x 64
+    MmaConfig("m16n8k4_f64", 2, 2, 2, 4, 16),  # 64 x 64, 128 threads
+)
+
+
+#: Fewest flops for which tensor cores are offered: below, every mapping is
+#: launch- and latency-bound (DGEMM 256 has 3.4e7) and the model's throughput
+#: terms say nothing about which is faster.
+MIN_FLOPS = 1 << 24
+
+
+def mma_candidates(task: Task) -> list[MmaConfig]:
+    """Tensor-core tile shapes for ``task``: fp64 statements of GEMM form (every
+    tensor float64) of at least :data:`MIN_FLOPS`; empty otherwise.  float32
+    stays on the SIMT units until a precision option allows TF32 (its rounding
+    is not fp32's)."""
+    if not task.single:
+        return []
+    program = task.program
+    if {program.tensor(t).dtype for t in task.statement.tensors()} != {"float64"}:
+        return []
+    try:
+        c = contraction_of(task)
+    except NotAContraction:
+        return []
+    if c.flops < MIN_FLOPS:
+        return []
+    return list(F64_TILES)

@@ -1,0 +1,190 @@
+"""Tensor cores in the default path: the decision puts compute-bound fp64
+contractions on DMMA kernels by the cost model (einkern.gpu.mma_model), keeps
+float32 and memory-bound statements on the SIMT units, the configuration and the
+mapping carry the tile shape in their JSON forms, the tuner's space offers the
+tile shapes, and the chosen kernels run in the emulator (the runtime's own plan
+and lowering) against the reference.  ``-m gpu``: on the GPU through
+``einkern.compile``."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import problem_of
+
+import einkern
+from einkern.backends.verify import emulate_problem
+from einkern.gpu.config import CudaConfig, parse_config
+from einkern.gpu.decision import choose
+from einkern.gpu.mapping import Mapping, MappingError
+from einkern.gpu.mma_config import MmaConfig
+from einkern.gpu.mma_model import F64_TILES, mma_candidates
+from einkern.gpu.space import config_to_mapping, violation
+from einkern.ir.task import statement_task
+from einkern.reference import evaluate
+from einkern.testing import random_arrays, random_scalars
+
+
+def _product(spec: str, sizes: dict[str, int], dtype: str = "float64", op: str = "=") -> str:
+    """A program of one binary product: ``spec`` is ``out=a*b`` in index letters."""
+    out, product = spec.split("=")
+    a, b = product.split("*")
+    dims = ", ".join(f"n{i} = {n}" for i, n in sizes.items())
+    decl = lambda name, ix: f"{name}[{', '.join('n' + i for i in ix)}]"  # noqa: E731
+    return (
+        f"program p\ndims {dims}\ndtype {dtype}\n"
+        f"tensor {decl('C', out)}, {decl('A', a)}, {decl('B', b)}\nscalar alpha\n"
+        f"C[{','.join(out)}] {op} alpha * A[{','.join(a)}] * B[{','.join(b)}]\n"
+    )
+
+
+def _task(spec: str, sizes: dict[str, int], dtype: str = "float64", op: str = "="):
+    return statement_task(problem_of(_product(spec, sizes, dtype, op)), 0)
+
+
+COMPUTE_BOUND = {
+    "dgemm 1024": ("ij=ik*kj", dict.fromkeys("ijk", 1024)),
+    "dgemm 1030x1000x700 +=": ("ij=il*lj", {"i": 1030, "j": 1000, "l": 700}),
+    "abkl,klcd 64": ("abcd=abkl*klcd", dict.fromkeys("abcdkl", 64)),
+    "akbl,lckd 70": ("abcd=akbl*lckd", dict.fromkeys("abcdkl", 70)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMPUTE_BOUND))
+def test_compute_bound_fp64_contractions_go_to_tensor_cores(name):
+    spec, sizes = COMPUTE_BOUND[name]
+    decision = choose(_task(spec, sizes, op="+=" if "+=" in name else "="))
+    assert decision.config.mma is not None
+    assert "family mma won" in decision.steps[-1][1]
+
+
+@pytest.mark.parametrize(
+    ("spec", "sizes", "dtype"),
+    [
+        ("ij=ik*kj", dict.fromkeys("ijk", 1024), "float32"),  # TF32 needs a precision option
+        ("abcdfg=abce*edfg", dict.fromkeys("abcdefg", 16), "float64"),  # memory-bound
+        ("ij=ik*kj", dict.fromkeys("ijk", 256), "float64"),  # too small to pay
+    ],
+)
+def test_float32_and_memory_bound_statements_stay_on_simt(spec, sizes, dtype):
+    assert choose(_task(spec, sizes, dtype)).config.mma is None
+
+
+def test_only_fp64_binary_contractions_have_tile_candidates():
+    assert mma_candidates(_task("ij=ik*kj", dict.fromkeys("ijk", 512))) == list(F64_TILES)
+    assert mma_candidates(_task("ij=ik*kj", dict.fromkeys("ijk", 512), "float32")) == []
+    assert mma_candidates(_task("ij=ik*kj", dict.fromkeys("ijk", 64))) == []  # launch-bound
+    ternary = problem_of(
+        "dims n\ntensor A[n,n], B[n,n], D[n,n], C[n,n]\nC[i,j] = A[i,k] * B[k,l] * D[l,j]\n", n=512
+    )
+    assert mma_candidates(statement_task(ternary, 0)) == []
+    task = _task("ij=ik*kj", dict.fromkeys("ijk", 64), "float32")
+    config = CudaConfig(x="", mma=MmaConfig())
+    assert "float64" in (violation(task, config) or "")
+
+
+def test_configuration_and_mapping_json_carry_the_tile_shape():
+    tile = MmaConfig("m16n8k4_f64", 2, 4, 2, 4, 16)
+    config = CudaConfig(x="", mma=tile)
+    data = json.loads(json.dumps(config.to_json()))
+    assert CudaConfig.from_json(data) == config and data["mma"]["warps_m"] == 2
+    assert "mma" not in CudaConfig(x="i").to_json()
+    mapping = config_to_mapping(_task("ij=ik*kj", dict.fromkeys("ijk", 64)), config)
+    assert mapping.strategy == "mma" and mapping.threads == 256
+    assert Mapping.from_json(mapping.to_json()) == mapping
+    plain = Mapping("direct", ())
+    assert "mma" not in json.loads(plain.to_json())
+
+
+@pytest.mark.parametrize(
+    "bad", [{"shape": "m99"}, {"warps_m": "2"}, {"tiles": 3}, [1, 2], {"split": 1}]
+)
+def test_malformed_tile_shapes_are_typed_errors(bad):
+    with pytest.raises(MappingError):
+        parse_config({"x": "", "mma": bad}, "test")
+    text = json.dumps({"strategy": "mma", "parallel": [], "mma": bad})
+    with pytest.raises(MappingError):
+        Mapping.from_json(text)
+
+
+EMULATED = {
+    # extents the tiles do not divide; several index groups; updates with a scalar
+    "gemm +=": ("ij=ik*kj", {"i": 70, "j": 50, "k": 30}, "+="),
+    "four-index": ("abcd=akbl*lckd", {"a": 5, "b": 7, "c": 6, "d": 3, "k": 9, "l": 4}, "="),
+    "batched -=": ("zij=zix*zxj", {"z": 3, "i": 20, "j": 36, "x": 11}, "-="),
+}
+
+
+@pytest.mark.parametrize("tile", range(len(F64_TILES)))
+@pytest.mark.parametrize("name", sorted(EMULATED))
+def test_default_tile_shapes_run_through_the_runtime_plan(name, tile):
+    """The mapping the decision produces, on small extents, through the same plan
+    and lowering the CUDA runtime uses, emulated against the reference."""
+    spec, sizes, op = EMULATED[name]
+    task = _task(spec, sizes, op=op)
+    problem = task.problem
+    mapping = config_to_mapping(task, CudaConfig(x="", mma=F64_TILES[tile]))
+    arrays = random_arrays(problem, 3)
+    scalars = random_scalars(problem, 3)
+    got, errors, bad = emulate_problem(problem, {0: mapping}, arrays, scalars)
+    want = evaluate(problem, arrays, scalars)
+    assert bad == 0 and not errors
+    np.testing.assert_allclose(got["C"], want["C"], rtol=1e-12, atol=1e-12)
+
+
+def test_emit_explains_and_prints_the_tensor_core_kernel(tmp_path, capsys):
+    from einkern.cli import main
+
+    path = tmp_path / "dgemm.ein"
+    path.write_text(_product(*COMPUTE_BOUND["dgemm 1024"]))
+    assert main(["emit", str(path), "--backend", "cuda", "--explain"]) == 0
+    text = capsys.readouterr().out
+    assert "strategy mma" in text and "family mma won" in text
+    assert "mma.sync.aligned.m16n8k4" in text
+
+
+def test_tuner_space_offers_the_tile_shapes():
+    from einkern.tuning.cuda_target import CudaTarget
+
+    task = _task(*COMPUTE_BOUND["dgemm 1024"])
+    space = {p.name: p.values for p in CudaTarget().parameters(task)}
+    assert space["mma"][0] is None and set(F64_TILES) <= set(space["mma"][1:])
+    single = _task("ij=ik*kj", dict.fromkeys("ijk", 64), "float32")
+    assert "mma" not in {p.name for p in CudaTarget().parameters(single)}
+
+
+@pytest.mark.parametrize("tile", range(len(F64_TILES)))
+def test_default_tile_shapes_compile_without_spills(tile):
+    pytest.importorskip("cuda.bindings.nvrtc")
+    from einkern.backends.cuda.nvrtc import compile_cubin
+    from einkern.gpu.cuda_printer import print_cuda
+    from einkern.gpu.lower import lower
+
+    task = _task(*COMPUTE_BOUND["abkl,klcd 64"])
+    mapping = config_to_mapping(task, CudaConfig(x="", mma=F64_TILES[tile]))
+    module = compile_cubin(print_cuda(lower(task, mapping)), "sm_90")
+    assert all(r.spill_stores == 0 and r.spill_loads == 0 for r in module.resources)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["dgemm 1024", "akbl,lckd 70", "dgemm 1030x1000x700 +="])
+def test_default_tensor_core_kernels_on_the_gpu(name):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    spec, sizes = COMPUTE_BOUND[name]
+    op = "+=" if "+=" in name else "="
+    text = _product(spec, sizes, op=op)
+    kernel = einkern.compile(text, backend="cuda")
+    assert "mma.sync" in kernel.source()
+    problem = kernel.problem
+    arrays = random_arrays(problem, 5)
+    scalars = {"alpha": 0.75}
+    want = evaluate(problem, arrays, scalars)["C"]
+    device = {n: torch.from_numpy(np.ascontiguousarray(a)).cuda() for n, a in arrays.items()}
+    kernel(**device, **scalars)
+    torch.cuda.synchronize()
+    got = device["C"].cpu().numpy()
+    assert float(np.abs(got - want).max() / np.abs(want).max()) <= 1e-12

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Collection, Mapping
+from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
@@ -16,6 +17,7 @@ from .ir.build import build_program
 from .ir.fusion_plan import FusionPlan, Group, plan_fusion, unfused_plan
 from .ir.nodes import Problem, Program
 from .ir.rewrite_plan import REWRITES, RewritePlan, plan, unchanged
+from .semantics import PRECISIONS
 
 
 def load(program: str | os.PathLike | Program) -> Program:
@@ -44,6 +46,7 @@ def compile(  # noqa: A001 - the public name is the point
     tuning_db: str | os.PathLike | None = None,
     rewrite: bool | Collection[str] = True,
     fuse: bool | str = True,
+    precision: str = "fp32",
     **extents: int,
 ) -> Kernel:
     """Compile a tensor program for concrete extents and return a callable kernel.
@@ -76,8 +79,15 @@ def compile(  # noqa: A001 - the public name is the point
     why; rewrites are off when a kernel holds several statements.
     ``fuse=False``: one kernel per statement; ``fuse="measure"``: the planner's
     best covers are compiled and timed on random inputs here, and the fastest is
-    kept (:func:`measure_groupings`)."""
-    problem = make_problem(load(program), extents)
+    kept (:func:`measure_groupings`).
+
+    ``precision`` says what float32 products may be computed in: ``"fp32"``
+    (default: the SIMT units, today's results bit for bit), ``"tf32"`` (tensor
+    cores, inputs rounded to tf32, fp32 accumulation) or ``"3xtf32"`` (tensor
+    cores, fp32-level error); a permission the CUDA decision uses where its model
+    says tensor cores win (docs/tensor_cores.md gives the errors).  float64
+    statements and the CPU backend are unaffected."""
+    problem = make_problem(with_precision(load(program), precision), extents)
     chosen = get_backend(backend)
     if not isinstance(fuse, bool) and fuse != "measure":
         raise ArgumentError(f"fuse must be True, False or 'measure', not {fuse!r}")
@@ -95,6 +105,17 @@ def compile(  # noqa: A001 - the public name is the point
     kernel = Kernel(problem, chosen, mappings=mappings, plan=rewrites, fusion=fusion)
     kernel.tuning_sources = sources
     return kernel
+
+
+def with_precision(program: Program, precision: Any) -> Program:
+    """``program`` allowed to compute float32 products in ``precision``
+    (:data:`einkern.semantics.PRECISIONS`; an :class:`ArgumentError` otherwise)."""
+    if not isinstance(precision, str) or precision not in PRECISIONS:
+        raise ArgumentError(
+            f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}",
+            hint="'tf32' and '3xtf32' let float32 contractions use tensor cores",
+        )
+    return program if program.precision == precision else replace(program, precision=precision)
 
 
 def rewrites_after_fusion(

@@ -141,6 +141,7 @@ def _step(
     backend: Backend,
     tune: Any,
     tuning_db: Any,
+    precision: str = "fp32",
 ) -> Step:
     # a pairwise step may be rewritten (split-K, TTGT) where the model says it pays;
     # a step over three or more operands is the one loop nest optimize=False asks for
@@ -151,6 +152,7 @@ def _step(
         tune=tune,
         tuning_db=tuning_db,
         rewrite=rewrite,
+        precision=precision,
     )
     subscripts = ",".join(o.term for o in operands) + "->" + output.term
     names = tuple(f"x{i}" for i in range(len(operands)))
@@ -272,6 +274,7 @@ def _plan_steps(
     backend: Backend,
     tune: Any,
     tuning_db: Any,
+    precision: str = "fp32",
 ) -> tuple[Step, ...]:
     """One step per element of ``path``: intermediates row-major, of the widest dtype
     of their operands, indexed in the order the letters first appear."""
@@ -307,7 +310,7 @@ def _plan_steps(
             result = Operand(
                 term, tuple(sizes[c] for c in term), widest(o.dtype for o in taken), "row"
             )
-        steps.append(_step(positions, taken, result, backend, tune, tuning_db))
+        steps.append(_step(positions, taken, result, backend, tune, tuning_db, precision))
         operands.append(result)
     return tuple(steps)
 
@@ -358,6 +361,7 @@ def _prepare(
     memory_limit: Any,
     tune: Any,
     tuning_db: Any,
+    precision: str = "fp32",
 ) -> EinsumPlan:
     """A plan for operands like ``infos`` (every check with its typed error)."""
     dtypes = [_dtype(n, info) for n, info in enumerate(infos)]
@@ -378,7 +382,7 @@ def _prepare(
     shape = tuple(sizes[c] for c in output)
     result = Operand(output, shape, *_output(out, shape, widest(dtypes)))
     path, how = _path(terms, output, shapes, optimize, memory_limit)
-    steps = _plan_steps(operands, result, path, backend, tune, tuning_db)
+    steps = _plan_steps(operands, result, path, backend, tune, tuning_db, precision)
     return EinsumPlan(",".join(terms) + "->" + output, steps, how)
 
 
@@ -425,6 +429,7 @@ def einsum_plan(
     backend: str = "auto",
     tune: bool | str | None = None,
     tuning_db: Any = None,
+    precision: str = "fp32",
 ) -> EinsumPlan:
     """The :class:`EinsumPlan` :func:`einsum` runs for these arguments (prepared and
     cached on first use): ``print(plan)`` shows its steps."""
@@ -432,7 +437,15 @@ def einsum_plan(
     infos = [_describe(chosen, o, f"operand {n}") for n, o in enumerate(operands)]
     out_info = None if out is None else _describe(chosen, out, "out=")
     return _plan(
-        subscripts, chosen, infos, out_info, _hashable_path(optimize), memory_limit, tune, tuning_db
+        subscripts,
+        chosen,
+        infos,
+        out_info,
+        _hashable_path(optimize),
+        memory_limit,
+        tune,
+        tuning_db,
+        precision,
     )
 
 
@@ -445,6 +458,7 @@ def _plan(
     memory_limit: Any,
     tune: Any,
     tuning_db: Any,
+    precision: Any = "fp32",
 ) -> EinsumPlan:
     key = (
         subscripts,
@@ -453,6 +467,7 @@ def _plan(
         memory_limit,
         tune,
         tuning_db,
+        precision,
         None if out is None else (out.shape, out.dtype, out.strides, out.readonly),
         *[(i.shape, i.dtype, i.strides) for i in infos],
     )
@@ -461,7 +476,7 @@ def _plan(
     except TypeError:  # an unhashable option
         raise ArgumentError(
             f"einsum options must be numbers, strings, booleans or paths: memory_limit="
-            f"{memory_limit!r}, tune={tune!r}, tuning_db={tuning_db!r}"
+            f"{memory_limit!r}, tune={tune!r}, tuning_db={tuning_db!r}, precision={precision!r}"
         ) from None
     return plan if plan is not None else _new_plan(key, subscripts, backend, infos, out)
 
@@ -473,7 +488,7 @@ def _new_plan(
     infos: Sequence[ArrayInfo],
     out: ArrayInfo | None,
 ) -> EinsumPlan:
-    plan = _prepare(subscripts, backend, infos, out, *key[2:6])
+    plan = _prepare(subscripts, backend, infos, out, *key[2:7])
     with _PLANS_LOCK:  # look-ups need no lock; evicting while another thread adds does
         while _PLANS and len(_PLANS) >= CACHE_SIZE:
             del _PLANS[next(iter(_PLANS))]
@@ -489,6 +504,7 @@ def einsum(
     backend: str = "auto",
     tune: bool | str | None = None,
     tuning_db: Any = None,
+    precision: str = "fp32",
 ) -> Any:
     """Evaluate the einsum ``subscripts`` (``"ik,kj->ij"``; NumPy's conventions) on
     the operands with einkern kernels and return the result: ``out`` when given,
@@ -500,7 +516,8 @@ def einsum(
     along that path, one kernel per step; ``False``: one kernel over every
     index.  ``memory_limit``: largest intermediate opt_einsum may choose
     (elements, or ``"max_input"``).  ``tune``/``tuning_db``: each kernel's
-    configuration, as in :func:`einkern.compile`.  The module docstring says
+    configuration, as in :func:`einkern.compile`; ``precision``: what float32
+    products may be computed in, as in :func:`einkern.compile`.  The module docstring says
     how a plan is decided; :func:`einsum_plan` shows it.  Plans are cached per
     subscripts, operand shapes, dtypes and strides, ``out``'s, backend and
     options."""
@@ -524,6 +541,7 @@ def einsum(
         memory_limit,
         tune,
         tuning_db,
+        precision,
     )
     result = plan.run(operands, described, out, out_info)
     if out is None and type(result) is np.ndarray and result.ndim == 0:

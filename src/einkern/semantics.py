@@ -34,6 +34,15 @@ DType = Literal["float32", "float64"]
 Layout = Literal["row", "column"]
 
 DTYPES: tuple[DType, ...] = get_args(DType)
+
+#: What float32 products may be computed in (``precision=`` of compile, einsum and
+#: the CLI; docs/tensor_cores.md): ``fp32`` (the SIMT units, fp32 rounding),
+#: ``tf32`` (tensor cores, inputs rounded to 10 mantissa bits, fp32 accumulation)
+#: or ``3xtf32`` (tensor cores, each input split into two tf32 parts, three
+#: products: fp32-level error).  A permission: backends without tensor cores
+#: compute in fp32, and float64 statements are unaffected.
+Precision = Literal["fp32", "tf32", "3xtf32"]
+PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 LAYOUTS: tuple[Layout, ...] = get_args(Layout)
 
 #: Bytes per element.
@@ -81,9 +90,18 @@ def compute_dtype(output: str, reads: Iterable[str]) -> DType:
     return widest([output, *reads])
 
 
-def tolerance(output: str) -> float:
+#: The float32 tolerance under ``precision="tf32"``: each input keeps 10 of its 23
+#: mantissa bits (unit roundoff 2**-11), so a product errs by up to about 1e-3
+#: relative; sums of such products stay within 5e-3 of the largest output
+#: (docs/tensor_cores.md has the measured errors).  3xTF32 keeps fp32's 1e-5.
+TF32_TOLERANCE = 5e-3
+
+
+def tolerance(output: str, precision: str = "fp32") -> float:
     """Accepted relative error of a statement's result against the reference: that
-    of the output's dtype."""
+    of the output's dtype, or :data:`TF32_TOLERANCE` for float32 under tf32."""
+    if output == "float32" and precision == "tf32":
+        return TF32_TOLERANCE
     return TOLERANCE[output]
 
 

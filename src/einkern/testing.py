@@ -114,8 +114,9 @@ def random_scalars(
 
 
 def output_tolerance(problem: Problem, name: str) -> float:
-    """Accepted relative error of output ``name`` of ``problem`` (its dtype's)."""
-    return tolerance(problem.program.tensor(name).dtype)
+    """Accepted relative error of output ``name`` of ``problem`` (its dtype's, under
+    the program's precision)."""
+    return tolerance(problem.program.tensor(name).dtype, problem.program.precision)
 
 
 def assert_matches_reference(

@@ -17,6 +17,7 @@ import numpy as np
 from .._version import __version__
 from ..errors import EinkernError, UsageError
 from ..ir.nodes import accesses
+from ..semantics import PRECISIONS
 from .common import BACKEND_HELP, Parser, add_extent_argument, format_bytes, load_problem
 
 
@@ -90,6 +91,13 @@ def _parser() -> argparse.ArgumentParser:
             "--no-rewrite",
             action="store_true",
             help="compile each statement as one kernel: no program rewrites (docs/rewrites.md)",
+        )
+        p.add_argument(
+            "--precision",
+            default="fp32",
+            choices=list(PRECISIONS),
+            help="what float32 products may be computed in: fp32 (default), tf32 or 3xtf32 "
+            "(cuda: tensor cores where the model says they win; docs/tensor_cores.md)",
         )
     for p in (run, emit):
         p.add_argument(
@@ -186,7 +194,10 @@ def _check_program(args):
         text = sys.stdin.buffer.read().decode("utf-8")
     except UnicodeDecodeError as error:
         raise UsageError(f"standard input is not UTF-8 text ({error})") from None
-    return make_problem(build_program(parse_text(text, "<stdin>")), dict(args.extent))
+    from ..api import with_precision
+
+    program = with_precision(build_program(parse_text(text, "<stdin>")), args.precision)
+    return make_problem(program, dict(args.extent))
 
 
 def command_check(args) -> int:

@@ -42,8 +42,9 @@ def add_extent_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def load_problem(args: argparse.Namespace):
-    """The problem of ``args.program`` (a file path) with ``args.extent`` bound."""
-    from ..api import load
+    """The problem of ``args.program`` (a file path) with ``args.extent`` bound (and
+    ``args.precision`` where the command has it)."""
+    from ..api import load, with_precision
     from ..ir.bind import make_problem
 
     path = Path(args.program)
@@ -51,7 +52,8 @@ def load_problem(args: argparse.Namespace):
         raise UsageError(f"no such file: {args.program}", hint="give the path of a program file")
     if path.is_dir():
         raise UsageError(f"{args.program} is a directory, not a program file")
-    return make_problem(load(path), dict(args.extent))
+    program = with_precision(load(path), getattr(args, "precision", "fp32"))
+    return make_problem(program, dict(args.extent))
 
 
 def format_bytes(nbytes: int) -> str:

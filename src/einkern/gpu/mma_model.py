@@ -18,11 +18,12 @@ mappings on one scale.
   memory-bound 6-index contraction stored at about 1.2 TB/s of 3.0);
 * **l2**: A read once per N tile and B once per M tile.
 
-The SIMT model's predictions are faster than its kernels run: on DGEMM 2048 and
-4096 it predicts 0.757× and 0.756× the measured times (0.847 ms against 1.12,
-6.73 against 8.88; H100).  The decision compares the two families on one scale,
-so the tensor-core times, built from measured rates, are multiplied by that
-ratio (``SIMT_MODEL_SCALE``).
+The SIMT model's predictions are off its kernels' times by a factor per type:
+on DGEMM 2048 and 4096 it predicts 0.757× and 0.756× the measured times (0.847
+ms against 1.12, 6.73 against 8.88; H100), on SGEMM 4096 1.09× (3.078 against
+2.83).  The decision compares the two families on one scale, so the
+tensor-core times, built from measured rates, are multiplied by that ratio
+(``SIMT_MODEL_SCALE``).
 
 docs/tensor_cores.md has the measurements.  :func:`einkern.gpu.model.cost_terms`
 calls :func:`mma_terms` for tensor-core mappings.
@@ -31,6 +32,7 @@ calls :func:`mma_terms` for tensor-core mappings.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from ..ir.task import Task
 from .contraction import NotAContraction, contraction_of
@@ -40,13 +42,16 @@ from .mma_config import MmaConfig
 from .model import L2_OVER_DRAM, Terms
 
 #: Whole-device multiply-add rate (flop/s, FMA = 2) of the generated kernel with
-#: 128×128 tiles, per input type, measured on an H100 (132 SMs).
-KERNEL_RATE = {"f64": 38.1e12, "tf32": 150e12}
+#: 128×128 tiles, per input type, measured on an H100 (132 SMs): DGEMM 4096 at
+#: 38.1 TFLOP/s (the instruction: 65–66), SGEMM 4096 under tf32 at 69.5 (the
+#: instruction: 309; cuBLAS 413: the kernel is bound by its shared-memory loads).
+KERNEL_RATE = {"f64": 38.1e12, "tf32": 69.5e12}
 MEASURED_SMS = 132
 TILE_OVERHEAD = 16.0
 STORE_EFFICIENCY = 0.4
-#: The SIMT model's predicted over measured time where both families were measured.
-SIMT_MODEL_SCALE = 0.76
+#: The SIMT model's predicted over measured time, per tensor-core input type (the
+#: SIMT kernels it is compared with: fp64 for f64, fp32 for tf32).
+SIMT_MODEL_SCALE = {"f64": 0.76, "tf32": 1.09}
 
 
 def tile_rate(config: MmaConfig) -> float:
@@ -83,7 +88,8 @@ def mma_bounds(task: Task, config: MmaConfig, limits: DeviceLimits) -> tuple[flo
 
 def mma_terms(task: Task, config: MmaConfig, limits: DeviceLimits) -> Terms:
     """:func:`mma_bounds` as the model's :class:`~einkern.gpu.model.Terms`."""
-    dram, l2, arithmetic = (t * SIMT_MODEL_SCALE for t in mma_bounds(task, config, limits))
+    scale = SIMT_MODEL_SCALE[SHAPES[config.shape].input_type]
+    dram, l2, arithmetic = (t * scale for t in mma_bounds(task, config, limits))
     return Terms(dram, l2, 0.0, arithmetic, 0.0)
 
 
@@ -98,25 +104,39 @@ F64_TILES = (
 
 
 #: Fewest flops for which tensor cores are offered: below, every mapping is
-#: launch- and latency-bound (DGEMM 256 has 3.4e7) and the model's throughput
-#: terms say nothing about which is faster.
-MIN_FLOPS = 1 << 24
+#: launch- and latency-bound and the model's throughput terms say nothing about
+#: which is faster (H100: a 4096×64×64 product, 3.4e7 flops, ran 0.065 ms on
+#: DMMA against 0.059 ms on the SIMT default; DGEMM 256 has 3.4e7 too).
+MIN_FLOPS = 1 << 26
+
+
+#: The tile shapes offered for float32 when the program's precision allows tf32
+#: (k-steps of 32: four m16n8k8 steps per shared tile); ``split`` for 3xtf32.
+TF32_TILES = (
+    MmaConfig("m16n8k8_tf32", 4, 4, 2, 4, 32),  # 128 x 128
+    MmaConfig("m16n8k8_tf32", 2, 4, 2, 4, 32),  # 64 x 128
+    MmaConfig("m16n8k8_tf32", 2, 2, 2, 4, 32),  # 64 x 64
+)
 
 
 def mma_candidates(task: Task) -> list[MmaConfig]:
-    """Tensor-core tile shapes for ``task``: fp64 statements of GEMM form (every
-    tensor float64) of at least :data:`MIN_FLOPS`; empty otherwise.  float32
-    stays on the SIMT units until a precision option allows TF32 (its rounding
-    is not fp32's)."""
+    """Tensor-core tile shapes for ``task``, a statement of GEMM form of at least
+    :data:`MIN_FLOPS`: fp64 ones when every tensor is float64; tf32 ones (3xTF32
+    when the precision says so) when every tensor is float32 and the program's
+    precision is not ``fp32``; empty otherwise."""
     if not task.single:
         return []
     program = task.program
-    if {program.tensor(t).dtype for t in task.statement.tensors()} != {"float64"}:
+    dtypes = {program.tensor(t).dtype for t in task.statement.tensors()}
+    if dtypes == {"float64"}:
+        tiles = list(F64_TILES)
+    elif dtypes == {"float32"} and program.precision in ("tf32", "3xtf32"):
+        split = program.precision == "3xtf32"
+        tiles = [replace(t, split=split) for t in TF32_TILES]
+    else:
         return []
     try:
         c = contraction_of(task)
     except NotAContraction:
         return []
-    if c.flops < MIN_FLOPS:
-        return []
-    return list(F64_TILES)
+    return tiles if c.flops >= MIN_FLOPS else []

@@ -108,7 +108,12 @@ class FusionPlan:
         if tuple(statements) == program.statements:
             return self.problem
         rewritten = Program(
-            program.name, program.extents, program.tensors, program.scalars, tuple(statements)
+            program.name,
+            program.extents,
+            program.tensors,
+            program.scalars,
+            tuple(statements),
+            program.precision,
         )
         return Problem(rewritten, self.problem.sizes)
 

@@ -300,6 +300,8 @@ class Program:
     tensors: tuple[Tensor, ...]
     scalars: tuple[Scalar, ...]
     statements: tuple[Statement, ...]
+    #: What float32 products may be computed in (:data:`einkern.semantics.PRECISIONS`).
+    precision: str = "fp32"
 
     def tensor(self, name: str) -> Tensor:
         return self._tensors_by_name[name]

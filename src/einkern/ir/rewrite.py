@@ -118,6 +118,7 @@ def _apply(problem: Problem, position: int, edit: _Edit) -> Problem:
         program.tensors + tuple(edit.tensors),
         program.scalars,
         tuple(statements),
+        program.precision,
     )
     return Problem(new, problem.sizes + tuple((e.name, n) for e, n in edit.extents))
 

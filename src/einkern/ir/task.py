@@ -131,6 +131,7 @@ class Task:
             self.tensors,
             tuple(s for s in program.scalars if s.name in scalars),
             self.statements,
+            program.precision,
         )
         return Problem(view, self.sizes)
 

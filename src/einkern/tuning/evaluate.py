@@ -47,7 +47,10 @@ def tolerance(task: Task) -> float:
     """Accepted relative error of ``task``: the loosest tolerance of its outputs'
     dtypes (:func:`einkern.semantics.tolerance`)."""
     program = task.program
-    return max(semantics.tolerance(program.tensor(name).dtype) for name in task.outputs())
+    return max(
+        semantics.tolerance(program.tensor(name).dtype, program.precision)
+        for name in task.outputs()
+    )
 
 
 @dataclass(frozen=True)

@@ -77,5 +77,12 @@ def merged_task(problem: Problem, positions: tuple[int, ...]) -> Task:
     """The one-statement task of a merge group's merged statement."""
     program = problem.program
     merged = merge_statements(program, positions, checked=True)
-    alone = Program(program.name, program.extents, program.tensors, program.scalars, (merged,))
+    alone = Program(
+        program.name,
+        program.extents,
+        program.tensors,
+        program.scalars,
+        (merged,),
+        program.precision,
+    )
     return Task(Problem(alone, problem.sizes), (0,))

@@ -218,11 +218,24 @@ class CudaConfig:
     def __post_init__(self) -> None:
         if self.mma is not None:
             _require(isinstance(self.mma, MmaConfig), f"mma {self.mma!r}")
-            _require(self.gett is None and self.split is None, "mma with gett or split")
-            neutral = (("x", ""), ("y", ""), ("block", (1, 1)), ("regs", (1, 1, 1)))
-            for name, value in (*neutral, ("boundary", "guard")):
+            # the tile shape decides everything: the other fields take neutral
+            # values, so that one tensor-core kernel has one configuration
+            neutral = {
+                "x": "",
+                "y": "",
+                "block": (1, 1),
+                "regs": (1, 1, 1),
+                "assign": "cyclic",
+                "staging": NO_STAGING,
+                "unroll": 1,
+                "boundary": "guard",
+                "spread": None,
+                "preload": None,
+                "gett": None,
+                "split": None,
+            }
+            for name, value in neutral.items():
                 object.__setattr__(self, name, value)
-            object.__setattr__(self, "staging", NO_STAGING)
         if self.gett is not None:
             _require(isinstance(self.gett, GettTiling), f"gett {self.gett!r}")
             self._normalise_gett()

@@ -39,7 +39,7 @@ from .contraction import NotAContraction, contraction_of
 from .device import DeviceLimits
 from .mma import SHAPES
 from .mma_config import MmaConfig
-from .model import L2_OVER_DRAM, Terms
+from .terms import L2_OVER_DRAM, Terms
 
 #: Whole-device multiply-add rate (flop/s, FMA = 2) of the generated kernel with
 #: 128×128 tiles, per input type, measured on an H100 (132 SMs): DGEMM 4096 at

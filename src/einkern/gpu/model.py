@@ -38,15 +38,12 @@ from ..ir.task import Task
 from .device import H100, DeviceLimits
 from .lower import compute_dtype
 from .mapping import Mapping, ParallelTile
+from .mma_model import mma_terms
 from .normalize import reduction_of
 from .space import products_per_output
 from .staging import natural_order
+from .terms import L2_OVER_DRAM, TERMS, Terms
 
-#: The model's terms, in the order :class:`Terms` and :class:`Calibration` hold them.
-TERMS = ("dram", "l2", "lsu", "arithmetic", "latency")
-#: L2 → SM bandwidth, as a multiple of the DRAM bandwidth (H100: sd_t_d1_1 at T = 16
-#: runs in 0.108 ms while its blocks read 4× the DRAM floor's bytes from L2).
-L2_OVER_DRAM = 4.0
 #: Bytes a discontiguous run of DRAM traffic costs beyond its own (partial
 #: 128-byte lines at both ends, row switches): a run of r bytes moves at
 #: r / (r + RUN_OVERHEAD) of the bandwidth.
@@ -132,33 +129,6 @@ def run_efficiency(run: int) -> float:
 
 
 @dataclass(frozen=True)
-class Terms:
-    """The model's bounds for one mapping, in seconds (see the module docstring),
-    and the efficiency the throughput bounds are already divided by."""
-
-    dram: float
-    l2: float
-    lsu: float
-    arithmetic: float
-    latency: float
-    efficiency: float = 1.0
-    factor: float = 1.0  # measured effects applied after combining (preload)
-
-    def values(self) -> tuple[float, ...]:
-        return tuple(getattr(self, name) for name in TERMS)
-
-    def dominant(self) -> str:
-        return max(TERMS, key=lambda name: getattr(self, name))
-
-    def to_json(self) -> dict[str, float]:
-        return {
-            **{name: getattr(self, name) for name in TERMS},
-            "efficiency": self.efficiency,
-            "factor": self.factor,
-        }
-
-
-@dataclass(frozen=True)
 class Calibration:
     """Per-term scale factors and the overlap of the non-dominant terms."""
 
@@ -201,8 +171,6 @@ def cost_terms(task: Task, mapping: Mapping, limits: DeviceLimits = H100) -> Ter
     """The model's bounds for ``task`` under ``mapping`` (see the module docstring;
     tensor-core mappings: :mod:`einkern.gpu.mma_model`)."""
     if mapping.mma is not None:
-        from .mma_model import mma_terms  # it builds on this module's Terms
-
         return mma_terms(task, mapping.mma, limits)
     problem = task.problem
     statement = task.statement

@@ -24,6 +24,7 @@ merged statement, nest groups as consecutive statements, whose
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -205,7 +206,12 @@ def _masks(sets: list[set[int]]) -> list[int]:
 
 
 def _positions(mask: int) -> tuple[int, ...]:
-    return tuple(p for p in range(mask.bit_length()) if mask >> p & 1)
+    found = []
+    while mask:  # one step per set bit, lowest first
+        low = mask & -mask
+        found.append(low.bit_length() - 1)
+        mask ^= low
+    return tuple(found)
 
 
 def _candidates(problem: Problem, cost: GroupCost) -> tuple[list[Group], tuple[str, ...], bool]:
@@ -387,18 +393,23 @@ def _order(program: Program, groups: list[Group]) -> list[Group] | None:
     """The groups in an order respecting every dependence (ties: earliest statement
     first), or None when they depend on one another in a cycle."""
     owner = {p: n for n, g in enumerate(groups) for p in g.positions}
-    before: list[set[int]] = [set() for _ in groups]
+    after: list[set[int]] = [set() for _ in groups]
     for dependence in dependences(program):
         a, b = owner[dependence.source], owner[dependence.sink]
         if a != b:
-            before[b].add(a)
+            after[a].add(b)
+    waiting = [0] * len(groups)  # groups each one still waits for
+    for later in after:
+        for n in later:
+            waiting[n] += 1
+    ready = [(g.positions[0], n) for n, g in enumerate(groups) if not waiting[n]]
+    heapq.heapify(ready)
     done: list[int] = []
-    waiting = set(range(len(groups)))
-    while waiting:
-        ready = [n for n in waiting if before[n] <= set(done)]
-        if not ready:
-            return None
-        first = min(ready, key=lambda n: groups[n].positions[0])
+    while ready:  # Kahn's algorithm, the earliest statement first among the ready
+        _, first = heapq.heappop(ready)
         done.append(first)
-        waiting.remove(first)
-    return [groups[n] for n in done]
+        for n in after[first]:
+            waiting[n] -= 1
+            if not waiting[n]:
+                heapq.heappush(ready, (groups[n].positions[0], n))
+    return [groups[n] for n in done] if len(done) == len(groups) else None

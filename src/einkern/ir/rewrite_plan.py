@@ -29,6 +29,7 @@ from .nodes import Problem
 from .rewrite import Rewrite, RewriteError, split_products
 from .rewrite_k import longest_index, split_k
 from .rewrite_ttgt import ttgt
+from .task import statement_task
 
 #: The rewrites there are, by name.
 REWRITES = ("split_products", "split_k", "ttgt")
@@ -91,6 +92,8 @@ def plan(
     current = problem
     rewrites: list[Rewrite] = []
     notes: list[str] = []
+    if memory_limit is None:  # split_products' default, of the program as given
+        memory_limit = 4 * max(problem.numel(t.name) for t in problem.program.tensors)
     for position in reversed(range(len(problem.program.statements))):
         count = 1
         if "split_products" in allowed:
@@ -126,13 +129,16 @@ def _candidates(
     if "split_k" in allowed:
         statement = problem.program.statements[position]
         index = longest_index(problem, statement)
-        blocks = model.blocks(problem, position)
+        size = 0 if index is None else problem.index_size(statement, index)
+        # the cheap reasons first: the blocks need the statement's mapping decided
+        blocks = model.blocks(problem, position) if size >= 2 * MIN_SLICE else 0
         if index is None:
             skipped.append("split_k: no sum to split")
+        elif size < 2 * MIN_SLICE:
+            skipped.append(f"split_k: the sum over {index} ({size}) is too short to split")
         elif blocks >= model.sm_count:
             skipped.append(f"split_k: {blocks} blocks already fill {model.sm_count} SMs")
         else:
-            size = problem.index_size(statement, index)
             slices = min(math.ceil(2 * model.sm_count / max(blocks, 1)), size // MIN_SLICE)
             if slices < 2:
                 skipped.append(f"split_k: the sum over {index} ({size}) is too short to split")
@@ -152,13 +158,16 @@ def _best(
     label: str,
     notes: list[str],
 ) -> Rewrite | None:
-    candidates, skipped = _candidates(problem, position, model, allowed)
+    # judged on the statement alone (its tensors, scalars and extents): a rewrite of
+    # the whole program per candidate made planning quadratic in the statements
+    alone = statement_task(problem, position).view
+    candidates, skipped = _candidates(alone, 0, model, allowed)
     if not candidates:
         if skipped:
             notes.append(f"{label}: direct: no candidate ({'; '.join(skipped)})")
         return None
-    direct = model.time(problem, range(position, position + 1))
-    timed = [(model.time(c.problem, range(position, position + c.count)), c) for c in candidates]
+    direct = model.time(alone, range(1))
+    timed = [(model.time(c.problem, range(c.count)), c) for c in candidates]
     seconds, best = min(timed, key=lambda pair: pair[0])
     others = ", ".join(f"{c.name} {t * 1e6:.3g} us" for t, c in timed)
     if seconds < MARGIN * direct:
@@ -166,7 +175,12 @@ def _best(
             f"{label}: {best.name}: predicted {seconds * 1e6:.3g} us against "
             f"{direct * 1e6:.3g} us direct ({others}): {best.reason}"
         )
-        return best
+        # the same rewrite of the whole program (its temporaries named apart there)
+        found, _ = _candidates(problem, position, model, (best.name,))
+        if found:
+            return found[0]
+        notes[-1] = f"{label}: direct: {best.name} applies to the statement alone only"
+        return None
     notes.append(
         f"{label}: direct: predicted {direct * 1e6:.3g} us, no rewrite "
         f"{MARGIN:.0%} of that or less ({others})" + (f"; {'; '.join(skipped)}" if skipped else "")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 
+from gpu_gett import program_text  # the same one-product programs, float32 here
+
 import einkern
 from einkern.bench.cuda_device import CudaDevice
 
@@ -21,17 +23,6 @@ CASES = {
 }
 
 
-def program_text(spec: str, sizes: dict[str, int]) -> str:
-    out, product = spec.split("=")
-    a, b = product.split("*")
-    dims = ", ".join(f"{i} = {n}" for i, n in sizes.items())
-    return (
-        f"dims {dims}\ndtype float32\n"
-        f"tensor C[{', '.join(out)}], A[{', '.join(a)}], B[{', '.join(b)}]\n"
-        f"C[{','.join(out)}] = A[{','.join(a)}] * B[{','.join(b)}]\n"
-    )
-
-
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=15)
@@ -40,7 +31,7 @@ def main() -> int:
     torch = device.torch
     rows = []
     for name, (spec, sizes) in CASES.items():
-        text = program_text(spec, sizes)
+        text = program_text(spec, sizes, "float32", "row")
         out, product = spec.split("=")
         a_idx, b_idx = product.split("*")
         expression = f"{a_idx},{b_idx}->{out}"

@@ -210,7 +210,7 @@ def command_check(args) -> int:
         return check_affine(args)
     problem = _check_program(args)
     program = problem.program
-    polyhedra = poly.Polyhedra(program)
+    polyhedra = poly.polyhedra(program)  # cached: the fusion planner asks again
     print(f"program {program.name}")
     sizes = ", ".join(f"{n}={v}" for n, v in problem.sizes if not n.isdigit())
     print(f"extents  {sizes or '(none)'}")
@@ -250,7 +250,7 @@ def command_check(args) -> int:
             print(f"    domain  {own.domain}")
             for access in (statement.output, *accesses(statement.rhs)):
                 print(f"    access  {own.access_map(access)}")
-    _print_dependences(polyhedra.dependences(), args.dependences)
+    _print_dependences(poly.dependences(program), args.dependences)
     _print_fusion(problem, args.backend)
     flops = analysis.program_flops(problem)
     kernel_bytes = format_bytes(analysis.kernel_floor_bytes(problem))

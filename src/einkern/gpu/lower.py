@@ -515,11 +515,9 @@ def _mma_problems(
         contraction_of(task)
     except NotAContraction as error:
         return [f"no GEMM form for tensor cores: {error}"]
-    problems = mma_problems(task, mapping.mma)
+    problems = mma_problems(task, mapping.mma)  # the threads' limit among them
     if problems:
         return problems
-    if mapping.threads > limits.max_threads_per_block:
-        return [f"{mapping.threads} threads per block (limit {limits.max_threads_per_block})"]
     shared = mma_shared_bytes(mapping.mma)
     allowed = limits.shared_per_block if max_shared_bytes is None else max_shared_bytes
     if shared > allowed:

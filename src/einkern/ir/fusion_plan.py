@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
@@ -108,14 +108,7 @@ class FusionPlan:
                 statements.extend(program.statements[p] for p in group.positions)
         if tuple(statements) == program.statements:
             return self.problem
-        rewritten = Program(
-            program.name,
-            program.extents,
-            program.tensors,
-            program.scalars,
-            tuple(statements),
-            program.precision,
-        )
+        rewritten = replace(program, statements=tuple(statements))
         return Problem(rewritten, self.problem.sizes)
 
     @cached_property

@@ -112,13 +112,11 @@ def _apply(problem: Problem, position: int, edit: _Edit) -> Problem:
     program = problem.program
     statements = list(program.statements)
     statements[position : position + 1] = edit.statements
-    new = Program(
-        program.name,
-        program.extents + tuple(e for e, _ in edit.extents),
-        program.tensors + tuple(edit.tensors),
-        program.scalars,
-        tuple(statements),
-        program.precision,
+    new = replace(
+        program,
+        extents=program.extents + tuple(e for e, _ in edit.extents),
+        tensors=program.tensors + tuple(edit.tensors),
+        statements=tuple(statements),
     )
     return Problem(new, problem.sizes + tuple((e.name, n) for e, n in edit.extents))
 

@@ -13,7 +13,7 @@ statements out of a program.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from .nodes import Access, Problem, Program, ScalarRef, Statement, Tensor, walk
@@ -125,13 +125,13 @@ class Task:
         program = self.program
         extents = set(self.extent_names)
         scalars = set(self.scalar_names)
-        view = Program(
-            self.name,
-            tuple(e for e in program.extents if e.name in extents),
-            self.tensors,
-            tuple(s for s in program.scalars if s.name in scalars),
-            self.statements,
-            program.precision,
+        view = replace(
+            program,
+            name=self.name,
+            extents=tuple(e for e in program.extents if e.name in extents),
+            tensors=self.tensors,
+            scalars=tuple(s for s in program.scalars if s.name in scalars),
+            statements=self.statements,
         )
         return Problem(view, self.sizes)
 

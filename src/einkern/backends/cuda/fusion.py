@@ -11,8 +11,10 @@ kernels :mod:`.siblings` combines into one launch; other groups give None.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ...ir.fusion import MERGE, merge_statements
-from ...ir.nodes import Problem, Program
+from ...ir.nodes import Problem
 from ...ir.task import Task, statement_task
 from .limits import device_limits
 
@@ -77,12 +79,5 @@ def merged_task(problem: Problem, positions: tuple[int, ...]) -> Task:
     """The one-statement task of a merge group's merged statement."""
     program = problem.program
     merged = merge_statements(program, positions, checked=True)
-    alone = Program(
-        program.name,
-        program.extents,
-        program.tensors,
-        program.scalars,
-        (merged,),
-        program.precision,
-    )
+    alone = replace(program, statements=(merged,))
     return Task(Problem(alone, problem.sizes), (0,))

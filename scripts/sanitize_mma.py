@@ -1,6 +1,7 @@
 """One small tensor-core kernel per fp64 MMA shape (einkern.gpu.mma_lower), on
-extents the tiles do not divide, run once on the GPU and checked against
-torch.einsum; meant to run under ``compute-sanitizer --tool memcheck|racecheck``.
+extents the tiles do not divide, and every tile shape the decision or the tuner
+offers (fp64 and tf32), run once on the GPU and checked against torch.einsum;
+meant to run under ``compute-sanitizer --tool memcheck|racecheck``.
 
     compute-sanitizer --tool racecheck python3 scripts/sanitize_mma.py
 """
@@ -8,6 +9,7 @@ torch.einsum; meant to run under ``compute-sanitizer --tool memcheck|racecheck``
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 import torch
 
@@ -17,46 +19,67 @@ from einkern.backends.cuda.nvrtc import compile_cubin
 from einkern.gpu.cuda_printer import launch_shape, print_cuda
 from einkern.gpu.mma import SHAPES
 from einkern.gpu.mma_lower import MmaConfig, lower_mma
+from einkern.gpu.mma_model import F64_REGISTER_TILES, F64_TILES, TF32_TILES
 from einkern.ir.bind import make_problem
 from einkern.ir.task import statement_task
 
 PROGRAM = """program sanitize
 dims a, b, c, d, k, l
-dtype float64
+dtype {dtype}
 tensor A[a,k,b,l], B[l,c,k,d], C[a,b,c,d]
 C[p,q,r,s] = A[p,x,q,y] * B[y,r,x,s]
 """
 SIZES = {"a": 13, "b": 7, "c": 9, "d": 5, "k": 6, "l": 5}
+#: Extents the default tiles (up to 128 x 128) do not divide: several blocks and
+#: partial tiles on both sides.
+DEFAULT_SIZES = {"a": 19, "b": 9, "c": 17, "d": 11, "k": 7, "l": 9}
+
+
+def run(config: MmaConfig, dtype: str, sizes: dict[str, int], arch: str, label: str) -> bool:
+    """One launch of ``config``'s kernel on random data, checked against torch."""
+    torch_type = torch.float64 if dtype == "float64" else torch.float32
+    program = einkern.load(PROGRAM.format(dtype=dtype))
+    if dtype == "float32":
+        program = replace(program, precision="tf32")
+    task = statement_task(make_problem(program, sizes), 0)
+    s = sizes
+    a = torch.randn(s["a"], s["k"], s["b"], s["l"], dtype=torch_type, device="cuda")
+    b = torch.randn(s["l"], s["c"], s["k"], s["d"], dtype=torch_type, device="cuda")
+    want = torch.einsum("pxqy,yrxs->pqrs", a.double(), b.double())
+    kernel = lower_mma(task, config, "sanitize")
+    loaded = driver.load_module(compile_cubin(print_cuda(kernel), arch).cubin, ["sanitize"])
+    launch = launch_shape(kernel)
+    if launch.dynamic_shared_bytes > 48 * 1024:
+        driver.allow_dynamic_shared(
+            loaded.functions["sanitize"], launch.dynamic_shared_bytes, 0, "sanitize"
+        )
+    out = torch.full(want.shape, float("nan"), dtype=torch_type, device="cuda")
+    pointers = [a.data_ptr(), b.data_ptr(), out.data_ptr()]
+    driver.launch(
+        loaded.functions["sanitize"], launch.grid, launch.block, pointers, (), 0,
+        "sanitize", launch.dynamic_shared_bytes,
+    )  # fmt: skip
+    torch.cuda.synchronize()
+    error = float((out.double() - want).abs().max() / want.abs().max())
+    ok = error < (1e-12 if dtype == "float64" else 5e-3)
+    print(f"{label}: relative error {error:.1e} {'ok' if ok else 'WRONG'}")
+    return ok
 
 
 def main() -> int:
     driver.initialize()
     arch = driver.device_properties().arch
-    problem = make_problem(einkern.load(PROGRAM), SIZES)
-    task = statement_task(problem, 0)
-    a = torch.randn(13, 6, 7, 5, dtype=torch.float64, device="cuda")
-    b = torch.randn(5, 9, 6, 5, dtype=torch.float64, device="cuda")
-    want = torch.einsum("pxqy,yrxs->pqrs", a, b)
     failures = 0
     for name, shape in SHAPES.items():
         if shape.input_type != "f64" or int(arch[3:].rstrip("a")) < shape.min_arch:
             continue
         for stages in (1, 2):
             config = MmaConfig(name, 2, 2, 1, 2, 2 * shape.k, stages=stages)
-            kernel = lower_mma(task, config, "sanitize")
-            loaded = driver.load_module(compile_cubin(print_cuda(kernel), arch).cubin, ["sanitize"])
-            out = torch.full_like(want, float("nan"))
-            launch = launch_shape(kernel)
-            pointers = [a.data_ptr(), b.data_ptr(), out.data_ptr()]
-            driver.launch(
-                loaded.functions["sanitize"], launch.grid, launch.block, pointers, (), 0,
-                "sanitize", launch.dynamic_shared_bytes,
-            )  # fmt: skip
-            torch.cuda.synchronize()
-            error = float((out - want).abs().max() / want.abs().max())
-            ok = error < 1e-12
-            failures += not ok
-            print(f"{name} stages={stages}: relative error {error:.1e} {'ok' if ok else 'WRONG'}")
+            failures += not run(config, "float64", SIZES, arch, f"{name} stages={stages}")
+    for config in (*F64_TILES, *F64_REGISTER_TILES):
+        failures += not run(config, "float64", DEFAULT_SIZES, arch, config.describe())
+    for config in TF32_TILES:
+        failures += not run(config, "float32", DEFAULT_SIZES, arch, config.describe())
     return 1 if failures else 0
 
 

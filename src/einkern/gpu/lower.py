@@ -482,9 +482,14 @@ def epilogue(b: KernelBuilder) -> list[kir.Stmt]:
 
 
 def lower(
-    task: Task, mapping: Mapping, name: str | None = None, max_shared_bytes: int = 48 * 1024
+    task: Task,
+    mapping: Mapping,
+    name: str | None = None,
+    max_shared_bytes: int = H100.shared_per_block_optin,
 ) -> kir.Kernel:
-    """Kernel IR for ``task`` (one statement) under ``mapping`` (validated first)."""
+    """Kernel IR for ``task`` (one statement) under ``mapping`` (validated first;
+    ``max_shared_bytes``: a block's shared memory with the opt-in launch attribute,
+    which the runtime sets for kernels over 48 KiB)."""
     problems = check_mapping(task, mapping, max_shared_bytes)
     if mapping.boundary == "pad":
         problems.append(

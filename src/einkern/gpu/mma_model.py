@@ -46,6 +46,12 @@ from .terms import L2_OVER_DRAM, Terms
 #: 38.1 TFLOP/s (the instruction: 65–66), SGEMM 4096 under tf32 at 69.5 (the
 #: instruction: 309; cuBLAS 413: the kernel is bound by its shared-memory loads).
 KERNEL_RATE = {"f64": 38.1e12, "tf32": 69.5e12}
+#: The rate of the cp.async pipelines over the register-prefetched kernel of the same
+#: block tile: DGEMM 4096 on an H100, 128×128 with 8 warps and 3 stages 47.3 against
+#: 38.1 TFLOP/s (1.24); the 128×64, 64×64 and 64×128 tiles measured 1.30, 1.29 and
+#: 1.16 over the tile-scaled register rate (docs/tensor_cores.md).  Measured for f64
+#: only: tf32 keeps the register kernels.
+ASYNC_GAIN = 1.24
 MEASURED_SMS = 132
 TILE_OVERHEAD = 16.0
 STORE_EFFICIENCY = 0.4
@@ -71,6 +77,8 @@ def mma_bounds(task: Task, config: MmaConfig, limits: DeviceLimits) -> tuple[flo
     blocks = tiles_m * tiles_n * batch
     steps = math.ceil(k / config.k_step) * config.k_step
     per_sm = KERNEL_RATE[shape.input_type] / MEASURED_SMS * tile_rate(config)
+    if config.copy == "async":
+        per_sm *= ASYNC_GAIN
     if config.split:
         per_sm /= 3
     busiest = math.ceil(blocks / limits.sm_count)
@@ -93,9 +101,22 @@ def mma_terms(task: Task, config: MmaConfig, limits: DeviceLimits) -> Terms:
     return Terms(dram, l2, 0.0, arithmetic, 0.0)
 
 
-#: The tile shapes the decision offers for fp64 (one register-prefetched stage:
-#: the measured best on an H100; two stages and cp.async were slower or untimed).
+#: The tile shapes the decision offers for fp64: cp.async pipelines, the fastest
+#: of each block tile measured on an H100 (DGEMM 4096: 128×128 47.3, 64×128 40.1,
+#: 64×64 40.9 TFLOP/s); the 128×64 tile has 8 warps of 2×4 instruction tiles here,
+#: as the 4-warp one measured (44.9) spills on index-group addressing.  They take
+#: more than 48 KiB of shared memory (the 128×128 tile: 110 KiB), launched through
+#: the opt-in attribute.
 F64_TILES = (
+    MmaConfig("m16n8k4_f64", 2, 4, 4, 4, 16, stages=3, copy="async"),  # 128 x 128, 256 threads
+    MmaConfig("m16n8k4_f64", 2, 4, 2, 4, 16, stages=3, copy="async"),  # 64 x 128
+    MmaConfig("m16n8k4_f64", 4, 2, 2, 4, 16, stages=3, copy="async"),  # 128 x 64
+    MmaConfig("m16n8k4_f64", 2, 2, 2, 4, 16, stages=4, copy="async"),  # 64 x 64, 128 threads
+)
+
+#: The register-prefetched one-stage tiles (within 48 KiB; DGEMM 4096 at 38.1
+#: TFLOP/s for 128×128): the tuner's space has them beside :data:`F64_TILES`.
+F64_REGISTER_TILES = (
     MmaConfig("m16n8k4_f64", 4, 4, 2, 4, 16),  # 128 x 128, 512 threads
     MmaConfig("m16n8k4_f64", 2, 4, 2, 4, 16),  # 64 x 128
     MmaConfig("m16n8k4_f64", 4, 2, 2, 4, 16),  # 128 x 64
@@ -119,17 +140,18 @@ TF32_TILES = (
 )
 
 
-def mma_candidates(task: Task) -> list[MmaConfig]:
+def mma_candidates(task: Task, tuning: bool = False) -> list[MmaConfig]:
     """Tensor-core tile shapes for ``task``, a statement of GEMM form of at least
-    :data:`MIN_FLOPS`: fp64 ones when every tensor is float64; tf32 ones (3xTF32
-    when the precision says so) when every tensor is float32 and the program's
-    precision is not ``fp32``; empty otherwise."""
+    :data:`MIN_FLOPS`: fp64 ones when every tensor is float64 (``tuning``: the
+    register-prefetched ones too); tf32 ones (3xTF32 when the precision says so)
+    when every tensor is float32 and the program's precision is not ``fp32``;
+    empty otherwise."""
     if not task.single:
         return []
     program = task.program
     dtypes = {program.tensor(t).dtype for t in task.statement.tensors()}
     if dtypes == {"float64"}:
-        tiles = list(F64_TILES)
+        tiles = list(F64_TILES) + (list(F64_REGISTER_TILES) if tuning else [])
     elif dtypes == {"float32"} and program.precision in ("tf32", "3xtf32"):
         split = program.precision == "3xtf32"
         tiles = [replace(t, split=split) for t in TF32_TILES]

@@ -16,6 +16,7 @@ from ..ir.nodes import Problem
 from ..ir.task import Task
 from . import exprs as E
 from . import kir
+from .device import H100
 from .lower import CTYPE, index_type, lower
 from .mapping import Mapping
 from .padding import padded_task
@@ -109,8 +110,12 @@ def copy_kernel(
     )
 
 
-def plan_task(task: Task, mapping: Mapping, name: str, max_shared_bytes: int = 48 * 1024) -> Plan:
-    """Launches for one task: one kernel, or pad → exact kernel → crop."""
+def plan_task(
+    task: Task, mapping: Mapping, name: str, max_shared_bytes: int = H100.shared_per_block_optin
+) -> Plan:
+    """Launches for one task: one kernel, or pad → exact kernel → crop.
+    ``max_shared_bytes``: a block's shared memory with the opt-in launch attribute
+    (the runtime sets it for kernels over 48 KiB)."""
     problem = task.problem
     if mapping.boundary != "pad":
         kernel = lower(task, mapping, name, max_shared_bytes)

@@ -387,7 +387,9 @@ def _grid_order(task: Task) -> tuple[str, ...]:
 def violation(task: Task, config: CudaConfig, limits: DeviceLimits = H100) -> str | None:
     """Why a configuration is not in the space (None: valid).  Cheap checks first."""
     if config.mma is not None:
-        problems = check_mapping(task, config_to_mapping(task, config), None, limits)
+        problems = check_mapping(
+            task, config_to_mapping(task, config), limits.shared_per_block_optin, limits
+        )
         return problems[0] if problems else None
     problem = task.problem
     statement = task.statement

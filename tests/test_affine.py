@@ -292,7 +292,7 @@ def test_gemm_loops_raise_to_a_tensor_program_that_every_backend_maps():
     assert not isinstance(program, str)
     assert [str(s) for s in program.statements] == [
         "C[i,j] = (C[i,j] * beta)",
-        "C[i,j] += sum[k](((alpha * A[i,k]) * B[k,j]))",
+        "C[i,j] += (alpha * sum[k]((A[i,k] * B[k,j])))",
     ]
     kernel = einkern.compile(EXAMPLES / "gemm_loops.c", backend="cpu", nj=12, nk=7)
     rng = np.random.default_rng(9)
@@ -380,3 +380,16 @@ def test_triangular_domains_launch_only_non_empty_tiles(shape, n):
         from einkern.gpu.cuda_printer import print_cuda
 
         assert compile_cubin(print_cuda(launch.kernel), "sm_90", use_cache=False).cubin
+
+
+def test_raise_takes_factors_without_the_summed_iterators_out_of_the_sum():
+    """``alpha * A[i,p] * x[i] * B[p,j]``: alpha and x[i] once per output, not per term;
+    a body without such a factor, or with nothing else, is left whole."""
+    from einkern.ir import nodes as T
+    from einkern.ir.affine_raise import summed_product
+
+    a, b, x = T.Access("A", ("i", "p")), T.Access("B", ("p", "j")), T.Access("x", ("i",))
+    body = T.Binary("*", T.Binary("*", T.Binary("*", T.ScalarRef("alpha"), a), x), b)
+    assert str(summed_product(("p",), body)) == "((alpha * x[i]) * sum[p]((A[i,p] * B[p,j])))"
+    assert str(summed_product(("p",), T.Binary("*", a, b))) == "sum[p]((A[i,p] * B[p,j]))"
+    assert str(summed_product(("p",), x)) == "sum[p](x[i])"

@@ -1,5 +1,7 @@
 """einkern.blas against SciPy's BLAS (``scipy.linalg.blas``) on random data, fp32 and
-fp64: every routine and every variant the brief lists."""
+fp64: every routine and every variant, on NumPy arrays and torch CPU tensors, with
+strided and transposed views; trsm's recursion and syrk's panels at sizes that
+exercise them."""
 
 from __future__ import annotations
 
@@ -92,18 +94,98 @@ def test_syrk_writes_only_the_requested_triangle(dtype, lower, trans):
 TRSM = list(itertools.product(DTYPES, "LR", [False, True], [False, True], [False, True]))
 
 
+def triangular(rng, size, dtype, lower):
+    """A well-conditioned triangular matrix whose other triangle is NaN (never read)."""
+    a = rand(rng, size, size, dtype=dtype) + (2 * size * np.eye(size)).astype(dtype)
+    other = np.triu_indices(size, 1) if lower else np.tril_indices(size, -1)
+    poisoned = a.copy()
+    poisoned[other] = np.nan
+    return a, poisoned
+
+
 @pytest.mark.parametrize("dtype, side, lower, trans, unit", TRSM)
 def test_trsm_every_variant(dtype, side, lower, trans, unit):
+    """One diagonal block (8 x 6), and the recursion (blocks of 3 rows: 11 x 13)."""
     rng = np.random.default_rng(5)
-    m, n = 8, 6
-    size = m if side == "L" else n
-    a = rand(rng, size, size, dtype=dtype) + (2 * size * np.eye(size)).astype(dtype)
-    b = rand(rng, m, n, dtype=dtype)
-    expected = scipy_fn("trsm", dtype)(
-        1.3, a, b, side=int(side == "R"), lower=int(lower), trans_a=int(trans), diag=int(unit)
+    for (m, n), block in (((8, 6), None), ((11, 13), 3)):
+        size = m if side == "L" else n
+        a, poisoned = triangular(rng, size, dtype, lower)
+        b = rand(rng, m, n, dtype=dtype)
+        expected = scipy_fn("trsm", dtype)(
+            1.3, a, b, side=int(side == "R"), lower=int(lower), trans_a=int(trans), diag=int(unit)
+        )
+        result = ek.trsm(
+            1.3, poisoned, b, side=side, lower=lower, trans=trans, unit=unit, block=block
+        )
+        assert relative_error(result, expected) <= TOL[dtype] * 10, (m, n, block)
+
+
+def test_trsm_blocks_of_every_size_agree():
+    """The recursion's split (at block boundaries, a last block shorter) for several
+    block sizes gives the same solution."""
+    rng = np.random.default_rng(6)
+    a, poisoned = triangular(rng, 23, np.float64, True)
+    b = rand(rng, 23, 5)
+    expected = blas.dtrsm(0.7, a, b, lower=1)
+    for block in (1, 2, 5, 8, 22, 23, 64):
+        result = ek.trsm(0.7, poisoned, b, lower=True, block=block)
+        assert relative_error(result, expected) <= 1e-11, block
+
+
+@pytest.mark.parametrize("lower, trans", list(itertools.product([False, True], repeat=2)))
+def test_syrk_panels(lower, trans):
+    """Several panels (width 4 of 10, the last shorter) write the same triangle."""
+    rng = np.random.default_rng(7)
+    a = rand(rng, *((3, 10) if trans else (10, 3)))
+    c = rand(rng, 10, 10)
+    expected = blas.dsyrk(0.8, a, beta=1.5, c=c, trans=int(trans), lower=int(lower))
+    result = ek.syrk(0.8, a, 1.5, c, trans=trans, lower=lower, panel=4)
+    mine = np.tril_indices(10) if lower else np.triu_indices(10)
+    other = np.triu_indices(10, 1) if lower else np.tril_indices(10, -1)
+    assert relative_error(result[mine], expected[mine]) <= 1e-12
+    assert np.array_equal(result[other], c[other])
+    assert ek.syrk_panel(4096) == 512 and ek.syrk_panel(100) == 64
+
+
+def test_transposed_and_strided_views():
+    """Fortran-ordered matrices are read as their transposes (ops flipped), other
+    strided views are copied: the results are SciPy's either way."""
+    rng = np.random.default_rng(8)
+    a = rand(rng, 9, 9)
+    f = np.asfortranarray(a)
+    x, y = rand(rng, 9), rand(rng, 18)[::2]  # y strided
+    assert relative_error(ek.gemv(1.1, f, x, 0.5, y), blas.dgemv(1.1, a, x, 0.5, y)) <= 1e-12
+    assert relative_error(ek.gemm(1.0, f, a[:, ::-1]), a @ a[:, ::-1]) <= 1e-12
+    low = np.tril(a) + 20 * np.eye(9)
+    for lower in (False, True):
+        expected = blas.dsymv(0.9, a, x, lower=int(lower))
+        assert relative_error(ek.symv(0.9, f, x, lower=lower), expected) <= 1e-12
+        # the other triangle is zero in both
+        expected = blas.dsyrk(1.0, a, trans=1, lower=int(lower))
+        assert relative_error(ek.syrk(1.0, f, trans=True, lower=lower), expected) <= 1e-12
+    expected = blas.dtrsm(1.0, low, a, lower=1, side=1)
+    assert (
+        relative_error(ek.trsm(1.0, np.asfortranarray(low), a, lower=True, side="R"), expected)
+        <= 1e-12
     )
-    result = ek.trsm(1.3, a, b, side=side, lower=lower, trans=trans, unit=unit)
-    assert relative_error(result, expected) <= TOL[dtype] * 10
+
+
+def test_torch_cpu_tensors_give_torch_tensors():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(9)
+    a, b, c = (rand(rng, 6, 6, dtype=np.float32) for _ in range(3))
+    ta, tb, tc = (torch.from_numpy(m) for m in (a, b, c))
+    result = ek.gemm(1.5, ta, tb.T, 0.5, tc)  # a transposed view: read without a copy
+    assert isinstance(result, torch.Tensor) and result.dtype == torch.float32
+    assert relative_error(result.numpy(), 1.5 * a @ b.T + 0.5 * c) <= 1e-5
+    low, _ = triangular(rng, 6, np.float64, True)
+    solved = ek.trsm(1.0, torch.from_numpy(low), torch.from_numpy(b.astype(np.float64)), lower=True)
+    assert isinstance(solved, torch.Tensor) and solved.dtype == torch.float64
+    assert (
+        relative_error(solved.numpy(), blas.dtrsm(1.0, low, b.astype(np.float64), lower=1)) <= 1e-12
+    )
+    z = ek.axpy(2.0, torch.ones(5), torch.arange(5.0))
+    assert torch.equal(z, torch.arange(5.0) + 2)
 
 
 def test_bad_arguments_are_argument_errors():
@@ -115,3 +197,44 @@ def test_bad_arguments_are_argument_errors():
         ek.gemv(1.0, np.ones((2, 3)), np.ones(3, dtype=np.float32))
     with pytest.raises(ArgumentError):
         ek.trsm(1.0, np.eye(3), np.ones((3, 3)), side="X")
+    with pytest.raises(ArgumentError, match="one library"):
+        ek.axpy(1.0, np.ones(3), __import__("torch").ones(3, dtype=__import__("torch").float64))
+    with pytest.raises(ArgumentError, match="float32 or float64"):
+        ek.axpy(1.0, np.ones(3, dtype=np.int64), np.ones(3, dtype=np.int64))
+    with pytest.raises(ArgumentError):
+        ek.trsm(1.0, np.eye(3), np.ones((3, 3)), block=0)
+
+
+def test_routines_take_the_tensor_program_path_where_they_are_products():
+    """gemm, gemv, axpy and trsm's products raise to Einstein statements; symv and
+    trsm's diagonal-block inverses are loop nests over triangles."""
+    from einkern.blas import engines
+
+    kinds = {}
+    original = engines._compiled
+
+    def spy(text, sizes, backend):
+        kinds[text.split("(")[0].split()[-1]] = not isinstance(engines.raised(text), str)
+        return original(text, sizes, backend)
+
+    engines._compiled = spy
+    try:
+        rng = np.random.default_rng(10)
+        a, b = rand(rng, 7, 7) + 14 * np.eye(7), rand(rng, 7, 7)
+        ek.axpy(1.0, a[0], b[0])
+        ek.gemv(1.0, a, b[0], 1.0, b[1])
+        ek.symv(1.0, a, b[0])
+        ek.syrk(1.0, a)
+        ek.trsm(1.0, a, b, block=3)
+    finally:
+        engines._compiled = original
+    assert kinds == {
+        "axpy": True,
+        "gemv": True,
+        "symv": False,
+        "gemm": True,
+        "scale": True,
+        "inverse": False,
+        "leaf": True,
+        "update": True,
+    }

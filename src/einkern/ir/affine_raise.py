@@ -129,8 +129,43 @@ def _statement(function: AFunction, statement: AStatement) -> T.Statement | str:
             return f"{op} inside a loop over {', '.join(summed)} is not a sum"
         rhs, op = T.Binary(op[0], output, rhs), "="
     elif summed:
-        rhs = T.Sum(summed, rhs)
+        rhs = summed_product(summed, rhs)
     return T.Statement(output, op, rhs, tuple(extents.items()), statement.span)
+
+
+def _factors(expr: T.Expr) -> list[T.Expr]:
+    """The operands of a product ``a * b * c`` (left-nested or not), in order."""
+    if isinstance(expr, T.Binary) and expr.op == "*":
+        return [*_factors(expr.left), *_factors(expr.right)]
+    return [expr]
+
+
+def _product(factors: list[T.Expr]) -> T.Expr:
+    result = factors[0]
+    for factor in factors[1:]:
+        result = T.Binary("*", result, factor)
+    return result
+
+
+def summed_product(summed: tuple[str, ...], body: T.Expr) -> T.Expr:
+    """``sum[summed](body)``, with the factors of a product ``body`` that use none of
+    the summed iterators (``alpha`` in ``alpha * A[i,p] * B[p,j]``) taken out of
+    the sum: ``alpha * sum[p](A[i,p] * B[p,j])``, as BLAS computes it — one scaling
+    per output, not one per term (and a float64 scalar never widens a float32
+    sum)."""
+    factors = _factors(body)
+    constant = [
+        not any(
+            isinstance(n, T.Sum) or (isinstance(n, T.Access) and set(n.indices) & set(summed))
+            for n in T.walk(f)
+        )
+        for f in factors
+    ]
+    outside = [f for f, c in zip(factors, constant, strict=True) if c]
+    inside = [f for f, c in zip(factors, constant, strict=True) if not c]
+    if not outside or not inside:
+        return T.Sum(summed, body)
+    return T.Binary("*", _product(outside), T.Sum(summed, _product(inside)))
 
 
 def _expr(expr: AExpr) -> T.Expr | str:

@@ -275,7 +275,15 @@ def test_tuned_without_tuning_database_says_so(tmp_path, capsys):
 
 
 def test_suites_registry_and_usage_errors(tmp_path):
-    assert suite_names() == ("gemm", "nekbone", "ccsdt", "riemann", "mapped", "contractions")
+    assert suite_names() == (
+        "gemm",
+        "nekbone",
+        "ccsdt",
+        "riemann",
+        "mapped",
+        "blas",
+        "contractions",
+    )
     assert [s.name for s in resolve_suites(["ccsdt", "all"])][:2] == ["ccsdt", "gemm"]
     with pytest.raises(UsageError):
         resolve_suites(["nosuch"])
@@ -312,6 +320,10 @@ def test_list_names_suites_and_peers(capsys):
         "torch.einsum",
         "cupy.einsum",
         "opt_einsum (torch)",
+        "blas",
+        "SciPy BLAS",
+        "cuBLAS (torch)",
+        "cuBLAS (CuPy)",
     ):
         assert name in out
 
@@ -347,3 +359,25 @@ def test_gpu_allocation_failure_says_how_many_bytes(monkeypatch):
     device.dtypes = {"float32": "f4", "float64": "f8"}
     with pytest.raises(AllocationError, match=r"\(1024, 2048\) on the GPU: 8388608 bytes"):
         device.empty((1024, 2048), "float32", "column")
+
+
+def test_quick_blas_run_checks_every_routine_against_scipy(tmp_path):
+    """The blas suite's quick CPU run: every routine case has an einkern row and a
+    SciPy BLAS row, both within tolerance of SciPy's float64 result, and no rows
+    of the einsum peers; symv's floor counts one triangle."""
+    code = _bench(["blas", "--quick", "--backend", "cpu", "--out", str(tmp_path)])
+    assert code == 0
+    rows = json.loads((tmp_path / "results.json").read_text())["measurements"]
+    cases = get_suite("blas").cases(True)
+    assert {row["implementation"] for row in rows} == {EINKERN, "SciPy BLAS"}
+    assert len(rows) == 2 * len(cases)
+    for row in rows:
+        assert row["status"] == "ok" and row["error_ok"], row
+    by_case = {(r["workload"], r["extents"]): r for r in rows if r["implementation"] == EINKERN}
+    gemv, symv = by_case[("sgemv_N", "n=100")], by_case[("ssymv_L", "n=100")]
+    assert symv["min_bytes"] == (100 * 101 // 2 + 200) * 4 < gemv["min_bytes"]
+    workloads = {c.workload for c in cases}
+    assert {"saxpy", "dgemv_T", "dsymv_L", "sgemm_TN", "ssyrk_L", "strsm_LLNN"} <= workloads
+    full = get_suite("blas").cases(False)
+    assert {c.extent_map["n"] for c in full if c.group == "symv"} == {8192, 16384}
+    assert {c.extent_map["m"] for c in full if c.group == "strsm"} == {4096}

@@ -91,7 +91,13 @@ def calibrate_case(
             status, reason = "failed", f"compile: {type(error).__name__}: {error}"
         else:
             row = runner._measure(
-                case, name, einkern_run(kernel, scalars), problem, inputs, reference, common
+                case,
+                name,
+                einkern_run(kernel, scalars),
+                problem.program.outputs,
+                inputs,
+                reference,
+                common,
             )
             status, reason = row.status, row.reason
         record = record_line(case, problem, task, config, origin, predicted, row, device_name)

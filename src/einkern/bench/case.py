@@ -29,6 +29,9 @@ class Case:
     #: Check against a float64 computation on the device (when the device has one)
     #: even where the NumPy reference would be quick: cheap for large drawn cases.
     device_reference: bool = False
+    #: An ``einkern.blas`` routine and variant (``"gemm:NT"``, ``"trsm:LLNN"``; see
+    #: :mod:`einkern.bench.routines`) run instead of ``program`` (then empty).
+    routine: str = ""
 
     @property
     def key(self) -> str:

@@ -109,6 +109,8 @@ def _load_builtin_peers() -> None:
     _LOADED.add("peers")
     from .cutensor import CutensorPeer
     from .peers import builtin_peers
+    from .routines import routine_peers
 
-    for name, factory in [*builtin_peers(), (CutensorPeer.name, CutensorPeer)]:
+    builtin = [*builtin_peers(), (CutensorPeer.name, CutensorPeer), *routine_peers()]
+    for name, factory in builtin:
         _add(_PEERS, "benchmark peer", name, factory)

@@ -113,6 +113,15 @@ class Runner:
     def implementations(self) -> list[str]:
         return [EINKERN, *(peer.name for peer in self.peers)]
 
+    def implementations_for(self, case: Case) -> list[str]:
+        """einkern and the peers that get a row for ``case``: the BLAS libraries for
+        routine cases (:mod:`.routines`), the others for programs."""
+        return [EINKERN] + [
+            peer.name
+            for peer in self.peers
+            if (hasattr(peer, "prepare_routine") if case.routine else not _routines_only(peer))
+        ]
+
     # -- one case ---------------------------------------------------------------
 
     def run_case(
@@ -121,6 +130,10 @@ class Runner:
         from .. import api
         from ..ir.bind import make_problem
 
+        if case.routine:
+            from .routines import run_routine_case
+
+            return run_routine_case(self, case, step)
         try:
             problem = make_problem(api.load(case.program), case.extent_map)
         except Exception as error:  # noqa: BLE001 - recorded in every row
@@ -150,13 +163,15 @@ class Runner:
                     case,
                     EINKERN,
                     _einkern_run(kernel, scalars),
-                    problem,
+                    program.outputs,
                     inputs,
                     reference,
                     dict(common, compile_s=compile_s, predicted_s=predicted),
                 )
             )
         for peer in self.peers:
+            if _routines_only(peer):
+                continue  # a BLAS library: no rows for programs
             step(peer.name)
             reason = self.unavailable[peer.name]
             if reason:
@@ -168,7 +183,9 @@ class Runner:
             def prepare(work, peer=peer):
                 return peer.prepare(case, problem, work, scalars)
 
-            rows.append(self._measure(case, peer.name, prepare, problem, inputs, reference, common))
+            rows.append(
+                self._measure(case, peer.name, prepare, program.outputs, inputs, reference, common)
+            )
         return rows
 
     def prepare_case(
@@ -230,7 +247,7 @@ class Runner:
         case: Case,
         name: str,
         prepare: Callable[[dict[str, Any]], Run],
-        problem: Problem,
+        output_names: Sequence[str],
         inputs: Mapping[str, Any],
         reference: Mapping[str, Any] | None,
         common: dict[str, Any],
@@ -244,8 +261,7 @@ class Runner:
             error = None
             if reference is not None:
                 error = max(
-                    device.relative_error(outputs[key], reference[key])
-                    for key in problem.program.outputs
+                    device.relative_error(outputs[key], reference[key]) for key in output_names
                 )
             for _ in range(options.warmup):
                 run()
@@ -280,6 +296,10 @@ class Runner:
             note=note,
             **common,
         )
+
+
+def _routines_only(peer: Peer) -> bool:
+    return bool(getattr(peer, "routines_only", False))
 
 
 def predicted_seconds(kernel) -> float | None:
@@ -399,7 +419,7 @@ def _run_suite(
                 Measurement.for_case(
                     case, implementation, "skipped", reason=f"suite time limit {limit:g} s reached"
                 )
-                for implementation in implementations
+                for implementation in runner.implementations_for(case)
             )
         else:
 

@@ -7,6 +7,7 @@ from ..case import Suite
 
 def builtin_suites() -> list[type[Suite]]:
     """Suite classes in the order ``all`` runs them."""
+    from .blas import BlasSuite
     from .ccsdt import CcsdtSuite
     from .contractions import ContractionsSuite
     from .gemm import GemmSuite
@@ -14,4 +15,12 @@ def builtin_suites() -> list[type[Suite]]:
     from .nekbone import NekboneSuite
     from .riemann import RiemannSuite
 
-    return [GemmSuite, NekboneSuite, CcsdtSuite, RiemannSuite, MappedSuite, ContractionsSuite]
+    return [
+        GemmSuite,
+        NekboneSuite,
+        CcsdtSuite,
+        RiemannSuite,
+        MappedSuite,
+        BlasSuite,
+        ContractionsSuite,
+    ]

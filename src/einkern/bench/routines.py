@@ -170,8 +170,10 @@ class ScipyPeer:
 
 
 class TorchBlasPeer:
-    """cuBLAS through torch: ``torch.add``, ``torch.mv``, ``torch.matmul`` (TF32 off),
-    ``torch.linalg.solve_triangular``; symv and syrk are not in torch."""
+    """cuBLAS through torch: ``torch.add``, ``torch.addmv``, ``torch.addmm`` (TF32 off;
+    ``alpha`` given to cuBLAS, ``beta`` 0), ``torch.linalg.solve_triangular`` (then
+    a scaling by ``alpha``, which torch does not pass on); symv and syrk are not in
+    torch."""
 
     name = "cuBLAS (torch)"
     routines_only = True  # no rows for tensor programs
@@ -199,11 +201,13 @@ class TorchBlasPeer:
             return lambda: {"result": torch.add(v["y"], v["x"], alpha=ALPHA)}
         if routine == "gemv":
             a = v["a"].T if variant == "T" else v["a"]
-            return lambda: {"result": torch.mv(a, v["x"]).mul_(ALPHA)}
+            z = torch.empty_like(v["x"])  # not read: beta 0, alpha passed to cuBLAS
+            return lambda: {"result": torch.addmv(z, a, v["x"], beta=0, alpha=ALPHA)}
         if routine == "gemm":
             a = v["a"].T if variant[0] == "T" else v["a"]
             b = v["b"].T if variant[1] == "T" else v["b"]
-            return lambda: {"result": torch.matmul(a, b).mul_(ALPHA)}
+            c = torch.empty_like(v["a"])  # not read: beta 0, alpha passed to cuBLAS
+            return lambda: {"result": torch.addmm(c, a, b, beta=0, alpha=ALPHA)}
         if routine == "trsm":
             f = trsm_flags(variant)
             a = v["a"].T if f["trans"] else v["a"]

@@ -1,5 +1,7 @@
 """``blas``: the ``einkern.blas`` routines against cuBLAS (GPU) and SciPy's BLAS
-(CPU): axpy, gemv N and T, symv (lower) at n = 8192 and 16384 in fp32 and fp64;
+(CPU): gemv N and T, symv (lower) at n = 8192 and 16384 in fp32 and fp64, and
+axpy on vectors of n² elements (the matrices' size: a vector of 8192 elements is
+launch-bound in every library, so no DRAM floor can be approached);
 gemm in its four op combinations, syrk (lower) and trsm (left, lower, no
 transpose, non-unit; 4096 right-hand sides) at n = 4096 in fp32.  Cases run
 routines, not programs (:mod:`einkern.bench.routines`)."""
@@ -38,7 +40,9 @@ class BlasSuite:
         for prefix in "sd":
             for n in VECTOR_QUICK if quick else VECTOR_SIZES:
                 label = f"n={n}"
-                cases.append(_case(f"{prefix}axpy", "axpy", {"n": n}, label))
+                # axpy on as many elements as gemv's matrix: at n elements a
+                # vector of 8192 is 64 KiB, launch-bound for every library
+                cases.append(_case(f"{prefix}axpy", "axpy", {"n": n * n}, f"n={n}²"))
                 for variant in "NT":
                     cases.append(_case(f"{prefix}gemv:{variant}", "gemv", {"n": n}, label))
                 cases.append(_case(f"{prefix}symv:L", "symv", {"n": n}, label))

@@ -12,6 +12,7 @@ disabled) and fp64.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable, Mapping
 from statistics import median
 from typing import Any
@@ -48,20 +49,52 @@ def to_torch(array: Any) -> Any:
 
 class CudaEventTimer:
     """GPU time of each call between two CUDA events on the current stream, with
-    the L2 cache flushed (a buffer ≥ 2× its size overwritten) before every call."""
+    the L2 cache flushed (a buffer ≥ 2× its size overwritten) before every call.
+
+    The host's time to issue a call (argument checks, launches: tens to hundreds
+    of µs in Python, for einkern and the peers alike) is kept out of the events:
+    before each timed call the stream gets a spin kernel (``torch.cuda._sleep``)
+    longer than twice the measured host time of one call, so the whole call is
+    queued before the start event fires and the events see GPU work only.
+    ``scripts/call_overhead.py`` measures the host time separately."""
 
     def __init__(self, torch: Any, flush_bytes: int):
         self.torch = torch
         self.flush_buffer = torch.empty(flush_bytes // 4, dtype=torch.int32, device="cuda")
+        self._cycles_per_s: float | None = None
+
+    def cycles_per_second(self) -> float:
+        """The spin kernel's cycles per second (measured once)."""
+        if self._cycles_per_s is None:
+            torch = self.torch
+            start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+            torch.cuda._sleep(1000)
+            start.record()
+            torch.cuda._sleep(2_000_000)
+            end.record()
+            torch.cuda.synchronize()
+            self._cycles_per_s = 2_000_000 / max(start.elapsed_time(end) / 1e3, 1e-9)
+        return self._cycles_per_s
+
+    def host_seconds(self, fn: Callable[[], Any]) -> float:
+        """Wall time of issuing one call (without waiting for the GPU)."""
+        self.torch.cuda.synchronize()
+        started = time.perf_counter()
+        fn()
+        host = time.perf_counter() - started
+        self.torch.cuda.synchronize()
+        return host
 
     def time(self, fn: Callable[[], Any], runs: int) -> list[float]:
         torch = self.torch
+        cover = int(min(2 * self.host_seconds(fn) + 50e-6, 0.1) * self.cycles_per_second())
         events = [
             (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
             for _ in range(runs)
         ]
         for start, end in events:
             self.flush_buffer.fill_(1)
+            torch.cuda._sleep(cover)
             start.record()
             fn()
             end.record()

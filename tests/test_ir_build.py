@@ -113,7 +113,7 @@ def test_tensor_declared_twice():
 
 def test_unsupported_dtype():
     with pytest.raises(DtypeError):
-        einkern.load("dims n = 2\ntensor A[n] float16\nA[i] = 1.0")
+        einkern.load("dims n = 2\ntensor A[n] float8\nA[i] = 1.0")
 
 
 def test_extents_at_compile_time():

@@ -206,7 +206,7 @@ def test_keywords_only_at_line_start():
         ("dims n = 2.5", ExtentError, 1, 10, "positive integer"),
         ("dims n = -3", ExtentError, 1, 10, "positive integer"),
         ("tensor A[0]", ExtentError, 1, 10, "positive integer"),
-        ("dtype float16", DtypeError, 1, 7, "unknown dtype 'float16'"),
+        ("dtype float8", DtypeError, 1, 7, "unknown dtype 'float8'"),
         ("dims n\ntensor A[n] int32", DtypeError, 2, 13, "unknown dtype 'int32'"),
         ("scalar a double", DtypeError, 1, 10, "unknown dtype 'double'"),
         ("layout diagonal", LayoutError, 1, 8, "unknown layout 'diagonal'"),

@@ -25,8 +25,12 @@ missing from an explicit output sums its dimensions, as
 ``numpy.einsum(optimize=True)`` and opt_einsum do), size-1 dimensions that
 broadcast, repeated indices within one operand (diagonals, traces).  float32
 and float64 operands mix as in NumPy: every result, intermediate or final, has
-the widest dtype of what it is computed from.  ``out=`` receives the result (a
-dense row- or column-major array of at least that dtype).  ``tune=`` and
+the widest dtype of what it is computed from.  float16 and bfloat16 operands
+(NumPy float16 arrays; torch, CuPy float16 and torch bfloat16 tensors) are
+computed in float32: intermediates are float32, the result has the operands'
+16-bit dtype (float32 when they mix the two), or ``out=``'s: a float32 ``out=``
+gives bfloat16 inputs a float32 result.  ``out=`` receives the result (a dense
+row- or column-major array of at least that dtype).  ``tune=`` and
 ``tuning_db=`` choose each kernel's configuration as in :func:`einkern.compile`.
 
 A call with the same subscripts, operand shapes, dtypes, strides, backend and
@@ -46,13 +50,13 @@ import numpy as np
 
 from .api import Kernel
 from .api import compile as compile_program
-from .arrays import ArrayInfo, strides_match
+from .arrays import NO_NUMPY_BFLOAT16, ArrayInfo, strides_match
 from .backends import Backend, get_backend
 from .backends.binding import Binder, article, type_name
 from .einsum_subscripts import _parse_spec, _sizes
 from .errors import ArgumentError, DtypeError, LayoutError
 from .ir.nodes import Access, Binary, Expr, Extent, Program, Statement, Sum, Tensor
-from .semantics import DTYPES, LAYOUTS, DType, Layout, widest
+from .semantics import DTYPES, LAYOUTS, DType, Layout, arithmetic_dtype, widest
 
 #: Most prepared plans kept (the oldest is dropped first).
 CACHE_SIZE = 512
@@ -277,7 +281,8 @@ def _plan_steps(
     precision: str = "fp32",
 ) -> tuple[Step, ...]:
     """One step per element of ``path``: intermediates row-major, of the widest dtype
-    of their operands, indexed in the order the letters first appear."""
+    of their operands (float32 at least: 16-bit operands accumulate in float32),
+    indexed in the order the letters first appear."""
     if not path:
         raise ArgumentError(
             "the contraction path is empty", hint="give at least one step, e.g. [(0, 1)]"
@@ -307,9 +312,8 @@ def _plan_steps(
             keep = set(output.term).union(*(o.term for o in operands))
             term = "".join(dict.fromkeys(c for o in taken for c in o.term if c in keep))
             sizes = _sizes([o.term for o in taken], [o.shape for o in taken])
-            result = Operand(
-                term, tuple(sizes[c] for c in term), widest(o.dtype for o in taken), "row"
-            )
+            dtype = arithmetic_dtype(widest(o.dtype for o in taken))  # 16-bit: float32
+            result = Operand(term, tuple(sizes[c] for c in term), dtype, "row")
         steps.append(_step(positions, taken, result, backend, tune, tuning_db, precision))
         operands.append(result)
     return tuple(steps)
@@ -320,8 +324,10 @@ def _dtype(position: int, info: ArrayInfo) -> DType:
         if info.dtype == dtype:
             return dtype
     raise DtypeError(
-        f"einsum supports float32 and float64 operands; operand {position} is {info.dtype}",
-        hint="convert it with .astype('float64')",
+        f"einsum supports {', '.join(DTYPES)} operands; operand {position} is {info.dtype}",
+        hint=NO_NUMPY_BFLOAT16
+        if "bfloat16" in info.dtype
+        else "convert it with .astype('float64')",
     )
 
 

@@ -6,8 +6,10 @@ contracted with ``opt_einsum`` (which picks a good pairwise order), so the
 reference never materialises the full iteration space of a contraction.
 Everything is computed in float64, which is at least as wide as any
 statement's compute dtype (:func:`einkern.semantics.compute_dtype`): inputs
-are widened exactly, and a value stored into a float32 tensor is rounded to
-float32 once, so later statements read what a kernel would have stored.  A
+are widened exactly, and a value stored into a float32 (or 16-bit) tensor is
+rounded to its dtype once (:func:`einkern.semantics.round_to`), so later
+statements read what a kernel would have stored; bfloat16 tensors come back as
+float32 arrays of bfloat16 values.  A
 backend's result is within :func:`einkern.semantics.tolerance` of the output's
 dtype of this oracle (:func:`relative_error`).  Functions are
 :data:`einkern.semantics.FUNCTIONS`' NumPy meanings.
@@ -55,7 +57,7 @@ from .lang.cfront_nodes import (
     Scal,
 )
 from .lang.cfront_nodes import Neg as ANeg
-from .semantics import FUNCTIONS, NUMPY_DTYPE
+from .semantics import FUNCTIONS, NUMPY_DTYPE, bfloat16_values, round_to
 
 _LETTERS = string.ascii_letters
 
@@ -81,7 +83,9 @@ def evaluate(
     values: dict[str, np.ndarray] = {}
     for tensor in program.tensors:
         if tensor.name in arrays:
-            values[tensor.name] = np.array(arrays[tensor.name], dtype=np.float64, copy=True)
+            values[tensor.name] = np.array(
+                host_values(arrays[tensor.name]), dtype=np.float64, copy=True
+            )
         else:
             values[tensor.name] = np.full(problem.shape(tensor.name), np.nan)
     scalar_values = {s.name: s.default for s in program.scalars}
@@ -89,11 +93,9 @@ def evaluate(
     for statement in program.statements:
         _run_statement(problem, statement, values, scalar_values)
         name = statement.output.tensor
-        stored = NUMPY_DTYPE[program.tensor(name).dtype]  # one rounding, at the store
-        values[name] = values[name].astype(stored, copy=False).astype(np.float64, copy=False)
-    return {
-        name: value.astype(program.tensor(name).dtype, copy=False) for name, value in values.items()
-    }
+        stored = round_to(values[name], program.tensor(name).dtype)  # one rounding, at the store
+        values[name] = stored.astype(np.float64, copy=False)
+    return {name: round_to(value, program.tensor(name).dtype) for name, value in values.items()}
 
 
 def _run_statement(
@@ -212,14 +214,28 @@ def _sum(expr: Sum, values, scalars, sizes) -> Labelled:
     return Labelled(keep, np.asarray(data))
 
 
+def host_values(array: Any) -> np.ndarray:
+    """The values of a host array (NumPy, a torch CPU tensor, anything NumPy reads)
+    as a NumPy array: bfloat16 tensors as float32 (every bfloat16 is one), others in
+    their own dtype."""
+    if type(array).__module__ == "torch" and type(array).__name__ == "Tensor":
+        tensor = array.detach()
+        if str(tensor.dtype) == "torch.bfloat16":
+            import torch
+
+            return bfloat16_values(tensor.view(torch.int16).numpy().view(np.uint16))
+        return tensor.numpy()
+    return np.asarray(array)
+
+
 def relative_error(result, reference) -> float:
     """max |result - reference| / max |reference| over the elements where the
     reference is finite; elsewhere the result must equal the reference exactly
     (NaN where it is NaN, the same infinity where it is infinite).  A non-finite
     result where the reference is finite, or a mismatch where it is not, gives
     inf."""
-    result = np.asarray(result, dtype=np.float64)
-    reference = np.asarray(reference, dtype=np.float64)
+    result = np.asarray(host_values(result), dtype=np.float64)
+    reference = np.asarray(host_values(reference), dtype=np.float64)
     finite = np.isfinite(reference)
     if finite.all():  # the common case: no masked copies of large arrays
         if not np.isfinite(result).all():

@@ -19,6 +19,17 @@ Scalars and literal constants take the statement's compute dtype (as Python
 floats do in NumPy).  The tolerance against the float64 reference of a
 statement is that of its output's dtype (:func:`tolerance`), since every value
 computed before the final rounding is at least as precise as the output.
+
+**16-bit dtypes** (``bfloat16``, ``float16``: :data:`HALF_DTYPES`) are storage
+types: a tensor of one holds 16-bit values, every arithmetic on them is done in
+float32 at least (:func:`compute_dtype` never answers a 16-bit dtype: "accumulate
+in fp32"), loads widen exactly and the store rounds to nearest even.  A value is
+rounded to a 16-bit dtype through float32 (:func:`round_to`): first to float32,
+then to the 16-bit type, as the kernels do; in C the conversions are the helpers
+of :func:`storage_helpers` (bit operations; ``_Float16`` for float16 where the C
+compiler has it; ``cvt`` instructions in CUDA).  NumPy has float16 but no
+bfloat16: einkern holds bfloat16 values on the NumPy side as float32 arrays
+(:data:`VALUE_DTYPE`) and takes and returns bfloat16 arrays as torch tensors.
 """
 
 from __future__ import annotations
@@ -30,10 +41,12 @@ from typing import Literal, get_args
 
 import numpy as np
 
-DType = Literal["float32", "float64"]
+DType = Literal["float32", "float64", "bfloat16", "float16"]
 Layout = Literal["row", "column"]
 
 DTYPES: tuple[DType, ...] = get_args(DType)
+#: The 16-bit storage dtypes (computed in float32).
+HALF_DTYPES: tuple[DType, ...] = ("bfloat16", "float16")
 
 #: What float32 products may be computed in (``precision=`` of compile, einsum and
 #: the CLI; docs/tensor_cores.md): ``fp32`` (the SIMT units, fp32 rounding),
@@ -46,35 +59,83 @@ PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 LAYOUTS: tuple[Layout, ...] = get_args(Layout)
 
 #: Bytes per element.
-ITEMSIZE: Mapping[str, int] = MappingProxyType({"float32": 4, "float64": 8})
-#: The C (and CUDA C) type of each dtype.
-C_TYPE: Mapping[str, str] = MappingProxyType({"float32": "float", "float64": "double"})
+ITEMSIZE: Mapping[str, int] = MappingProxyType(
+    {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
+)
+#: The C (and CUDA C) type of each dtype's elements in memory: the 16-bit ones are
+#: ``unsigned short`` under the names :func:`storage_helpers` defines.
+C_TYPE: Mapping[str, str] = MappingProxyType(
+    {"float32": "float", "float64": "double", "bfloat16": "ek_bf16", "float16": "ek_f16"}
+)
+#: The C storage types of the 16-bit dtypes (elements converted on load and store).
+STORAGE_C_TYPES: frozenset[str] = frozenset(C_TYPE[d] for d in HALF_DTYPES)
 #: The dtype of each C floating type.
 DTYPE_OF_C_TYPE: Mapping[str, DType] = MappingProxyType({"float": "float32", "double": "float64"})
-#: NumPy dtype of each dtype.
+#: NumPy dtype of each dtype NumPy has (no bfloat16: see :data:`VALUE_DTYPE`).
 NUMPY_DTYPE: Mapping[str, np.dtype] = MappingProxyType(
-    {"float32": np.dtype(np.float32), "float64": np.dtype(np.float64)}
+    {
+        "float32": np.dtype(np.float32),
+        "float64": np.dtype(np.float64),
+        "float16": np.dtype(np.float16),
+    }
+)
+#: The NumPy dtype einkern's NumPy code (reference, random inputs) holds the values
+#: of each dtype in: its own, or float32 for bfloat16 (every bfloat16 is a float32).
+VALUE_DTYPE: Mapping[str, np.dtype] = MappingProxyType(
+    {**NUMPY_DTYPE, "bfloat16": np.dtype(np.float32)}
+)
+#: Unit roundoff of each dtype (half the distance from 1 to the next value).
+UNIT_ROUNDOFF: Mapping[str, float] = MappingProxyType(
+    {"float64": 2.0**-53, "float32": 2.0**-24, "bfloat16": 2.0**-8, "float16": 2.0**-11}
 )
 #: Largest relative error (max |result - reference| / max |reference|) accepted
-#: for a result of each dtype against the float64 reference.
-TOLERANCE: Mapping[str, float] = MappingProxyType({"float64": 1e-12, "float32": 1e-5})
+#: for a result of each dtype against the float64 reference.  The 16-bit dtypes
+#: accumulate in float32 and round once, at the store: four units of their
+#: roundoff (two units in the last place of the largest output): one ulp for a
+#: sum that lands on the other side of a rounding boundary than the reference's,
+#: one for float32 sums (under 2**-8 of the output for sums of up to 2**13 terms
+#: even in the worst case, n·2**-24) and 16-bit tensors stored and read back by
+#: later statements (docs/accuracy.md).
+TOLERANCE: Mapping[str, float] = MappingProxyType(
+    {
+        "float64": 1e-12,
+        "float32": 1e-5,
+        "bfloat16": 4 * UNIT_ROUNDOFF["bfloat16"],
+        "float16": 4 * UNIT_ROUNDOFF["float16"],
+    }
+)
+#: Largest finite value of each dtype.
+LARGEST: Mapping[str, float] = MappingProxyType(
+    {
+        "float64": float(np.finfo(np.float64).max),
+        "float32": float(np.finfo(np.float32).max),
+        "bfloat16": float.fromhex("0x1.fep127"),
+        "float16": 65504.0,
+    }
+)
 
-_WIDTH = {"float32": 0, "float64": 1}
+# Precision order; the 16-bit dtypes are below float32 and neither holds the other.
+_WIDTH = {"bfloat16": -1, "float16": -1, "float32": 0, "float64": 1}
 
 
 def widest(dtypes: Iterable[str]) -> DType:
-    """The widest of ``dtypes`` (float32 for an empty set)."""
-    best: DType = "float32"
-    for dtype in dtypes:
-        if dtype not in _WIDTH:
-            raise ValueError(f"unknown dtype {dtype!r}")
-        if _WIDTH[dtype] > _WIDTH[best]:
-            best = dtype  # type: ignore[assignment]
-    return best
+    """The widest of ``dtypes``: the one every other converts to exactly (float32
+    for an empty set, and for bfloat16 with float16, neither of which holds the
+    other)."""
+    found = set(dtypes)
+    unknown = found - set(_WIDTH)
+    if unknown:
+        raise ValueError(f"unknown dtype {sorted(unknown)[0]!r}")
+    if len(found) == 1:
+        return found.pop()  # type: ignore[return-value]
+    if not found or found <= set(HALF_DTYPES):
+        return "float32"
+    return max(found, key=_WIDTH.__getitem__)  # type: ignore[arg-type,return-value]
 
 
 def narrowest(dtypes: Iterable[str]) -> DType:
-    """The narrowest of ``dtypes`` (float64 for an empty set)."""
+    """The narrowest of ``dtypes`` (float64 for an empty set; the first 16-bit one
+    met when several are)."""
     best: DType = "float64"
     for dtype in dtypes:
         if dtype not in _WIDTH:
@@ -84,10 +145,168 @@ def narrowest(dtypes: Iterable[str]) -> DType:
     return best
 
 
+def arithmetic_dtype(dtype: str) -> DType:
+    """The dtype values of ``dtype`` are computed in: float32 for a 16-bit dtype."""
+    return "float32" if dtype in HALF_DTYPES else dtype  # type: ignore[return-value]
+
+
 def compute_dtype(output: str, reads: Iterable[str]) -> DType:
     """The dtype a statement computes in: the widest of its output's dtype and the
-    dtypes of the tensors it reads (the module docstring states the rule)."""
-    return widest([output, *reads])
+    dtypes of the tensors it reads, and at least float32 (the module docstring
+    states the rule)."""
+    return arithmetic_dtype(widest([output, *reads]))
+
+
+def round_to(values: np.ndarray, dtype: str) -> np.ndarray:
+    """``values`` rounded to ``dtype`` as the kernels store them, held in
+    :data:`VALUE_DTYPE` (float32 for bfloat16): to nearest even, through float32
+    for the 16-bit dtypes (the kernels compute in float32 at least).  NaN stays
+    NaN and values past the largest finite one become infinities."""
+    if dtype not in HALF_DTYPES:
+        return np.asarray(values, dtype=NUMPY_DTYPE[dtype])
+    with np.errstate(over="ignore", invalid="ignore"):
+        single = np.asarray(values, dtype=np.float32)
+        return round_bfloat16(single) if dtype == "bfloat16" else single.astype(np.float16)
+
+
+def round_bfloat16(x: np.ndarray) -> np.ndarray:
+    """float32 values rounded to bfloat16 (8 significant bits) to nearest even,
+    as float32 (PTX ``cvt.rn.bf16.f32``, torch's conversion)."""
+    x = np.asarray(x, dtype=np.float32)
+    bits = x.view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
+    return np.where(np.isnan(x), x, rounded.view(np.float32))
+
+
+def bfloat16_bits(x: np.ndarray) -> np.ndarray:
+    """The bfloat16 encodings (uint16) of float32 values that are bfloat16 values."""
+    return (np.asarray(x, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+
+def bfloat16_values(bits: np.ndarray) -> np.ndarray:
+    """The float32 values of bfloat16 encodings (uint16)."""
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+_STORAGE_C = """\
+typedef unsigned short ek_bf16;
+typedef unsigned short ek_f16;
+{q} float ek_bf16_to_float(ek_bf16 h)
+{{
+    union {{ unsigned u; float f; }} v;
+    v.u = (unsigned)h << 16;
+    return v.f;
+}}
+{q} ek_bf16 ek_float_to_bf16(float x)
+{{
+    /* to nearest even; a NaN stays a (quiet) NaN */
+    union {{ float f; unsigned u; }} v;
+    v.f = x;
+    if ((v.u & 0x7fffffffu) > 0x7f800000u)
+        return (ek_bf16)((v.u >> 16) | 0x40u);
+    return (ek_bf16)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
+}}
+#if defined(__FLT16_MAX__) && !defined(EK_NO_FLOAT16)
+{q} float ek_f16_to_float(ek_f16 h)
+{{
+    union {{ ek_f16 u; _Float16 f; }} v;
+    v.u = h;
+    return (float)v.f;
+}}
+{q} ek_f16 ek_float_to_f16(float x)
+{{
+    union {{ _Float16 f; ek_f16 u; }} v;
+    v.f = (_Float16)x;
+    return v.u;
+}}
+#else
+{q} float ek_f16_to_float(ek_f16 h)
+{{
+    union {{ unsigned u; float f; }} v;
+    const unsigned sign = (unsigned)(h & 0x8000u) << 16;
+    const unsigned exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
+    if (exponent == 0x1fu) {{
+        v.u = sign | 0x7f800000u | (mantissa << 13);
+    }} else if (exponent != 0) {{
+        v.u = sign | ((exponent + 112u) << 23) | (mantissa << 13);
+    }} else {{
+        v.f = (float)mantissa * 5.9604644775390625e-8f; /* exact: mantissa * 2^-24 */
+        v.u |= sign;
+    }}
+    return v.f;
+}}
+{q} ek_f16 ek_float_to_f16(float x)
+{{
+    /* to nearest even; a NaN stays a (quiet) NaN, 65520 and beyond become infinity */
+    union {{ float f; unsigned u; }} v;
+    v.f = x;
+    const unsigned sign = (v.u >> 16) & 0x8000u, a = v.u & 0x7fffffffu;
+    if (a > 0x7f800000u)
+        return (ek_f16)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+    if (a >= 0x477ff000u)
+        return (ek_f16)(sign | 0x7c00u);
+    if (a >= 0x38800000u) {{
+        unsigned r = a - 0x38000000u;
+        r += 0xfffu + ((r >> 13) & 1u);
+        return (ek_f16)(sign | (r >> 13));
+    }}
+    const unsigned e = a >> 23, m = e ? (a & 0x7fffffu) | 0x800000u : a;
+    const unsigned shift = 126u - (e ? e : 1u);
+    if (shift > 24u)
+        return (ek_f16)sign;
+    unsigned q = m >> shift;
+    const unsigned rest = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+    q += rest > half || (rest == half && (q & 1u));
+    return (ek_f16)(sign | q);
+}}
+#endif
+"""
+
+_STORAGE_CUDA = """\
+typedef unsigned short ek_bf16;
+typedef unsigned short ek_f16;
+{q} float ek_bf16_to_float(ek_bf16 h)
+{{
+    return __uint_as_float((unsigned)h << 16);
+}}
+{q} ek_bf16 ek_float_to_bf16(float x)
+{{
+    ek_bf16 h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(x));
+    return h;
+}}
+{q} float ek_f16_to_float(ek_f16 h)
+{{
+    float x;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(x) : "h"(h));
+    return x;
+}}
+{q} ek_f16 ek_float_to_f16(float x)
+{{
+    ek_f16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
+    return h;
+}}
+"""
+
+#: The C helper that widens a stored element of each storage C type to float, and
+#: the one that rounds a float to it (:func:`storage_helpers` defines them).
+TO_FLOAT: Mapping[str, str] = MappingProxyType(
+    {"ek_bf16": "ek_bf16_to_float", "ek_f16": "ek_f16_to_float"}
+)
+FROM_FLOAT: Mapping[str, str] = MappingProxyType(
+    {"ek_bf16": "ek_float_to_bf16", "ek_f16": "ek_float_to_f16"}
+)
+
+
+def storage_helpers(qualifier: str = "static inline", cuda: bool = False) -> str:
+    """C definitions of the 16-bit storage types (``ek_bf16``, ``ek_f16``: ``unsigned
+    short``) and their conversions to and from float (:data:`TO_FLOAT`,
+    :data:`FROM_FLOAT`), each declared with ``qualifier``.  Both round to nearest
+    even.  Plain C: bit operations, or ``_Float16`` for float16 where the compiler
+    has it (define ``EK_NO_FLOAT16`` to use the bit operations); CUDA: PTX ``cvt``
+    (``cvt.rn.bf16.f32`` needs sm_80), no header needed."""
+    return (_STORAGE_CUDA if cuda else _STORAGE_C).format(q=qualifier)
 
 
 #: The float32 tolerance under ``precision="tf32"``: each input keeps 10 of its 23
@@ -121,7 +340,8 @@ class Function:
     nan: str = "propagate"
 
     def c_name(self, dtype: str) -> str:
-        return self.c[dtype]
+        """The C spelling computing in ``dtype`` (float's for a 16-bit dtype)."""
+        return self.c[arithmetic_dtype(dtype)]
 
 
 def _fn(name: str, arity: int, numpy: Callable[..., np.ndarray], c64: str, c32: str) -> Function:

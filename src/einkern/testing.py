@@ -6,7 +6,9 @@ them means the same thing by "random inputs" and "close enough":
 
 * :func:`random_arrays` — values uniform in [0.5, 1.5] (1.5 only by float32
   rounding; never zero: safe for ``sqrt``, ``log`` and division), drawn
-  directly in each tensor's dtype and layout;
+  directly in each tensor's dtype and layout (16-bit dtypes: drawn in float32
+  and rounded to the type; bfloat16 arrays are torch CPU tensors, NumPy having
+  no bfloat16);
 * :func:`random_scalars` — each scalar's declared default, else a value uniform
   in [0.5, 1.5) (the one formula for random scalars);
 * :data:`TOLERANCE`, :func:`tolerance` and :func:`output_tolerance` — the
@@ -31,17 +33,19 @@ and the reference, never the tuner, the API, the benchmarks or the CLI.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from .errors import AllocationError
+from .arrays import HIGH, LOW, copy_host_array, random_array, random_arrays
 from .ir.nodes import Problem
-from .reference import evaluate, relative_error
-from .semantics import ITEMSIZE, NUMPY_DTYPE, TOLERANCE, tolerance
+from .reference import evaluate, host_values, relative_error
+from .semantics import TOLERANCE, tolerance
 
 __all__ = [
+    "HIGH",
+    "LOW",
     "TOLERANCE",
     "assert_matches_reference",
     "output_tolerance",
@@ -51,50 +55,6 @@ __all__ = [
     "relative_error",
     "tolerance",
 ]
-
-#: The interval random inputs are drawn from: never zero, safe for sqrt and log.
-LOW, HIGH = 0.5, 1.5
-
-
-def random_array(
-    rng: np.random.Generator, shape: tuple[int, ...], dtype: str, layout: str = "row"
-) -> np.ndarray:
-    """An array of ``shape`` uniform in [0.5, 1.5], drawn in ``dtype`` itself (no
-    float64 intermediate) and dense in ``layout`` (column: first index stride 1).
-
-    Raises :class:`~einkern.errors.AllocationError`, naming the bytes asked
-    for, when the memory cannot be had."""
-    shape = tuple(int(size) for size in shape)
-    column = layout == "column" and len(shape) > 1
-    try:
-        if column:  # row-major of the reversed shape, transposed: column-major
-            data = rng.random(shape[::-1], dtype=NUMPY_DTYPE[dtype]).T
-        else:
-            data = rng.random(shape, dtype=NUMPY_DTYPE[dtype])
-    except MemoryError:
-        count = int(np.prod(shape, dtype=np.int64))
-        raise AllocationError(
-            f"cannot allocate a random {dtype} array of shape {shape}: "
-            f"{count * ITEMSIZE[dtype]} bytes ({count * ITEMSIZE[dtype] / 2**30:.3g} GiB) "
-            "asked for",
-            hint="choose smaller extents",
-        ) from None
-    data += LOW  # in place, in the array's own dtype (float32 may round up to 1.5)
-    return data
-
-
-def random_arrays(
-    problem: Problem, seed: int = 0, names: Iterable[str] | None = None
-) -> dict[str, np.ndarray]:
-    """Fresh random values (uniform in [0.5, 1.5]) for the tensors ``names`` of
-    ``problem`` (all of them when None), each in its declared dtype and layout."""
-    rng = np.random.default_rng(seed)
-    program = problem.program
-    arrays = {}
-    for name in names if names is not None else (t.name for t in program.tensors):
-        tensor = program.tensor(name)
-        arrays[name] = random_array(rng, problem.shape(name), tensor.dtype, tensor.layout)
-    return arrays
 
 
 def random_scalars(
@@ -140,7 +100,7 @@ def assert_matches_reference(
     if isinstance(kernel_or_outputs, Mapping):
         if problem is None or inputs is None:
             raise TypeError("given outputs, pass the problem and the inputs they came from")
-        outputs = {name: np.asarray(value) for name, value in kernel_or_outputs.items()}
+        outputs = {name: host_values(value) for name, value in kernel_or_outputs.items()}
         scalars = random_scalars(problem, seed, scalars)
     else:
         kernel = kernel_or_outputs
@@ -167,7 +127,7 @@ def _run(
     kernel: Any, problem: Problem, inputs: Mapping[str, np.ndarray], scalars: Mapping[str, float]
 ) -> dict[str, np.ndarray]:
     """Call ``kernel`` on copies of ``inputs``; its outputs by name."""
-    work = {name: np.array(array, copy=True, order="K") for name, array in inputs.items()}
+    work = {name: copy_host_array(array) for name, array in inputs.items()}
     result = kernel(**work, **scalars)
     names = problem.program.outputs
     results = result if isinstance(result, tuple) else (result,)
@@ -176,4 +136,4 @@ def _run(
             f"the kernel returned {len(results)} arrays for the "
             f"{len(names)} outputs {', '.join(names)}"
         )
-    return {name: np.asarray(value) for name, value in zip(names, results, strict=True)}
+    return {name: host_values(value) for name, value in zip(names, results, strict=True)}

@@ -41,7 +41,12 @@ __all__ = ["EinkernOp", "op"]
 NAMESPACE = "einkern"
 _OPS: dict[str, EinkernOp] = {}
 _LOCK = threading.Lock()
-_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+_DTYPES = {
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
 
 
 class EinkernOp:

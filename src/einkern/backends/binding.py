@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..arrays import ArrayInfo, contiguous_strides, strides_match
+from ..arrays import NO_NUMPY_BFLOAT16, ArrayInfo, contiguous_strides, strides_match
 from ..errors import ArgumentDtypeError, ArgumentError, ArgumentLayoutError
 from ..ir.nodes import Problem, Scalar
 from ..semantics import ITEMSIZE
@@ -287,10 +287,11 @@ class Binder:
                 "that give this shape",
             )
         if info.dtype != tensor.dtype:
+            hint = f"convert it, e.g. array.astype('{tensor.dtype}'), or change the declaration"
+            if tensor.dtype == "bfloat16":
+                hint = NO_NUMPY_BFLOAT16
             raise ArgumentDtypeError(
-                f"{name!r} has dtype {info.dtype}, expected {tensor.dtype}",
-                tensor.span,
-                hint=f"convert it, e.g. array.astype('{tensor.dtype}'), or change the declaration",
+                f"{name!r} has dtype {info.dtype}, expected {tensor.dtype}", tensor.span, hint=hint
             )
         if not strides_match(info, tensor.layout):
             other = "column" if tensor.layout == "row" else "row"

@@ -32,8 +32,13 @@ from ..semantics import C_TYPE, NUMPY_DTYPE
 from .cpu.backend import load_or_compile
 from .cpu.compiler import cache_directory, toolchain
 
-#: NumPy dtype of each C type a kernel declares.
-DTYPES = {C_TYPE[d]: NUMPY_DTYPE[d].type for d in C_TYPE} | {"int": np.int32, "long long": np.int64}
+#: NumPy dtype of each C type a kernel declares (bfloat16 elements: their uint16
+#: encodings, :func:`einkern.arrays.storage_view`).
+DTYPES = {C_TYPE[d]: NUMPY_DTYPE[d].type for d in NUMPY_DTYPE} | {
+    C_TYPE["bfloat16"]: np.uint16,
+    "int": np.int32,
+    "long long": np.int64,
+}
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,14 @@ that each target's prelude defines.  :class:`~kir.Int` prints in decimal, with
 operation's type as the table's NaN-propagating helper for floating types
 (``ek_max_f``…: NumPy's ``maximum``/``minimum``), ``ekx_min_T``/``ekx_max_T``
 (plain comparisons) for integers.
+
+16-bit storage.  Arrays of a 16-bit dtype have the element types ``ek_bf16`` and
+``ek_f16`` (:data:`einkern.semantics.STORAGE_C_TYPES`, ``unsigned short``): a
+:class:`~kir.Load` of one is its value widened to float by the table's helper
+(``ek_bf16_to_float(A[i])``, typed ``float``; ``double`` in a kernel computing in
+double), and a :class:`~kir.Store` rounds a float value to nearest even
+(``A[i] = ek_float_to_bf16(v)``; ``+=`` reads, adds in float, rounds).  No
+scalar, vector load or asynchronous copy has a storage type.
 """
 
 from __future__ import annotations
@@ -43,7 +51,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..semantics import DTYPE_OF_C_TYPE, FUNCTIONS, c_helpers
+from ..semantics import (
+    DTYPE_OF_C_TYPE,
+    FROM_FLOAT,
+    FUNCTIONS,
+    STORAGE_C_TYPES,
+    TO_FLOAT,
+    c_helpers,
+)
 from . import kir
 from .kir import ELEMENT_BYTES
 
@@ -211,6 +226,14 @@ def arrays_of(kernel: kir.Kernel) -> dict[str, ArrayInfo]:
     return found
 
 
+def uses_storage(kernel: kir.Kernel) -> bool:
+    """Whether ``kernel`` has an array of a 16-bit storage type (its source then
+    needs :func:`einkern.semantics.storage_helpers`)."""
+    ctypes = [p.ctype for p in kernel.params] + [a.ctype for a in kernel.shared]
+    ctypes += [v.ctype for v in kernel.thread_vars]
+    return not STORAGE_C_TYPES.isdisjoint(ctypes)
+
+
 def kernel_types(kernel: kir.Kernel) -> dict[str, str]:
     """Types of the names every statement may see (scalars and thread variables)."""
     names = [p.name for p in kernel.params] + [s.name for s in kernel.shared]
@@ -226,6 +249,8 @@ def kernel_types(kernel: kir.Kernel) -> dict[str, str]:
         raise ValueError(f"kernel {kernel.name}: a name is declared twice")
     types = {p.name: p.ctype for p in kernel.params if not p.is_array}
     types.update({v.name: v.ctype for v in kernel.thread_vars if not v.count})
+    if not STORAGE_C_TYPES.isdisjoint(types.values()):
+        raise ValueError(f"kernel {kernel.name}: a scalar of a 16-bit storage type")
     return types
 
 
@@ -253,6 +278,8 @@ class CText:
         self.index_type = kernel.index_type
         self.arrays = arrays_of(kernel)
         self.types = kernel_types(kernel)
+        # 16-bit elements widen to float, or to double in a kernel computing in double.
+        self.widened = "double" if dict(kernel.meta).get("compute_type") == "double" else "float"
 
     # -- spelling hooks --------------------------------------------------------
 
@@ -295,6 +322,14 @@ class CText:
     def copy_wait(self, pending: int) -> list[str]:
         raise NotImplementedError
 
+    def loaded(self, info: ArrayInfo, text: str) -> str:
+        """The value of an element whose lvalue is ``text``: a 16-bit element widened
+        (to :attr:`widened`), any other as it is."""
+        if info.ctype not in STORAGE_C_TYPES:
+            return text
+        value = f"{TO_FLOAT[info.ctype]}({text})"
+        return value if self.widened == "float" else f"(({self.widened}){value})"
+
     def local(self, name: str) -> str:
         """Check a new local name (Declare, loop variable, vector)."""
         check_identifier(name)
@@ -334,7 +369,8 @@ class CText:
         if isinstance(e, kir.Select):
             return join(self.infer(e.if_true, env), self.infer(e.if_false, env))
         if isinstance(e, kir.Load):
-            return self.array(e.array).ctype
+            ctype = self.array(e.array).ctype
+            return self.widened if ctype in STORAGE_C_TYPES else ctype
         if isinstance(e, kir.Lane):
             return env.get(e.vector, "").rstrip("0123456789").replace("longlong", "long long")
         raise TypeError(f"unknown kernel expression {e!r}")
@@ -369,7 +405,8 @@ class CText:
             )
         if isinstance(e, kir.Load):
             info = self.array(e.array)
-            return self.element(info, self.expr(e.index, env, self.index_type), "load")
+            element = self.element(info, self.expr(e.index, env, self.index_type), "load")
+            return self.loaded(info, element)
         if isinstance(e, kir.Lane):
             if e.vector not in env:
                 raise ValueError(f"kernel {self.kernel.name}: unknown vector {e.vector!r}")
@@ -413,6 +450,8 @@ class CText:
     def stmt(self, s: kir.Stmt, env: dict[str, str]) -> list[str]:
         """Lines of one statement; Declare and VectorLoad add their name to ``env``."""
         if isinstance(s, kir.Declare):
+            if s.ctype in STORAGE_C_TYPES:
+                raise ValueError(f"kernel {self.kernel.name}: {s.name} has a storage type")
             self.local(s.name)
             env[s.name] = s.ctype
             if s.init is None:
@@ -426,6 +465,8 @@ class CText:
             if info.readonly:
                 raise ValueError(f"kernel {self.kernel.name}: store to read-only {info.name!r}")
             index = self.expr(s.index, env, self.index_type)
+            if info.ctype in STORAGE_C_TYPES:
+                return [self._narrowing_store(s, info, index, env)]
             value = self.expr(s.value, env, info.ctype)
             return [f"{self.element(info, index, 'store')} {s.op} {value};"]
         if isinstance(s, kir.For):
@@ -452,6 +493,8 @@ class CText:
                 raise ValueError(f"cp.async from {source.space} {source.name!r} to {shared.space}")
             if shared.ctype != source.ctype:
                 raise ValueError(f"cp.async between {source.ctype} and {shared.ctype}")
+            if shared.ctype in STORAGE_C_TYPES:
+                raise ValueError(f"cp.async of 2-byte {shared.ctype} elements")
             return self.copy_async(s, env)
         if isinstance(s, kir.CopyCommit):
             return self.copy_commit()
@@ -462,6 +505,8 @@ class CText:
         if isinstance(s, kir.VectorLoad):
             self.local(s.name)
             info = self.array(s.array)
+            if info.ctype in STORAGE_C_TYPES:
+                raise ValueError(f"vector load of 16-bit elements from {info.name!r}")
             vector, element = vector_type(s)
             if element != info.ctype or info.space == "thread":
                 raise ValueError(f"vector load of {vector} from {info.space} {info.name!r}")
@@ -469,3 +514,16 @@ class CText:
             env[s.name] = vector
             return lines
         raise TypeError(f"unknown kernel statement {s!r}")
+
+    def _narrowing_store(
+        self, s: kir.Store, info: ArrayInfo, index: str, env: Mapping[str, str]
+    ) -> str:
+        """A store into a 16-bit array: the value computed in float (double in a
+        double kernel), rounded to nearest even by the table's helper."""
+        value = self.expr(s.value, env, self.widened)
+        if s.op != "=":
+            old = self.loaded(info, self.element(info, index, "load"))
+            value = f"{old} {s.op[0]} ({value})"
+        if self.infer(s.value, env) == "double" or self.widened == "double":
+            value = f"(float)({value})"
+        return f"{self.element(info, index, 'store')} = {FROM_FLOAT[info.ctype]}({value});"

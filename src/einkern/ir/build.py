@@ -31,7 +31,7 @@ from ..errors import (
 )
 from ..lang import ast
 from ..lang.limits import check_scalar_default
-from ..semantics import ARITY, DTYPES, LAYOUTS
+from ..semantics import ARITY, DTYPES, LAYOUTS, arithmetic_dtype
 from ..source import Span
 from .nodes import (
     Access,
@@ -121,7 +121,7 @@ def _build_tensors(node: ast.ProgramNode, extents: dict[str, Extent]) -> tuple[T
         layout = decl.layout or node.default_layout
         if dtype not in DTYPES:
             raise DtypeError(
-                f"unsupported dtype {dtype!r}", decl.span, hint="use float32 or float64"
+                f"unsupported dtype {dtype!r}", decl.span, hint="use " + ", ".join(DTYPES)
             )
         if layout not in LAYOUTS:
             raise LayoutError(f"unknown layout {layout!r}", decl.span, hint="use row or column")
@@ -142,8 +142,11 @@ def _build_scalars(node: ast.ProgramNode, tensors: tuple[Tensor, ...]) -> tuple[
         dtype = decl.dtype or node.default_dtype
         if dtype not in DTYPES:
             raise DtypeError(
-                f"unsupported dtype {dtype!r}", decl.span, hint="use float32 or float64"
+                f"unsupported dtype {dtype!r}", decl.span, hint="use " + ", ".join(DTYPES)
             )
+        # A scalar takes the compute dtype of the statement using it, so one declared
+        # 16-bit is a float32 scalar (semantics: the 16-bit dtypes compute in float32).
+        dtype = arithmetic_dtype(dtype)
         if decl.value is not None:
             check_scalar_default(name, decl.value, dtype, decl.span)
         scalars[name] = Scalar(name, dtype, decl.value, span=decl.span)

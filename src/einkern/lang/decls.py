@@ -41,6 +41,10 @@ _DTYPE_ALIASES = {
     "f32": "float32",
     "fp64": "float64",
     "fp32": "float32",
+    "bf16": "bfloat16",
+    "f16": "float16",
+    "fp16": "float16",
+    "half": "float16",
 }
 _DTYPE_LIKE = re.compile(
     r"^(u?int\d*|float\d*|f\d+|fp\d+|double|half|real|bf\d+|bfloat\d*|"

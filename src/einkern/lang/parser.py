@@ -193,7 +193,9 @@ class EinParser(ExprParser):
                 raise ParseError(
                     f"unknown tensor attribute '{word.text}'",
                     word.span,
-                    hint="after the shapes come a dtype (float32, float64) and/or a layout "
+                    hint="after the shapes come a dtype ("
+                    + ", ".join(DTYPES)
+                    + ") and/or a layout "
                     "(row, column)",
                 )
         if self.peek().is_op(","):

@@ -12,9 +12,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ...arrays import ArrayInfo, describe_numpy
+from ...arrays import ArrayInfo, describe_numpy, describe_torch_host, is_torch, new_host_array
 from ...errors import ArgumentError, CompilationError
 from ...ir.nodes import Problem
+from ...semantics import NUMPY_DTYPE
 from ..binding import Call, article, bind_arguments, type_name
 from ..temporaries import HostTemporaries, resolve_views
 from .codegen import ENTRY_POINT
@@ -161,6 +162,8 @@ class CpuBackend:
             return describe_numpy(array)
         if hasattr(array, "__cuda_array_interface__"):
             return None
+        if is_torch(array) and str(array.dtype) == "torch.bfloat16":
+            return describe_torch_host(array)  # NumPy cannot view bfloat16
         library = type(array).__module__.partition(".")[0] or "unknown"
         if isinstance(getattr(array, "__array_interface__", None), dict):
             try:
@@ -185,8 +188,11 @@ class CpuBackend:
             return None
         return dataclasses.replace(describe_numpy(view), library=library)
 
-    def allocate(self, problem: Problem, tensor: str, like: Sequence[Any]) -> np.ndarray:
-        """Uninitialised NumPy array for ``tensor`` in its declared layout."""
+    def allocate(self, problem: Problem, tensor: str, like: Sequence[Any]) -> Any:
+        """Uninitialised NumPy array for ``tensor`` in its declared layout (a torch
+        CPU tensor for bfloat16, which NumPy does not have)."""
         declared = problem.program.tensor(tensor)
-        order: Literal["C", "F"] = "C" if declared.layout == "row" else "F"
-        return np.empty(problem.shape(tensor), dtype=declared.dtype, order=order)
+        if declared.dtype in NUMPY_DTYPE:
+            order: Literal["C", "F"] = "C" if declared.layout == "row" else "F"
+            return np.empty(problem.shape(tensor), dtype=declared.dtype, order=order)
+        return new_host_array(problem.shape(tensor), declared.dtype, declared.layout)

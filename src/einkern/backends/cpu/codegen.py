@@ -57,7 +57,7 @@ from ...ir.nodes import (
     Sum,
     walk,
 )
-from ...semantics import C_TYPE
+from ...semantics import C_TYPE, FROM_FLOAT, STORAGE_C_TYPES, TO_FLOAT
 from .printer import CpuText, index, load
 from .schedule import (
     CpuSchedule,
@@ -131,6 +131,8 @@ def _header(problem: Problem) -> list[str]:
         C_LITERAL_MACROS,
         helper_functions("static inline", integers=False),
     ]
+    if any(t.dtype in semantics.HALF_DTYPES for t in program.tensors):
+        lines.append(semantics.storage_helpers("static inline"))
     return lines
 
 
@@ -253,6 +255,13 @@ def _store(context: _Context) -> list[str]:
     value = _expr(statement.rhs, context)
     target = context.printer.target(mangle("t", output.tensor), index(problem, output))
     rhs = context.printer.text(value.value)
+    if store_ctype in STORAGE_C_TYPES:  # 16-bit: computed in float, rounded at the store
+        if statement.op != "=":
+            old = f"{TO_FLOAT[store_ctype]}({target})"
+            old = old if context.ctype == "float" else f"({context.ctype}){old}"
+            rhs = f"{old} {statement.op[0]} ({rhs})"
+        rhs = rhs if context.ctype == "float" else f"(float)({rhs})"
+        return [*value.setup, f"{target} = {FROM_FLOAT[store_ctype]}({rhs});"]
     if statement.op == "=" and store_ctype != context.ctype:
         rhs = f"({store_ctype})({rhs})"
     return [*value.setup, f"{target} {statement.op} {rhs};"]

@@ -6,7 +6,8 @@ A statement's right-hand side is turned into kernel-IR expressions
 operators, parentheses, the NaN-propagating ``max``/``min`` and function names
 follow the same policies in every generated C.  The CPU spelling: tensors are
 ``t_NAME`` pointers, indexed flat; a tensor narrower than the statement's compute
-type is widened where it is read (``(double)t_A[...]``), so every read takes the
+type is widened where it is read (``(double)t_A[...]``, a 16-bit one through its
+``ek_*_to_float`` helper), so every read takes the
 compute type; loop variables (``i_INDEX``, tile starts ``b_INDEX``) are 64-bit.
 """
 
@@ -18,7 +19,7 @@ from ...gpu import exprs as E
 from ...gpu import kir
 from ...gpu.ctext import ArrayInfo, CText, mangle
 from ...ir.nodes import Access, Problem, Statement
-from ...semantics import C_TYPE
+from ...semantics import C_TYPE, STORAGE_C_TYPES
 
 INDEX_TYPE = "long long"  # int64_t
 
@@ -64,15 +65,16 @@ class CpuText(CText):
         )
         super().__init__(kernel)
         self.ctype = ctype
+        self.widened = ctype  # 16-bit reads widen to the compute type
         self.env: dict[str, str] = dict(self.types)
 
     # -- spelling hooks ----------------------------------------------------------
 
     def element(self, info: ArrayInfo, index: str, access: str) -> str:
         text = f"{info.name}[{index}]"
-        if access == "load" and info.ctype != self.ctype:
+        if access == "load" and info.ctype != self.ctype and info.ctype not in STORAGE_C_TYPES:
             return f"({self.ctype}){text}"  # widened exactly to the compute type
-        return text
+        return text  # 16-bit elements: widened by CText.loaded
 
     def infer(self, e: kir.Expr, env) -> str | None:
         if isinstance(e, kir.Load):

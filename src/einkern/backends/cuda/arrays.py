@@ -16,9 +16,18 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ...arrays import ArrayInfo, contiguous_strides, describe_numpy, dtype_name
+from ...arrays import (
+    ArrayInfo,
+    contiguous_strides,
+    describe_numpy,
+    describe_torch_host,
+    dtype_name,
+    is_torch,
+    new_host_array,
+)
 from ...errors import ArgumentError
 from ...ir.nodes import Problem
+from ...semantics import NUMPY_DTYPE
 from ..binding import article, type_name
 
 #: The legacy default stream's handle; DLPack and ``__cuda_array_interface__``
@@ -44,7 +53,14 @@ def describe_torch_cuda(tensor: Any) -> ArrayInfo | None:
     if not _TORCH_DTYPES:
         import torch
 
-        _TORCH_DTYPES.update({torch.float32: "float32", torch.float64: "float64"})
+        _TORCH_DTYPES.update(
+            {
+                torch.float32: "float32",
+                torch.float64: "float64",
+                torch.float16: "float16",
+                torch.bfloat16: "bfloat16",
+            }
+        )
     index = tensor.get_device()
     dtype = _TORCH_DTYPES.get(tensor.dtype)
     return ArrayInfo(
@@ -144,10 +160,12 @@ def describe(obj: Any, stream: int | None = None) -> ArrayInfo | None:
     launches on (see :func:`describe_view`)."""
     if isinstance(obj, np.ndarray):
         return describe_numpy(obj)
-    if type(obj).__module__ == "torch" and type(obj).__name__ == "Tensor":
+    if is_torch(obj):
         info = describe_torch_cuda(obj)
         if info is not None:
             return info
+        if str(obj.dtype) == "torch.bfloat16":
+            return describe_torch_host(obj)  # on the host: NumPy and DLPack views fail
     if hasattr(obj, "__dlpack__") or hasattr(obj, "__cuda_array_interface__"):
         return describe_view(obj, stream)
     return None
@@ -213,12 +231,12 @@ def allocate(problem: Problem, tensor: str, like: Sequence[Any]) -> Any:
                 shape, strides, dtype=getattr(torch, declared.dtype), device=array.device
             )
     for array in like:
-        if _library(array) == "cupy":
+        if _library(array) == "cupy" and declared.dtype in NUMPY_DTYPE:
             import cupy
 
             with cupy.cuda.Device(array.device.id):
                 return cupy.empty(shape, dtype=declared.dtype, order=order)
-    return np.empty(shape, dtype=declared.dtype, order=order)
+    return new_host_array(shape, declared.dtype, declared.layout)
 
 
 class Reader:

@@ -8,12 +8,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..arrays import random_arrays
+from ..arrays import random_arrays, storage_view
 from ..gpu.mapping import Mapping
 from ..gpu.plan import Launch, plan_task
 from ..ir.nodes import Problem
 from ..ir.task import tasks_of
 from ..reference import evaluate, relative_error
+from ..semantics import bfloat16_values
 from ..testing import random_scalars
 from .emulator import DTYPES, AccessError, emulate
 
@@ -44,9 +45,10 @@ def emulate_problem(
     kernels=None,
 ):
     """Run every statement (its plan of launches: see :mod:`.plan`) in the emulator
-    on copies of ``arrays``.  Returns (final arrays, refused accesses, their count).
+    on copies of ``arrays``.  Returns (final arrays, refused accesses, their count);
+    bfloat16 arrays come back as float32 arrays of their values.
     ``kernels`` (one per statement) replaces the plans, for fault injection."""
-    work = {name: np.array(a, copy=True, order="K") for name, a in arrays.items()}
+    work = {name: np.array(storage_view(a), copy=True, order="K") for name, a in arrays.items()}
     values = {f"s_{name}": v for name, v in scalars.items()}
     launches = []
     if kernels is not None:
@@ -66,7 +68,12 @@ def emulate_problem(
         report = emulate([launch.kernel], bound, values)
         errors.extend(report.errors)
         bad += sum(report.counts)
-    return {name: work[name] for name in arrays}, tuple(errors), bad
+    dtypes = {t.name: t.dtype for t in problem.program.tensors}
+    final = {
+        name: bfloat16_values(work[name]) if dtypes.get(name) == "bfloat16" else work[name]
+        for name in arrays
+    }
+    return final, tuple(errors), bad
 
 
 def verify(

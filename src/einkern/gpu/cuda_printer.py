@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..semantics import storage_helpers
 from . import kir
 from .ctext import (
     ELEMENT_BYTES,
@@ -42,6 +43,7 @@ from .ctext import (
     check_identifier,
     helper_functions,
     indent,
+    uses_storage,
     vector_type,
 )
 from .mma import SHAPES, asm_statement, registers
@@ -308,4 +310,7 @@ def print_cuda(kernel: kir.Kernel) -> str:
 
 def print_cuda_module(kernels: Sequence[kir.Kernel]) -> str:
     """One CUDA source holding several kernels: the prelude once, then each kernel."""
-    return "\n".join([CUDA_PRELUDE, *(print_kernel(k) for k in kernels)])
+    prelude = [CUDA_PRELUDE]
+    if any(uses_storage(k) for k in kernels):
+        prelude.append(storage_helpers("__device__ __forceinline__", cuda=True))
+    return "\n".join([*prelude, *(print_kernel(k) for k in kernels)])

@@ -51,6 +51,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..semantics import storage_helpers
 from . import kir
 from .ctext import (
     C_LITERAL_MACROS,
@@ -61,6 +62,7 @@ from .ctext import (
     CText,
     helper_functions,
     indent,
+    uses_storage,
     vector_type,
 )
 from .mma import SHAPES
@@ -75,12 +77,17 @@ POISON = {
     "double": "EKX_NAN_D",
     "int": "EKX_POISON_I",
     "long long": "EKX_POISON_LL",
+    "ek_bf16": "((ek_bf16)0x7fc0)",  # NaN
+    "ek_f16": "((ek_f16)0x7e00)",  # NaN
 }
+#: Suffixes of the access functions of the 16-bit storage types (defined after their
+#: typedefs, only in emulations that have such arrays).
+STORAGE_SUFFIX = {"ek_bf16": "bf", "ek_f16": "h"}
 
 
-def _access_functions() -> str:
+def _access_functions(suffixes: dict[str, str] = SUFFIX) -> str:
     out = []
-    for ctype, s in SUFFIX.items():
+    for ctype, s in suffixes.items():
         out.append(f"""\
 static inline {ctype} *ekx_at_{s}({ctype} *base, long long index, long long size, int site,
                                  ekx_ctx *c)
@@ -120,6 +127,7 @@ typedef struct {{
     double sink_d;
     int sink_i;
     long long sink_ll;
+    unsigned short sink_bf, sink_h;
     /* asynchronous copies in flight, per emulated thread (cp.async) */
     char **q_dst;
     double *q_val;
@@ -209,6 +217,10 @@ class EmulationSource:
     scalars: tuple[kir.Param, ...]
 
 
+def _suffix(ctype: str) -> str:
+    return STORAGE_SUFFIX[ctype] if ctype in STORAGE_SUFFIX else SUFFIX[ctype]
+
+
 def _trips(u: kir.Uniform) -> int:
     if u.step <= 0:
         raise ValueError(f"uniform loop {u.var}: step must be positive")
@@ -254,7 +266,8 @@ class EmulationText(CText):
     def element(self, info: ArrayInfo, index: str, access: str) -> str:
         site, base = self._site(info, access)
         return (
-            f"(*{PREFIX}at_{SUFFIX[info.ctype]}({base}, {index}, {info.size}LL, {site}, {PREFIX}c))"
+            f"(*{PREFIX}at_{_suffix(info.ctype)}({base}, {index}, {info.size}LL, {site}, "
+            f"{PREFIX}c))"
         )
 
     def lane(self, vector: str, lane: int) -> str:
@@ -573,6 +586,9 @@ def emulation_source(kernel: kir.Kernel) -> EmulationSource:
         [
             *comment,
             C_PRELUDE,
+            storage_helpers("static inline") + _access_functions(STORAGE_SUFFIX)
+            if uses_storage(kernel)
+            else "",
             mma_prelude(kernel),
             f"void {ENTRY_POINT}(void **{PREFIX}buffers, const double *{PREFIX}scalars)",
             "{",

@@ -57,6 +57,8 @@ def vector_width_for(task: Task, mapping: Mapping, access: Access) -> int:
     statement = task.statement
     tensor = problem.program.tensor(access.tensor)
     width = mapping.vector_width
+    if tensor.itemsize < 4:
+        return 1  # 16-bit elements: loaded one at a time, widened on load
     if tensor.itemsize * width > 16:
         width = 16 // tensor.itemsize
     contiguous = natural_order(problem, access)[0]

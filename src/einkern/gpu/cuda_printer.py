@@ -58,6 +58,23 @@ __device__ __forceinline__ float ek_tf32(float x)
 }
 """
 
+#: Two floats packed into one 32-bit register of 16-bit values (``lo`` in the low
+#: half, as the fragment layouts number them), rounded to nearest even.
+PACK_HELPERS = """\
+__device__ __forceinline__ unsigned ek_pack_bf16(float lo, float hi)
+{
+    unsigned u;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(u) : "f"(hi), "f"(lo));
+    return u;
+}
+__device__ __forceinline__ unsigned ek_pack_f16(float lo, float hi)
+{
+    unsigned u;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(u) : "f"(hi), "f"(lo));
+    return u;
+}
+"""
+
 STATIC_SHARED_LIMIT = 48 * 1024  # bytes of static shared memory a kernel may declare
 
 CUDA_PRELUDE = (
@@ -244,22 +261,26 @@ def _sections(printer: CText, sections: Sequence[kir.Section], env: dict[str, st
 
 def mma_text(section: kir.Mma) -> str:
     """The ``asm volatile`` statement of an :class:`~kir.Mma` section (tf32
-    operands are floats already rounded to tf32, passed as their bits)."""
+    operands are floats already rounded to tf32, passed as their bits; bf16/f16
+    operands are floats, two elements packed per register, the lower-numbered one
+    in the low half)."""
     shape = SHAPES[section.shape]
     na, nb, nc = registers(shape)
-    if shape.packed > 1:
-        raise ValueError(f"{shape.name}: packed 16-bit operands are not generated yet")
 
-    def regs(fragment: kir.Fragment, count: int, bits: bool = False) -> list[str]:
-        names = [f"{fragment.var}[{fragment.first + j}]" for j in range(count)]
-        return [f"__float_as_uint({n})" for n in names] if bits else names
+    def regs(fragment: kir.Fragment, count: int, operand: bool = False) -> list[str]:
+        v, first = fragment.var, fragment.first
+        if operand and shape.packed > 1:
+            pack = f"ek_pack_{shape.input_type}"
+            return [f"{pack}({v}[{first + 2 * j}], {v}[{first + 2 * j + 1}])" for j in range(count)]
+        names = [f"{v}[{first + j}]" for j in range(count)]
+        return [f"__float_as_uint({n})" for n in names] if operand and tf32 else names
 
     tf32 = shape.input_type == "tf32"
     return asm_statement(
         shape,
         regs(section.d, nc),
-        regs(section.a, na, tf32),
-        regs(section.b, nb, tf32),
+        regs(section.a, na, operand=True),
+        regs(section.b, nb, operand=True),
         regs(section.c, nc),
     )
 
@@ -303,6 +324,15 @@ def print_kernel(kernel: kir.Kernel) -> str:
     return "\n".join([*lines, *indent(body), "}", ""])
 
 
+def _packed(sections: Sequence[kir.Section]) -> bool:
+    """Whether a section runs a bf16/f16 MMA (its printing needs :data:`PACK_HELPERS`)."""
+    return any(
+        (isinstance(s, kir.Mma) and SHAPES[s.shape].packed > 1)
+        or (isinstance(s, kir.Uniform) and _packed(s.body))
+        for s in sections
+    )
+
+
 def print_cuda(kernel: kir.Kernel) -> str:
     """Complete CUDA C++ source (prelude and kernel) for NVRTC."""
     return print_cuda_module([kernel])
@@ -313,4 +343,6 @@ def print_cuda_module(kernels: Sequence[kir.Kernel]) -> str:
     prelude = [CUDA_PRELUDE]
     if any(uses_storage(k) for k in kernels):
         prelude.append(storage_helpers("__device__ __forceinline__", cuda=True))
+    if any(_packed(k.body) for k in kernels):
+        prelude.append(PACK_HELPERS)
     return "\n".join([*prelude, *(print_kernel(k) for k in kernels)])

@@ -30,9 +30,10 @@ Execution model:
 * an :class:`~kir.Mma` ends the pending thread loop (as a barrier does) and runs
   as a loop over the block's warps: each warp's 32 fragments of A, B and C are
   gathered from the lanes' thread variables through the instruction's fragment
-  layout tables (``einkern.gpu.mma``, checked on the hardware), the product is
-  computed (exact products, the sum in double, rounded once to the accumulator
-  type) and D is scattered back: a kernel that loads fragments by a wrong layout
+  layout tables (``einkern.gpu.mma``, checked on the hardware; bf16/f16
+  fragment elements rounded to 16 bits as the CUDA printer's packing does), the
+  product is computed (exact products, the sum in double, rounded once to the
+  accumulator type) and D is scattered back: a kernel that loads fragments by a wrong layout
   computes a wrong product here, as on a GPU.  The step synchronises the whole
   block, which the instruction does not: a barrier missing only where an MMA
   lies between the read and the overwrite of shared memory is not caught;
@@ -51,7 +52,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..semantics import storage_helpers
+from ..semantics import FROM_FLOAT, TO_FLOAT, storage_helpers
 from . import kir
 from .ctext import (
     C_LITERAL_MACROS,
@@ -217,6 +218,10 @@ class EmulationSource:
     scalars: tuple[kir.Param, ...]
 
 
+#: The storage type of the values a packed (16-bit) MMA input holds.
+PACKED_STORAGE = {"bf16": "ek_bf16", "f16": "ek_f16"}
+
+
 def _suffix(ctype: str) -> str:
     return STORAGE_SUFFIX[ctype] if ctype in STORAGE_SUFFIX else SUFFIX[ctype]
 
@@ -358,8 +363,6 @@ class EmulationText(CText):
     def mma(self, section: kir.Mma) -> list[str]:
         """The warp loop executing one :class:`~kir.Mma` (see the module docstring)."""
         shape = SHAPES[section.shape]
-        if shape.packed > 1:
-            raise ValueError(f"{shape.name}: packed 16-bit operands are not emulated yet")
         if self.kernel.threads % 32:
             raise ValueError(f"an MMA needs whole warps, not {self.kernel.threads} threads")
         counts = {v.name: max(1, v.count) for v in self.kernel.thread_vars}
@@ -385,6 +388,9 @@ class EmulationText(CText):
             value = slot(fragment)
             if name != "mc" and shape.input_type == "tf32":
                 value = f"ek_tf32({value})"
+            elif name != "mc" and shape.packed > 1:  # packed to 16 bits: cvt.rn
+                storage = PACKED_STORAGE[shape.input_type]
+                value = f"{TO_FLOAT[storage]}({FROM_FLOAT[storage]}({value}))"
             lines += [
                 f"        for (int {i} = 0; {i} < {layout.count}; ++{i})",
                 f"            {PREFIX}{name}[{table}[{lane}][{i}][0]][{table}[{lane}][{i}][1]]"
@@ -588,6 +594,7 @@ def emulation_source(kernel: kir.Kernel) -> EmulationSource:
             C_PRELUDE,
             storage_helpers("static inline") + _access_functions(STORAGE_SUFFIX)
             if uses_storage(kernel)
+            or any(SHAPES[m.shape].packed > 1 for m in _mma_sections(kernel.body))
             else "",
             mma_prelude(kernel),
             f"void {ENTRY_POINT}(void **{PREFIX}buffers, const double *{PREFIX}scalars)",

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..semantics import round_bfloat16
 from . import kir
 
 WARP = 32
@@ -222,12 +223,9 @@ def round_tf32(x: np.ndarray) -> np.ndarray:
 
 
 def round_bf16(x: np.ndarray) -> np.ndarray:
-    """fp32 values rounded to bf16 (8 mantissa bits) to nearest even."""
-    bits = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    lsb = (bits >> 16) & 1
-    rounded = ((bits + 0x7FFF + lsb) & 0xFFFF0000).astype(np.uint32)
-    finite = np.isfinite(np.asarray(x, dtype=np.float32))
-    return np.where(finite, rounded.view(np.float32), np.asarray(x, dtype=np.float32))
+    """fp32 values rounded to bf16 (8 mantissa bits) to nearest even: the table of
+    meaning's :func:`einkern.semantics.round_bfloat16`."""
+    return round_bfloat16(x)
 
 
 def input_values(shape: MmaShape, x: np.ndarray) -> np.ndarray:

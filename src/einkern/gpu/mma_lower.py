@@ -17,6 +17,14 @@ Kernel shape, for an :class:`MmaConfig`:
 * the epilogue stores each accumulator element by the accumulator layout
   (``=``, ``+=``, ``-=``, times the statement's scalars), predicated at the edges.
 
+bf16/f16 instructions (``m16n8k16_bf16``...): the 16-bit inputs are widened to
+float when loaded from global memory (the printers' rule for 16-bit arrays), staged
+and held in fragments as floats holding 16-bit values exactly; the MMA's printers
+pack two fragment elements per 32-bit register (the lower-numbered element in the
+low half, ``cvt.rn.bf16x2.f32``), the accumulators are float32, and the epilogue's
+store rounds to the output's dtype.  Fragment arrays hold ``count`` elements of
+each operand's layout per instruction tile (registers × 2 when packed).
+
 Parameters follow the other kernels' convention (``p_<tensor>`` arrays in
 declaration order, ``s_<scalar>`` doubles), so the runtime launches them alike.
 """
@@ -30,7 +38,7 @@ from ..semantics import C_TYPE
 from . import exprs as E
 from . import kir
 from .contraction import Contraction, contraction_of
-from .mma import SHAPES, coordinates, registers
+from .mma import SHAPES, coordinates
 from .mma_config import MmaConfig
 
 __all__ = ["MmaConfig", "lower_mma", "problems", "shared_bytes"]
@@ -45,11 +53,11 @@ def problems(task: Task, config: MmaConfig) -> list[str]:
     program = task.program
     statement = task.statement
     dtypes = {program.tensor(t).dtype for t in statement.tensors()}
-    wanted = {"f64": "float64", "tf32": "float32"}.get(shape.input_type)
-    if wanted is None:
-        found.append(f"{shape.name}: {shape.input_type} MMA kernels are not generated yet")
-    elif dtypes != {wanted}:
+    wanted = INPUT_DTYPE[shape.input_type]
+    if shape.packed == 1 and dtypes != {wanted}:
         found.append(f"{shape.name} needs {wanted} tensors, not {', '.join(sorted(dtypes))}")
+    if shape.packed > 1:
+        found += _sixteen_bit_problems(task, shape.name, wanted, config)
     if config.split and shape.input_type != "tf32":
         found.append("split (3xTF32) applies to tf32 shapes only")
     if config.k_step % shape.k or config.k_step < shape.k:
@@ -66,6 +74,28 @@ def problems(task: Task, config: MmaConfig) -> list[str]:
         found.append(f"stages {config.stages} (2 to 4 with asynchronous copies)")
     if config.padding < -1:
         found.append("padding must be >= 0, or -1 (automatic)")
+    return found
+
+
+#: The dtype of the tensors each instruction input type multiplies.
+INPUT_DTYPE = {"f64": "float64", "tf32": "float32", "bf16": "bfloat16", "f16": "float16"}
+
+
+def _sixteen_bit_problems(task: Task, shape: str, wanted: str, config: MmaConfig) -> list[str]:
+    """A bf16/f16 instruction multiplies tensors of its type and accumulates in
+    float32, so the output is of that type or float32 (a float64 statement
+    computes in float64); the 2-byte elements are staged through registers."""
+    found = []
+    program, statement = task.program, task.statement
+    output_name = statement.output.tensor  # read too by += and -=
+    reads = {program.tensor(a.tensor).dtype for a in statement.reads() if a.tensor != output_name}
+    output = program.tensor(output_name).dtype
+    if reads != {wanted}:
+        found.append(f"{shape} needs {wanted} inputs, not {', '.join(sorted(reads))}")
+    if output not in (wanted, "float32"):
+        found.append(f"{shape} accumulates in float32: its output is {wanted} or float32")
+    if config.copy == "async":
+        found.append(f"{shape}: cp.async copies 4-byte elements; 16-bit tiles go via registers")
     return found
 
 
@@ -153,8 +183,7 @@ class _Builder:
             ("base_c", self.c.output),
         ):
             body.append(kir.Assign(name, self.c.offset(operand, coords)))
-        nc = registers(self.shape)[2]
-        count = self.config.tiles_m * self.config.tiles_n * nc
+        count = self.config.tiles_m * self.config.tiles_n * self.shape.c.count
         body += [kir.Store("acc", E.const(i), kir.Float(0.0)) for i in range(count)]
         return body
 
@@ -284,7 +313,8 @@ class _Builder:
         instruction k-step."""
         sections: list[kir.Section] = []
         shape, cfg = self.shape, self.config
-        na, nb, nc = registers(shape)
+        na, nb = shape.a.count, shape.b.count  # elements (two per register when packed)
+        nc = shape.c.count
         group, quad = self.lane_group_quad()
         wrow, wcol = self.warp_bases()
         for ks in range(0, self.bk, shape.k):
@@ -317,9 +347,10 @@ class _Builder:
         return sections
 
     def _fragment(self, var: str, slot: int, value: kir.Expr, low: int) -> list[kir.Stmt]:
-        """Register ``slot`` of fragment array ``var`` from ``value``: as it is
-        (fp64), rounded to tf32, or (3xTF32) its tf32 high part with the low part
-        ``low`` registers further on."""
+        """Element ``slot`` of fragment array ``var`` from ``value``: as it is (fp64;
+        bf16/f16 values, held in floats and packed two to a register by the MMA's
+        printers), rounded to tf32, or (3xTF32) its tf32 high part with the low part
+        ``low`` elements further on."""
         if self.shape.input_type != "tf32":
             return [kir.Store(var, E.const(slot), value)]
         high = kir.Call("ek_tf32", (value,))
@@ -331,7 +362,7 @@ class _Builder:
 
     def epilogue(self) -> list[kir.Stmt]:
         c, shape, cfg = self.c, self.shape, self.config
-        nc = registers(shape)[2]
+        nc = shape.c.count
         group, quad = self.lane_group_quad()
         wrow, wcol = self.warp_bases()
         factor: kir.Expr = kir.Float(c.sign * c.constant)
@@ -359,7 +390,7 @@ class _Builder:
 
     def kernel(self) -> kir.Kernel:
         task, c, cfg = self.task, self.c, self.config
-        na, nb, nc = registers(self.shape)
+        na, nb, nc = self.shape.a.count, self.shape.b.count, self.shape.c.count
         steps = math.ceil(self.K / self.bk) * self.bk
         zero = E.const(0)
         if cfg.copy == "async":

@@ -52,12 +52,17 @@ KERNEL_RATE = {"f64": 38.1e12, "tf32": 69.5e12}
 #: 1.16 over the tile-scaled register rate (docs/tensor_cores.md).  Measured for f64
 #: only: tf32 keeps the register kernels.
 ASYNC_GAIN = 1.24
+#: bf16/f16 kernels (m16n8k16) are not measured yet: an estimate, the measured tf32
+#: kernel's rate times 2 (the instructions' peaks: bf16/f16 m16n8k16 620 TFLOP/s,
+#: tf32 m16n8k8 309; the kernel stages floats as the tf32 one does).
+HALF_RATE_ESTIMATE = 2 * KERNEL_RATE["tf32"]
+KERNEL_RATE.update({"bf16": HALF_RATE_ESTIMATE, "f16": HALF_RATE_ESTIMATE})
 MEASURED_SMS = 132
 TILE_OVERHEAD = 16.0
 STORE_EFFICIENCY = 0.4
 #: The SIMT model's predicted over measured time, per tensor-core input type (the
 #: SIMT kernels it is compared with: fp64 for f64, fp32 for tf32).
-SIMT_MODEL_SCALE = {"f64": 0.76, "tf32": 1.09}
+SIMT_MODEL_SCALE = {"f64": 0.76, "tf32": 1.09, "bf16": 1.09, "f16": 1.09}  # 16-bit: fp32 SIMT
 
 
 def tile_rate(config: MmaConfig) -> float:
@@ -84,10 +89,10 @@ def mma_bounds(task: Task, config: MmaConfig, limits: DeviceLimits) -> tuple[flo
     busiest = math.ceil(blocks / limits.sm_count)
     arithmetic = busiest * 2 * bm * bn * steps / per_sm
     problem = task.problem
-    itemsize = problem.program.tensor(c.output.tensor).itemsize
-    a_bytes = problem.numel(c.a.tensor) * itemsize
-    b_bytes = problem.numel(c.b.tensor) * itemsize
-    c_bytes = problem.numel(c.output.tensor) * itemsize
+    a_bytes, b_bytes, c_bytes = (
+        problem.numel(t) * problem.program.tensor(t).itemsize
+        for t in (c.a.tensor, c.b.tensor, c.output.tensor)
+    )
     reads = a_bytes + b_bytes + (c_bytes if c.op != "=" else 0)
     dram = (reads + c_bytes / STORE_EFFICIENCY) / limits.dram_bandwidth
     l2 = (a_bytes * tiles_n + b_bytes * tiles_m) / (L2_OVER_DRAM * limits.dram_bandwidth)
@@ -140,21 +145,39 @@ TF32_TILES = (
 )
 
 
+#: The tile shapes offered for bfloat16 and float16 inputs: the tf32 ones with the
+#: m16n8k16 instruction (k-steps of 32: two instruction steps per shared tile).
+HALF_TILES = {
+    dtype: tuple(replace(t, shape=f"m16n8k16_{kind}") for t in TF32_TILES)
+    for dtype, kind in (("bfloat16", "bf16"), ("float16", "f16"))
+}
+
+
 def mma_candidates(task: Task, tuning: bool = False) -> list[MmaConfig]:
     """Tensor-core tile shapes for ``task``, a statement of GEMM form of at least
     :data:`MIN_FLOPS`: fp64 ones when every tensor is float64 (``tuning``: the
     register-prefetched ones too); tf32 ones (3xTF32 when the precision says so)
     when every tensor is float32 and the program's precision is not ``fp32``;
+    bf16 (f16) ones when both inputs are bfloat16 (float16) and the output is of
+    that dtype or float32 (the products are exact and accumulate in float32, as the
+    statement computes: no precision needed);
     empty otherwise."""
     if not task.single:
         return []
     program = task.program
     dtypes = {program.tensor(t).dtype for t in task.statement.tensors()}
+    output_name = task.statement.output.tensor  # read too by += and -=
+    reads = {
+        program.tensor(a.tensor).dtype for a in task.statement.reads() if a.tensor != output_name
+    }
+    output = program.tensor(output_name).dtype
     if dtypes == {"float64"}:
         tiles = list(F64_TILES) + (list(F64_REGISTER_TILES) if tuning else [])
     elif dtypes == {"float32"} and program.precision in ("tf32", "3xtf32"):
         split = program.precision == "3xtf32"
         tiles = [replace(t, split=split) for t in TF32_TILES]
+    elif len(reads) == 1 and min(reads) in HALF_TILES and output in (min(reads), "float32"):
+        tiles = list(HALF_TILES[min(reads)])
     else:
         return []
     try:

@@ -279,3 +279,13 @@ def test_einsum_refuses_a_float32_result_in_a_bfloat16_out():
     out = new_host_array((4, 4), "bfloat16", "row")
     with pytest.raises(DtypeError):
         einkern.einsum("ik,kj->ij", a, a, backend="cpu", out=out)
+
+
+def test_cli_runs_and_checks_a_sixteen_bit_program(tmp_path, capsys):
+    from einkern.cli import main
+
+    path = tmp_path / "mixed.ein"
+    path.write_text(CASES["functions, +=, intermediates"])
+    assert main(["run", str(path), "-b", "cpu", "--repeat", "1", "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "check Y: max relative error" in out and "ok" in out

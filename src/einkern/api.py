@@ -8,6 +8,7 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
+from .arrays import copy_host_array
 from .backends import Backend, get_backend
 from .backends.binding import Binder, Call
 from .errors import ArgumentError
@@ -360,7 +361,7 @@ def measure_groupings(
     for cover in covers:
         candidate = dataclasses.replace(plan, chosen=cover)
         kernel = Kernel(problem, backend, fusion=candidate)
-        call = kernel.bind(**{n: a.copy(order="K") for n, a in arrays.items()}, **scalars)
+        call = kernel.bind(**{n: copy_host_array(a) for n, a in arrays.items()}, **scalars)
         profile = getattr(kernel.executable, "profile_checked", None)
         times = []
         for _ in range(repeat):

@@ -215,11 +215,11 @@ def _sum(expr: Sum, values, scalars, sizes) -> Labelled:
 
 
 def host_values(array: Any) -> np.ndarray:
-    """The values of a host array (NumPy, a torch CPU tensor, anything NumPy reads)
-    as a NumPy array: bfloat16 tensors as float32 (every bfloat16 is one), others in
-    their own dtype."""
+    """The values of an array (NumPy, a torch tensor, copied from the GPU if it is
+    there, anything NumPy reads) as a NumPy array: bfloat16 tensors as float32
+    (every bfloat16 is one), others in their own dtype."""
     if type(array).__module__ == "torch" and type(array).__name__ == "Tensor":
-        tensor = array.detach()
+        tensor = array.detach().cpu()
         if str(tensor.dtype) == "torch.bfloat16":
             import torch
 

@@ -117,7 +117,12 @@ class CudaDevice:
         self.l2_bytes = int(getattr(properties, "L2_cache_size", 0) or (64 << 20))
         self.flush_bytes = max(2 * self.l2_bytes, 128 << 20)
         self.timer = CudaEventTimer(torch, self.flush_bytes)
-        self.dtypes = {"float32": torch.float32, "float64": torch.float64}
+        self.dtypes = {
+            "float32": torch.float32,
+            "float64": torch.float64,
+            "bfloat16": torch.bfloat16,
+            "float16": torch.float16,
+        }
 
     def describe(self) -> str:
         p = self.properties

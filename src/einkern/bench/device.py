@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ..arrays import copy_host_array, host_values
 from ..ir.nodes import Problem
 from ..testing import random_array, random_arrays, relative_error
 
@@ -138,10 +139,10 @@ class CpuDevice:
         return random_arrays(problem, seed)
 
     def copy(self, array: Any) -> Any:
-        return np.array(array, order="K", copy=True)
+        return copy_host_array(array)
 
     def to_host(self, array: Any) -> np.ndarray:
-        return np.asarray(array)
+        return host_values(array)
 
     def synchronize(self) -> None:
         return None

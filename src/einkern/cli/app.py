@@ -369,7 +369,7 @@ def _run_one(args, progress, label: str) -> int:
     progress.clear()
     failed = False
     for name in kernel.outputs:
-        error = relative_error(np.asarray(timing.outputs[name]), reference[name])
+        error = relative_error(timing.outputs[name], reference[name])
         tolerance = output_tolerance(problem, name)
         status = "ok" if error <= tolerance else "FAILED"
         failed |= error > tolerance

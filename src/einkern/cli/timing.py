@@ -19,6 +19,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from ..arrays import copy_host_array
 from ..errors import AllocationError
 from .common import format_bytes
 
@@ -59,7 +60,7 @@ def time_on_host(
     outputs: dict[str, np.ndarray] = {}
     for run in range(repeat + 1):  # the first run is a warm-up
         step(run)
-        work = {name: array.copy(order="K") for name, array in originals.items()}
+        work = {name: copy_host_array(array) for name, array in originals.items()}
         start = clock()
         result = kernel(**work, **scalars)
         elapsed = clock() - start

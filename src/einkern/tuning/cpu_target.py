@@ -28,6 +28,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from ..arrays import copy_host_array
 from ..backends.cpu.backend import CpuExecutable, load_library
 from ..backends.cpu.codegen import emit_c
 from ..backends.cpu.compiler import cache_directory, cached_library, compile_library, toolchain
@@ -252,7 +253,7 @@ class CpuTarget:
         path = Path(compiled)
         executable = CpuExecutable(single, path, load_library(path))
         inputs, scalars, expected = _reference(single, seed)
-        arrays = {name: array.copy(order="K") for name, array in inputs.items()}
+        arrays = {name: copy_host_array(array) for name, array in inputs.items()}
         for tensor in program.tensors:
             if tensor.name not in arrays:
                 order: Literal["C", "F"] = "C" if tensor.layout == "row" else "F"

@@ -79,6 +79,13 @@ NUMPY_DTYPE: Mapping[str, np.dtype] = MappingProxyType(
         "float16": np.dtype(np.float16),
     }
 )
+#: The NumPy dtype of each dtype's elements in memory, for raw buffers (kernel
+#: temporaries, the emulator's arrays): bfloat16 elements are their uint16 encodings.
+STORAGE_NUMPY_DTYPE: Mapping[str, np.dtype] = MappingProxyType(
+    {**NUMPY_DTYPE, "bfloat16": np.dtype(np.uint16)}
+)
+#: The encoding of a NaN in each storage dtype that has no NumPy NaN (bfloat16).
+STORAGE_NAN: Mapping[str, int] = MappingProxyType({"bfloat16": 0x7FC0})
 #: The NumPy dtype einkern's NumPy code (reference, random inputs) holds the values
 #: of each dtype in: its own, or float32 for bfloat16 (every bfloat16 is a float32).
 VALUE_DTYPE: Mapping[str, np.dtype] = MappingProxyType(

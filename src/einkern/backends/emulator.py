@@ -28,14 +28,13 @@ from ..errors import ArgumentError, BackendError
 from ..gpu import kir
 from ..gpu.emulator_c import KINDS, MAX_ERRORS, RECORD, EmulationSource, emulation_source
 from ..gpu.emulator_c import print_emulation_c as print_emulation_c
-from ..semantics import C_TYPE, NUMPY_DTYPE
+from ..semantics import C_TYPE, STORAGE_NUMPY_DTYPE
 from .cpu.backend import load_or_compile
 from .cpu.compiler import cache_directory, toolchain
 
 #: NumPy dtype of each C type a kernel declares (bfloat16 elements: their uint16
 #: encodings, :func:`einkern.arrays.storage_view`).
-DTYPES = {C_TYPE[d]: NUMPY_DTYPE[d].type for d in NUMPY_DTYPE} | {
-    C_TYPE["bfloat16"]: np.uint16,
+DTYPES = {C_TYPE[d]: STORAGE_NUMPY_DTYPE[d].type for d in C_TYPE} | {
     "int": np.int32,
     "long long": np.int64,
 }

@@ -18,6 +18,7 @@ from typing import Literal
 import numpy as np
 
 from ..ir.nodes import Problem
+from ..semantics import STORAGE_NAN, STORAGE_NUMPY_DTYPE
 
 
 def owned(problem: Problem) -> tuple[str, ...]:
@@ -69,19 +70,23 @@ class HostTemporaries:
     def _new(self, name: str) -> np.ndarray:
         tensor = self.problem.program.tensor(name)
         order: Literal["C", "F"] = "C" if tensor.layout == "row" else "F"
-        return np.empty(self.problem.shape(name), dtype=tensor.dtype, order=order)
+        dtype = STORAGE_NUMPY_DTYPE[tensor.dtype]
+        return np.empty(self.problem.shape(name), dtype=dtype, order=order)
 
 
 def view_arrays(problem: Problem, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """NumPy arrays of every temporary for ``arrays`` (the other tensors, dense):
-    new ones (NaN) for owned temporaries, and for views the storage's memory
-    reshaped (no copy).  For running a rewritten problem in the emulator."""
+    new ones (NaN) for owned temporaries (bfloat16 ones as uint16 encodings, as the
+    emulator takes them), and for views the storage's memory reshaped (no copy).
+    For running a rewritten problem in the emulator."""
     program = problem.program
     result = dict(arrays)
     for name in owned(problem):
         tensor = program.tensor(name)
         order: Literal["C", "F"] = "C" if tensor.layout == "row" else "F"
-        result[name] = np.full(problem.shape(name), np.nan, dtype=tensor.dtype, order=order)
+        poison = STORAGE_NAN.get(tensor.dtype, np.nan)  # bfloat16: the bits of a NaN
+        dtype = STORAGE_NUMPY_DTYPE[tensor.dtype]
+        result[name] = np.full(problem.shape(name), poison, dtype=dtype, order=order)
     for name in views(problem):
         base = result[program.storage(name)]
         flat = np.ravel(base, order="K")

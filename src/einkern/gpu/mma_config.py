@@ -34,6 +34,11 @@ class MmaConfig:
     #: tf32 shapes only: each operand split into a tf32 high and low part and three
     #: MMAs (lo·hi + hi·lo + hi·hi): fp32-level accuracy (3xTF32).
     split: bool = False
+    #: how the accumulators reach the output: "direct" (each lane stores its own
+    #: elements, two adjacent ones per row) or "shared" (through a shared-memory
+    #: tile, one instruction-tile row of every warp at a time, stored by all
+    #: threads along the output's contiguous index)
+    epilogue: str = "direct"
 
     def block_tile(self) -> tuple[int, int]:
         shape = SHAPES[self.shape]
@@ -49,7 +54,9 @@ class MmaConfig:
         return (
             f"{self.shape} tensor cores, block tile {bm}x{bn}, {self.warps_m}x{self.warps_n} "
             f"warps of {self.tiles_m}x{self.tiles_n} instruction tiles, k-step {self.k_step}, "
-            f"{self.stages} stage(s) {copy}" + (", 3xTF32" if self.split else "")
+            f"{self.stages} stage(s) {copy}"
+            + (", 3xTF32" if self.split else "")
+            + (", shared-memory epilogue" if self.epilogue == "shared" else "")
         )
 
     def values(self) -> dict[str, Any]:
@@ -66,7 +73,7 @@ class MmaConfig:
         config = cls(**data)
         for f in fields(cls):
             value = getattr(config, f.name)
-            wanted = {"shape": str, "copy": str, "split": bool}.get(f.name, int)
+            wanted = {"shape": str, "copy": str, "epilogue": str, "split": bool}.get(f.name, int)
             if not isinstance(value, wanted) or (wanted is int and isinstance(value, bool)):
                 raise TypeError(f"mma {f.name} {value!r} ({wanted.__name__})")
         if config.shape not in SHAPES:

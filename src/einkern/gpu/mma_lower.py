@@ -74,6 +74,8 @@ def problems(task: Task, config: MmaConfig) -> list[str]:
         found.append(f"stages {config.stages} (2 to 4 with asynchronous copies)")
     if config.padding < -1:
         found.append("padding must be >= 0, or -1 (automatic)")
+    if config.epilogue not in EPILOGUES:
+        found.append(f"epilogue {config.epilogue!r} ({' or '.join(EPILOGUES)})")
     return found
 
 
@@ -114,7 +116,25 @@ def shared_bytes(config: MmaConfig) -> int:
     size = 8 if SHAPES[config.shape].input_type == "f64" else 4
     lda = config.k_step + _padding(config.k_step, config.padding, size, "a")
     ldb = bn + _padding(bn, config.padding, size, "b")
-    return config.stages * (bm * lda + config.k_step * ldb) * size
+    staged = config.stages * (bm * lda + config.k_step * ldb)
+    if config.epilogue == "shared":
+        staged += shared_epilogue_elements(config)
+    return staged * size
+
+
+#: How accumulators reach the output (:attr:`MmaConfig.epilogue`).
+EPILOGUES = ("direct", "shared")
+
+
+def _epilogue_rows(config: MmaConfig) -> int:
+    """Rows of the shared epilogue tile: one instruction-tile row of every warp."""
+    return config.warps_m * SHAPES[config.shape].m
+
+
+def shared_epilogue_elements(config: MmaConfig) -> int:
+    """Elements of the shared epilogue tile (rows padded by 32 bytes)."""
+    size = 8 if SHAPES[config.shape].input_type == "f64" else 4
+    return _epilogue_rows(config) * (config.block_tile()[1] + 32 // size)
 
 
 def _padding(row: int, padding: int, itemsize: int, operand: str) -> int:
@@ -360,15 +380,81 @@ class _Builder:
             stmts.append(kir.Store(var, E.const(low + slot), kir.Call("ek_tf32", (rest,))))
         return stmts
 
-    def epilogue(self) -> list[kir.Stmt]:
+    def factor(self) -> kir.Expr:
+        """The product's constant, sign and scalars."""
+        factor: kir.Expr = kir.Float(self.c.sign * self.c.constant)
+        for name in self.c.scale:
+            factor = E.mul(factor, kir.Var(f"s_{name}"))
+        return factor
+
+    def store(self, gm: kir.Expr, gn: kir.Expr, value: kir.Expr) -> kir.Stmt:
+        """``value`` into the output at block row ``gm``, column ``gn`` (guarded)."""
+        c = self.c
+        coords = {**c.coordinates(c.m, gm), **c.coordinates(c.n, gn)}
+        index = E.add(kir.Var("base_c"), c.offset(c.output, coords))
+        inside = E.conj([E.less(gm, E.const(self.M)), E.less(gn, E.const(self.N))])
+        assert inside is not None
+        return kir.If(inside, (kir.Store(f"p_{c.output.tensor}", index, value, c.op),))
+
+    def shared_epilogue(self) -> list[kir.Section]:
+        """The accumulators through shared memory: per instruction-tile row ``tm``,
+        every warp's rows written to the tile ``Cs`` (rows padded by 32 bytes:
+        the lanes' pairs land in distinct banks), a barrier, then all threads store
+        the tile with consecutive threads along the output's contiguous index."""
         c, shape, cfg = self.c, self.shape, self.config
         nc = shape.c.count
         group, quad = self.lane_group_quad()
+        _, wcol = self.warp_bases()
+        wm = E.mod(E.div(self.tid(), 32), cfg.warps_m)
+        rows, cols = _epilogue_rows(cfg), self.bn
+        ld = cols + 32 // (8 if self.ctype == "double" else 4)
+        along_n = bool(c.n) and c.output.stride(c.n[-1]) == 1
+        threads = cfg.threads
+        sections: list[kir.Section] = []
+        for tm in range(cfg.tiles_m):
+            writes: list[kir.Stmt] = []
+            for tn in range(cfg.tiles_n):
+                for i in range(nc):
+                    r, col = coordinates(shape.c, group, quad, i)
+                    row = E.add(E.mul(wm, E.const(shape.m)), r)
+                    column = E.add(wcol, E.add(E.const(tn * shape.n), col))
+                    value = kir.Op(
+                        "*",
+                        self.factor(),
+                        kir.Load("acc", E.const((tm * cfg.tiles_n + tn) * nc + i)),
+                    )
+                    writes.append(kir.Store("Cs", E.add(E.mul(row, E.const(ld)), column), value))
+            stores: list[kir.Stmt] = []
+            for j in range(math.ceil(rows * cols / threads)):
+                e = E.add(self.tid(), E.const(j * threads))
+                r, col = (
+                    (E.div(e, cols), E.mod(e, cols))
+                    if along_n
+                    else (E.mod(e, rows), E.div(e, rows))
+                )
+                block_row = E.add(
+                    E.mul(E.div(r, shape.m), E.const(cfg.tiles_m * shape.m)),
+                    E.add(E.const(tm * shape.m), E.mod(r, shape.m)),
+                )
+                gm, gn = E.add(kir.Var("row0"), block_row), E.add(kir.Var("col0"), col)
+                stmt = self.store(gm, gn, kir.Load("Cs", E.add(E.mul(r, E.const(ld)), col)))
+                if (j + 1) * threads > rows * cols:
+                    stmt = kir.If(E.less(e, E.const(rows * cols)), (stmt,))
+                stores.append(stmt)
+            sections += [
+                *([kir.Barrier()] if tm else []),
+                kir.PerThread(tuple(writes)),
+                kir.Barrier(),
+                kir.PerThread(tuple(stores)),
+            ]
+        return sections
+
+    def epilogue(self) -> list[kir.Stmt]:
+        shape, cfg = self.shape, self.config
+        nc = shape.c.count
+        group, quad = self.lane_group_quad()
         wrow, wcol = self.warp_bases()
-        factor: kir.Expr = kir.Float(c.sign * c.constant)
-        for name in c.scale:
-            factor = E.mul(factor, kir.Var(f"s_{name}"))
-        out = f"p_{c.output.tensor}"
+        factor = self.factor()
         stmts: list[kir.Stmt] = []
         for tm in range(cfg.tiles_m):
             for tn in range(cfg.tiles_n):
@@ -376,15 +462,16 @@ class _Builder:
                     r, col = coordinates(shape.c, group, quad, i)
                     gm = E.add(kir.Var("row0"), E.add(wrow, E.add(E.const(tm * shape.m), r)))
                     gn = E.add(kir.Var("col0"), E.add(wcol, E.add(E.const(tn * shape.n), col)))
-                    coords = {**c.coordinates(c.m, gm), **c.coordinates(c.n, gn)}
-                    index = E.add(kir.Var("base_c"), c.offset(c.output, coords))
                     value = kir.Op(
                         "*", factor, kir.Load("acc", E.const((tm * cfg.tiles_n + tn) * nc + i))
                     )
-                    inside = E.conj([E.less(gm, E.const(self.M)), E.less(gn, E.const(self.N))])
-                    assert inside is not None
-                    stmts.append(kir.If(inside, (kir.Store(out, index, value, c.op),)))
+                    stmts.append(self.store(gm, gn, value))
         return stmts
+
+    def epilogue_sections(self) -> list[kir.Section]:
+        if self.config.epilogue == "shared":
+            return self.shared_epilogue()
+        return [kir.PerThread(tuple(self.epilogue()))]
 
     # -- the kernel -------------------------------------------------------------
 
@@ -401,7 +488,8 @@ class _Builder:
             body: tuple[kir.Section, ...] = (
                 kir.PerThread(tuple(self.prologue() + first)),
                 loop,
-                kir.PerThread((kir.CopyWait(0), *self.epilogue())),
+                kir.PerThread((kir.CopyWait(0),)),
+                *self.epilogue_sections(),
             )
         else:
             first = self.fetch("a", 0, zero) + self.fetch("b", 0, zero)
@@ -411,7 +499,7 @@ class _Builder:
                 kir.PerThread(tuple(self.prologue() + first)),
                 *([kir.Barrier()] if cfg.stages == 2 else []),
                 kir.Uniform("kk", 0, steps, self.bk, tuple(self.k_step())),
-                kir.PerThread(tuple(self.epilogue())),
+                *self.epilogue_sections(),
             )
         per_thread = math.ceil(self.bm * self.bk / cfg.threads)
         copies = 2 if cfg.split else 1  # 3xTF32 keeps high and low parts
@@ -456,6 +544,11 @@ class _Builder:
             shared=(
                 kir.SharedArray("As", self.ctype, cfg.stages * self.bm * self.lda),
                 kir.SharedArray("Bs", self.ctype, cfg.stages * self.bk * self.ldb),
+                *(
+                    [kir.SharedArray("Cs", self.ctype, shared_epilogue_elements(cfg))]
+                    if cfg.epilogue == "shared"
+                    else []
+                ),
             ),
             body=body,
             index_type=it,

@@ -60,6 +60,10 @@ KERNEL_RATE.update({"bf16": HALF_RATE_ESTIMATE, "f16": HALF_RATE_ESTIMATE})
 MEASURED_SMS = 132
 TILE_OVERHEAD = 16.0
 STORE_EFFICIENCY = 0.4
+#: The same through the shared-memory epilogue (``MmaConfig.epilogue``), whose
+#: stores are whole rows along the output's contiguous index: an estimate, not
+#: measured yet (a copy kernel's stores reach about 0.9 of the bandwidth).
+SHARED_STORE_EFFICIENCY = 0.9
 #: The SIMT model's predicted over measured time, per tensor-core input type (the
 #: SIMT kernels it is compared with: fp64 for f64, fp32 for tf32).
 SIMT_MODEL_SCALE = {"f64": 0.76, "tf32": 1.09, "bf16": 1.09, "f16": 1.09}  # 16-bit: fp32 SIMT
@@ -94,7 +98,8 @@ def mma_bounds(task: Task, config: MmaConfig, limits: DeviceLimits) -> tuple[flo
         for t in (c.a.tensor, c.b.tensor, c.output.tensor)
     )
     reads = a_bytes + b_bytes + (c_bytes if c.op != "=" else 0)
-    dram = (reads + c_bytes / STORE_EFFICIENCY) / limits.dram_bandwidth
+    stores = SHARED_STORE_EFFICIENCY if config.epilogue == "shared" else STORE_EFFICIENCY
+    dram = (reads + c_bytes / stores) / limits.dram_bandwidth
     l2 = (a_bytes * tiles_n + b_bytes * tiles_m) / (L2_OVER_DRAM * limits.dram_bandwidth)
     return dram, l2, arithmetic
 
@@ -156,8 +161,9 @@ HALF_TILES = {
 def mma_candidates(task: Task, tuning: bool = False) -> list[MmaConfig]:
     """Tensor-core tile shapes for ``task``, a statement of GEMM form of at least
     :data:`MIN_FLOPS`: fp64 ones when every tensor is float64 (``tuning``: the
-    register-prefetched ones too); tf32 ones (3xTF32 when the precision says so)
-    when every tensor is float32 and the program's precision is not ``fp32``;
+    register-prefetched ones and the shared-memory epilogue too); tf32 ones
+    (3xTF32 when the precision says so) when every tensor is float32 and the
+    program's precision is not ``fp32``;
     bf16 (f16) ones when both inputs are bfloat16 (float16) and the output is of
     that dtype or float32 (the products are exact and accumulate in float32, as the
     statement computes: no precision needed);
@@ -172,7 +178,9 @@ def mma_candidates(task: Task, tuning: bool = False) -> list[MmaConfig]:
     }
     output = program.tensor(output_name).dtype
     if dtypes == {"float64"}:
-        tiles = list(F64_TILES) + (list(F64_REGISTER_TILES) if tuning else [])
+        tiles = list(F64_TILES)
+        if tuning:
+            tiles += [replace(t, epilogue="shared") for t in F64_TILES] + list(F64_REGISTER_TILES)
     elif dtypes == {"float32"} and program.precision in ("tf32", "3xtf32"):
         split = program.precision == "3xtf32"
         tiles = [replace(t, split=split) for t in TF32_TILES]

@@ -1,0 +1,118 @@
+"""The shared-memory epilogue of tensor-core kernels (``MmaConfig.epilogue =
+"shared"``): the accumulators go through a shared tile and are stored by all
+threads along the output's contiguous index.  Emulated against the reference
+for outputs contiguous along N and along M, extents the tiles do not divide and
+``=``/``+=``/``-=``; a dropped barrier between the tile's writes and its stores
+is caught; NVRTC compiles the offered tiles without spills; the tuner offers
+them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from test_mma_default import COMPUTE_BOUND, _task
+
+from einkern.backends.emulator import count_barriers, drop_barrier, emulate
+from einkern.backends.verify import emulate_problem
+from einkern.gpu.config import CudaConfig
+from einkern.gpu.lower import lower
+from einkern.gpu.mma_config import MmaConfig
+from einkern.gpu.mma_lower import shared_bytes
+from einkern.gpu.mma_model import F64_REGISTER_TILES, F64_TILES, mma_candidates
+from einkern.gpu.space import config_to_mapping
+from einkern.reference import evaluate
+from einkern.testing import random_arrays, random_scalars
+
+SHARED = [dataclasses.replace(t, epilogue="shared") for t in (F64_TILES[0], F64_TILES[3])]
+SHARED.append(dataclasses.replace(F64_REGISTER_TILES[1], epilogue="shared"))
+
+CASES = {
+    # output contiguous along N (the last index of B's group)
+    "gemm +=": ("ij=ik*kj", {"i": 70, "j": 50, "k": 30}, "+="),
+    # output contiguous along M: C[i,j] with j from A
+    "along M": ("ij=jk*ki", {"i": 37, "j": 45, "k": 19}, "="),
+    "four-index -=": ("abcd=akbl*lckd", {"a": 5, "b": 7, "c": 6, "d": 3, "k": 9, "l": 4}, "-="),
+    "batched": ("zij=zix*zxj", {"z": 3, "i": 20, "j": 36, "x": 11}, "="),
+}
+
+
+@pytest.mark.parametrize("tile", range(len(SHARED)))
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_shared_epilogue_matches_the_reference(name, tile):
+    spec, sizes, op = CASES[name]
+    task = _task(spec, sizes, op=op)
+    problem = task.problem
+    mapping = config_to_mapping(task, CudaConfig(x="", mma=SHARED[tile]))
+    arrays = random_arrays(problem, 11)
+    scalars = random_scalars(problem, 11)
+    got, errors, bad = emulate_problem(problem, {0: mapping}, arrays, scalars)
+    want = evaluate(problem, arrays, scalars)
+    assert bad == 0 and not errors
+    np.testing.assert_allclose(got["C"], want["C"], rtol=1e-12, atol=1e-12)
+
+
+def _run(kernel, problem, arrays, scalars):
+    buffers = {f"p_{n}": np.ascontiguousarray(a).copy() for n, a in arrays.items()}
+    values = {f"s_{n}": v for n, v in scalars.items()}
+    report = emulate([kernel], buffers, values)
+    return report, buffers["p_C"]
+
+
+def test_a_dropped_epilogue_barrier_is_caught():
+    """The barrier between the tile's writes and its stores (the last one) matters:
+    without it threads store elements other warps have not written yet (the
+    emulator's shared memory starts poisoned)."""
+    spec, sizes, op = CASES["gemm +="]
+    task = _task(spec, sizes, op=op)
+    problem = task.problem
+    mapping = config_to_mapping(task, CudaConfig(x="", mma=SHARED[0]))
+    kernel = lower(task, mapping)
+    arrays, scalars = random_arrays(problem, 5), random_scalars(problem, 5)
+    want = evaluate(problem, arrays, scalars)["C"]
+    report, good = _run(kernel, problem, arrays, scalars)
+    assert report.ok
+    np.testing.assert_allclose(good, want, rtol=1e-12, atol=1e-12)
+    broken = drop_barrier(kernel, count_barriers(kernel) - 1)
+    report, bad = _run(broken, problem, arrays, scalars)
+    assert not np.allclose(bad, want, rtol=1e-12, atol=1e-12, equal_nan=False)
+
+
+def test_shared_bytes_count_the_epilogue_tile():
+    task = _task(*COMPUTE_BOUND["dgemm 1024"])
+    for config in SHARED:
+        kernel = lower(task, config_to_mapping(task, CudaConfig(x="", mma=config)))
+        assert kernel.shared_bytes() == shared_bytes(config)
+        direct = dataclasses.replace(config, epilogue="direct")
+        assert shared_bytes(config) > shared_bytes(direct)
+
+
+def test_the_tuner_offers_the_shared_epilogue_and_the_default_does_not():
+    task = _task(*COMPUTE_BOUND["dgemm 1024"])
+    tuning = mma_candidates(task, tuning=True)
+    assert any(c.epilogue == "shared" for c in tuning)
+    assert all(c.epilogue == "direct" for c in mma_candidates(task))
+
+
+def test_an_unknown_epilogue_is_refused():
+    task = _task(*COMPUTE_BOUND["dgemm 1024"])
+    config = MmaConfig(epilogue="registers")
+    mapping = config_to_mapping(task, CudaConfig(x="", mma=config))
+    from einkern.gpu.lower import check_mapping
+
+    assert any("epilogue" in p for p in check_mapping(task, mapping))
+
+
+@pytest.mark.parametrize("tile", range(len(F64_TILES)))
+def test_shared_epilogue_tiles_compile_without_spills(tile):
+    pytest.importorskip("cuda.bindings.nvrtc")
+    from einkern.backends.cuda.nvrtc import compile_cubin
+    from einkern.gpu.cuda_printer import print_cuda
+
+    task = _task(*COMPUTE_BOUND["abkl,klcd 64"])
+    config = dataclasses.replace(F64_TILES[tile], epilogue="shared")
+    module = compile_cubin(
+        print_cuda(lower(task, config_to_mapping(task, CudaConfig(x="", mma=config)))), "sm_90"
+    )
+    assert all(r.spill_stores == 0 and r.spill_loads == 0 for r in module.resources)

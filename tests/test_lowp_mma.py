@@ -159,12 +159,14 @@ def big_gemm(a: str, out: str, n: int = 1024):
 
 
 def test_the_decision_and_the_tuner_offer_sixteen_bit_tiles():
+    """Offered to the decision and the tuner; at the measured rate (slower than
+    the fp32 SIMT kernels) the decision keeps the SIMT units."""
     task = big_gemm("bfloat16", "float32")
     assert mma_candidates(task) == list(HALF_TILES["bfloat16"])
     assert mma_candidates(big_gemm("float16", "float16")) == list(HALF_TILES["float16"])
     assert mma_candidates(big_gemm("bfloat16", "float64")) == []  # computes in float64
     assert mma_candidates(big_gemm("bfloat16", "bfloat16", n=64)) == []  # launch-bound
     mapping = decide(task)
-    assert mapping.strategy == "mma" and mapping.mma in HALF_TILES["bfloat16"]
+    assert mapping.strategy != "mma"
     space = {p.name: p.values for p in CudaTarget().parameters(task)}
     assert set(HALF_TILES["bfloat16"]) <= set(space["mma"])

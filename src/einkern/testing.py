@@ -76,7 +76,9 @@ def random_scalars(
 def output_tolerance(problem: Problem, name: str) -> float:
     """Accepted relative error of output ``name`` of ``problem`` (its dtype's, under
     the program's precision)."""
-    return tolerance(problem.program.tensor(name).dtype, problem.program.precision)
+    program = problem.program
+    dtypes = [t.dtype for t in program.tensors]
+    return tolerance(program.tensor(name).dtype, program.precision, dtypes)
 
 
 def assert_matches_reference(

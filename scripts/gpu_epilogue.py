@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 
 from gpu_gett import SIX, program_text
+from gpu_precision import print_table
 
 import einkern
 from einkern.bench.cuda_device import CudaDevice
@@ -84,13 +85,7 @@ def main() -> int:
                 print(f"{name} {label}: failed: {failure}")
                 continue
             rows.append((name, f"einkern {label}", seconds, flops, error, strategy))
-    print(device.describe())
-    print(f"{'case':18s} {'variant':26s} {'ms':>9s} {'TFLOP/s':>8s} {'error':>9s}  kernel")
-    for name, variant, seconds, flops, error, strategy in rows:
-        print(
-            f"{name:18s} {variant:26s} {seconds * 1e3:9.3f} {flops / seconds / 1e12:8.2f} "
-            f"{error:9.2e}  {strategy}"
-        )
+    print_table(device, rows, 18, 26)
     return 0
 
 

@@ -66,14 +66,22 @@ def main() -> int:
                 print(f"{name} {precision}: failed: {failure}")
                 continue
             rows.append((name, f"einkern {precision}", seconds, flops, error, family))
+    print_table(device, rows, 14, 18)
+    return 0
+
+
+def print_table(device, rows, case_width: int, variant_width: int) -> None:
+    """The device line, then one line per (case, variant, seconds, flops, error, kernel)."""
     print(device.describe())
-    print(f"{'case':14s} {'variant':18s} {'ms':>9s} {'TFLOP/s':>8s} {'error':>9s}  kernel")
+    print(
+        f"{'case':{case_width}s} {'variant':{variant_width}s} {'ms':>9s} {'TFLOP/s':>8s} "
+        f"{'error':>9s}  kernel"
+    )
     for name, variant, seconds, flops, error, family in rows:
         print(
-            f"{name:14s} {variant:18s} {seconds * 1e3:9.3f} {flops / seconds / 1e12:8.1f} "
-            f"{error:9.2e}  {family}"
+            f"{name:{case_width}s} {variant:{variant_width}s} {seconds * 1e3:9.3f} "
+            f"{flops / seconds / 1e12:8.2f} {error:9.2e}  {family}"
         )
-    return 0
 
 
 if __name__ == "__main__":

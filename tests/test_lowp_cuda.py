@@ -9,11 +9,11 @@ import random
 
 import numpy as np
 import pytest
+from test_cuda_backend import CASES as CUDA_CASES
 from test_gpu_emulation import random_mappings, seed_of
 from test_lowp_dtypes import CASES
 
 import einkern
-from einkern.backends.cuda import samples
 from einkern.backends.cuda.generate import generate
 from einkern.backends.verify import verify
 from einkern.gpu.cuda_printer import print_cuda
@@ -118,14 +118,9 @@ def test_an_element_widened_as_the_wrong_type_is_caught():
     assert error > 10 * tolerance(problem)
 
 
-SAMPLES = {
-    "gemm": lambda dt: samples.gemm(37, 53, 29, dt),
-    "gemm-column": lambda dt: samples.gemm(64, 64, 64, dt, "column"),
-    "sd_t_d1_1": lambda dt: samples.ccsd_t(16, 16, dt),
-    "nekbone": lambda dt: samples.nekbone(100, 12, dt),
-    "riemann": lambda dt: samples.riemann(8, dt),
-    "row_norm": lambda dt: samples.row_norm(100, 37, dt),
-}
+#: test_cuda_backend's sample programs of products and sums (not its elementwise
+#: functions or diagonals)
+SAMPLES = {n: build for n, build in CUDA_CASES.items() if n not in ("functions", "diagonal")}
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])

@@ -163,8 +163,10 @@ def test_gemm_alpha_beta(layout, dtype):
 def test_gemm_parallel_default_schedule_and_collapse():
     problem = gemm("row", "float64", 67, 41, 29)
     loops = default_schedule(problem).statements[0]
-    assert loops.order == ("i", "j") and loops.collapse == 1
-    assert "#pragma omp parallel for schedule(static)" in CpuBackend().emit(problem)
+    # a sum of 29 terms: register tiles, j inside the sum, OpenMP over the tile loops
+    assert loops.order == ("i", "j") and loops.collapse == 2 and loops.inner == 1
+    assert dict(loops.tiles) == {"i": 8, "j": 8}
+    assert "#pragma omp parallel for collapse(2) schedule(static)" in CpuBackend().emit(problem)
     check(problem, {"alpha": 0.5, "beta": 2.0})
     check(problem, {"alpha": 0.5, "beta": 2.0}, schedule=all_parallel(problem))
     column = gemm("column", "float64", 67, 41, 29)

@@ -223,7 +223,7 @@ class CpuTarget:
             if parameter.name.startswith("tile_"):
                 values[parameter.name] = loops.tile(parameter.name[len("tile_") :]) or 0
             elif parameter.name == "inner":
-                values["inner"] = 0
+                values["inner"] = loops.inner
         return ParameterConfig.from_values(values)
 
     def compile(self, task: Task, config: Config) -> str:

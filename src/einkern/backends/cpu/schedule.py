@@ -163,6 +163,12 @@ PARALLEL_TILE = 64
 REDUCTION_TILE = 16
 #: The smallest parallel tile made by halving a tile that covers its extent.
 MIN_HALVED_TILE = 8
+#: Sums of at least ``SHORT_SUM`` terms (and under :data:`LONG_REDUCTION`) get
+#: register tiles: ``REGISTER_TILE`` on the last two output loops, the innermost
+#: one inside the sum (a batched 9x166x112 product over 55 terms: 1.95 -> 0.39
+#: ms on 2 cores, the tuner's best of 30 on that shape).
+SHORT_SUM = 8
+REGISTER_TILE = 8
 
 
 @dataclass(frozen=True)
@@ -315,6 +321,16 @@ def _decide_loops(problem: Problem, statement: Statement) -> LoopDecision:
             )
             return LoopDecision(tiled, tuple(reasons))
         reasons.append(f"sums of {terms:,} terms, but no cache tiles: {refused}")
+    elif reductions and terms >= SHORT_SUM:
+        blocked = _register_tiles(problem, statement, order)
+        if blocked is not None:
+            reasons.append(
+                f"sums of {terms:,} terms (from {SHORT_SUM} to {LONG_REDUCTION}): tiles of "
+                f"{REGISTER_TILE} on {', '.join(order[-2:])} with the innermost loop "
+                f"{order[-1]} inside the sum, so each operand element loaded feeds a "
+                f"vector of {order[-1]} outputs; OpenMP over the tile loops"
+            )
+            return LoopDecision(blocked, tuple(reasons))
     outer = math.prod(problem.index_size(statement, index) for index in order[:-1])
     loops = "the outer loop has" if len(order) == 2 else "the outer loops have"
     if outer >= OUTER_PARALLELISM:
@@ -329,6 +345,22 @@ def _decide_loops(problem: Problem, statement: Statement) -> LoopDecision:
         f"{OUTER_PARALLELISM}): OpenMP collapses all {len(order)} loops"
     )
     return LoopDecision(LoopSchedule(order, len(order)), tuple(reasons))
+
+
+def _register_tiles(problem: Problem, statement: Statement, order: tuple[str, ...]):
+    """The register-tiled schedule of a short sum, or None when it does not fit."""
+    tiles = {
+        index: REGISTER_TILE
+        for index in order[-2:]
+        if problem.index_size(statement, index) > REGISTER_TILE
+    }
+    if not tiles:
+        return None
+    loops = LoopSchedule(order, 0, tuple(sorted(tiles.items())), inner=1)
+    loops = dataclasses.replace(
+        loops, collapse=min(2, collapsible_depth(problem, statement, loops))
+    )
+    return loops if schedule_violation(problem, statement, loops) is None else None
 
 
 def describe_loops(loops: LoopSchedule) -> str:

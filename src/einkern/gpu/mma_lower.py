@@ -14,8 +14,10 @@ Kernel shape, for an :class:`MmaConfig`:
   meanwhile each warp loads its fragments of the current tiles from shared
   memory by the instruction's layout formulas and issues the MMAs; then the
   registers go to the other buffer, and one barrier ends the step;
-* the epilogue stores each accumulator element by the accumulator layout
-  (``=``, ``+=``, ``-=``, times the statement's scalars), predicated at the edges.
+* the epilogue (:mod:`.mma_epilogue`) stores each accumulator element by the
+  accumulator layout, or through a shared tile along the output's contiguous
+  index (``=``, ``+=``, ``-=``, times the statement's scalars), predicated at the
+  edges.
 
 bf16/f16 instructions (``m16n8k16_bf16``...): the 16-bit inputs are widened to
 float when loaded from global memory (the printers' rule for 16-bit arrays), staged
@@ -40,6 +42,7 @@ from . import kir
 from .contraction import Contraction, contraction_of
 from .mma import SHAPES, coordinates
 from .mma_config import MmaConfig
+from .mma_epilogue import EPILOGUES, epilogue_sections, shared_epilogue_elements
 
 __all__ = ["MmaConfig", "lower_mma", "problems", "shared_bytes"]
 
@@ -120,21 +123,6 @@ def shared_bytes(config: MmaConfig) -> int:
     if config.epilogue == "shared":
         staged += shared_epilogue_elements(config)
     return staged * size
-
-
-#: How accumulators reach the output (:attr:`MmaConfig.epilogue`).
-EPILOGUES = ("direct", "shared")
-
-
-def _epilogue_rows(config: MmaConfig) -> int:
-    """Rows of the shared epilogue tile: one instruction-tile row of every warp."""
-    return config.warps_m * SHAPES[config.shape].m
-
-
-def shared_epilogue_elements(config: MmaConfig) -> int:
-    """Elements of the shared epilogue tile (rows padded by 32 bytes)."""
-    size = 8 if SHAPES[config.shape].input_type == "f64" else 4
-    return _epilogue_rows(config) * (config.block_tile()[1] + 32 // size)
 
 
 def _padding(row: int, padding: int, itemsize: int, operand: str) -> int:
@@ -380,99 +368,6 @@ class _Builder:
             stmts.append(kir.Store(var, E.const(low + slot), kir.Call("ek_tf32", (rest,))))
         return stmts
 
-    def factor(self) -> kir.Expr:
-        """The product's constant, sign and scalars."""
-        factor: kir.Expr = kir.Float(self.c.sign * self.c.constant)
-        for name in self.c.scale:
-            factor = E.mul(factor, kir.Var(f"s_{name}"))
-        return factor
-
-    def store(self, gm: kir.Expr, gn: kir.Expr, value: kir.Expr) -> kir.Stmt:
-        """``value`` into the output at block row ``gm``, column ``gn`` (guarded)."""
-        c = self.c
-        coords = {**c.coordinates(c.m, gm), **c.coordinates(c.n, gn)}
-        index = E.add(kir.Var("base_c"), c.offset(c.output, coords))
-        inside = E.conj([E.less(gm, E.const(self.M)), E.less(gn, E.const(self.N))])
-        assert inside is not None
-        return kir.If(inside, (kir.Store(f"p_{c.output.tensor}", index, value, c.op),))
-
-    def shared_epilogue(self) -> list[kir.Section]:
-        """The accumulators through shared memory: per instruction-tile row ``tm``,
-        every warp's rows written to the tile ``Cs`` (rows padded by 32 bytes:
-        the lanes' pairs land in distinct banks), a barrier, then all threads store
-        the tile with consecutive threads along the output's contiguous index."""
-        c, shape, cfg = self.c, self.shape, self.config
-        nc = shape.c.count
-        group, quad = self.lane_group_quad()
-        _, wcol = self.warp_bases()
-        wm = E.mod(E.div(self.tid(), 32), cfg.warps_m)
-        rows, cols = _epilogue_rows(cfg), self.bn
-        ld = cols + 32 // (8 if self.ctype == "double" else 4)
-        along_n = bool(c.n) and c.output.stride(c.n[-1]) == 1
-        threads = cfg.threads
-        sections: list[kir.Section] = []
-        for tm in range(cfg.tiles_m):
-            writes: list[kir.Stmt] = []
-            for tn in range(cfg.tiles_n):
-                for i in range(nc):
-                    r, col = coordinates(shape.c, group, quad, i)
-                    row = E.add(E.mul(wm, E.const(shape.m)), r)
-                    column = E.add(wcol, E.add(E.const(tn * shape.n), col))
-                    value = kir.Op(
-                        "*",
-                        self.factor(),
-                        kir.Load("acc", E.const((tm * cfg.tiles_n + tn) * nc + i)),
-                    )
-                    writes.append(kir.Store("Cs", E.add(E.mul(row, E.const(ld)), column), value))
-            stores: list[kir.Stmt] = []
-            for j in range(math.ceil(rows * cols / threads)):
-                e = E.add(self.tid(), E.const(j * threads))
-                r, col = (
-                    (E.div(e, cols), E.mod(e, cols))
-                    if along_n
-                    else (E.mod(e, rows), E.div(e, rows))
-                )
-                block_row = E.add(
-                    E.mul(E.div(r, shape.m), E.const(cfg.tiles_m * shape.m)),
-                    E.add(E.const(tm * shape.m), E.mod(r, shape.m)),
-                )
-                gm, gn = E.add(kir.Var("row0"), block_row), E.add(kir.Var("col0"), col)
-                stmt = self.store(gm, gn, kir.Load("Cs", E.add(E.mul(r, E.const(ld)), col)))
-                if (j + 1) * threads > rows * cols:
-                    stmt = kir.If(E.less(e, E.const(rows * cols)), (stmt,))
-                stores.append(stmt)
-            sections += [
-                *([kir.Barrier()] if tm else []),
-                kir.PerThread(tuple(writes)),
-                kir.Barrier(),
-                kir.PerThread(tuple(stores)),
-            ]
-        return sections
-
-    def epilogue(self) -> list[kir.Stmt]:
-        shape, cfg = self.shape, self.config
-        nc = shape.c.count
-        group, quad = self.lane_group_quad()
-        wrow, wcol = self.warp_bases()
-        factor = self.factor()
-        stmts: list[kir.Stmt] = []
-        for tm in range(cfg.tiles_m):
-            for tn in range(cfg.tiles_n):
-                for i in range(nc):
-                    r, col = coordinates(shape.c, group, quad, i)
-                    gm = E.add(kir.Var("row0"), E.add(wrow, E.add(E.const(tm * shape.m), r)))
-                    gn = E.add(kir.Var("col0"), E.add(wcol, E.add(E.const(tn * shape.n), col)))
-                    value = kir.Op(
-                        "*", factor, kir.Load("acc", E.const((tm * cfg.tiles_n + tn) * nc + i))
-                    )
-                    stmts.append(self.store(gm, gn, value))
-        return stmts
-
-    def epilogue_sections(self) -> list[kir.Section]:
-        if self.config.epilogue == "shared":
-            return self.shared_epilogue()
-        return [kir.PerThread(tuple(self.epilogue()))]
-
     # -- the kernel -------------------------------------------------------------
 
     def kernel(self) -> kir.Kernel:
@@ -489,7 +384,7 @@ class _Builder:
                 kir.PerThread(tuple(self.prologue() + first)),
                 loop,
                 kir.PerThread((kir.CopyWait(0),)),
-                *self.epilogue_sections(),
+                *epilogue_sections(self),
             )
         else:
             first = self.fetch("a", 0, zero) + self.fetch("b", 0, zero)
@@ -499,7 +394,7 @@ class _Builder:
                 kir.PerThread(tuple(self.prologue() + first)),
                 *([kir.Barrier()] if cfg.stages == 2 else []),
                 kir.Uniform("kk", 0, steps, self.bk, tuple(self.k_step())),
-                *self.epilogue_sections(),
+                *epilogue_sections(self),
             )
         per_thread = math.ceil(self.bm * self.bk / cfg.threads)
         copies = 2 if cfg.split else 1  # 3xTF32 keeps high and low parts

@@ -1,0 +1,136 @@
+"""The epilogue of tensor-core kernels (:mod:`.mma_lower`): how the accumulators
+reach the output (:attr:`MmaConfig.epilogue <einkern.gpu.mma_config.MmaConfig>`).
+
+* ``direct``: each lane stores its accumulator elements where the accumulator
+  layout puts them (two adjacent elements of a row per lane, rows apart);
+* ``shared``: per instruction-tile row, every warp writes its accumulators into a
+  shared tile ``Cs`` (rows padded by 32 bytes, so the lanes' pairs land in
+  distinct banks), a barrier, then all threads store the tile with consecutive
+  threads along the output's contiguous index (whole rows of the output).
+
+Both multiply by the statement's constant, sign and scalars and apply its
+``=``, ``+=`` or ``-=``, predicated at the edges.  The functions take the kernel
+builder of :mod:`.mma_lower` (its contraction, instruction shape, configuration
+and index helpers).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from . import exprs as E
+from . import kir
+from .mma import SHAPES, coordinates
+from .mma_config import MmaConfig
+
+#: How accumulators reach the output (:attr:`MmaConfig.epilogue`).
+EPILOGUES = ("direct", "shared")
+
+
+def epilogue_rows(config: MmaConfig) -> int:
+    """Rows of the shared epilogue tile: one instruction-tile row of every warp."""
+    return config.warps_m * SHAPES[config.shape].m
+
+
+def shared_epilogue_elements(config: MmaConfig) -> int:
+    """Elements of the shared epilogue tile (rows padded by 32 bytes)."""
+    size = 8 if SHAPES[config.shape].input_type == "f64" else 4
+    return epilogue_rows(config) * (config.block_tile()[1] + 32 // size)
+
+
+def _factor(b: Any) -> kir.Expr:
+    """The product's constant, sign and scalars."""
+    factor: kir.Expr = kir.Float(b.c.sign * b.c.constant)
+    for name in b.c.scale:
+        factor = E.mul(factor, kir.Var(f"s_{name}"))
+    return factor
+
+
+def _store(b: Any, gm: kir.Expr, gn: kir.Expr, value: kir.Expr) -> kir.Stmt:
+    """``value`` into the output at block row ``gm``, column ``gn`` (guarded)."""
+    c = b.c
+    coords = {**c.coordinates(c.m, gm), **c.coordinates(c.n, gn)}
+    index = E.add(kir.Var("base_c"), c.offset(c.output, coords))
+    inside = E.conj([E.less(gm, E.const(b.M)), E.less(gn, E.const(b.N))])
+    assert inside is not None
+    return kir.If(inside, (kir.Store(f"p_{c.output.tensor}", index, value, c.op),))
+
+
+def _shared(b: Any) -> list[kir.Section]:
+    """The accumulators through shared memory: per instruction-tile row ``tm``,
+    every warp's rows written to the tile ``Cs`` (rows padded by 32 bytes:
+    the lanes' pairs land in distinct banks), a barrier, then all threads store
+    the tile with consecutive threads along the output's contiguous index."""
+    c, shape, cfg = b.c, b.shape, b.config
+    nc = shape.c.count
+    group, quad = b.lane_group_quad()
+    _, wcol = b.warp_bases()
+    wm = E.mod(E.div(b.tid(), 32), cfg.warps_m)
+    rows, cols = epilogue_rows(cfg), b.bn
+    ld = cols + 32 // (8 if b.ctype == "double" else 4)
+    along_n = bool(c.n) and c.output.stride(c.n[-1]) == 1
+    threads = cfg.threads
+    sections: list[kir.Section] = []
+    for tm in range(cfg.tiles_m):
+        writes: list[kir.Stmt] = []
+        for tn in range(cfg.tiles_n):
+            for i in range(nc):
+                r, col = coordinates(shape.c, group, quad, i)
+                row = E.add(E.mul(wm, E.const(shape.m)), r)
+                column = E.add(wcol, E.add(E.const(tn * shape.n), col))
+                value = kir.Op(
+                    "*",
+                    _factor(b),
+                    kir.Load("acc", E.const((tm * cfg.tiles_n + tn) * nc + i)),
+                )
+                writes.append(kir.Store("Cs", E.add(E.mul(row, E.const(ld)), column), value))
+        stores: list[kir.Stmt] = []
+        for j in range(math.ceil(rows * cols / threads)):
+            e = E.add(b.tid(), E.const(j * threads))
+            r, col = (
+                (E.div(e, cols), E.mod(e, cols)) if along_n else (E.mod(e, rows), E.div(e, rows))
+            )
+            block_row = E.add(
+                E.mul(E.div(r, shape.m), E.const(cfg.tiles_m * shape.m)),
+                E.add(E.const(tm * shape.m), E.mod(r, shape.m)),
+            )
+            gm, gn = E.add(kir.Var("row0"), block_row), E.add(kir.Var("col0"), col)
+            stmt = _store(b, gm, gn, kir.Load("Cs", E.add(E.mul(r, E.const(ld)), col)))
+            if (j + 1) * threads > rows * cols:
+                stmt = kir.If(E.less(e, E.const(rows * cols)), (stmt,))
+            stores.append(stmt)
+        sections += [
+            *([kir.Barrier()] if tm else []),
+            kir.PerThread(tuple(writes)),
+            kir.Barrier(),
+            kir.PerThread(tuple(stores)),
+        ]
+    return sections
+
+
+def _direct(b: Any) -> list[kir.Stmt]:
+    shape, cfg = b.shape, b.config
+    nc = shape.c.count
+    group, quad = b.lane_group_quad()
+    wrow, wcol = b.warp_bases()
+    factor = _factor(b)
+    stmts: list[kir.Stmt] = []
+    for tm in range(cfg.tiles_m):
+        for tn in range(cfg.tiles_n):
+            for i in range(nc):
+                r, col = coordinates(shape.c, group, quad, i)
+                gm = E.add(kir.Var("row0"), E.add(wrow, E.add(E.const(tm * shape.m), r)))
+                gn = E.add(kir.Var("col0"), E.add(wcol, E.add(E.const(tn * shape.n), col)))
+                value = kir.Op(
+                    "*", factor, kir.Load("acc", E.const((tm * cfg.tiles_n + tn) * nc + i))
+                )
+                stmts.append(_store(b, gm, gn, value))
+    return stmts
+
+
+def epilogue_sections(b: Any) -> list[kir.Section]:
+    """The epilogue of builder ``b``'s kernel, by its configuration's ``epilogue``."""
+    if b.config.epilogue == "shared":
+        return _shared(b)
+    return [kir.PerThread(tuple(_direct(b)))]

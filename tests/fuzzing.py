@@ -339,7 +339,7 @@ def program_text(choose) -> str:
     extents = [f"n{i}" for i in range(choose((1, 2, 3)))]
     lines = []
     if choose((True, False)):
-        lines.append(f"dtype {choose(('float32', 'float64'))}")
+        lines.append(f"dtype {choose(('float32', 'float64', 'bfloat16', 'float16'))}")
     if choose((True, False)):
         lines.append(f"layout {choose(('row', 'column'))}")
     lines.append("dims " + ", ".join(f"{e} = {choose((1, 2, 3, 5))}" for e in extents))
@@ -347,7 +347,9 @@ def program_text(choose) -> str:
     for number in range(choose((1, 2, 3, 4))):
         shape = [choose(extents) for _ in range(choose((0, 1, 2, 3)))]
         tensors[f"T{number}"] = shape
-        attributes = choose(("", " float32", " column", " float64 row"))
+        attributes = choose(
+            ("", " float32", " column", " float64 row", " bfloat16", " float16 column")
+        )
         lines.append(f"tensor T{number}[{', '.join(shape)}]{attributes}")
     scalars = [f"s{i}" for i in range(choose((0, 1, 2)))]
     for scalar in scalars:

@@ -45,6 +45,12 @@ class MmaConfig:
         return self.warps_m * self.tiles_m * shape.m, self.warps_n * self.tiles_n * shape.n
 
     @property
+    def itemsize(self) -> int:
+        """Bytes of an element staged in shared memory: 8 for f64 inputs; 4 for the
+        others (tf32, and bf16/f16 staged as floats)."""
+        return 8 if SHAPES[self.shape].input_type == "f64" else 4
+
+    @property
     def threads(self) -> int:
         return 32 * self.warps_m * self.warps_n
 

@@ -33,10 +33,14 @@ def epilogue_rows(config: MmaConfig) -> int:
     return config.warps_m * SHAPES[config.shape].m
 
 
+def _row_length(config: MmaConfig) -> int:
+    """Elements of a shared epilogue row: the block tile's columns padded by 32 bytes."""
+    return config.block_tile()[1] + 32 // config.itemsize
+
+
 def shared_epilogue_elements(config: MmaConfig) -> int:
     """Elements of the shared epilogue tile (rows padded by 32 bytes)."""
-    size = 8 if SHAPES[config.shape].input_type == "f64" else 4
-    return epilogue_rows(config) * (config.block_tile()[1] + 32 // size)
+    return epilogue_rows(config) * _row_length(config)
 
 
 def _factor(b: Any) -> kir.Expr:
@@ -67,8 +71,8 @@ def _shared(b: Any) -> list[kir.Section]:
     group, quad = b.lane_group_quad()
     _, wcol = b.warp_bases()
     wm = E.mod(E.div(b.tid(), 32), cfg.warps_m)
-    rows, cols = epilogue_rows(cfg), b.bn
-    ld = cols + 32 // (8 if b.ctype == "double" else 4)
+    rows, cols, ld = epilogue_rows(cfg), b.bn, _row_length(cfg)
+    factor = _factor(b)
     along_n = bool(c.n) and c.output.stride(c.n[-1]) == 1
     threads = cfg.threads
     sections: list[kir.Section] = []
@@ -80,9 +84,7 @@ def _shared(b: Any) -> list[kir.Section]:
                 row = E.add(E.mul(wm, E.const(shape.m)), r)
                 column = E.add(wcol, E.add(E.const(tn * shape.n), col))
                 value = kir.Op(
-                    "*",
-                    _factor(b),
-                    kir.Load("acc", E.const((tm * cfg.tiles_n + tn) * nc + i)),
+                    "*", factor, kir.Load("acc", E.const((tm * cfg.tiles_n + tn) * nc + i))
                 )
                 writes.append(kir.Store("Cs", E.add(E.mul(row, E.const(ld)), column), value))
         stores: list[kir.Stmt] = []

@@ -116,7 +116,7 @@ def lower_mma(task: Task, config: MmaConfig, name: str | None = None) -> kir.Ker
 def shared_bytes(config: MmaConfig) -> int:
     """Shared memory per block of the kernel of ``config`` (the A and B buffers)."""
     bm, bn = config.block_tile()
-    size = 8 if SHAPES[config.shape].input_type == "f64" else 4
+    size = config.itemsize
     lda = config.k_step + _padding(config.k_step, config.padding, size, "a")
     ldb = bn + _padding(bn, config.padding, size, "b")
     staged = config.stages * (bm * lda + config.k_step * ldb)
@@ -152,7 +152,7 @@ class _Builder:
         largest = max(task.problem.numel(t) for t in task.statement.tensors())
         self.itype = "long long" if largest >= 2**31 else "int"
         self.ctype = "double" if self.shape.input_type == "f64" else "float"
-        size = 8 if self.ctype == "double" else 4
+        size = config.itemsize
         self.lda = self.bk + _padding(self.bk, config.padding, size, "a")  # shared A row
         self.ldb = self.bn + _padding(self.bn, config.padding, size, "b")  # shared B row
 

@@ -147,11 +147,19 @@ def reference(case: Case, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
     return np.asarray(scipy_call(case, "float64")(wide))
 
 
-class ScipyPeer:
+class _BlasPeer:
+    """A BLAS library: rows for routine cases only (:meth:`prepare_routine`)."""
+
+    routines_only = True  # no rows for tensor programs
+
+    def prepare(self, case, problem, arrays, scalars) -> Run:
+        raise NotApplicable("runs BLAS routines only")
+
+
+class ScipyPeer(_BlasPeer):
     """SciPy's BLAS on the CPU (``scipy.linalg.blas``)."""
 
     name = "SciPy BLAS"
-    routines_only = True  # no rows for tensor programs
     backend = "cpu"
 
     def available(self) -> str | None:
@@ -161,22 +169,18 @@ class ScipyPeer:
             return f"ImportError: {error}"
         return None
 
-    def prepare(self, case, problem, arrays, scalars) -> Run:
-        raise NotApplicable("runs BLAS routines only")
-
     def prepare_routine(self, case: Case, arrays: dict[str, Any], dtype: str) -> Run:
         call = scipy_call(case, dtype)
         return lambda: {"result": call(arrays)}
 
 
-class TorchBlasPeer:
+class TorchBlasPeer(_BlasPeer):
     """cuBLAS through torch: ``torch.add``, ``torch.addmv``, ``torch.addmm`` (TF32 off;
     ``alpha`` given to cuBLAS, ``beta`` 0), ``torch.linalg.solve_triangular`` (then
     a scaling by ``alpha``, which torch does not pass on); symv and syrk are not in
     torch."""
 
     name = "cuBLAS (torch)"
-    routines_only = True  # no rows for tensor programs
     backend = "cuda"
 
     def available(self) -> str | None:
@@ -188,9 +192,6 @@ class TorchBlasPeer:
             return "PyTorch sees no CUDA device"
         torch.backends.cuda.matmul.allow_tf32 = False
         return None
-
-    def prepare(self, case, problem, arrays, scalars) -> Run:
-        raise NotApplicable("runs BLAS routines only")
 
     def prepare_routine(self, case: Case, arrays: dict[str, Any], dtype: str) -> Run:
         import torch
@@ -224,12 +225,11 @@ class TorchBlasPeer:
         raise NotApplicable(f"torch exposes no {routine}")
 
 
-class CupyBlasPeer:
+class CupyBlasPeer(_BlasPeer):
     """cuBLAS through CuPy (``cupy.cublas``; trsm: ``cupyx.scipy.linalg``), on the
     same memory as torch's tensors (DLPack)."""
 
     name = "cuBLAS (CuPy)"
-    routines_only = True  # no rows for tensor programs
     backend = "cuda"
 
     def available(self) -> str | None:
@@ -241,9 +241,6 @@ class CupyBlasPeer:
         except Exception as error:  # noqa: BLE001 - the reason is the report
             return f"{type(error).__name__}: {error}"
         return None
-
-    def prepare(self, case, problem, arrays, scalars) -> Run:
-        raise NotApplicable("runs BLAS routines only")
 
     def prepare_routine(self, case: Case, arrays: dict[str, Any], dtype: str) -> Run:
         import cupy
@@ -322,22 +319,13 @@ def run_routine_case(runner: Any, case: Case, step: Callable[[str], None]) -> li
 
     common_einkern = dict(common, compile_s=None)
     rows.append(runner._measure(case, EINKERN, mine, ("result",), inputs, expected, common_einkern))
-    for peer in runner.peers:
-        if not hasattr(peer, "prepare_routine"):
-            continue  # an einsum library: no rows for routines
-        step(peer.name)
-        reason = runner.unavailable[peer.name]
-        if reason:
-            rows.append(
-                Measurement.for_case(case, peer.name, "unavailable", reason=reason, **common)
-            )
-            continue
+    for peer in runner.peers_for(case):
 
         def prepare(work: dict[str, Any], peer: Any = peer) -> Run:
             return peer.prepare_routine(case, work, dtype)
 
         rows.append(
-            runner._measure(case, peer.name, prepare, ("result",), inputs, expected, common)
+            runner.peer_row(case, peer, prepare, ("result",), inputs, expected, common, step)
         )
     return rows
 

@@ -113,14 +113,37 @@ class Runner:
     def implementations(self) -> list[str]:
         return [EINKERN, *(peer.name for peer in self.peers)]
 
-    def implementations_for(self, case: Case) -> list[str]:
-        """einkern and the peers that get a row for ``case``: the BLAS libraries for
-        routine cases (:mod:`.routines`), the others for programs."""
-        return [EINKERN] + [
-            peer.name
+    def peers_for(self, case: Case) -> list[Any]:
+        """The peers that get a row for ``case``: the BLAS libraries for routine
+        cases (:mod:`.routines`), the others for programs."""
+        return [
+            peer
             for peer in self.peers
             if (hasattr(peer, "prepare_routine") if case.routine else not _routines_only(peer))
         ]
+
+    def implementations_for(self, case: Case) -> list[str]:
+        """einkern and the names of :meth:`peers_for` ``case``."""
+        return [EINKERN] + [peer.name for peer in self.peers_for(case)]
+
+    def peer_row(
+        self,
+        case: Case,
+        peer: Any,
+        prepare: Callable[[dict[str, Any]], Any],
+        outputs: Sequence[str],
+        inputs: dict[str, Any],
+        reference: dict[str, Any] | None,
+        common: dict[str, Any],
+        step: Callable[[str], None],
+    ) -> Measurement:
+        """``peer``'s row for ``case``: "unavailable" with the reason found at the
+        start, else measured as :meth:`_measure` does with ``prepare``."""
+        step(peer.name)
+        reason = self.unavailable[peer.name]
+        if reason:
+            return Measurement.for_case(case, peer.name, "unavailable", reason=reason, **common)
+        return self._measure(case, peer.name, prepare, outputs, inputs, reference, common)
 
     # -- one case ---------------------------------------------------------------
 
@@ -169,22 +192,13 @@ class Runner:
                     dict(common, compile_s=compile_s, predicted_s=predicted),
                 )
             )
-        for peer in self.peers:
-            if _routines_only(peer):
-                continue  # a BLAS library: no rows for programs
-            step(peer.name)
-            reason = self.unavailable[peer.name]
-            if reason:
-                rows.append(
-                    Measurement.for_case(case, peer.name, "unavailable", reason=reason, **common)
-                )
-                continue
+        for peer in self.peers_for(case):
 
             def prepare(work, peer=peer):
                 return peer.prepare(case, problem, work, scalars)
 
             rows.append(
-                self._measure(case, peer.name, prepare, program.outputs, inputs, reference, common)
+                self.peer_row(case, peer, prepare, program.outputs, inputs, reference, common, step)
             )
         return rows
 

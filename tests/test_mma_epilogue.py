@@ -12,10 +12,9 @@ import dataclasses
 
 import numpy as np
 import pytest
-from test_mma_default import COMPUTE_BOUND, _task
+from test_mma_default import COMPUTE_BOUND, _task, assert_emulated_tile_matches
 
 from einkern.backends.emulator import count_barriers, drop_barrier, emulate
-from einkern.backends.verify import emulate_problem
 from einkern.gpu.config import CudaConfig
 from einkern.gpu.lower import lower
 from einkern.gpu.mma_config import MmaConfig
@@ -42,15 +41,7 @@ CASES = {
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_shared_epilogue_matches_the_reference(name, tile):
     spec, sizes, op = CASES[name]
-    task = _task(spec, sizes, op=op)
-    problem = task.problem
-    mapping = config_to_mapping(task, CudaConfig(x="", mma=SHARED[tile]))
-    arrays = random_arrays(problem, 11)
-    scalars = random_scalars(problem, 11)
-    got, errors, bad = emulate_problem(problem, {0: mapping}, arrays, scalars)
-    want = evaluate(problem, arrays, scalars)
-    assert bad == 0 and not errors
-    np.testing.assert_allclose(got["C"], want["C"], rtol=1e-12, atol=1e-12)
+    assert_emulated_tile_matches(_task(spec, sizes, op=op), SHARED[tile], seed=11)
 
 
 def _run(kernel, problem, arrays, scalars):

@@ -89,7 +89,7 @@ def test_console_script_runs_in_a_subprocess():
 def test_run_check_exits_1_above_tolerance(capsys, monkeypatch):
     import einkern.testing
 
-    monkeypatch.setattr(einkern.testing, "tolerance", lambda *args: -1.0)
+    monkeypatch.setattr(einkern.testing, "output_tolerance", lambda problem, name: -1.0)
     code, out, _ = run_cli(
         capsys,
         "run",

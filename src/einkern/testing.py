@@ -76,9 +76,7 @@ def random_scalars(
 def output_tolerance(problem: Problem, name: str) -> float:
     """Accepted relative error of output ``name`` of ``problem`` (its dtype's, under
     the program's precision)."""
-    program = problem.program
-    dtypes = [t.dtype for t in program.tensors]
-    return tolerance(program.tensor(name).dtype, program.precision, dtypes)
+    return problem.program.tolerance(name)
 
 
 def assert_matches_reference(

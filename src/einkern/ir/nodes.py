@@ -16,7 +16,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ..semantics import ITEMSIZE, DType, Layout
+from ..semantics import ITEMSIZE, DType, Layout, tolerance
 from ..source import Span
 
 # ---- expressions -------------------------------------------------------------
@@ -321,6 +321,13 @@ class Program:
             if scalar.name == name:
                 return scalar
         raise KeyError(name)
+
+    def tolerance(self, name: str) -> float:
+        """Accepted relative error of tensor ``name``'s results against the
+        reference (:func:`einkern.semantics.tolerance` under the program's precision
+        and the dtypes of its tensors)."""
+        dtypes = [t.dtype for t in self.tensors]
+        return tolerance(self.tensor(name).dtype, self.precision, dtypes)
 
     def storage(self, name: str) -> str:
         """The tensor whose memory ``name`` uses: ``name`` itself, or the end of its

@@ -24,7 +24,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .. import semantics
 from ..ir.task import Task
 from .canonical import ProblemIdentity
 from .db import TuningDB, TuningRecord
@@ -47,12 +46,7 @@ def tolerance(task: Task) -> float:
     """Accepted relative error of ``task``: the loosest tolerance of its outputs'
     dtypes (:func:`einkern.semantics.tolerance`)."""
     program = task.program
-    return max(
-        semantics.tolerance(
-            program.tensor(name).dtype, program.precision, [t.dtype for t in program.tensors]
-        )
-        for name in task.outputs()
-    )
+    return max(program.tolerance(name) for name in task.outputs())
 
 
 @dataclass(frozen=True)

@@ -244,7 +244,7 @@ def choose_accumulation(
         return "blocked", (
             f"accurate-sums: float32 sums of up to {terms:,} terms: each reduction tile "
             "sums into its own partial, added to the tile buffer at the tile's end (a "
-            "double buffer when it adds 128 or more partials)"
+            f"double buffer when it adds {ACCURATE_TERMS} or more partials)"
         )
     return "wide", (
         f"accurate-sums: float32 sums of up to {terms:,} terms in a buffer with untiled "
@@ -347,7 +347,9 @@ def _decide_loops(problem: Problem, statement: Statement) -> LoopDecision:
     return LoopDecision(LoopSchedule(order, len(order)), tuple(reasons))
 
 
-def _register_tiles(problem: Problem, statement: Statement, order: tuple[str, ...]):
+def _register_tiles(
+    problem: Problem, statement: Statement, order: tuple[str, ...]
+) -> LoopSchedule | None:
     """The register-tiled schedule of a short sum, or None when it does not fit."""
     tiles = {
         index: REGISTER_TILE

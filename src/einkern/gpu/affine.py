@@ -27,13 +27,12 @@ import islpy as isl
 from ..errors import BackendError
 from ..ir import affine as A
 from ..lang import cfront_nodes as N
-from ..semantics import C_TYPE, compute_dtype
 from . import kir
+from .affine_exprs import INDEX, kernel_params, plus, statement_ctype, statement_store
+from .affine_reduce import reduction_kernel, reduction_nest
 from .affine_tiles import COLUMNS, ROWS, select_tree, tile_plan
-from .ctext import mangle
 
 THREADS = 256
-INDEX = "long long"
 MAX_HOST_TRIPS = 4096  # a longer sequential outer loop runs in one thread instead
 MAX_BOX_ROWS = 1 << 16  # rows examined to bound a nested loop (else 1-d mapping)
 _OPS = {
@@ -109,83 +108,8 @@ def _stop(cond: isl.AstExpr, iterator: str) -> kir.Expr:
         left = _expr(cond.get_op_arg(0))
         if left == kir.Var(iterator):
             bound = _expr(cond.get_op_arg(1))
-            return _plus(bound, kir.Int(1)) if name == "le" else bound
+            return plus(bound, kir.Int(1)) if name == "le" else bound
     raise BackendError(f"isl produced a loop condition the affine CUDA path cannot print: {cond}")
-
-
-def _plus(a: kir.Expr, b: kir.Expr) -> kir.Expr:
-    """``a + b`` with constants folded."""
-    if isinstance(a, kir.Int) and isinstance(b, kir.Int):
-        return kir.Int(a.value + b.value)
-    if isinstance(b, kir.Int) and b.value == 0:
-        return a
-    if isinstance(a, kir.Int) and a.value == 0:
-        return b
-    if isinstance(b, kir.Int) and b.value < 0:
-        return kir.Op("-", a, kir.Int(-b.value))
-    return kir.Op("+", a, b)
-
-
-def statement_ctype(problem: A.AffineProblem, statement: N.AStatement) -> str:
-    """The C type a statement computes in: the widest of its target's and the
-    arrays it reads (scalars and literals take it: :mod:`einkern.semantics`)."""
-    function = problem.function
-    reads = [function.array(r.array).dtype for r in statement.reads()]
-    return C_TYPE[compute_dtype(function.array(statement.target.array).dtype, reads)]
-
-
-def statement_store(
-    problem: A.AffineProblem, statement: N.AStatement, values: dict[str, kir.Expr]
-) -> kir.Store:
-    """The statement as a kernel-IR store (arrays ``t_NAME`` indexed flat, row-major;
-    scalars ``s_NAME``; sizes as numbers); ``values`` gives each iterator's value.
-    The one lowering of affine statements: the CPU backend prints it too."""
-    ctype = statement_ctype(problem, statement)
-    sizes = dict(problem.sizes)
-
-    def aff(a: N.Aff) -> kir.Expr:
-        result: kir.Expr = kir.Int(0)
-        for name, coefficient in a.terms:
-            if name not in sizes:
-                term = values[name]
-                if coefficient != 1:
-                    term = kir.Op("*", kir.Int(coefficient), term)
-                result = _plus(result, term)
-        return _plus(result, kir.Int(a.const + sum(c * sizes[n] for n, c in a.terms if n in sizes)))
-
-    def offset(ref: N.Ref) -> kir.Expr:
-        shape = problem.shape(ref.array)
-        total, stride = N.Aff(), 1
-        for subscript, extent in zip(reversed(ref.subscripts), reversed(shape), strict=True):
-            total, stride = total + subscript.scale(stride), stride * extent
-        return aff(total)
-
-    def expr(e: N.AExpr) -> kir.Expr:
-        if isinstance(e, N.Num):
-            return kir.Float(e.value)
-        if isinstance(e, N.Scal):
-            return kir.Var(mangle("s", e.name))
-        if isinstance(e, N.Ref):
-            return kir.Load(mangle("t", e.array), offset(e))
-        if isinstance(e, N.IterValue):
-            return kir.Op("*", kir.Float(1.0), aff(e.aff))
-        if isinstance(e, N.Neg):
-            return kir.Neg(expr(e.operand))
-        if isinstance(e, N.Bin):
-            return kir.Op(e.op, expr(e.left), expr(e.right))
-        args = tuple(expr(a) for a in e.args)
-        if e.func in ("max", "min"):
-            return kir.Op(e.func, args[0], args[1])
-        from .ctext import function_name
-
-        return kir.Call(function_name(e.func, ctype), args)
-
-    return kir.Store(
-        mangle("t", statement.target.array),
-        offset(statement.target),
-        expr(statement.rhs),
-        statement.op,
-    )
 
 
 def _body(problem: A.AffineProblem, node: isl.AstNode) -> list[kir.Stmt]:
@@ -220,23 +144,6 @@ def _body(problem: A.AffineProblem, node: isl.AstNode) -> list[kir.Stmt]:
 def _names_in(node: isl.AstNode, problem: A.AffineProblem) -> list[N.AStatement]:
     text = node.to_C_str()
     return [s for s in problem.function.statements if f"{s.name}(" in text]
-
-
-def _params(
-    problem: A.AffineProblem, written: set[str], outer: tuple[str, ...]
-) -> tuple[kir.Param, ...]:
-    """Every array and scalar of the function, then the host loops' iterators."""
-    function = problem.function
-    arrays = tuple(
-        kir.Param(
-            mangle("t", a.name), C_TYPE[a.dtype], True, problem.numel(a.name), a.name not in written
-        )
-        for a in function.arrays
-    )
-    scalars = tuple(
-        kir.Param(mangle("s", s.name), C_TYPE[s.dtype], False) for s in function.scalars
-    )
-    return arrays + scalars + tuple(kir.Param(name, INDEX, False) for name in outer)
 
 
 def _evaluate(e: kir.Expr, env: dict[str, int]) -> int | None:
@@ -294,6 +201,11 @@ class _Builder:
     def nest(self, node: isl.AstNode, outer: dict[str, int]) -> None:
         """Launches for one outer nest (``outer``: host loop values, if any)."""
         loop = _Loop.of(node, self.problem)
+        if loop is not None and not outer and not loop.parallel(self.problem):
+            reduced = self._reduction(node)
+            if reduced is not None:
+                self.launches.append(reduced)
+                return
         if loop is not None and not loop.parallel(self.problem) and not outer:
             start, stop = _constant(loop.start), _constant(loop.stop)
             inner = _top_level(loop.body)
@@ -315,6 +227,22 @@ class _Builder:
                 return
         self.launches.append(self.kernel(node, loop, outer))
 
+    def _reduction(self, node: isl.AstNode) -> AffineKernel | None:
+        """The nest as reduction tiles (:mod:`.affine_reduce`), if it is one."""
+        statements = tuple(_names_in(node, self.problem))
+        nest = reduction_nest(self.problem, statements)
+        if isinstance(nest, str):
+            return None
+        ctypes = {statement_ctype(self.problem, s) for s in statements}
+        ctype = "double" if "double" in ctypes else "float"
+        name = f"affine_{self.problem.function.name}_{self.count}"
+        made = reduction_kernel(self.problem, nest, name, ctype)
+        if made is None:
+            return None
+        self.count += 1
+        names = tuple(s.name for s in statements)
+        return AffineKernel(made.kernel, names, made.reason, (), repr(made.kernel))
+
     def _share_kernels(self, first: int) -> None:
         """Launches of one host loop's iterations use the first iteration's kernels."""
         seen: dict[str, kir.Kernel] = {}
@@ -330,7 +258,7 @@ class _Builder:
 
     def kernel(self, node: isl.AstNode, loop: _Loop | None, outer: dict[str, int]) -> AffineKernel:
         statements = _names_in(node, self.problem)
-        params = _params(self.problem, {s.target.array for s in statements}, tuple(outer))
+        params = kernel_params(self.problem, {s.target.array for s in statements}, tuple(outer))
         names = tuple(s.name for s in statements)
         values = tuple(outer.items())
         name = f"affine_{self.problem.function.name}_{self.count}"
@@ -386,10 +314,10 @@ class _Builder:
             )
             body: tuple[kir.Stmt, ...] = (
                 kir.Declare(
-                    loop.iterator, INDEX, _plus(kir.Op("/", index, kir.Int(width)), kir.Int(start))
+                    loop.iterator, INDEX, plus(kir.Op("/", index, kir.Int(width)), kir.Int(start))
                 ),
                 kir.Declare(
-                    inner.iterator, INDEX, _plus(kir.Op("%", index, kir.Int(width)), kir.Int(low))
+                    inner.iterator, INDEX, plus(kir.Op("%", index, kir.Int(width)), kir.Int(low))
                 ),
                 kir.If(guard, tuple(_body(self.problem, inner.body))),
             )
@@ -403,7 +331,7 @@ class _Builder:
             return body, THREADS, blocks, reason
         blocks = max(1, -(-trips // THREADS))
         body = (
-            kir.Declare(loop.iterator, INDEX, _plus(index, kir.Int(start))),
+            kir.Declare(loop.iterator, INDEX, plus(index, kir.Int(start))),
             kir.If(
                 kir.Op("<", kir.Var(loop.iterator), kir.Int(stop)),
                 tuple(_body(self.problem, loop.body)),
@@ -438,7 +366,7 @@ class _Builder:
             kir.Declare(
                 loop.iterator,
                 INDEX,
-                _plus(
+                plus(
                     kir.Op("+", kir.Op("*", q, kir.Int(ROWS)), kir.Op("/", t, kir.Int(COLUMNS))),
                     kir.Int(start),
                 ),
@@ -446,7 +374,7 @@ class _Builder:
             kir.Declare(
                 inner.iterator,
                 INDEX,
-                _plus(
+                plus(
                     kir.Op(
                         "+",
                         kir.Op("*", kir.Op("+", b, shift), kir.Int(COLUMNS)),

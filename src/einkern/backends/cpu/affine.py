@@ -22,7 +22,7 @@ from typing import Any
 import islpy as isl
 
 from ...gpu import kir
-from ...gpu.affine import statement_ctype, statement_store
+from ...gpu.affine_exprs import statement_ctype, statement_store
 from ...gpu.ctext import (
     C_LITERAL_MACROS,
     ENTRY_POINT,

@@ -220,6 +220,7 @@ CUDA_CASES = [
     ("stencil_if.c", {"n": 17}, "loops c1 x c3"),
     ("jacobi2d.c", {"tsteps": 3, "n": 12}, "host loop"),
     ("trmm.c", {"m": 9, "n": 7}, "host loop"),
+    ("symv.c", {"n": 150}, "reduction tiles"),
     ("gemver.c", {"n": 11}, "loops c1 x c3"),
 ]
 
@@ -246,6 +247,49 @@ def test_affine_cuda_kernels_match_the_reference_in_the_emulator(name, sizes, ho
         assert report.ok, str(report)
     for output in problem.outputs:
         assert relative_error(work[f"t_{output}"], expected[output]) <= 1e-12
+
+
+def _symv_text(target_read: bool = False) -> str:
+    read = "y[i]" if target_read else "x[i]"
+    return f"""void s(int n, double A[n][n], double x[n], double y[n]) {{
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j <= i; j++) {{
+                y[i] += A[i][j] * x[j];
+                if (j < i) y[j] += A[i][j] * {read};
+            }}
+    }}"""
+
+
+def test_reduction_tiles_need_loops_that_carry_only_reductions():
+    from einkern.gpu.affine import affine_kernels
+    from einkern.gpu.affine_reduce import reduction_nest
+
+    good = A.make_affine_problem(parse_c(_symv_text(), "s.c").function(None), {"n": 200})
+    (launch,) = affine_kernels(good)
+    assert "reduction tiles" in launch.reason
+    # 200 rows in tiles of 64 x 32: the upper triangle's tiles are not launched
+    assert launch.kernel.blocks < 4 * 7
+    bad = A.make_affine_problem(parse_c(_symv_text(True), "s.c").function(None), {"n": 20})
+    why = reduction_nest(bad, bad.function.statements)
+    assert why == "S1 reads an array the nest accumulates into"
+    (serial,) = affine_kernels(bad)
+    assert "one thread" in serial.reason
+
+
+def test_reduction_tiles_without_their_barrier_fail_in_the_emulator():
+    from einkern.backends.emulator import emulate
+    from einkern.cli.affine import random_affine_arguments
+    from einkern.gpu.affine import affine_kernels
+    from einkern.gpu.kir import without_barriers
+
+    problem = A.make_affine_problem(parse_c(_symv_text(), "s.c").function(None), {"n": 90})
+    (launch,) = affine_kernels(problem)
+    arrays, scalars = random_affine_arguments(problem, 4)
+    expected = evaluate_affine(problem, arrays, scalars)["y"]
+    for kernel, correct in ((launch.kernel, True), (without_barriers(launch.kernel), False)):
+        work = {f"t_{n}": a.copy() for n, a in arrays.items()}
+        assert emulate([kernel], work, {}).ok
+        assert (relative_error(work["t_y"], expected) <= 1e-12) == correct
 
 
 def test_a_parallel_outer_loop_is_spread_over_blocks():

@@ -32,23 +32,26 @@ class TilePlan:
     origin: int  # the inner iterator's value at tile column 0
 
 
-def tile_plan(rows: Sequence[tuple[int, int]]) -> TilePlan | None:
-    """The non-empty tiles of a domain given as each row's ``[low, high)``."""
+def tile_plan(
+    rows: Sequence[tuple[int, int]], tile_rows: int = ROWS, tile_columns: int = COLUMNS
+) -> TilePlan | None:
+    """The non-empty tiles (``tile_rows`` x ``tile_columns``) of a domain given as
+    each row's ``[low, high)``."""
     filled = [(low, high) for low, high in rows if high > low]
     if not filled:
         return None
     origin = min(low for low, _ in filled)
     right = max(high for _, high in filled)
     entries, block = [], 0
-    for q in range(-(-len(rows) // ROWS)):
-        ranges = [(lo, hi) for lo, hi in rows[q * ROWS : (q + 1) * ROWS] if hi > lo]
+    for q in range(-(-len(rows) // tile_rows)):
+        ranges = [(lo, hi) for lo, hi in rows[q * tile_rows : (q + 1) * tile_rows] if hi > lo]
         if not ranges:
             continue
-        first = (min(lo for lo, _ in ranges) - origin) // COLUMNS
-        last = (max(hi for _, hi in ranges) - origin - 1) // COLUMNS
+        first = (min(lo for lo, _ in ranges) - origin) // tile_columns
+        last = (max(hi for _, hi in ranges) - origin - 1) // tile_columns
         entries.append((block, q, first - block))
         block += last - first + 1
-    box = -(-len(rows) // ROWS) * -(-(right - origin) // COLUMNS)
+    box = -(-len(rows) // tile_rows) * -(-(right - origin) // tile_columns)
     return TilePlan(tuple(entries), block, box, origin)
 
 

@@ -60,7 +60,7 @@ from ..semantics import (
     c_helpers,
 )
 from . import kir
-from .kir import ELEMENT_BYTES
+from .kir import ATOMIC_ADD, ELEMENT_BYTES
 
 FLOATING = frozenset({"float", "double"})
 _RANK = ("int", "long long", "float", "double")
@@ -302,6 +302,10 @@ class CText:
     def lane(self, vector: str, lane: int) -> str:
         raise NotImplementedError
 
+    def atomic_add(self, element: str, value: str, ctype: str) -> list[str]:
+        """Lines adding ``value`` to the lvalue ``element`` atomically."""
+        raise NotImplementedError
+
     def vector_load(self, stmt: kir.VectorLoad, info: ArrayInfo, index: str) -> list[str]:
         raise NotImplementedError
 
@@ -468,6 +472,10 @@ class CText:
             if info.ctype in STORAGE_C_TYPES:
                 return [self._narrowing_store(s, info, index, env)]
             value = self.expr(s.value, env, info.ctype)
+            if s.op == ATOMIC_ADD:
+                if info.space == "thread" or info.ctype not in ("float", "double"):
+                    raise ValueError(f"atomic add into {info.space} {info.ctype} {info.name!r}")
+                return self.atomic_add(self.element(info, index, "store"), value, info.ctype)
             return [f"{self.element(info, index, 'store')} {s.op} {value};"]
         if isinstance(s, kir.For):
             self.local(s.var)

@@ -104,6 +104,9 @@ class CudaText(CText):
     def element(self, info: ArrayInfo, index: str, access: str) -> str:
         return f"{info.name}[{index}]"
 
+    def atomic_add(self, element: str, value: str, ctype: str) -> list[str]:
+        return [f"atomicAdd(&{element}, {value});"]
+
     def lane(self, vector: str, lane: int) -> str:
         return f"{vector}.{'xyzw'[lane]}"
 

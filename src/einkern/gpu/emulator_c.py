@@ -275,6 +275,16 @@ class EmulationText(CText):
             f"{PREFIX}c))"
         )
 
+    def atomic_add(self, element: str, value: str, ctype: str) -> list[str]:
+        # blocks run on several OpenMP threads: the update must be atomic here too
+        return [
+            "{",
+            f"    {ctype} *const {PREFIX}atomic = &{element};",
+            "    #pragma omp atomic",
+            f"    *{PREFIX}atomic += {value};",
+            "}",
+        ]
+
     def lane(self, vector: str, lane: int) -> str:
         return f"{vector}[{lane}]"
 

@@ -141,9 +141,15 @@ class Assign:
     op: str = "="
 
 
+#: :attr:`Store.op` of an atomic addition.
+ATOMIC_ADD = "atomic+="
+
+
 @dataclass(frozen=True)
 class Store:
-    """``array[index] op= value`` (global, shared or register array)."""
+    """``array[index] op= value`` (global, shared or register array).  ``op``
+    ``"atomic+="`` adds atomically (``atomicAdd``: the element may be updated by
+    other threads and blocks at the same time; float and double only)."""
 
     array: str
     index: Expr

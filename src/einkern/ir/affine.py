@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import islpy as isl
 
 from ..errors import ExtentError, SemanticError
-from ..lang.cfront_nodes import AExpr, AFunction, AStatement, Bin, Ref
+from ..lang.cfront_nodes import AExpr, AFunction, AStatement, Bin, Ref, refs
 
 # ---- isl text ----------------------------------------------------------------------
 
@@ -191,9 +191,12 @@ def loop_key(statement: AStatement, depth: int) -> tuple[int, ...]:
     return statement.position[:depth]
 
 
-def loop_parallel(function: AFunction, key: tuple[int, ...]) -> bool:
+def loop_parallel(function: AFunction, key: tuple[int, ...], reductions: bool = False) -> bool:
     """True when no dependence is carried by the loop ``key`` (see :func:`loop_key`):
-    its iterations may run in any order, at the same time."""
+    its iterations may run in any order, at the same time.  With ``reductions``,
+    dependences between accumulations into one array (:func:`reduction_dependence`)
+    do not count: the iterations may run at the same time if those updates are
+    combined atomically or privately."""
     depth = len(key)
     width = schedule_depth(function)
     fixed = []
@@ -207,7 +210,24 @@ def loop_parallel(function: AFunction, key: tuple[int, ...]) -> bool:
         + " and ".join([*fixed, f"c{dim} < d{dim}"])
         + " }"
     )
-    return all(time.intersect(carried).is_empty() for _, time in _dependences(function))
+    return all(
+        time.intersect(carried).is_empty()
+        for dependence, time in _dependences(function)
+        if not (reductions and reduction_dependence(function, dependence))
+    )
+
+
+def reduction_dependence(function: AFunction, dependence: Dependence) -> bool:
+    """Whether ``dependence`` only orders two accumulations (``+=``/``-=``) into its
+    array, neither of which reads that array on its right-hand side: the
+    updates commute (up to rounding), so the order of the instances is free."""
+    ends = [function.statement(dependence.source), function.statement(dependence.target)]
+    return all(
+        s.op in ("+=", "-=")
+        and s.target.array == dependence.array
+        and all(r.array != dependence.array for r in refs(s.rhs))
+        for s in ends
+    )
 
 
 def parallel_iterators(function: AFunction, statement: AStatement) -> tuple[str, ...]:
@@ -347,10 +367,9 @@ def make_affine_problem(
     return problem
 
 
-def fixed(problem: AffineProblem, text: str) -> str:
-    """isl ``text`` with the size parameters fixed to the problem's values."""
-    context = " and ".join(f"{n} = {v}" for n, v in problem.sizes)
-    return text if not context else text + f" : {context}"
+def statement_instances(problem: AffineProblem, statement: AStatement) -> isl.Set:
+    """The instances of ``statement`` for the problem's sizes."""
+    return isl.Set(domain_text(problem.function, statement)).intersect_params(_context(problem))
 
 
 def _context(problem: AffineProblem) -> isl.Set:

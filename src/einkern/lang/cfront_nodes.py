@@ -258,6 +258,12 @@ class AFunction:
                 return array
         raise KeyError(name)
 
+    def statement(self, name: str) -> AStatement:
+        for statement in self.statements:
+            if statement.name == name:
+                return statement
+        raise KeyError(name)
+
 
 @dataclass(frozen=True)
 class AFile:

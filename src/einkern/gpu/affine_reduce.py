@@ -1,0 +1,417 @@
+"""Reduction tiles: the CUDA kernel of a two-deep loop nest whose loops carry
+only reductions.
+
+symv's loop nest over one stored triangle is the example::
+
+    for (i = 0; i < n; i++)
+        for (j = 0; j <= i; j++) {
+            z[i] += alpha * A[i][j] * x[j];
+            if (j < i) z[j] += alpha * A[i][j] * x[i];
+        }
+
+Neither loop is parallel (``z[j]`` is updated by every ``i``, ``z[i]`` by every
+``j``), but every dependence they carry orders two accumulations into one
+array (:func:`einkern.ir.affine.reduction_dependence`): the instances may run in
+any order if the updates are combined.  Such a nest — every statement a
+``+=``/``-=`` whose target is indexed by the outer iterator alone (a *row*
+reduction) or by the inner one alone (a *column* reduction), no statement
+reading an array the nest accumulates into — is mapped like MAGMA's symv:
+
+* the domain is cut into tiles of :data:`TILE_ROWS` x (32·columns per thread)
+  iterations, only the tiles that hold a point launched
+  (:func:`einkern.gpu.affine_tiles.tile_plan`); a block of 8 warps reads its tile
+  row by row, a warp along the contiguous inner index (coalesced), each thread
+  :data:`ROWS_PER_THREAD` rows apart by 8 (independent loads in flight);
+* each thread keeps a partial sum per row (row reductions) and per column
+  (column reductions) in registers — so every element is read once even when
+  two statements use it (symv's ``A[i][j]``);
+* the partial sums meet in shared memory (one barrier), and one thread per row
+  and per column of the tile adds the tile's sum to the target with one
+  ``atomicAdd`` (the order of the additions varies from run to run: results
+  agree to rounding).
+
+The statements' guards and bounds are tested per point, so the tiles on a
+triangle's edge are exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import islpy as isl
+
+from ..ir import affine as A
+from ..lang import cfront_nodes as N
+from . import kir
+from .affine_exprs import (
+    INDEX,
+    affine_value,
+    element_offset,
+    kernel_params,
+    plus,
+    statement_store,
+)
+from .affine_tiles import TilePlan, select_tree, tile_plan
+from .ctext import mangle
+
+LANES = 32
+WARPS = 8
+THREADS = LANES * WARPS
+#: Rows of the tile each thread reads (8 apart): that many loads in flight.
+ROWS_PER_THREAD = 8
+TILE_ROWS = WARPS * ROWS_PER_THREAD
+#: Bytes a warp reads per row of a tile: 32 lanes x (256 / itemsize / 32) columns.
+ROW_BYTES = 256
+_PAD = LANES + 1  # shared row length of the row partials (no bank conflicts)
+
+
+@dataclass(frozen=True)
+class ReductionNest:
+    """A nest that reduction tiles can run: its two iterators and its statements
+    split into row reductions (target indexed by ``outer``) and column
+    reductions (by ``inner``)."""
+
+    outer: str
+    inner: str
+    rows: tuple[N.AStatement, ...]
+    columns: tuple[N.AStatement, ...]
+
+    @property
+    def statements(self) -> tuple[N.AStatement, ...]:
+        return self.rows + self.columns
+
+
+def reduction_nest(
+    problem: A.AffineProblem, statements: tuple[N.AStatement, ...]
+) -> ReductionNest | str:
+    """The nest of ``statements`` (one outer nest of the program) as a
+    :class:`ReductionNest`, or the sentence saying why it is not one."""
+    function = problem.function
+    if not statements or any(len(s.loops) != 2 for s in statements):
+        return "not a two-deep loop nest"
+    outer, inner = statements[0].loops[0].iterator, statements[0].loops[1].iterator
+    if any(s.iterators != (outer, inner) for s in statements):
+        return "its statements do not share the two loops' iterators"
+    written = {s.target.array for s in statements}
+    rows, columns = [], []
+    for s in statements:
+        if s.op not in ("+=", "-="):
+            return f"{s.name} is not an accumulation (+= or -=)"
+        if function.array(s.target.array).dtype not in ("float32", "float64"):
+            return f"{s.name} accumulates into a {function.array(s.target.array).dtype} array"
+        if any(r.array in written for r in N.refs(s.rhs)):
+            return f"{s.name} reads an array the nest accumulates into"
+        used = {n for aff in s.target.subscripts for n in aff.names()} - set(function.sizes)
+        if used == {outer}:
+            rows.append(s)
+        elif used == {inner}:
+            columns.append(s)
+        else:
+            return f"{s.name}'s target is not indexed by exactly one of {outer}, {inner}"
+    keys = {A.loop_key(s, d) for s in statements for d in (1, 2)}
+    if not all(A.loop_parallel(function, key, reductions=True) for key in keys):
+        return "its loops carry dependences other than reductions"
+    return ReductionNest(outer, inner, tuple(rows), tuple(columns))
+
+
+def _bounds(problem: A.AffineProblem, statement: N.AStatement, keep: str) -> tuple[int, int] | None:
+    """The smallest and largest value of iterator ``keep`` over the statement's
+    instances (None when it has none)."""
+    domain = A.statement_instances(problem, statement)
+    position = statement.iterators.index(keep)
+    other = 1 - position
+    line = domain.project_out(isl.dim_type.set, other, 1)
+    if line.is_empty():
+        return None
+    low = line.lexmin().sample_point().get_coordinate_val(isl.dim_type.set, 0)
+    high = line.lexmax().sample_point().get_coordinate_val(isl.dim_type.set, 0)
+    return int(low.to_python()), int(high.to_python())
+
+
+def _row_ranges(problem: A.AffineProblem, nest: ReductionNest, start: int, stop: int):
+    """Each outer value's ``[low, high)`` of the inner iterator over the nest's
+    loop bounds (guards ignored: a superset)."""
+    ranges = []
+    for value in range(start, stop):
+        low, high = None, None
+        for s in nest.statements:
+            env = {**dict(problem.sizes), nest.outer: value}
+            loop = s.loops[1]
+            first = max(_number(a, env) for a in loop.lower)
+            last = min(_number(a, env) for a in loop.upper)
+            if last >= first:
+                low = first if low is None else min(low, first)
+                high = last + 1 if high is None else max(high, last + 1)
+        ranges.append((low, high) if low is not None and high is not None else (0, 0))
+    return ranges
+
+
+def _number(a: N.Aff, env: dict[str, int]) -> int:
+    return a.const + sum(c * env[n] for n, c in a.terms)
+
+
+def _inside(problem: A.AffineProblem, s: N.AStatement, values: dict[str, kir.Expr]) -> kir.Expr:
+    """The statement's loop bounds and guards at the point ``values``."""
+    tests: list[kir.Expr] = []
+    for loop in s.loops:
+        it = values[loop.iterator]
+        tests += [kir.Op(">=", it, affine_value(problem, a, values)) for a in loop.lower]
+        tests += [kir.Op("<=", it, affine_value(problem, a, values)) for a in loop.upper]
+    for guard in s.guards:
+        value = affine_value(problem, guard.aff, values)
+        tests.append(kir.Op("==" if guard.equal else ">=", value, kir.Int(0)))
+    result = tests[0]
+    for test in tests[1:]:
+        result = kir.Op("&&", result, test)
+    return result
+
+
+@dataclass(frozen=True)
+class ReductionKernel:
+    kernel: kir.Kernel
+    reason: str
+
+
+def reduction_kernel(
+    problem: A.AffineProblem, nest: ReductionNest, name: str, ctype: str
+) -> ReductionKernel | None:
+    """The reduction-tile kernel of ``nest`` (None when the outer loop's bounds are
+    not numbers or the nest is empty)."""
+    live = [s for s in nest.statements if _bounds(problem, s, nest.outer) is not None]
+    if not live:
+        return None
+    outer_loop = live[0].loops[0]
+    env = dict(problem.sizes)
+    start = max(_number(a, env) for a in outer_loop.lower)
+    stop = min(_number(a, env) for a in outer_loop.upper) + 1
+    per_thread = max(1, ROW_BYTES // LANES // kir.ELEMENT_BYTES[ctype])
+    columns = LANES * per_thread
+    plan = tile_plan(_row_ranges(problem, nest, start, stop), TILE_ROWS, columns)
+    if plan is None:
+        return None
+    rows = tuple(s for s in nest.rows if s in live)
+    cols = tuple(s for s in nest.columns if s in live)
+    layout = _Layout(start, plan.origin, columns, per_thread, plan)
+    body = (
+        kir.PerThread(_accumulate(problem, nest, rows, cols, layout)),
+        kir.PerThread(_spill(rows, cols, layout)),
+        kir.Barrier(),
+        kir.PerThread(_combine(problem, nest, rows, cols, layout, ctype)),
+    )
+    thread_vars = tuple(
+        v
+        for v in (
+            kir.ThreadVar("row_sum", ctype, ROWS_PER_THREAD * len(rows)) if rows else None,
+            kir.ThreadVar("column_sum", ctype, per_thread * len(cols)) if cols else None,
+        )
+        if v is not None
+    )
+    shared = tuple(
+        [kir.SharedArray(f"rows_{k}", ctype, TILE_ROWS * _PAD) for k in range(len(rows))]
+        + [kir.SharedArray(f"columns_{k}", ctype, WARPS * columns) for k in range(len(cols))]
+    )
+    reason = (
+        f"loops {nest.outer} x {nest.inner} carry only reductions (+= into "
+        f"{', '.join(sorted({s.target.array for s in live}))}): reduction tiles of "
+        f"{TILE_ROWS} x {columns} iterations, {THREADS} threads ({nest.inner} along the "
+        f"warps, {ROWS_PER_THREAD} rows per thread); partial sums per row and column "
+        f"combined in shared memory and added with one atomicAdd per row and column of a "
+        f"tile; {plan.blocks} of the bounding box's {plan.box} tiles launched"
+    )
+    params = kernel_params(problem, {s.target.array for s in live}, ())
+    kernel = kir.Kernel(
+        name, params, THREADS, plan.blocks, thread_vars, shared, body, INDEX, comment=reason
+    )
+    return ReductionKernel(kernel, reason)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    start: int  # outer value of tile row 0
+    origin: int  # inner value of tile column 0
+    columns: int  # tile width
+    per_thread: int  # columns per thread (32 apart)
+    plan: TilePlan
+
+    def tile(self) -> tuple[kir.Expr, kir.Expr]:
+        """The first outer and inner value of this block's tile."""
+        plan = self.plan
+        b = kir.BlockIdx()
+        starts = [first for first, _, _ in plan.entries]
+        q = select_tree(b, starts, [t for _, t, _ in plan.entries])
+        shift = select_tree(b, starts, [d for _, _, d in plan.entries])
+        row = plus(kir.Op("*", q, kir.Int(TILE_ROWS)), kir.Int(self.start))
+        column = kir.Op("*", kir.Op("+", b, shift), kir.Int(self.columns))
+        return row, plus(column, kir.Int(self.origin))
+
+
+def _warp() -> kir.Expr:
+    return kir.Op("/", kir.ThreadIdx(), kir.Int(LANES))
+
+
+def _lane() -> kir.Expr:
+    return kir.Op("%", kir.ThreadIdx(), kir.Int(LANES))
+
+
+def _accumulate(problem, nest: ReductionNest, rows, cols, layout: _Layout) -> tuple[kir.Stmt, ...]:
+    """Zero the partial sums, then add every point of the thread's rows and columns."""
+    row0, column0 = layout.tile()
+    zero = kir.Float(0.0)
+    out: list[kir.Stmt] = []
+    if rows:
+        out.append(
+            kir.For(
+                "z",
+                kir.Int(0),
+                kir.Int(ROWS_PER_THREAD * len(rows)),
+                1,
+                (kir.Store("row_sum", kir.Var("z"), zero),),
+                -1,
+            )
+        )
+    if cols:
+        out.append(
+            kir.For(
+                "z",
+                kir.Int(0),
+                kir.Int(layout.per_thread * len(cols)),
+                1,
+                (kir.Store("column_sum", kir.Var("z"), zero),),
+                -1,
+            )
+        )
+    i, j = kir.Var(nest.outer), kir.Var(nest.inner)
+    values: dict[str, kir.Expr] = {nest.outer: i, nest.inner: j}
+    point: list[kir.Stmt] = []
+    for k, s in enumerate(rows):
+        slot = plus(kir.Op("*", kir.Int(k), kir.Int(ROWS_PER_THREAD)), kir.Var("r"))
+        point.append(_add(problem, s, values, "row_sum", slot))
+    for k, s in enumerate(cols):
+        slot = plus(kir.Op("*", kir.Int(k), kir.Int(layout.per_thread)), kir.Var("c"))
+        point.append(_add(problem, s, values, "column_sum", slot))
+    row_loop = kir.For(
+        "r",
+        kir.Int(0),
+        kir.Int(ROWS_PER_THREAD),
+        1,
+        (
+            kir.Declare(
+                nest.outer,
+                INDEX,
+                plus(kir.Op("+", row0, _warp()), kir.Op("*", kir.Var("r"), kir.Int(WARPS))),
+            ),
+            *point,
+        ),
+        -1,
+    )
+    column = plus(kir.Op("+", column0, _lane()), kir.Op("*", kir.Var("c"), kir.Int(LANES)))
+    out.append(
+        kir.For(
+            "c",
+            kir.Int(0),
+            kir.Int(layout.per_thread),
+            1,
+            (kir.Declare(nest.inner, INDEX, column), row_loop),
+            -1,
+        )
+    )
+    return tuple(out)
+
+
+def _add(problem, s: N.AStatement, values, sums: str, slot: kir.Expr) -> kir.Stmt:
+    """``sums[slot] += rhs`` (``-=``: minus) where the point is an instance of ``s``."""
+    value = statement_store(problem, s, values).value
+    return kir.If(_inside(problem, s, values), (kir.Store(sums, slot, value, s.op),))
+
+
+def _spill(rows, cols, layout: _Layout) -> tuple[kir.Stmt, ...]:
+    """Every thread's partial sums into shared memory."""
+    out: list[kir.Stmt] = []
+    for k in range(len(rows)):
+        row = plus(_warp(), kir.Op("*", kir.Var("r"), kir.Int(WARPS)))
+        out.append(
+            kir.For(
+                "r",
+                kir.Int(0),
+                kir.Int(ROWS_PER_THREAD),
+                1,
+                (
+                    kir.Store(
+                        f"rows_{k}",
+                        plus(kir.Op("*", row, kir.Int(_PAD)), _lane()),
+                        kir.Load("row_sum", plus(kir.Int(k * ROWS_PER_THREAD), kir.Var("r"))),
+                    ),
+                ),
+                -1,
+            )
+        )
+    for k in range(len(cols)):
+        column = plus(_lane(), kir.Op("*", kir.Var("c"), kir.Int(LANES)))
+        out.append(
+            kir.For(
+                "c",
+                kir.Int(0),
+                kir.Int(layout.per_thread),
+                1,
+                (
+                    kir.Store(
+                        f"columns_{k}",
+                        plus(kir.Op("*", _warp(), kir.Int(layout.columns)), column),
+                        kir.Load("column_sum", plus(kir.Int(k * layout.per_thread), kir.Var("c"))),
+                    ),
+                ),
+                -1,
+            )
+        )
+    return tuple(out)
+
+
+def _combine(problem, nest: ReductionNest, rows, cols, layout: _Layout, ctype: str):
+    """Thread ``t`` sums row ``t`` (and column ``t``) of the tile and adds it to the
+    target atomically, where that row (column) holds instances of the statement."""
+    row0, column0 = layout.tile()
+    t = kir.ThreadIdx()
+    out: list[kir.Stmt] = []
+    for k, s in enumerate(rows):
+        i = plus(row0, t)
+        total = _sum(f"rows_{k}", kir.Op("*", t, kir.Int(_PAD)), 1, LANES)
+        out += _atomic(problem, s, nest.outer, i, total, TILE_ROWS, ctype, k, "row")
+    for k, s in enumerate(cols):
+        j = plus(column0, t)
+        total = _sum(f"columns_{k}", t, layout.columns, WARPS)
+        out += _atomic(problem, s, nest.inner, j, total, layout.columns, ctype, k, "column")
+    return tuple(out)
+
+
+def _sum(array: str, first: kir.Expr, stride: int, count: int) -> kir.Expr:
+    total: kir.Expr = kir.Load(array, first)
+    for m in range(1, count):
+        total = kir.Op("+", total, kir.Load(array, plus(first, kir.Int(m * stride))))
+    return total
+
+
+def _atomic(problem, s, iterator, value, total, threads, ctype, k, kind) -> list[kir.Stmt]:
+    """``if (t < threads && low <= value <= high) atomicAdd(target, ±total)``: the
+    target's element at iterator value ``value``, when some instance has it."""
+    bounds = _bounds(problem, s, iterator)
+    assert bounds is not None
+    low, high = bounds
+    var = f"{kind}_{k}"
+    index = element_offset(problem, s.target, {iterator: kir.Var(var)})
+    amount: kir.Expr = kir.Var(f"{var}_sum")
+    if s.op == "-=":
+        amount = kir.Neg(amount)
+    inside = kir.Op(
+        "&&",
+        kir.Op("<", kir.ThreadIdx(), kir.Int(threads)),
+        kir.Op(
+            "&&",
+            kir.Op(">=", kir.Var(var), kir.Int(low)),
+            kir.Op("<=", kir.Var(var), kir.Int(high)),
+        ),
+    )
+    atomic = (
+        kir.Declare(f"{var}_sum", ctype, total),
+        kir.Store(mangle("t", s.target.array), index, amount, kir.ATOMIC_ADD),
+    )
+    return [kir.Declare(var, INDEX, value), kir.If(inside, atomic)]

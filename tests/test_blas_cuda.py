@@ -100,6 +100,21 @@ def test_level_1_and_2_in_the_emulator(dtype):
         assert relative_error(got, expected) <= TOL[dtype]
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("lower", [False, True])
+def test_symv_reduction_tiles_in_the_emulator(dtype, lower):
+    """Several tile rows and a diagonal the tiles do not divide; the other
+    triangle holds NaN, so reading it would show."""
+    rng = np.random.default_rng(5)
+    n = 147
+    s, x, y = rand(rng, n, n, dtype=dtype), rand(rng, n, dtype=dtype), rand(rng, n, dtype=dtype)
+    poisoned = s.copy()
+    poisoned[np.triu_indices(n, 1) if lower else np.tril_indices(n, -1)] = np.nan
+    expected = scipy_fn("symv", dtype)(0.8, s, x, beta=-0.6, y=y, lower=int(lower))
+    got = ek.symv(0.8, poisoned, x, -0.6, y, lower=lower, backend=NAME)
+    assert relative_error(got, expected) <= TOL[dtype]
+
+
 @pytest.mark.parametrize("trans_a, trans_b", list(itertools.product([False, True], repeat=2)))
 def test_gemm_in_the_emulator(trans_a, trans_b):
     rng = np.random.default_rng(1)

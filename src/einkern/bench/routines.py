@@ -252,9 +252,11 @@ class CupyBlasPeer(_BlasPeer):
         if routine == "axpy":
             y = v["y"].copy()
             return lambda: {"result": (cublas.axpy(ALPHA, v["x"], y), y)[1]}
-        if routine == "gemv":  # row-major A is column-major Aᵀ
-            trans = "N" if variant == "T" else "T"
-            return lambda: {"result": cublas.gemv(trans, ALPHA, v["a"].T, v["x"])}
+        if routine == "gemv":  # cupy.cublas.gemv takes row-major A as it is
+            y = cupy.empty((n,), dtype=dtype)
+            return lambda: {"result": cublas.gemv(variant, ALPHA, v["a"], v["x"], 0.0, y)}
+        if routine == "symv":
+            return _cupy_symv(v["a"], v["x"], dtype, lower=variant == "L")
         if routine == "gemm":
             a = v["a"].T if variant[0] == "T" else v["a"]
             b = v["b"].T if variant[1] == "T" else v["b"]
@@ -281,6 +283,30 @@ class CupyBlasPeer(_BlasPeer):
                 * ALPHA
             }
         raise NotApplicable(f"cupy.cublas has no {routine}")
+
+
+def _cupy_symv(a: Any, x: Any, dtype: str, lower: bool) -> Run:
+    """cuBLAS's symv through CuPy's binding of it (``cupy.cublas`` has no symv):
+    row-major ``a`` storing the ``lower`` triangle is column-major storing the
+    upper one."""
+    import cupy
+    from cupy_backends.cuda.libs import cublas as raw
+
+    n = int(a.shape[0])
+    call = raw.dsymv if dtype == "float64" else raw.ssymv
+    fill = raw.CUBLAS_FILL_MODE_UPPER if lower else raw.CUBLAS_FILL_MODE_LOWER
+    alpha, beta = np.array(ALPHA, dtype=dtype), np.array(0.0, dtype=dtype)
+    y = cupy.empty((n,), dtype=dtype)
+
+    def run() -> Mapping[str, Any]:
+        handle = cupy.cuda.device.get_cublas_handle()
+        raw.setStream(handle, cupy.cuda.get_current_stream().ptr)
+        raw.setPointerMode(handle, raw.CUBLAS_POINTER_MODE_HOST)
+        call(handle, fill, n, alpha.ctypes.data, a.data.ptr, n, x.data.ptr, 1,
+             beta.ctypes.data, y.data.ptr, 1)  # fmt: skip
+        return {"result": y}
+
+    return run
 
 
 def routine_peers() -> list[tuple[str, Callable[[], Any]]]:

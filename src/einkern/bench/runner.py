@@ -10,6 +10,7 @@ call, warm-up, and the timed calls.  Nothing that goes wrong is dropped: a row r
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import inspect
 import sys
 import time
@@ -56,6 +57,13 @@ class BenchOptions:
     #: A file to append the cost model's calibration records to (JSON lines,
     #: :mod:`einkern.bench.calibrate`), or None.
     calibrate: str | None = None
+    #: Patterns (``fnmatch``, e.g. ``"*symv*"``) a case's key must match to run;
+    #: None runs every case.
+    cases: tuple[str, ...] | None = None
+
+    def selected(self, case: Case) -> bool:
+        """Whether ``case`` is one of the cases to run (see :attr:`cases`)."""
+        return self.cases is None or any(fnmatch.fnmatchcase(case.key, p) for p in self.cases)
 
     def suite_timeout(self, suite: str) -> float | None:
         """Seconds allowed for ``suite``, or None for no limit."""
@@ -392,7 +400,9 @@ def run_suites(
     run_started = time.perf_counter()
     calibration = device.calibrate(options.quick)
     runner = Runner(options, device, calibration, peers_for(device.backend, _names(options)), note)
-    plan = [(suite, suite.cases(options.quick)) for suite in suites]
+    plan = [
+        (suite, [c for c in suite.cases(options.quick) if options.selected(c)]) for suite in suites
+    ]
     total = sum(len(cases) for _, cases in plan) * len(runner.implementations)
     rows: list[Measurement] = []
     if progress is not None:

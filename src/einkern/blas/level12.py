@@ -108,20 +108,19 @@ def symv(
 
 
 def symv_text(t: str, lower: bool, declared: str = "", first: str = "z[i] = 0;") -> str:
-    """symv's loop nest: thread ``i`` of the CUDA kernel walks column ``i`` of the
-    stored triangle (neighbouring threads read neighbouring elements) and then
-    row ``i`` of it, the element ``(i, j)`` of the other triangle read as ``(j, i)``."""
-    column, row = (
-        ("for (int j = i; j < n; j++)", "for (int j = 0; j < i; j++)")
-        if lower
-        else ("for (int j = 0; j <= i; j++)", "for (int j = i + 1; j < n; j++)")
-    )
+    """symv's loop nest: ``z`` set first, then one pass over the stored triangle in
+    which each element ``A[i][j]`` adds to ``z[i]`` (times ``x[j]``) and, off the
+    diagonal, to ``z[j]`` (times ``x[i]``): the triangle is read once.  On the GPU
+    it runs as reduction tiles (:mod:`einkern.gpu.affine_reduce`)."""
+    columns = "for (int j = 0; j <= i; j++)" if lower else "for (int j = i; j < n; j++)"
+    off_diagonal = "j < i" if lower else "j > i"
     return f"""void symv(int n, {t} alpha, {t} A[n][n], {t} x[n], {t} z[n]{declared}) {{
-        for (int i = 0; i < n; i++) {{
+        for (int i = 0; i < n; i++)
             {first}
-            {column}
-                z[i] += alpha * A[j][i] * x[j];
-            {row}
+        for (int i = 0; i < n; i++)
+            {columns} {{
                 z[i] += alpha * A[i][j] * x[j];
-        }}
+                if ({off_diagonal})
+                    z[j] += alpha * A[i][j] * x[i];
+            }}
     }}"""

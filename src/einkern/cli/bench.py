@@ -99,6 +99,13 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
         help="cases the contractions suite draws (default 120, --quick 6)",
     )
     parser.add_argument(
+        "--cases",
+        default=None,
+        metavar="PATTERNS",
+        help="run only the cases whose key matches one of these comma-separated patterns "
+        "(fnmatch, e.g. '*symv*,*gemv*'; see the key column of results.csv)",
+    )
+    parser.add_argument(
         "--calibrate",
         default=None,
         metavar="FILE",
@@ -189,6 +196,7 @@ def _options(args):
         seed=args.seed,
         peers=peers,
         calibrate=args.calibrate,
+        cases=tuple(p.strip() for p in args.cases.split(",") if p.strip()) if args.cases else None,
     )
 
 

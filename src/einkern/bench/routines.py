@@ -253,8 +253,8 @@ class CupyBlasPeer(_BlasPeer):
             y = v["y"].copy()
             return lambda: {"result": (cublas.axpy(ALPHA, v["x"], y), y)[1]}
         if routine == "gemv":  # cupy.cublas.gemv takes row-major A as it is
-            y = cupy.empty((n,), dtype=dtype)
-            return lambda: {"result": cublas.gemv(variant, ALPHA, v["a"], v["x"], 0.0, y)}
+            y = cupy.empty((n,), dtype=dtype)  # cupy.cublas.gemv updates y, returns None
+            return lambda: {"result": (cublas.gemv(variant, ALPHA, v["a"], v["x"], 0.0, y), y)[1]}
         if routine == "symv":
             return _cupy_symv(v["a"], v["x"], dtype, lower=variant == "L")
         if routine == "gemm":
@@ -286,27 +286,54 @@ class CupyBlasPeer(_BlasPeer):
 
 
 def _cupy_symv(a: Any, x: Any, dtype: str, lower: bool) -> Run:
-    """cuBLAS's symv through CuPy's binding of it (``cupy.cublas`` has no symv):
-    row-major ``a`` storing the ``lower`` triangle is column-major storing the
-    upper one."""
-    import cupy
-    from cupy_backends.cuda.libs import cublas as raw
+    """cuBLAS's symv on CuPy arrays, called through ctypes (neither ``cupy.cublas``
+    nor CuPy's raw binding has symv): row-major ``a`` storing the ``lower``
+    triangle is column-major storing the upper one."""
+    import ctypes
 
+    import cupy
+
+    library = _cublas_library()
+    handle = ctypes.c_void_p()
+    if library.cublasCreate_v2(ctypes.byref(handle)) != 0:
+        raise RuntimeError("cublasCreate failed")
     n = int(a.shape[0])
-    call = raw.dsymv if dtype == "float64" else raw.ssymv
-    fill = raw.CUBLAS_FILL_MODE_UPPER if lower else raw.CUBLAS_FILL_MODE_LOWER
-    alpha, beta = np.array(ALPHA, dtype=dtype), np.array(0.0, dtype=dtype)
+    call = library.cublasDsymv_v2 if dtype == "float64" else library.cublasSsymv_v2
+    scalar = ctypes.c_double if dtype == "float64" else ctypes.c_float
+    alpha, beta = scalar(ALPHA), scalar(0.0)
+    fill = 1 if lower else 0  # CUBLAS_FILL_MODE_UPPER / _LOWER
     y = cupy.empty((n,), dtype=dtype)
+    pointer = ctypes.c_void_p
 
     def run() -> Mapping[str, Any]:
-        handle = cupy.cuda.device.get_cublas_handle()
-        raw.setStream(handle, cupy.cuda.get_current_stream().ptr)
-        raw.setPointerMode(handle, raw.CUBLAS_POINTER_MODE_HOST)
-        call(handle, fill, n, alpha.ctypes.data, a.data.ptr, n, x.data.ptr, 1,
-             beta.ctypes.data, y.data.ptr, 1)  # fmt: skip
+        library.cublasSetStream_v2(handle, pointer(cupy.cuda.get_current_stream().ptr))
+        a_, x_, y_ = (pointer(v.data.ptr) for v in (a, x, y))
+        status = call(handle, fill, n, ctypes.byref(alpha), a_, n, x_, 1, ctypes.byref(beta), y_, 1)
+        if status != 0:
+            raise RuntimeError(f"cublas symv returned status {status}")
         return {"result": y}
 
     return run
+
+
+def _cublas_library() -> Any:
+    """The cuBLAS shared library the process has loaded (CuPy's or torch's), by
+    soname, or one from the ``nvidia-cublas`` wheels."""
+    import ctypes
+    import glob
+    import os
+    import site
+
+    names = ["libcublas.so.13", "libcublas.so.12", "libcublas.so"]
+    for directory in site.getsitepackages():
+        names += sorted(glob.glob(os.path.join(directory, "nvidia", "*", "lib", "libcublas.so*")))
+        names += sorted(glob.glob(os.path.join(directory, "nvidia", "cu*", "lib", "libcublas.so*")))
+    for name in names:
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    raise NotApplicable("no cuBLAS shared library found for symv")
 
 
 def routine_peers() -> list[tuple[str, Callable[[], Any]]]:

@@ -160,10 +160,7 @@ def _inside(problem: A.AffineProblem, s: N.AStatement, values: dict[str, kir.Exp
     for guard in s.guards:
         value = affine_value(problem, guard.aff, values)
         tests.append(kir.Op("==" if guard.equal else ">=", value, kir.Int(0)))
-    result = tests[0]
-    for test in tests[1:]:
-        result = kir.Op("&&", result, test)
-    return result
+    return _all(tests)
 
 
 @dataclass(frozen=True)
@@ -191,7 +188,9 @@ def reduction_kernel(
         return None
     rows = tuple(s for s in nest.rows if s in live)
     cols = tuple(s for s in nest.columns if s in live)
-    layout = _Layout(start, plan.origin, columns, per_thread, plan)
+    largest = max([problem.numel(a.name) for a in problem.function.arrays] + [stop, plan.origin])
+    index = "int" if largest + TILE_ROWS + columns < 2**31 else INDEX
+    layout = _Layout(start, plan.origin, columns, per_thread, plan, index)
     body = (
         kir.PerThread(_accumulate(problem, nest, rows, cols, layout)),
         kir.PerThread(_spill(rows, cols, layout)),
@@ -220,7 +219,7 @@ def reduction_kernel(
     )
     params = kernel_params(problem, {s.target.array for s in live}, ())
     kernel = kir.Kernel(
-        name, params, THREADS, plan.blocks, thread_vars, shared, body, INDEX, comment=reason
+        name, params, THREADS, plan.blocks, thread_vars, shared, body, index, comment=reason
     )
     return ReductionKernel(kernel, reason)
 
@@ -232,9 +231,11 @@ class _Layout:
     columns: int  # tile width
     per_thread: int  # columns per thread (32 apart)
     plan: TilePlan
+    index: str  # C type of indices: int when every offset fits
 
-    def tile(self) -> tuple[kir.Expr, kir.Expr]:
-        """The first outer and inner value of this block's tile."""
+    def declare(self) -> tuple[kir.Stmt, ...]:
+        """``tile_row`` and ``tile_column``: the first outer and inner value of this
+        block's tile (declared at the start of a section that uses :meth:`tile`)."""
         plan = self.plan
         b = kir.BlockIdx()
         starts = [first for first, _, _ in plan.entries]
@@ -242,7 +243,14 @@ class _Layout:
         shift = select_tree(b, starts, [d for _, _, d in plan.entries])
         row = plus(kir.Op("*", q, kir.Int(TILE_ROWS)), kir.Int(self.start))
         column = kir.Op("*", kir.Op("+", b, shift), kir.Int(self.columns))
-        return row, plus(column, kir.Int(self.origin))
+        return (
+            kir.Declare("tile_row", self.index, row),
+            kir.Declare("tile_column", self.index, plus(column, kir.Int(self.origin))),
+        )
+
+    @staticmethod
+    def tile() -> tuple[kir.Expr, kir.Expr]:
+        return kir.Var("tile_row"), kir.Var("tile_column")
 
 
 def _warp() -> kir.Expr:
@@ -257,7 +265,7 @@ def _accumulate(problem, nest: ReductionNest, rows, cols, layout: _Layout) -> tu
     """Zero the partial sums, then add every point of the thread's rows and columns."""
     row0, column0 = layout.tile()
     zero = kir.Float(0.0)
-    out: list[kir.Stmt] = []
+    out: list[kir.Stmt] = list(layout.declare())
     if rows:
         out.append(
             kir.For(
@@ -280,48 +288,65 @@ def _accumulate(problem, nest: ReductionNest, rows, cols, layout: _Layout) -> tu
                 -1,
             )
         )
+    corners = [
+        {nest.outer: plus(row0, kir.Int(di)), nest.inner: plus(column0, kir.Int(dj))}
+        for di in (0, TILE_ROWS - 1)
+        for dj in (0, layout.columns - 1)
+    ]
+    # the constraints are affine: a tile whose corners are inside every statement's
+    # domain is inside it everywhere, and runs without per-point tests
+    full = _all([_inside(problem, s, corner) for s in (*rows, *cols) for corner in corners])
+    loops = [_points(problem, nest, rows, cols, layout, guarded) for guarded in (False, True)]
+    out.append(kir.If(full, (loops[0],), (loops[1],)))
+    return tuple(out)
+
+
+def _all(tests: list[kir.Expr]) -> kir.Expr:
+    result = tests[0]
+    for test in tests[1:]:
+        result = kir.Op("&&", result, test)
+    return result
+
+
+def _points(problem, nest: ReductionNest, rows, cols, layout: _Layout, guarded: bool) -> kir.For:
+    """The loops over the thread's points, adding each statement's value to its
+    partial sum (``guarded``: where the point is one of the statement's instances)."""
+    row0, column0 = layout.tile()
     i, j = kir.Var(nest.outer), kir.Var(nest.inner)
     values: dict[str, kir.Expr] = {nest.outer: i, nest.inner: j}
     point: list[kir.Stmt] = []
     for k, s in enumerate(rows):
         slot = plus(kir.Op("*", kir.Int(k), kir.Int(ROWS_PER_THREAD)), kir.Var("r"))
-        point.append(_add(problem, s, values, "row_sum", slot))
+        point.append(_add(problem, s, values, "row_sum", slot, guarded))
     for k, s in enumerate(cols):
         slot = plus(kir.Op("*", kir.Int(k), kir.Int(layout.per_thread)), kir.Var("c"))
-        point.append(_add(problem, s, values, "column_sum", slot))
+        point.append(_add(problem, s, values, "column_sum", slot, guarded))
+    row = plus(kir.Op("+", row0, _warp()), kir.Op("*", kir.Var("r"), kir.Int(WARPS)))
     row_loop = kir.For(
         "r",
         kir.Int(0),
         kir.Int(ROWS_PER_THREAD),
         1,
-        (
-            kir.Declare(
-                nest.outer,
-                INDEX,
-                plus(kir.Op("+", row0, _warp()), kir.Op("*", kir.Var("r"), kir.Int(WARPS))),
-            ),
-            *point,
-        ),
+        (kir.Declare(nest.outer, layout.index, row), *point),
         -1,
     )
     column = plus(kir.Op("+", column0, _lane()), kir.Op("*", kir.Var("c"), kir.Int(LANES)))
-    out.append(
-        kir.For(
-            "c",
-            kir.Int(0),
-            kir.Int(layout.per_thread),
-            1,
-            (kir.Declare(nest.inner, INDEX, column), row_loop),
-            -1,
-        )
+    return kir.For(
+        "c",
+        kir.Int(0),
+        kir.Int(layout.per_thread),
+        1,
+        (kir.Declare(nest.inner, layout.index, column), row_loop),
+        -1,
     )
-    return tuple(out)
 
 
-def _add(problem, s: N.AStatement, values, sums: str, slot: kir.Expr) -> kir.Stmt:
-    """``sums[slot] += rhs`` (``-=``: minus) where the point is an instance of ``s``."""
+def _add(problem, s: N.AStatement, values, sums: str, slot: kir.Expr, guarded: bool) -> kir.Stmt:
+    """``sums[slot] += rhs`` (``-=``: minus), if ``guarded`` where the point is an
+    instance of ``s``."""
     value = statement_store(problem, s, values).value
-    return kir.If(_inside(problem, s, values), (kir.Store(sums, slot, value, s.op),))
+    add = kir.Store(sums, slot, value, s.op)
+    return kir.If(_inside(problem, s, values), (add,)) if guarded else add
 
 
 def _spill(rows, cols, layout: _Layout) -> tuple[kir.Stmt, ...]:
@@ -371,15 +396,15 @@ def _combine(problem, nest: ReductionNest, rows, cols, layout: _Layout, ctype: s
     target atomically, where that row (column) holds instances of the statement."""
     row0, column0 = layout.tile()
     t = kir.ThreadIdx()
-    out: list[kir.Stmt] = []
+    out: list[kir.Stmt] = list(layout.declare())
     for k, s in enumerate(rows):
         i = plus(row0, t)
         total = _sum(f"rows_{k}", kir.Op("*", t, kir.Int(_PAD)), 1, LANES)
-        out += _atomic(problem, s, nest.outer, i, total, TILE_ROWS, ctype, k, "row")
+        out += _atomic(problem, s, nest.outer, i, total, TILE_ROWS, (ctype, layout.index), k)
     for k, s in enumerate(cols):
         j = plus(column0, t)
         total = _sum(f"columns_{k}", t, layout.columns, WARPS)
-        out += _atomic(problem, s, nest.inner, j, total, layout.columns, ctype, k, "column")
+        out += _atomic(problem, s, nest.inner, j, total, layout.columns, (ctype, layout.index), k)
     return tuple(out)
 
 
@@ -390,13 +415,14 @@ def _sum(array: str, first: kir.Expr, stride: int, count: int) -> kir.Expr:
     return total
 
 
-def _atomic(problem, s, iterator, value, total, threads, ctype, k, kind) -> list[kir.Stmt]:
+def _atomic(problem, s, iterator, value, total, threads, types, k) -> list[kir.Stmt]:
     """``if (t < threads && low <= value <= high) atomicAdd(target, ±total)``: the
     target's element at iterator value ``value``, when some instance has it."""
     bounds = _bounds(problem, s, iterator)
     assert bounds is not None
     low, high = bounds
-    var = f"{kind}_{k}"
+    ctype, index_type = types
+    var = f"{'row' if iterator == s.loops[0].iterator else 'column'}_{k}"
     index = element_offset(problem, s.target, {iterator: kir.Var(var)})
     amount: kir.Expr = kir.Var(f"{var}_sum")
     if s.op == "-=":
@@ -414,4 +440,4 @@ def _atomic(problem, s, iterator, value, total, threads, ctype, k, kind) -> list
         kir.Declare(f"{var}_sum", ctype, total),
         kir.Store(mangle("t", s.target.array), index, amount, kir.ATOMIC_ADD),
     )
-    return [kir.Declare(var, INDEX, value), kir.If(inside, atomic)]
+    return [kir.Declare(var, index_type, value), kir.If(inside, atomic)]

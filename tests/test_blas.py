@@ -1,6 +1,6 @@
 """einkern.blas against SciPy's BLAS (``scipy.linalg.blas``) on random data, fp32 and
 fp64: every routine and every variant, on NumPy arrays and torch CPU tensors, with
-strided and transposed views; trsm's recursion and syrk's panels at sizes that
+strided and transposed views; trsm's and syrk's recursions at sizes that
 exercise them."""
 
 from __future__ import annotations
@@ -132,19 +132,51 @@ def test_trsm_blocks_of_every_size_agree():
         assert relative_error(result, expected) <= 1e-11, block
 
 
-@pytest.mark.parametrize("lower, trans", list(itertools.product([False, True], repeat=2)))
-def test_syrk_panels(lower, trans):
-    """Several panels (width 4 of 10, the last shorter) write the same triangle."""
+SYRK_SIZES = [(10, 4), (13, 2), (16, 2), (17, 3), (23, 1), (64, 8)]
+
+
+@pytest.mark.parametrize(
+    "dtype, lower, trans", list(itertools.product(DTYPES, [False, True], [False, True]))
+)
+def test_syrk_recursion(dtype, lower, trans):
+    """Several levels of halving at small blocks, n a power of two or not (padded
+    with zero rows), C's other triangle NaN (never read into the result) and kept."""
     rng = np.random.default_rng(7)
-    a = rand(rng, *((3, 10) if trans else (10, 3)))
-    c = rand(rng, 10, 10)
-    expected = blas.dsyrk(0.8, a, beta=1.5, c=c, trans=int(trans), lower=int(lower))
-    result = ek.syrk(0.8, a, 1.5, c, trans=trans, lower=lower, panel=4)
-    mine = np.tril_indices(10) if lower else np.triu_indices(10)
-    other = np.triu_indices(10, 1) if lower else np.tril_indices(10, -1)
-    assert relative_error(result[mine], expected[mine]) <= 1e-12
-    assert np.array_equal(result[other], c[other])
-    assert ek.syrk_panel(4096) == 512 and ek.syrk_panel(100) == 64
+    for n, block in SYRK_SIZES:
+        k = 5
+        a = rand(rng, *((k, n) if trans else (n, k)), dtype=dtype)
+        c = rand(rng, n, n, dtype=dtype)
+        mine = np.tril_indices(n) if lower else np.triu_indices(n)
+        other = np.triu_indices(n, 1) if lower else np.tril_indices(n, -1)
+        expected = scipy_fn("syrk", dtype)(
+            0.8, a, beta=1.5, c=c, trans=int(trans), lower=int(lower)
+        )
+        poisoned = c.copy()
+        poisoned[other] = np.nan
+        result = ek.syrk(0.8, a, 1.5, poisoned, trans=trans, lower=lower, block=block)
+        assert relative_error(result[mine], expected[mine]) <= TOL[dtype], (n, block)
+        assert np.isnan(result[other]).all(), (n, block)
+        alone = ek.syrk(0.8, a, trans=trans, lower=lower, block=block)  # no C: zeros
+        product = 0.8 * (a.T @ a if trans else a @ a.T)
+        assert relative_error(alone[mine], product[mine]) <= TOL[dtype], (n, block)
+        assert not alone[other].any()
+
+
+def test_syrk_blocking():
+    """The fewest halvings to blocks of at most ``block`` rows; the rows padded to
+    ``base·2^levels``, fewer than ``2^levels`` more."""
+    assert ek.syrk_blocking(4096) == ek.SyrkBlocking(4096, 3, 512)
+    assert ek.syrk_blocking(4096).level(0) == (1, 2048)
+    assert ek.syrk_blocking(4096).level(2) == (4, 512)
+    assert ek.syrk_blocking(4095).padded == 4096
+    assert ek.syrk_blocking(300, 128) == ek.SyrkBlocking(300, 2, 75)
+    assert ek.syrk_blocking(17, 3) == ek.SyrkBlocking(17, 3, 3)
+    assert ek.syrk_blocking(512).levels == 0
+    for n, block in SYRK_SIZES:
+        plan = ek.syrk_blocking(n, block)
+        assert plan.base <= block and n <= plan.padded < n + (1 << plan.levels)
+    with pytest.raises(ArgumentError):
+        ek.syrk_blocking(10, 0)
 
 
 def test_transposed_and_strided_views():
@@ -186,6 +218,20 @@ def test_torch_cpu_tensors_give_torch_tensors():
     )
     z = ek.axpy(2.0, torch.ones(5), torch.arange(5.0))
     assert torch.equal(z, torch.arange(5.0) + 2)
+    # syrk's strided block views and triangle writes on torch tensors: 11 rows in
+    # blocks of at most 3 (two levels and the diagonal blocks, padded to 12)
+    x, s = rand(rng, 4, 11), rand(rng, 11, 11)
+    for lower in (False, True):
+        other = np.triu_indices(11, 1) if lower else np.tril_indices(11, -1)
+        poisoned = s.copy()
+        poisoned[other] = np.nan
+        tx = torch.from_numpy(x.T.copy()).T  # a transposed view: trans flipped, no copy
+        got = ek.syrk(0.7, tx, 0.4, torch.from_numpy(poisoned), trans=True, lower=lower, block=3)
+        assert isinstance(got, torch.Tensor) and got.dtype == torch.float64
+        expected = blas.dsyrk(0.7, x, beta=0.4, c=s, trans=1, lower=int(lower))
+        mine = np.tril_indices(11) if lower else np.triu_indices(11)
+        assert relative_error(got.numpy()[mine], expected[mine]) <= 1e-12
+        assert np.isnan(got.numpy()[other]).all()
 
 
 def test_bad_arguments_are_argument_errors():
@@ -203,11 +249,16 @@ def test_bad_arguments_are_argument_errors():
         ek.axpy(1.0, np.ones(3, dtype=np.int64), np.ones(3, dtype=np.int64))
     with pytest.raises(ArgumentError):
         ek.trsm(1.0, np.eye(3), np.ones((3, 3)), block=0)
+    with pytest.raises(ArgumentError):
+        ek.syrk(1.0, np.eye(3), block=0)
+    with pytest.raises(ArgumentError):
+        ek.syrk(1.0, np.eye(3), 1.0, np.eye(4))
 
 
 def test_routines_take_the_tensor_program_path_where_they_are_products():
-    """gemm, gemv, axpy and trsm's products raise to Einstein statements; symv and
-    trsm's diagonal-block inverses are loop nests over triangles."""
+    """gemv, axpy, syrk's batched blocks (all levels) and trsm's products raise to
+    Einstein statements; symv and trsm's diagonal-block inverses are loop nests
+    over triangles."""
     from einkern.blas import engines
 
     kinds = {}
@@ -224,7 +275,7 @@ def test_routines_take_the_tensor_program_path_where_they_are_products():
         ek.axpy(1.0, a[0], b[0])
         ek.gemv(1.0, a, b[0], 1.0, b[1])
         ek.symv(1.0, a, b[0])
-        ek.syrk(1.0, a)
+        ek.syrk(1.0, a, block=3)
         ek.trsm(1.0, a, b, block=3)
     finally:
         engines._compiled = original
@@ -232,7 +283,7 @@ def test_routines_take_the_tensor_program_path_where_they_are_products():
         "axpy": True,
         "gemv": True,
         "symv": False,
-        "gemm": True,
+        "syrk_blocks": True,
         "scale": True,
         "inverse": False,
         "leaf": True,

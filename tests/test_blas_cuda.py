@@ -127,16 +127,25 @@ def test_gemm_in_the_emulator(trans_a, trans_b):
     assert relative_error(got, expected) <= 1e-5
 
 
-@pytest.mark.parametrize("lower", [False, True])
-def test_syrk_in_the_emulator(lower):
+@pytest.mark.parametrize("lower, trans", [(False, False), (True, False), (True, True)])
+def test_syrk_in_the_emulator(lower, trans):
+    """13 rows in blocks of at most 3: three levels of batched off-diagonal blocks
+    (padded to 16 rows) and the diagonal blocks; C's other triangle NaN, kept."""
     rng = np.random.default_rng(2)
-    a, c = rand(rng, 13, 6), rand(rng, 13, 13)
-    expected = blas.dsyrk(1.1, a, beta=0.5, c=c, lower=int(lower))
-    got = ek.syrk(1.1, a, 0.5, c, lower=lower, panel=5, backend=NAME)
+    a, c = rand(rng, *((6, 13) if trans else (13, 6))), rand(rng, 13, 13)
     mine = np.tril_indices(13) if lower else np.triu_indices(13)
     other = np.triu_indices(13, 1) if lower else np.tril_indices(13, -1)
+    expected = blas.dsyrk(1.1, a, beta=0.5, c=c, trans=int(trans), lower=int(lower))
+    poisoned = c.copy()
+    poisoned[other] = np.nan
+    got = ek.syrk(1.1, a, 0.5, poisoned, trans=trans, lower=lower, block=3, backend=NAME)
     assert relative_error(got[mine], expected[mine]) <= 1e-12
-    assert np.array_equal(got[other], c[other])
+    assert np.isnan(got[other]).all()
+    single = a.astype(np.float32)  # fp32, no C
+    got = ek.syrk(0.9, single, trans=trans, lower=lower, block=4, backend=NAME)
+    expected = blas.ssyrk(0.9, single, trans=int(trans), lower=int(lower))
+    assert relative_error(got[mine], expected[mine]) <= 1e-5
+    assert not got[other].any()
 
 
 @pytest.mark.parametrize(
@@ -168,7 +177,7 @@ def test_every_kernel_compiles_with_nvrtc_for_sm_90():
     if not SOURCES:
         test_trsm_in_the_emulator("L", True, True, False)
         test_level_1_and_2_in_the_emulator(np.float32)
-        test_syrk_in_the_emulator(True)
+        test_syrk_in_the_emulator(True, False)
     sources = list(dict.fromkeys(SOURCES.values()))
     assert len(sources) >= 6 and all("__global__" in s for s in sources)
     for source in sources:

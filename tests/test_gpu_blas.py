@@ -113,7 +113,7 @@ def test_syrk(torch, dtype, lower, trans):
     c = rand(rng, 300, 300, dtype=dtype)
     expected = scipy_fn("syrk", dtype)(1.1, a, beta=0.5, c=c, trans=int(trans), lower=int(lower))
     ga, gc = on_gpu(torch, a, c)
-    got = host(torch, ek.syrk(1.1, ga, 0.5, gc, trans=trans, lower=lower, panel=128))
+    got = host(torch, ek.syrk(1.1, ga, 0.5, gc, trans=trans, lower=lower, block=128))
     mine = np.tril_indices(300) if lower else np.triu_indices(300)
     other = np.triu_indices(300, 1) if lower else np.tril_indices(300, -1)
     assert relative_error(got[mine], expected[mine]) <= TOL[dtype]
@@ -166,6 +166,18 @@ def test_cupy_arrays_give_cupy_arrays():
     assert (
         relative_error(cupy.asnumpy(ek.gemm(1.0, cupy.asarray(a), cupy.asarray(b))), a @ b) <= 1e-12
     )
+    # syrk's strided block views and triangle writes on CuPy arrays (100 rows in
+    # blocks of at most 16: three levels, padded to 104); C's other triangle NaN
+    for lower in (False, True):
+        other = np.triu_indices(100, 1) if lower else np.tril_indices(100, -1)
+        poisoned = a.copy()
+        poisoned[other] = np.nan
+        got = ek.syrk(0.6, cupy.asarray(b), 0.3, cupy.asarray(poisoned), lower=lower, block=16)
+        assert isinstance(got, cupy.ndarray)
+        expected = blas.dsyrk(0.6, b, beta=0.3, c=a, lower=int(lower))
+        mine = np.tril_indices(100) if lower else np.triu_indices(100)
+        assert relative_error(cupy.asnumpy(got)[mine], expected[mine]) <= 1e-12
+        assert np.isnan(cupy.asnumpy(got)[other]).all()
 
 
 def test_quick_blas_suite_runs_on_the_gpu(tmp_path):

@@ -24,13 +24,14 @@ docs/affine.md.
 """
 
 from .engines import get_engine, register_engine
-from .level3 import SYRK_PANELS, gemm, syrk, syrk_panel
+from .level3 import SYRK_BLOCK, SyrkBlocking, gemm, syrk, syrk_blocking
 from .level12 import axpy, gemv, symv
 from .triangular import TRSM_BLOCK, trsm
 
 __all__ = [
-    "SYRK_PANELS",
+    "SYRK_BLOCK",
     "TRSM_BLOCK",
+    "SyrkBlocking",
     "axpy",
     "gemm",
     "gemv",
@@ -38,6 +39,6 @@ __all__ = [
     "register_engine",
     "symv",
     "syrk",
-    "syrk_panel",
+    "syrk_blocking",
     "trsm",
 ]

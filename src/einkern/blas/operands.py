@@ -93,22 +93,46 @@ class Operands:
         """``array`` itself when dense row-major, else a row-major copy."""
         return array if is_row_major(array) else self.copy(array)
 
-    def tril(self, array: Any, diagonal: int = 0) -> Any:
-        return self._module().tril(array, diagonal)
-
-    def triu(self, array: Any, diagonal: int = 0) -> Any:
-        return self._module().triu(array, diagonal)
-
-    def _module(self) -> Any:
+    def diagonal_blocks(
+        self, matrix: Any, count: int, size: int, step: int, row: int, col: int
+    ) -> Any:
+        """A writable ``(count, size, size)`` view of the dense row-major ``matrix``:
+        block ``t`` is ``matrix[row + t·step :, col + t·step :][:size, :size]`` (blocks
+        along a diagonal, e.g. every diagonal block, or every block below one).
+        The blocks must lie inside ``matrix``."""
+        width = int(matrix.shape[1])
+        assert row + (count - 1) * step + size <= int(matrix.shape[0])
+        assert col + (count - 1) * step + size <= width
+        corner = matrix[row:, col:]  # the view starts at block 0's first element
+        shape, strides = (count, size, size), (step * (width + 1), width, 1)
         if self.library == "torch":
-            import torch
-
-            return torch
+            return corner.as_strided(shape, strides)
+        itemsize = matrix.dtype.itemsize
+        in_bytes = tuple(s * itemsize for s in strides)
         if self.library == "cupy":
             import cupy
 
-            return cupy
-        return np
+            return cupy.lib.stride_tricks.as_strided(corner, shape, in_bytes)
+        return np.lib.stride_tricks.as_strided(corner, shape, in_bytes)
+
+    def keep_triangle(self, target: Any, source: Any, lower: bool) -> None:
+        """``target``'s lower (or upper) triangle, diagonal included, of every
+        trailing square matrix set to ``source``'s; the other triangle kept."""
+        size = int(target.shape[-1])
+        if self.library == "torch":
+            import torch
+
+            ones = torch.ones((size, size), dtype=torch.bool, device=self.device)
+            target[...] = torch.where(ones.tril() if lower else ones.triu(), source, target)
+        elif self.library == "cupy":
+            import cupy
+
+            with self.device:
+                mask = cupy.tri(size, dtype=bool)
+                target[...] = cupy.where(mask if lower else mask.T, source, target)
+        else:
+            mask = np.tri(size, dtype=bool)
+            target[...] = np.where(mask if lower else mask.T, source, target)
 
 
 def _contiguous_format() -> Any:

@@ -5,8 +5,10 @@ Lower triangle of ``alpha·A·Aᵀ`` for a row-major ``A`` of ``n``×``k`` (the 
 bench suite's ``ssyrk:L`` case), fp32 by default.  The whole call is timed as the
 bench times it (:class:`einkern.bench.cuda_device.CudaEventTimer`: CUDA events
 around GPU work only, L2 flushed, median of ``--runs``); the breakdown times one
-call's einkern programs (each level's batched product) with events around each
-launch, the rest (copies, block writes) being the call's time less theirs.  Each
+call's einkern programs (its batched products: one per level, the deepest level's
+with the diagonal blocks, as ``syrk_blocking(n, block).calls`` lists them) with
+events around each launch, the rest (copies, block writes) being the call's time
+less theirs.  Each
 result is checked against torch's ``A @ Aᵀ`` on the triangle.  Needs a CUDA
 build of torch (CuPy optional):
 
@@ -129,7 +131,8 @@ def main() -> None:
         finally:
             engines._INSTANCES["cuda"] = original
         ratio = f", {peer / ms:.3f}× cuBLAS" if peer else ""
-        print(f"  {plan.levels} levels, base {plan.base}{ratio}")
+        calls = ", ".join(f"{q}×{m}" for q, m in plan.calls)
+        print(f"  {plan.levels} levels, base {plan.base}, calls (blocks×rows) {calls}{ratio}")
         for label, step_ms in steps:
             print(f"    {label:28s} {step_ms:8.3f} ms")
         print(f"    {'copies and block writes':28s} {ms - sum(t for _, t in steps):8.3f} ms")

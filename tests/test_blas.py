@@ -164,19 +164,67 @@ def test_syrk_recursion(dtype, lower, trans):
 
 def test_syrk_blocking():
     """The fewest halvings to blocks of at most ``block`` rows; the rows padded to
-    ``base·2^levels``, fewer than ``2^levels`` more."""
-    assert ek.syrk_blocking(4096) == ek.SyrkBlocking(4096, 3, 512)
+    ``base·2^levels``, fewer than ``2^levels`` more; the deepest level's
+    off-diagonal blocks share the diagonal blocks' call."""
+    assert ek.SYRK_BLOCK == 1024
+    assert ek.syrk_blocking(4096) == ek.SyrkBlocking(4096, 2, 1024)
     assert ek.syrk_blocking(4096).level(0) == (1, 2048)
-    assert ek.syrk_blocking(4096).level(2) == (4, 512)
+    assert ek.syrk_blocking(4096).calls == ((1, 2048), (6, 1024))
+    assert ek.syrk_blocking(4096, 512).level(2) == (4, 512)
+    assert ek.syrk_blocking(4096, 512).calls == ((1, 2048), (2, 1024), (12, 512))
     assert ek.syrk_blocking(4095).padded == 4096
     assert ek.syrk_blocking(300, 128) == ek.SyrkBlocking(300, 2, 75)
     assert ek.syrk_blocking(17, 3) == ek.SyrkBlocking(17, 3, 3)
-    assert ek.syrk_blocking(512).levels == 0
+    assert ek.syrk_blocking(1024).levels == 0 and ek.syrk_blocking(1024).calls == ((1, 1024),)
+    assert ek.syrk_blocking(2048).calls == ((3, 1024),)
     for n, block in SYRK_SIZES:
         plan = ek.syrk_blocking(n, block)
         assert plan.base <= block and n <= plan.padded < n + (1 << plan.levels)
+        assert len(plan.calls) == max(plan.levels, 1)
     with pytest.raises(ArgumentError):
         ek.syrk_blocking(10, 0)
+
+
+class Recording:
+    """The CPU engine, recording the ``(q, m)`` of every syrk_blocks call."""
+
+    name = "recording-cpu"
+    calls: list[tuple[int, int]] = []
+
+    def kernel(self, text, sizes):
+        from einkern.blas import engines
+
+        inner = engines.get_engine("cpu").kernel(text, sizes)
+
+        def call(**arguments):
+            if text.lstrip().startswith("void syrk_blocks"):
+                Recording.calls.append((dict(sizes)["q"], dict(sizes)["m"]))
+            inner(**arguments)
+
+        return call
+
+
+@pytest.mark.parametrize("lower", [False, True])
+def test_syrk_merges_the_deepest_level_with_the_diagonal_blocks(lower):
+    """The calls are the plan's: one per level above the deepest, then one for the
+    deepest level's off-diagonal blocks and every diagonal block (odd n, several
+    levels, one level, none), with and without C."""
+    from einkern.blas import engines
+
+    if Recording.name not in engines._ENGINES:
+        engines.register_engine(Recording.name, Recording)
+    rng = np.random.default_rng(11)
+    for n, block in ((29, 4), (13, 3), (7, 4), (5, 8)):
+        plan = ek.syrk_blocking(n, block)
+        a, c = rand(rng, n, 6), rand(rng, n, n)
+        mine = np.tril_indices(n) if lower else np.triu_indices(n)
+        for beta, given in ((0.0, None), (0.7, c)):
+            Recording.calls.clear()
+            got = ek.syrk(1.3, a, beta, given, lower=lower, block=block, backend=Recording.name)
+            assert tuple(Recording.calls) == plan.calls, (n, block)
+            expected = blas.dsyrk(1.3, a, beta=beta, c=c, lower=int(lower))
+            assert relative_error(got[mine], expected[mine]) <= 1e-12, (n, block, beta)
+    assert ek.syrk_blocking(29, 4).calls == ((1, 16), (2, 8), (12, 4))
 
 
 def test_transposed_and_strided_views():

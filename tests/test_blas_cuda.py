@@ -129,8 +129,10 @@ def test_gemm_in_the_emulator(trans_a, trans_b):
 
 @pytest.mark.parametrize("lower, trans", [(False, False), (True, False), (True, True)])
 def test_syrk_in_the_emulator(lower, trans):
-    """13 rows in blocks of at most 3: three levels of batched off-diagonal blocks
-    (padded to 16 rows) and the diagonal blocks; C's other triangle NaN, kept."""
+    """13 rows in blocks of at most 3 (padded to 16): two calls of off-diagonal
+    blocks, then the deepest level's four with the eight diagonal blocks in one
+    call; C's other triangle NaN, kept.  Then at most 4 rows (one call above the
+    merged one) and 7 rows in blocks of 4 (only the merged call), fp32, no C."""
     rng = np.random.default_rng(2)
     a, c = rand(rng, *((6, 13) if trans else (13, 6))), rand(rng, 13, 13)
     mine = np.tril_indices(13) if lower else np.triu_indices(13)
@@ -141,11 +143,16 @@ def test_syrk_in_the_emulator(lower, trans):
     got = ek.syrk(1.1, a, 0.5, poisoned, trans=trans, lower=lower, block=3, backend=NAME)
     assert relative_error(got[mine], expected[mine]) <= 1e-12
     assert np.isnan(got[other]).all()
-    single = a.astype(np.float32)  # fp32, no C
-    got = ek.syrk(0.9, single, trans=trans, lower=lower, block=4, backend=NAME)
-    expected = blas.ssyrk(0.9, single, trans=int(trans), lower=int(lower))
-    assert relative_error(got[mine], expected[mine]) <= 1e-5
-    assert not got[other].any()
+    assert ek.syrk_blocking(13, 3).calls == ((1, 8), (2, 4), (12, 2))
+    for rows in (13, 7):
+        single = (a[:, :rows] if trans else a[:rows]).astype(np.float32)  # fp32, no C
+        got = ek.syrk(0.9, single, trans=trans, lower=lower, block=4, backend=NAME)
+        expected = blas.ssyrk(0.9, single, trans=int(trans), lower=int(lower))
+        mine = np.tril_indices(rows) if lower else np.triu_indices(rows)
+        other = np.triu_indices(rows, 1) if lower else np.tril_indices(rows, -1)
+        assert relative_error(got[mine], expected[mine]) <= 1e-5, rows
+        assert not got[other].any(), rows
+    assert ek.syrk_blocking(7, 4).calls == ((3, 4),)
 
 
 @pytest.mark.parametrize(

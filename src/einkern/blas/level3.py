@@ -4,30 +4,36 @@
 (``D = beta·C + alpha·sum[p](op(A)·op(B))``, the scaling outside the sum).
 
 ``syrk`` (``C = alpha·X·Xᵀ + beta·C`` on one triangle, ``X`` the ``n``×``k``
-matrix ``A`` or ``Aᵀ``) is **recursive halving, batched per level**.  For rows
-split in halves ``X₁``, ``X₂`` the lower triangle of ``X·Xᵀ`` is
+matrix ``A`` or ``Aᵀ``) is **recursive halving, batched per block shape**.  For
+rows split in halves ``X₁``, ``X₂`` the lower triangle of ``X·Xᵀ`` is
 ``[tri(X₁X₁ᵀ); X₂X₁ᵀ, tri(X₂X₂ᵀ)]``: one off-diagonal block and two diagonal
 blocks, which are halved again.  At depth ``L`` the ``2^L`` off-diagonal blocks
 of ``s = n / 2^(L+1)`` rows all have one shape, so they are *one* call: a loop
 nest with a batch loop, raised to one Einstein statement
-``P[b,i,j] = alpha·sum[p](Xbot[b,i,p]·Xtop[b,j,p]) (+ beta·C[b,i,j])`` (the
+``P[b,i,j] = alpha·sum[p](L[b,i,p]·R[b,j,p]) (+ beta·C[b,i,j])`` (the
 tensor-program path: GETT/split-K/tensor-core mapping on the GPU), whose
 operands are the row blocks of ``X`` as ``(2^L, 2, s, k)`` taken at half 1 and
 half 0 (dense slices at depth 0, one copy of ``X`` per deeper level).  After
-``levels`` halvings the ``2^levels`` diagonal blocks of ``base`` rows are one
-more such call (``Xbot = Xtop = X`` as ``(2^levels, base, k)``, no copy),
-computed whole, and their triangles written.  Each level's result goes into the
-output through one strided view of its blocks (:meth:`Operands.diagonal_blocks`);
-with ``beta`` the same view, copied, is the call's ``C``.  The other triangle is
-never written: it stays ``C``'s (or zero).
+``levels`` halvings the ``2^levels`` diagonal blocks of ``base`` rows have the
+shape of the deepest level's ``2^(levels-1)`` off-diagonal blocks, so both are
+**one call** of ``3·2^(levels-1)`` blocks: the row blocks are copied once into
+``S = [X₁, X₁, X₂, X₂]`` (the deepest pairs' first and second halves, each
+twice: two copies of ``X``), and the dense slices ``S[pairs:]`` and
+``S[:3·pairs]`` pair up as ``(X₁, X₁)``, ``(X₂, X₁)``, ``(X₂, X₂)``; the diagonal
+blocks are computed whole and their triangles written.  Each call's blocks go
+into the output through strided views (:meth:`Operands.diagonal_blocks`: one
+per level, three for the merged call); with ``beta`` the same views, copied, are
+the call's ``C``.  The other triangle is never written: it stays ``C``'s (or
+zero).
 
-Why: the triangle is ``levels + 1`` products, the first one a quarter of the
-full GEMM's flops and each next one half as large — the flops of the triangle
-plus ``base/n`` of it for the whole diagonal blocks — where column panels need
-one call per panel, each a narrow product that underfills the GPU.  Smaller
-diagonal blocks mean more, smaller calls and one more copy of ``X`` per level;
-larger ones more wasted flops: :data:`SYRK_BLOCK` = 512 has the least predicted
-time at n = k = 4096 (the cost model's per-level times are in docs/affine.md).
+Why: the triangle is ``max(levels, 1)`` products, the first one a quarter of
+the full GEMM's flops and each next one half as large, the last one holding the
+deepest level and the whole diagonal blocks (``base/n`` of the triangle's flops
+spent on their other halves).  Column panels need one call per panel, each a
+narrow product that underfills the GPU; and a batched product of fewer than
+about 4M outputs underfills an H100 too (measured: two blocks of 1024×1024×4096
+take 0.626 ms, four 0.787 ms), hence the merged last call.
+:data:`SYRK_BLOCK` = 1024 was measured best at n = k = 4096 (docs/affine.md).
 
 Sizes: ``n`` that ``2^levels`` does not divide is padded with zero rows to
 ``base·2^levels`` (fewer than ``2^levels`` rows; the padded rows' results are
@@ -45,7 +51,7 @@ from .operands import Operands, c_type, check, operands, shape
 
 #: syrk halves its rows until the diagonal blocks have at most this many rows
 #: (see the module's docstring for the rule).
-SYRK_BLOCK = 512
+SYRK_BLOCK = 1024
 
 
 def gemm(
@@ -132,6 +138,17 @@ class SyrkBlocking:
         blocks of ``padded / 2^(depth+1)`` rows."""
         return 1 << depth, self.padded >> (depth + 1)
 
+    @property
+    def calls(self) -> tuple[tuple[int, int], ...]:
+        """``(blocks, rows)`` of each batched product, in order: the off-diagonal
+        blocks of every depth but the deepest, then one call for the deepest
+        depth's ``2^(levels-1)`` off-diagonal blocks and the ``2^levels`` diagonal
+        blocks, all of ``base`` rows (without halvings, the one diagonal block)."""
+        if self.levels == 0:
+            return ((1, self.base),)
+        upper = tuple(self.level(depth) for depth in range(self.levels - 1))
+        return (*upper, (3 << (self.levels - 1), self.base))
+
 
 def syrk_blocking(n: int, block: int = SYRK_BLOCK) -> SyrkBlocking:
     """The fewest halvings of ``n`` rows that leave diagonal blocks of at most
@@ -169,9 +186,12 @@ def syrk(
     x = _padded(ops, x, (plan.padded, k), copy=False)
     out = _padded(ops, c, (plan.padded, plan.padded), copy=True)
     steps = _Steps(ops, get_engine(ops.backend), out, alpha, beta if c is not None else 0.0, lower)
-    for depth in range(plan.levels):
+    for depth in range(plan.levels - 1):
         steps.off_diagonal(x, *plan.level(depth))
-    steps.diagonal(x, 1 << plan.levels, plan.base)
+    if plan.levels:
+        steps.last_level_and_diagonal(x, *plan.level(plan.levels - 1))
+    else:
+        steps.diagonal(x, 1, plan.base)
     return out if plan.padded == n else ops.copy(out[:n, :n])
 
 
@@ -204,26 +224,70 @@ class _Steps:
         halves = x.reshape(count, 2, size, int(x.shape[1]))
         top, bottom = self.ops.dense(halves[:, 0]), self.ops.dense(halves[:, 1])
         left, right = (bottom, top) if self.lower else (top, bottom)
-        row, col = (size, 0) if self.lower else (0, size)
-        target = self.ops.diagonal_blocks(self.out, count, size, 2 * size, row, col)
-        target[...] = self._products(left, right, target)
+        self._call(left, right, [(self._below(count, size), False)])
 
     def diagonal(self, x: Any, count: int, size: int) -> None:
         """The ``count`` diagonal blocks ``XᵦXᵦᵀ`` of ``size`` rows, computed whole,
         their lower (upper) triangles written."""
         blocks = x.reshape(count, size, int(x.shape[1]))
         target = self.ops.diagonal_blocks(self.out, count, size, size, 0, 0)
-        self.ops.keep_triangle(target, self._products(blocks, blocks, target), self.lower)
+        self._call(blocks, blocks, [(target, True)])
 
-    def _products(self, left: Any, right: Any, target: Any) -> Any:
-        """``P[b] = alpha·L[b]·R[b]ᵀ + beta·C[b]``, ``C`` a dense copy of ``target``
-        (not read when beta is 0): one raised loop nest with a batch loop."""
+    def last_level_and_diagonal(self, x: Any, pairs: int, size: int) -> None:
+        """The deepest level's ``pairs`` off-diagonal blocks ``X₂ᵦX₁ᵦᵀ`` and the
+        ``2·pairs`` diagonal blocks ``X₁ᵦX₁ᵦᵀ``, ``X₂ᵦX₂ᵦᵀ`` (all ``size`` rows) in
+        one call.  The row blocks are copied once into ``S = [X₁, X₁, X₂, X₂]`` (each
+        ``(pairs, size, k)``); the pairs of ``S[pairs:]`` and ``S[:3·pairs]``, two
+        dense slices, are then ``(X₁, X₁)``, ``(X₂, X₁)``, ``(X₂, X₂)`` — the upper
+        triangle takes the slices the other way round."""
+        k = int(x.shape[1])
+        halves = x.reshape(pairs, 2, size, k)
+        stacked = self.ops.empty((4, pairs, size, k))
+        for slot, half in enumerate((0, 0, 1, 1)):
+            stacked[slot] = halves[:, half]
+        stacked = stacked.reshape(4 * pairs, size, k)
+        late, early = stacked[pairs:], stacked[: 3 * pairs]
+        left, right = (late, early) if self.lower else (early, late)
+        first = self.ops.diagonal_blocks(self.out, pairs, size, 2 * size, 0, 0)
+        second = self.ops.diagonal_blocks(self.out, pairs, size, 2 * size, size, size)
+        self._call(left, right, [(first, True), (self._below(pairs, size), False), (second, True)])
+
+    def _below(self, count: int, size: int) -> Any:
+        """The view of the ``count`` off-diagonal blocks of ``size`` rows below
+        (upper: right of) the diagonal blocks of ``2·size`` rows."""
+        row, col = (size, 0) if self.lower else (0, size)
+        return self.ops.diagonal_blocks(self.out, count, size, 2 * size, row, col)
+
+    def _call(self, left: Any, right: Any, targets: list[tuple[Any, bool]]) -> None:
+        """One batched product over ``targets`` in order, each a ``(blocks, size,
+        size)`` view of ``out`` written whole or, when its flag is set, on its
+        lower (upper) triangle; with ``beta`` their copies, stacked, are ``C``."""
+        c = None
+        if self.beta != 0:
+            size = int(left.shape[1])
+            c = self.ops.empty((int(left.shape[0]), size, size))
+            start = 0
+            for view, _ in targets:
+                c[start : start + int(view.shape[0])] = view
+                start += int(view.shape[0])
+        result, start = self._products(left, right, c), 0
+        for view, triangle in targets:
+            part = result[start : start + int(view.shape[0])]
+            start += int(view.shape[0])
+            if triangle:
+                self.ops.keep_triangle(view, part, self.lower)
+            else:
+                view[...] = part
+
+    def _products(self, left: Any, right: Any, c: Any) -> Any:
+        """``P[b] = alpha·L[b]·R[b]ᵀ + beta·C[b]`` (``C`` not read when beta is 0):
+        one raised loop nest with a batch loop."""
         count, m, k = (int(e) for e in left.shape)
         t = c_type(self.ops.dtype)
         declared, first, extra = "", "P[b][i][j] = 0;", {}
         if self.beta != 0:
             declared, first = f", {t} beta, {t} C[q][m][m]", "P[b][i][j] = beta * C[b][i][j];"
-            extra = {"C": self.ops.copy(target), "beta": self.beta}
+            extra = {"C": c, "beta": self.beta}
         text = f"""void syrk_blocks(int q, int m, int k, {t} alpha, {t} L[q][m][k],
                                 {t} R[q][m][k], {t} P[q][m][m]{declared}) {{
             for (int b = 0; b < q; b++)

@@ -28,6 +28,12 @@ Fields (see :mod:`einkern.gpu.space` for what each does to the kernel):
 * ``split`` (None: absent): threads per output element along the main
   reduction's longest index, their partial sums combined in shared memory
   (long reductions onto small outputs);
+* ``lanes`` (None: absent; needs ``split``): ``[run, accumulators]``: the
+  reduction threads are threadIdx.x's fastest digits, along the stride-1 index
+  of the main product's largest input when that is a reduction index, each
+  summing runs of ``run`` adjacent terms (vector loads) into ``accumulators``
+  independent accumulators; warp shuffles combine their partial sums
+  (:mod:`einkern.gpu.reduction_lanes`);
 * ``mma`` (:class:`~einkern.gpu.mma_config.MmaConfig`, None: absent): a
   tensor-core kernel of the statement's GEMM form; the other fields then take
   their neutral values (``x``/``y`` empty, no staging, boundary ``guard``: the
@@ -211,6 +217,7 @@ class CudaConfig:
     preload: bool | None = None
     gett: GettTiling | None = None
     split: int | None = None
+    lanes: tuple[int, int] | None = None
     #: A tensor-core kernel of this tile shape (the other fields take their
     #: neutral values); absent from the JSON form when None.
     mma: MmaConfig | None = None
@@ -233,6 +240,7 @@ class CudaConfig:
                 "preload": None,
                 "gett": None,
                 "split": None,
+                "lanes": None,
             }
             for name, value in neutral.items():
                 object.__setattr__(self, name, value)
@@ -273,6 +281,16 @@ class CudaConfig:
             self.split is None or (_is_int(self.split) and self.split >= 2),
             f"split {self.split!r} (threads per output along the reduction, >= 2)",
         )
+        _require(
+            self.lanes is None
+            or (
+                isinstance(self.lanes, tuple)
+                and len(self.lanes) == 2
+                and all(_is_int(v) and v >= 1 for v in self.lanes)
+                and self.split is not None
+            ),
+            f"lanes {self.lanes!r} (run and accumulators, integers >= 1, with split)",
+        )
 
     def _normalise_gett(self) -> None:
         """With a GETT tiling, the fields it decides take their neutral values."""
@@ -306,7 +324,7 @@ class CudaConfig:
         if unknown:
             raise ValueError(f"unknown configuration parameters {unknown}")
         given = dict(values)
-        for name in ("block", "regs"):
+        for name in ("block", "regs", "lanes"):
             if isinstance(given.get(name), list):
                 given[name] = tuple(given[name])
         if given.get("gett") is not None:
@@ -325,6 +343,8 @@ class CudaConfig:
         data["staging"] = self.staging.to_json()
         if self.gett is not None:
             data["gett"] = self.gett.to_json()
+        if self.lanes is not None:
+            data["lanes"] = list(self.lanes)
         if self.mma is not None:
             data["mma"] = self.mma.values()
         return data

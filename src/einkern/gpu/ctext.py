@@ -190,6 +190,22 @@ def vector_type(stmt: kir.VectorLoad) -> tuple[str, str]:
     return vector, element
 
 
+def check_shuffle(kernel: kir.Kernel, section: kir.ShuffleSum) -> int:
+    """The lane mask of a :class:`~kir.ShuffleSum` in ``kernel`` (every lane of a
+    block of fewer than 32 threads, else all 32); ValueError when the block is
+    not whole warps, an offset is not a power of two under 32 or the variable is
+    not a thread-variable array of ``count`` elements or more."""
+    threads = kernel.threads
+    if threads > 32 and threads % 32:
+        raise ValueError(f"warp shuffles in a block of {threads} threads (not whole warps)")
+    if any(o < 1 or o >= min(32, threads) or o & (o - 1) for o in section.offsets):
+        raise ValueError(f"shuffle offsets {section.offsets} in a block of {threads} threads")
+    counts = {v.name: v.count for v in kernel.thread_vars}
+    if counts.get(section.var, 0) < section.count:
+        raise ValueError(f"shuffle of {section.var!r}: not a thread array of {section.count}")
+    return 0xFFFFFFFF if threads >= 32 else (1 << threads) - 1
+
+
 def check_identifier(name: str) -> str:
     """``name`` if it is a C identifier no printer or prelude uses; else ValueError."""
     bad = name in _KEYWORDS or call_type(name) is not None or name in _HELPER_NAMES

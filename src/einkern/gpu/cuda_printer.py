@@ -19,7 +19,8 @@ first raise ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`` to it).
 Sections print in order: a :class:`~kir.PerThread` section as a ``{ ... }``
 block (its Declares are local to it, as in the emulation), a
 :class:`~kir.Barrier` as ``__syncthreads();``, a :class:`~kir.Uniform` as a
-plain ``for`` loop.  ``blockIdx.x``/``threadIdx.x`` print cast to the kernel's
+plain ``for`` loop, a :class:`~kir.ShuffleSum` as ``__shfl_xor_sync`` additions
+(mask: every lane of the block's warps).  ``blockIdx.x``/``threadIdx.x`` print cast to the kernel's
 ``index_type``, so all index arithmetic runs in that type.  A
 :class:`~kir.VectorLoad` is one ``float2/float4/double2/int2/int4/longlong2``
 load through ``reinterpret_cast``; ``Lane(v, i)`` is ``v.x``/``.y``/``.z``/``.w``.
@@ -41,6 +42,7 @@ from .ctext import (
     ArrayInfo,
     CText,
     check_identifier,
+    check_shuffle,
     helper_functions,
     indent,
     uses_storage,
@@ -248,6 +250,8 @@ def _sections(printer: CText, sections: Sequence[kir.Section], env: dict[str, st
             lines.append("__syncthreads();")
         elif isinstance(section, kir.Mma):
             lines.append(mma_text(section))
+        elif isinstance(section, kir.ShuffleSum):
+            lines += shuffle_text(printer.kernel, section)
         elif isinstance(section, kir.Uniform):
             v, it = printer.local(section.var), printer.index_type
             if section.step <= 0:
@@ -260,6 +264,17 @@ def _sections(printer: CText, sections: Sequence[kir.Section], env: dict[str, st
         else:
             raise TypeError(f"unknown kernel section {section!r}")
     return lines
+
+
+def shuffle_text(kernel: kir.Kernel, section: kir.ShuffleSum) -> list[str]:
+    """The ``__shfl_xor_sync`` additions of a :class:`~kir.ShuffleSum`."""
+    mask = f"0x{check_shuffle(kernel, section):x}u"
+    lines = []
+    for offset in section.offsets:
+        for i in range(section.count):
+            element = f"{section.var}[{i}]"
+            lines.append(f"{element} += __shfl_xor_sync({mask}, {element}, {offset});")
+    return ["{", *indent(lines), "}"]
 
 
 def mma_text(section: kir.Mma) -> str:

@@ -172,6 +172,8 @@ def _bound(task: Task, config: CudaConfig, limits: DeviceLimits) -> str:
 def _family(config: CudaConfig) -> str:
     if config.mma is not None:
         return "mma"
+    if config.lanes is not None:
+        return "lanes"
     return "gett" if config.gett is not None else "split" if config.split else "rules"
 
 
@@ -181,8 +183,16 @@ def _describe(config: CudaConfig) -> str:
     if config.gett is not None:
         return config.gett.describe()
     tx, ty = config.block
+    lanes = ""
+    if config.lanes is not None:
+        run, count = config.lanes
+        lanes = (
+            f" as the fastest thread digits (runs of {run}, {count} accumulators, "
+            "warp shuffles; equal predictions prefer the widest runs and most "
+            "accumulators: more bytes in flight)"
+        )
     return (
-        f"{config.split} threads per output along the reduction, "
+        f"{config.split} threads per output along the reduction{lanes}, "
         f"{tx}×{ty} output threads on {config.x}" + (f", {config.y}" if config.y else "")
     )
 

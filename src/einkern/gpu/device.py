@@ -32,6 +32,9 @@ class DeviceLimits:
     fp32_flops: float = 60e12  # FMA counted as two flops, no tensor cores
     fp64_flops: float = 30e12
     clock_hz: float = 1.75e9
+    #: DRAM latency under load: with the bandwidth, the bytes an SM must keep in
+    #: flight to stream at full speed (Little's law; H100 about 600 ns).
+    dram_latency: float = 600e-9
 
 
 H100 = DeviceLimits(

@@ -37,6 +37,10 @@ Execution model:
   computes a wrong product here, as on a GPU.  The step synchronises the whole
   block, which the instruction does not: a barrier missing only where an MMA
   lies between the read and the overwrite of shared memory is not caught;
+* a :class:`~kir.ShuffleSum` ends the pending thread loop too and runs as a
+  loop over the block's warps: for each offset, every lane's partner value is
+  gathered first, then added (as the shuffle exchanges before it adds); a
+  partner lane outside the block reads the poison value;
 * a :class:`~kir.CopyAsync` reads its global element when issued but writes
   shared memory only when a :class:`~kir.CopyWait` lets its group complete
   (per emulated thread, in commit order), so a missing wait leaves the shared
@@ -61,6 +65,7 @@ from .ctext import (
     SUFFIX,
     ArrayInfo,
     CText,
+    check_shuffle,
     helper_functions,
     indent,
     uses_storage,
@@ -234,9 +239,10 @@ def _trips(u: kir.Uniform) -> int:
 
 def has_barrier(sections: Sequence[kir.Section]) -> bool:
     """True when running ``sections`` executes at least one barrier (or a
-    warp-collective :class:`~kir.Mma`, which splits thread loops the same way)."""
+    warp-collective :class:`~kir.Mma` or :class:`~kir.ShuffleSum`, which split
+    thread loops the same way)."""
     return any(
-        isinstance(s, kir.Barrier | kir.Mma)
+        isinstance(s, kir.Barrier | kir.Mma | kir.ShuffleSum)
         or (isinstance(s, kir.Uniform) and _trips(s) > 0 and has_barrier(s.body))
         for s in sections
     )
@@ -361,6 +367,10 @@ class EmulationText(CText):
                 code += self.thread_loop(pending)
                 pending = []
                 code += self.mma(s)
+            elif isinstance(s, kir.ShuffleSum):
+                code += self.thread_loop(pending)
+                pending = []
+                code += self.shuffle(s)
             elif isinstance(s, kir.PerThread) or not has_barrier([s]):
                 pending = pending + self.per_thread([s], env)
             elif isinstance(s, kir.Uniform):
@@ -423,6 +433,35 @@ class EmulationText(CText):
             "}",
         ]
         return lines
+
+    def shuffle(self, section: kir.ShuffleSum) -> list[str]:
+        """The warp loop executing one :class:`~kir.ShuffleSum` (module docstring)."""
+        check_shuffle(self.kernel, section)
+        ctype = {v.name: v.ctype for v in self.kernel.thread_vars}[section.var]
+        count = {v.name: v.count for v in self.kernel.thread_vars}[section.var]
+        threads = self.kernel.threads
+        w, lane, i, t, u = (f"{PREFIX}{n}" for n in ("warp", "lane", "i", "t", "u"))
+        got, values = f"{PREFIX}got", f"{PREFIX}tv_{section.var}"
+        lines = [f"for (long long {w} = 0; {w} < {-(-threads // 32)}; ++{w}) {{"]
+        for offset in section.offsets:
+            lines += [
+                "    {",
+                f"        {ctype} {got}[32][{section.count}];",
+                f"        for (int {lane} = 0; {lane} < 32; ++{lane}) {{",
+                f"            const long long {t} = {w} * 32 + {lane}, {u} = {t} ^ {offset};",
+                f"            for (int {i} = 0; {i} < {section.count}; ++{i})",
+                f"                {got}[{lane}][{i}] = {u} < {threads} ? "
+                f"{values}[{u} * {count} + {i}] : {POISON[ctype]};",
+                "        }",
+                f"        for (int {lane} = 0; {lane} < 32; ++{lane}) {{",
+                f"            const long long {t} = {w} * 32 + {lane};",
+                f"            if ({t} >= {threads}) continue;",
+                f"            for (int {i} = 0; {i} < {section.count}; ++{i})",
+                f"                {values}[{t} * {count} + {i}] += {got}[{lane}][{i}];",
+                "        }",
+                "    }",
+            ]
+        return [*lines, "}"]
 
     def _rotated(
         self, u: kir.Uniform, env: dict[str, str], pending: list[str]

@@ -30,7 +30,7 @@ from .config import CudaConfig, GettTiling, StagingConfig
 from .device import H100, DeviceLimits
 from .lower import compute_dtype, preload_applies
 from .normalize import reduction_of
-from .space import chunk_fits, roles, spreads, violation
+from .space import chunk_fits, lane_index, roles, spreads, vector_runs, violation
 from .staging import natural_order
 
 #: Block tile of the first (stored) group and of the second, in elements.
@@ -226,13 +226,32 @@ SPLIT_BLOCKS = (
 )
 #: Reductions of at least this many terms get ``split`` points.
 SPLIT_TERMS = 1024
+#: ``lanes`` points: reduction threads (the fastest digits), output blocks
+#: (threads along x, along y, register tile along x, y), independent accumulators.
+LANE_SPLITS = (8, 16, 32, 64, 128, 256)
+LANE_BLOCKS = (
+    (1, 1, 1, 1),
+    (2, 1, 1, 1),
+    (4, 1, 1, 1),
+    (8, 1, 1, 1),
+    (16, 1, 1, 1),
+    (2, 1, 2, 1),
+    (4, 1, 2, 1),
+    (8, 1, 2, 1),
+    (2, 2, 1, 1),
+    (4, 2, 1, 1),
+)
+LANE_ACCUMULATORS = (1, 2, 4)
 
 
 def split_candidates(task: Task, limits: DeviceLimits = H100) -> list[CudaConfig]:
     """Points with threads along the main reduction (``split``): for one sum of at
     least :data:`SPLIT_TERMS` terms, small output blocks (x the output's
     contiguous index, y the largest other output index) with 4 … 256 threads per
-    output summing every split-th term, combined in shared memory."""
+    output summing every split-th term, combined in shared memory; and when the
+    sum runs along its largest input's stride-1 index, ``lanes`` points: 8 … 256
+    reduction threads as the fastest thread digits (a warp reads whole lines),
+    runs of one vector or single terms, 1, 2 or 4 independent accumulators."""
     return list(_split_candidates(task, limits))
 
 
@@ -269,12 +288,47 @@ def _split_candidates(task: Task, limits: DeviceLimits) -> tuple[CudaConfig, ...
                 preload=preload,
                 split=split,
             )
-            for boundary in ("exact", "guard"):
-                config = CudaConfig.from_values({**base.values(), "boundary": boundary})
-                if violation(task, config, limits) is None:
-                    found.append(config)
-                    break
+            found += _first_valid(task, base, limits)
+    if lane_index(task) is not None:
+        found += _lane_points(task, x, y, preload, terms, limits)
     return tuple(found)
+
+
+def _first_valid(task: Task, base: CudaConfig, limits: DeviceLimits) -> list[CudaConfig]:
+    """``base`` with an exact boundary, else guarded, if valid."""
+    for boundary in ("exact", "guard"):
+        config = CudaConfig.from_values({**base.values(), "boundary": boundary})
+        if violation(task, config, limits) is None:
+            return [config]
+    return []
+
+
+def _lane_points(
+    task: Task, x: str, y: str, preload: bool | None, terms: int, limits: DeviceLimits
+) -> list[CudaConfig]:
+    """The ``lanes`` points of :func:`split_candidates` (widest runs and most
+    accumulators first)."""
+    found = []
+    for tx, ty, rx, ry in LANE_BLOCKS:
+        if not y and (ty > 1 or ry > 1):
+            continue
+        for split in LANE_SPLITS:
+            if tx * ty * split > limits.max_threads_per_block or split > 2 * terms:
+                continue
+            for run in (vector_runs(task), 1):
+                for count in reversed(LANE_ACCUMULATORS):
+                    base = CudaConfig(
+                        x=x,
+                        y=y,
+                        block=(tx, ty),
+                        regs=(rx, ry, 1),
+                        assign="cyclic",
+                        preload=preload,
+                        split=split,
+                        lanes=(run, count),
+                    )
+                    found += _first_valid(task, base, limits)
+    return found
 
 
 def best_points(task: Task, limits: DeviceLimits = H100, count: int = 4) -> list[CudaConfig]:

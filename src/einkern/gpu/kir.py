@@ -9,7 +9,9 @@ Structure.  A kernel body is a list of *sections*:
 * :class:`Barrier` — ``__syncthreads()``;
 * :class:`Mma` — one warp-level ``mma.sync`` per warp (warp-collective: every
   lane's fragment registers are read at once, so it separates per-thread code
-  as a barrier does).
+  as a barrier does);
+* :class:`ShuffleSum` — a butterfly of ``__shfl_xor_sync`` additions inside
+  each warp (warp-collective too).
 
 Between two barriers, threads may not communicate.  The CUDA printer emits the
 sections in order; the emulator runs each :class:`PerThread` section as a loop
@@ -275,7 +277,22 @@ class Mma:
     c: Fragment
 
 
-Section = PerThread | Barrier | Uniform | Mma
+@dataclass(frozen=True)
+class ShuffleSum:
+    """Warp-shuffle sums: for each ``offset`` in order, every lane adds element
+    ``i < count`` of the thread-variable array ``var`` of lane ``lane ^ offset``
+    to its own (``var[i] += __shfl_xor_sync(mask, var[i], offset)``).  With the
+    offsets g/2 … 1 (g a power of two up to 32), every lane of each group of g
+    aligned lanes then holds the group's total.  Warp-collective: every thread of
+    the block runs it; the block's threads must be fewer than a warp or whole
+    warps, and ``lane ^ offset`` a thread of the block."""
+
+    var: str
+    count: int
+    offsets: tuple[int, ...]
+
+
+Section = PerThread | Barrier | Uniform | Mma | ShuffleSum
 
 
 # ---- declarations ------------------------------------------------------------

@@ -56,6 +56,7 @@ from .mma_lower import problems as mma_problems
 from .mma_lower import shared_bytes as mma_shared_bytes
 from .normalize import Group, Placeholder, reduction_of
 from .padding import padding_problems
+from .reduction_lanes import add_accumulators, lane_form, lane_loops, lane_problems, shuffle_combine
 from .staging import check_staging, staged_group_sections
 from .transpose import STRATEGY as TRANSPOSE
 from .transpose import build_transpose
@@ -118,7 +119,9 @@ def build_kernel(builder: KernelBuilder) -> kir.Kernel:
     sections: list[kir.Section] = [kir.PerThread(tuple(prologue(builder)))]
     for number, group in enumerate(builder.reduction.groups):
         sections.extend(group_sections(builder, number, group))
-        if builder.mapping.reduction_threads:
+        if builder.mapping.reduction_fastest:
+            sections.extend(shuffle_combine(builder, number))
+        elif builder.mapping.reduction_threads:
             sections.extend(combine_sections(builder, number))
     sections.append(kir.PerThread(tuple(epilogue(builder))))
     statement = builder.statement
@@ -159,17 +162,14 @@ def prologue(b: KernelBuilder) -> list[kir.Stmt]:
     """Decode the thread's coordinate along every threaded index and the block's
     base along every output index; zero (or preload) the accumulators."""
     body: list[kir.Stmt] = []
+    # the reduction threads are threadIdx's fastest digits or its slowest
+    fastest = b.mapping.reduction_fastest
+    digits = [(f"r_{i}", n) for i, n in b.mapping.reduction_threads]
+    threaded = [(f"t_{t.index}", t.threads) for t in b.mapping.parallel if t.threads > 1]
     stride = 1
-    for tile in b.mapping.parallel:
-        if tile.threads > 1:
-            b.thread_vars.append(kir.ThreadVar(f"t_{tile.index}", b.index_type))
-            value = E.mod(E.div(kir.ThreadIdx(), stride), tile.threads)
-            body.append(kir.Assign(f"t_{tile.index}", value))
-            stride *= tile.threads
-    for index, threads in b.mapping.reduction_threads:  # outermost digits of threadIdx
-        b.thread_vars.append(kir.ThreadVar(f"r_{index}", b.index_type))
-        value = E.mod(E.div(kir.ThreadIdx(), stride), threads)
-        body.append(kir.Assign(f"r_{index}", value))
+    for name, threads in digits + threaded if fastest else threaded + digits:
+        b.thread_vars.append(kir.ThreadVar(name, b.index_type))
+        body.append(kir.Assign(name, E.mod(E.div(kir.ThreadIdx(), stride), threads)))
         stride *= threads
     stride = 1
     for index in b.grid_order:
@@ -179,12 +179,13 @@ def prologue(b: KernelBuilder) -> list[kir.Stmt]:
         base = E.mul(coordinate, E.const(b.tiles[index].tile))
         body.append(kir.Assign(f"b_{index}", base))
         stride *= count
+    count = len(b.slots) * b.mapping.accumulators  # independent accumulators after the first
     for number in range(len(b.reduction.groups)):
-        b.thread_vars.append(kir.ThreadVar(f"acc{number}", accumulator_ctype(b), len(b.slots)))
-        for r, slot in enumerate(b.slots):
+        b.thread_vars.append(kir.ThreadVar(f"acc{number}", accumulator_ctype(b), count))
+        for r in range(count):
             start: kir.Expr = kir.Float(0.0)
             if b.preload:
-                start = global_load(b, b.statement.output, b.slot_context(slot))
+                start = global_load(b, b.statement.output, b.slot_context(b.slots[r]))
             body.append(kir.Store(f"acc{number}", E.const(r), start))
     return body
 
@@ -272,20 +273,21 @@ def global_load(b: KernelBuilder, access: Access, ctx: Context) -> kir.Expr:
 
 
 def accumulate(
-    b: KernelBuilder, number: int, group: Group, ctx: Context, into: str = "acc"
+    b: KernelBuilder, number: int, group: Group, ctx: Context, into: str = "acc", offset: int = 0
 ) -> list[kir.Stmt]:
     """``acc[r] ±= term`` for every term of the body and register-tile element,
     term by term: the values of one term are loaded once, used by every element
     and dead before the next term's are loaded (a whole CCSD(T) family keeps
     one term's operands live, not all eighteen).  ``into``: the accumulators'
-    name (``part``: a blocked group's chunk partials)."""
+    name (``part``: a blocked group's chunk partials); ``offset``: the first
+    accumulator (a reduction thread's independent accumulators)."""
     for sign, term in signed_terms(group.body):
         add = (sign > 0) == (b.preload >= 0)
         for r, slot in enumerate(b.slots):
             slot_ctx = b.slot_context(slot, ctx)
             term_value = value(b, term, slot_ctx, number)
             ctx.statements.append(
-                kir.Store(f"{into}{number}", E.const(r), term_value, "+=" if add else "-=")
+                kir.Store(f"{into}{number}", E.const(offset + r), term_value, "+=" if add else "-=")
             )
     return ctx.statements
 
@@ -347,10 +349,12 @@ def serial_group(b: KernelBuilder, number: int, group: Group) -> list[kir.Stmt]:
     (:func:`~.accumulation.sum_block`: from one loop inwards, that loop tiled when
     needed) into partials ``part``, each added to the accumulators after its block."""
     indices = b.group_indices(group)
+    split = dict(b.mapping.reduction_threads)
+    if lane_form(b.mapping):
+        return lane_group(b, number, group, indices, split)
     loop_vars = {i: f"k_{i}" for i in indices}
     ctx = Context({i: kir.Var(v) for i, v in loop_vars.items()}, {})
     sizes = [b.size(i) for i in indices]
-    split = dict(b.mapping.reduction_threads)
     block = None
     if b.mapping.accumulate == "blocked" and b.ctype == "float" and not split:
         block = sum_block(sizes)  # (reduction threads sum 1/R of the terms, then a tree)
@@ -383,6 +387,25 @@ def serial_group(b: KernelBuilder, number: int, group: Group) -> list[kir.Stmt]:
         if tile is not None:
             body = (kir.For(f"kb_{index}", E.const(0), E.const(size), tile, body),)
     return [kir.Comment(f"reduction over {', '.join(indices)}"), *body]
+
+
+def lane_group(
+    b: KernelBuilder, number: int, group: Group, indices: list[str], split: dict[str, int]
+) -> list[kir.Stmt]:
+    """A serial group whose reduction threads take runs into several accumulators
+    (:mod:`einkern.gpu.reduction_lanes`): the split index innermost, the other
+    indices' loops around it, the accumulators added after them."""
+    (index,) = split
+    outer = [i for i in indices if i != index]
+    coords: dict[str, kir.Expr] = {i: kir.Var(f"k_{i}") for i in outer}
+    body = tuple(lane_loops(b, number, group, index, coords, accumulate))
+    for i in reversed(outer):
+        body = (kir.For(f"k_{i}", E.const(0), E.const(b.size(i)), 1, body),)
+    return [
+        kir.Comment(f"reduction over {', '.join([*outer, index])}"),
+        *body,
+        *add_accumulators(b, number),
+    ]
 
 
 def combine_sections(b: KernelBuilder, number: int) -> list[kir.Section]:
@@ -585,6 +608,7 @@ def check_mapping(
     if max_shared_bytes is None:
         max_shared_bytes = limits.shared_per_block
     problems.extend(_reduction_thread_problems(task, mapping, max_shared_bytes))
+    problems.extend(lane_problems(task, mapping))
     if mapping.boundary not in BOUNDARY_POLICIES:
         problems.append(
             f"boundary policy {mapping.boundary!r} (use {', '.join(BOUNDARY_POLICIES)})"

@@ -115,6 +115,17 @@ class Mapping:
     #: are combined by a tree in shared memory before the epilogue.  Empty: one
     #: thread per output element sums all its terms.
     reduction_threads: tuple[tuple[str, int], ...] = ()
+    #: The reduction threads are threadIdx.x's fastest digits (a warp's lanes walk
+    #: the reduction index: coalesced where it is an input's stride-1 index) and
+    #: their partial sums combine by warp shuffles; else its slowest digits,
+    #: combined by a shared-memory tree.  :mod:`einkern.gpu.reduction_lanes`.
+    reduction_fastest: bool = False
+    #: Each reduction thread sums runs of this many adjacent terms (vector loads
+    #: of the inputs whose stride-1 index the reduction index is).
+    reduction_chunk: int = 1
+    #: Independent accumulators per output of a reduction thread: its loop takes
+    #: this many runs per step, each into its own accumulator (loads in flight).
+    accumulators: int = 1
     #: How reductions accumulate (:data:`ACCUMULATIONS`); absent from the JSON form
     #: when ``plain``, so mapping files written before it load unchanged.
     accumulate: str = "plain"
@@ -180,6 +191,11 @@ class Mapping:
         data.pop("reasons")
         if not self.reduction_threads:  # absent: the form of mappings before the field
             data.pop("reduction_threads")
+        for name, neutral in (("reduction_fastest", False), ("reduction_chunk", 1)):
+            if data[name] == neutral:  # absent when neutral, likewise
+                data.pop(name)
+        if self.accumulators == 1:
+            data.pop("accumulators")
         if self.accumulate == "plain":
             data.pop("accumulate")
         if self.mma is None:
@@ -209,6 +225,9 @@ class Mapping:
                 reduction_threads=tuple(
                     (str(i), int(t)) for i, t in data.get("reduction_threads", ())
                 ),
+                reduction_fastest=bool(data.get("reduction_fastest", False)),
+                reduction_chunk=int(data.get("reduction_chunk", 1)),
+                accumulators=int(data.get("accumulators", 1)),
                 accumulate=str(data.get("accumulate", "plain")),
                 mma=None if data.get("mma") is None else MmaConfig.from_values(data["mma"]),
             )
@@ -241,10 +260,17 @@ class Mapping:
         if self.k_step:
             lines.append("  k-step: " + ", ".join(f"{i}={s}" for i, s in self.k_step))
         if self.reduction_threads:
+            parts = ["the fastest thread digits"] if self.reduction_fastest else []
+            if self.reduction_chunk > 1:
+                parts.append(f"runs of {self.reduction_chunk}")
+            if self.accumulators > 1:
+                parts.append(f"{self.accumulators} accumulators")
+            combine = "by warp shuffles" if self.reduction_fastest else "in shared memory"
+            parts.append(f"partial sums combined {combine}")
             lines.append(
                 "  reduction threads: "
                 + ", ".join(f"{i} over {t}" for i, t in self.reduction_threads)
-                + " (partial sums combined in shared memory)"
+                + f" ({'; '.join(parts)})"
             )
         for staging in self.staged:
             order = ",".join(staging.order) or "natural"

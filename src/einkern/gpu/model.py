@@ -40,6 +40,7 @@ from .lower import compute_dtype
 from .mapping import Mapping, ParallelTile
 from .mma_model import mma_terms
 from .normalize import reduction_of
+from .reduction_lanes import run_vector_width
 from .space import products_per_output
 from .staging import natural_order
 from .terms import L2_OVER_DRAM, TERMS, Terms
@@ -48,6 +49,10 @@ from .terms import L2_OVER_DRAM, TERMS, Terms
 #: 128-byte lines at both ends, row switches): a run of r bytes moves at
 #: r / (r + RUN_OVERHEAD) of the bandwidth.
 RUN_OVERHEAD = 64
+
+#: Reduction steps whose loads a thread keeps in flight without separate
+#: accumulators (nvcc unrolls short loop bodies and hoists their loads).
+COMPILER_STEPS = 2
 
 
 def occupancy(
@@ -198,6 +203,8 @@ def cost_terms(task: Task, mapping: Mapping, limits: DeviceLimits = H100) -> Ter
     if resident == 0:
         return Terms(math.inf, math.inf, math.inf, math.inf, math.inf, 0.0)
     efficiency, waves = _efficiency(mapping, blocks, resident, limits)
+    busiest = min(resident, math.ceil(blocks / limits.sm_count))
+    dram /= _streaming(task, mapping, busiest * mapping.threads, limits)
     # a dependent FMA chain, 4 cycles per step, once per wave of blocks
     latency = waves * chain * 4 / limits.clock_hz
     factor = 1.0
@@ -232,6 +239,47 @@ def _efficiency(
     return max(1e-3, balance * hiding * (0.75 + 0.25 * quantisation)), waves
 
 
+def _streaming(task: Task, mapping: Mapping, resident_threads: int, limits: DeviceLimits) -> float:
+    """The share of the DRAM bandwidth the bytes in flight reach (Little's law):
+    an SM's resident threads times the bytes each keeps in flight from tensors
+    larger than half of L2 (the loads of :data:`COMPILER_STEPS` reduction steps,
+    or of one step per independent accumulator, each as wide as its vector; a
+    staged copy's share of a chunk), over the bandwidth times the DRAM latency
+    per SM."""
+    problem = task.problem
+    statement = task.statement
+    large = limits.l2_bytes / 2
+    steps = max(COMPILER_STEPS, mapping.accumulators)
+    per_thread = 0.0
+    for access, elements in _staged_elements(task, mapping):
+        if problem.nbytes(access.tensor) > large:
+            itemsize = problem.program.tensor(access.tensor).itemsize
+            per_thread += elements * itemsize / max(1, mapping.threads)
+    staged = {s.access for s in mapping.staged}
+    for group in reduction_of(statement).groups:
+        for access in group.accesses():
+            if str(access) in staged or problem.nbytes(access.tensor) <= large:
+                continue
+            itemsize = problem.program.tensor(access.tensor).itemsize
+            loads = math.prod(
+                mapping.tile_of(i).per_thread
+                for i in set(access.indices)
+                if i in statement.parallel_indices
+            )
+            per_thread += steps * loads * _vector_width(task, mapping, access) * itemsize
+    if per_thread == 0:
+        return 1.0
+    needed = limits.dram_bandwidth * limits.dram_latency / limits.sm_count
+    return max(1e-3, min(1.0, per_thread * resident_threads / needed))
+
+
+def _vector_width(task: Task, mapping: Mapping, access: Access) -> int:
+    """Elements one load of an unstaged ``access`` takes (reduction threads' runs)."""
+    if not mapping.reduction_threads:
+        return 1
+    return run_vector_width(task, mapping, access, mapping.reduction_threads[0][0])
+
+
 @dataclass(frozen=True)
 class _Traffic:
     """Bytes from DRAM and from L2, and the output's warp footprint."""
@@ -254,7 +302,8 @@ def _memory_traffic(task: Task, mapping: Mapping, blocks: int, limits: DeviceLim
     large = limits.l2_bytes / 2
     staged = {s.access for s in mapping.staged}
     output_bytes = problem.nbytes(statement.output.tensor)
-    output_lines, waste = warp_footprint(problem, statement, mapping, statement.output)
+    shape = warp_footprint(problem, statement, mapping, statement.output)
+    output_lines, waste = shape.lines, shape.waste
     runs = run_efficiency(run_bytes(problem, statement, mapping, statement.output, False))
     waste = waste / runs if output_bytes > large else 1.0
     output_passes = 2 if statement.op != "=" else 1  # read and written for += and -=
@@ -269,12 +318,15 @@ def _memory_traffic(task: Task, mapping: Mapping, blocks: int, limits: DeviceLim
         for access in group.accesses():
             tensor_bytes = problem.nbytes(access.tensor)
             is_staged = str(access) in staged
+            width, requests = 1, 1.0
             if is_staged:
                 run = run_bytes(problem, statement, mapping, access, True)
                 lines, waste = 1, 1 / run_efficiency(run)
                 vectors += _tile_bytes(task, mapping, access) / min(16, max(run, itemsize))
             else:
-                lines, waste = warp_footprint(problem, statement, mapping, access)
+                width = _vector_width(task, mapping, access)
+                shape = warp_footprint(problem, statement, mapping, access, width)
+                lines, waste, requests = shape.lines, shape.waste, shape.requests
             compulsory += tensor_bytes * (waste if tensor_bytes > large else 1.0)
             wavefronts += (
                 k
@@ -284,13 +336,14 @@ def _memory_traffic(task: Task, mapping: Mapping, blocks: int, limits: DeviceLim
                     for i in set(access.indices)
                     if i in statement.parallel_indices
                 )
+                / width
             )
             footprint = itemsize * math.prod(
                 mapping.tile_of(i).tile if i in statement.parallel_indices else sizes[i]
                 for i in set(access.indices)
             )
             traffic = footprint * blocks
-            l2 += traffic * (waste if is_staged else 1.0)
+            l2 += traffic * (waste if is_staged else requests)
             if tensor_bytes > large:
                 reread += max(0.0, traffic - tensor_bytes) * 0.25
     if mapping.boundary == "pad" and any(
@@ -326,19 +379,27 @@ def _load_instructions(task: Task, mapping: Mapping, padded: int, memory: _Traff
     statement = task.statement
     sizes = {i: problem.index_size(statement, i) for i in statement.indices}
     staged = {s.access for s in mapping.staged}
-    loads_per_point = 0
+    loads_per_point = 0.0
     for group in reduction_of(statement).groups:
         k = math.prod(sizes[i] for i in group.indices)
         for access in group.accesses():
-            # a staged operand's runs of adjacent elements are single vector loads
+            # a staged operand's runs of adjacent elements are single vector loads,
+            # and so are a reduction thread's runs of an unstaged one
             staged_runs = str(access) in staged
-            loads_per_point += k * math.prod(
-                mapping.tile_of(i).per_thread // (mapping.tile_of(i).chunk if staged_runs else 1)
-                for i in set(access.indices)
-                if i in statement.parallel_indices
+            width = 1 if staged_runs else _vector_width(task, mapping, access)
+            loads_per_point += (
+                k
+                * math.prod(
+                    mapping.tile_of(i).per_thread
+                    // (mapping.tile_of(i).chunk if staged_runs else 1)
+                    for i in set(access.indices)
+                    if i in statement.parallel_indices
+                )
+                / width
             )
     threads_total = padded / max(1, mapping.register_tile)
-    instructions = threads_total * (loads_per_point + memory.wavefronts) / 32
+    lanes = min(32, max(1, mapping.threads))  # a block of fewer threads issues part-empty warps
+    instructions = threads_total * (loads_per_point + memory.wavefronts) / lanes
     # the output's loads (+=) and stores, one wavefront per 128-byte line each
     output_passes = 2 if statement.op != "=" else 1
     instructions += padded * output_passes * memory.output_lines / 32
@@ -352,58 +413,116 @@ def _load_instructions(task: Task, mapping: Mapping, padded: int, memory: _Traff
 PRELOAD_FACTOR = {False: 1.03, True: 0.75}
 
 
-def warp_footprint(problem: Problem, statement, mapping: Mapping, access) -> tuple[int, float]:
-    """How one warp's access to ``access`` touches memory: the 128-byte lines of one
-    load instruction (L1 wavefronts), and the waste of its 32-byte sectors, bytes
-    fetched over bytes used, counting the elements the same threads take along the
-    access's contiguous index in their register tiles, or walk along it in their
-    reduction loop (1.0: fully coalesced)."""
+@dataclass(frozen=True)
+class Footprint:
+    """How a block's load of one access touches memory (see :func:`warp_footprint`)."""
+
+    lines: int  # 128-byte lines of one warp's load instruction (L1 wavefronts)
+    waste: float  # sector bytes fetched over bytes used, the block's loads together
+    requests: float  # L2 request slots (a line each) per 128 bytes used, at least 1
+
+
+def warp_footprint(
+    problem: Problem, statement, mapping: Mapping, access, width: int = 1
+) -> Footprint:
+    """How the block's threads, in threadIdx order, touch memory with one load of
+    ``access`` each (``width`` elements per load: a reduction thread's run), counting
+    the elements the same threads take along the access's contiguous index in their
+    register tiles, or walk along it in their reduction loop:
+
+    * ``lines``: the 128-byte lines of the first warp's load instruction;
+    * ``waste``: the 32-byte sectors the block touches, in bytes, over the bytes
+      it uses (1.0: fully coalesced);
+    * ``requests``: L2 requests per 128 bytes used, each warp sending one request
+      per line holding sectors no earlier warp of the block fetched (a later
+      warp's read of a fetched sector hits L1): 1.0 when every request carries a
+      whole line, 4.0 when each carries one sector of a line."""
     itemsize = problem.program.tensor(access.tensor).itemsize
     strides = tuple(dict(zip(access.indices, problem.strides(access.tensor), strict=True)).items())
-    split = mapping.reduction_threads  # lanes beyond the output threads
+    split = mapping.reduction_threads  # lanes beyond the output threads, or before them
     contiguous = next((i for i, s in strides if s == 1), None)
     along = None  # the tile along the contiguous index: the thread's own elements there
     walked = 1  # elements a thread's reduction loop walks along the contiguous index
+    run = mapping.reduction_chunk  # a reduction thread's run along its index
     if contiguous is not None and contiguous in statement.parallel_indices:
         along = mapping.tile_of(contiguous)
-    elif contiguous is not None and contiguous not in dict(split):
+    elif contiguous is not None and contiguous in dict(split):
+        walked = width  # the rest of the run: loads of other steps
+    elif contiguous is not None:
         walked = min(32, problem.index_size(statement, contiguous))
     threaded = tuple(t for t in mapping.parallel if t.threads > 1)
-    lanes = min(32, mapping.threads)
-    return _footprint(strides, itemsize, threaded, tuple(split), lanes, along, walked)
+    layout = _Layout(threaded, tuple(split), mapping.reduction_fastest, run)
+    return _footprint(strides, itemsize, layout, mapping.threads, along, walked)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """The block's thread digits: output tiles, reduction threads (runs of ``run``
+    terms), which of the two varies fastest."""
+
+    threaded: tuple[ParallelTile, ...]
+    split: tuple[tuple[str, int], ...]
+    fastest: bool
+    run: int
+
+    def coordinates(self, thread: int) -> dict[str, int]:
+        coordinate: dict[str, int] = {}
+        rest = thread
+        for split in self.split if self.fastest else ():
+            rest = self._split_digit(split, rest, coordinate)
+        for tile in self.threaded:
+            digit, rest = rest % tile.threads, rest // tile.threads
+            coordinate[tile.index] = tile.local(digit, 0)
+        for split in () if self.fastest else self.split:
+            rest = self._split_digit(split, rest, coordinate)
+        return coordinate
+
+    def _split_digit(self, split: tuple[str, int], rest: int, coordinate: dict[str, int]) -> int:
+        index, threads = split
+        digit, rest = rest % threads, rest // threads
+        coordinate[index] = digit * self.run  # consecutive reduction threads: runs apart
+        return rest
 
 
 @functools.lru_cache(maxsize=4096)
 def _footprint(
     strides: tuple[tuple[str, int], ...],
     itemsize: int,
-    threaded: tuple[ParallelTile, ...],
-    split: tuple[tuple[str, int], ...],
-    lanes: int,
+    layout: _Layout,
+    threads: int,
     along: ParallelTile | None,
     walked: int,
-) -> tuple[int, float]:
-    """:func:`warp_footprint` of one warp layout (memoised: many mappings of a search
-    share their thread layout)."""
-    offsets: set[int] = set()
+) -> Footprint:
+    """:func:`warp_footprint` of one block layout (memoised: many mappings of a
+    search share their thread layout)."""
+    first_lines: set[int] = set()
     elements: set[int] = set()
-    for lane in range(lanes):
-        coordinate, rest = {}, lane
-        for tile in threaded:
-            digit, rest = rest % tile.threads, rest // tile.threads
-            coordinate[tile.index] = tile.local(digit, 0)
-        for index, threads in split:  # consecutive reduction threads: k, k+1, ...
-            digit, rest = rest % threads, rest // threads
-            coordinate[index] = digit
-        offset = sum(stride * coordinate.get(i, 0) for i, stride in strides)
-        offsets.add(offset)
-        if along is None:  # consecutive iterations of the loop use the rest of the sector
-            elements.update(offset + step for step in range(walked))
-            continue
-        # the thread's elements relative to its first (the same for every thread)
-        elements.update(
-            offset + along.local(0, step) - along.local(0, 0) for step in range(along.per_thread)
-        )
-    lines = len({o * itemsize // 128 for o in offsets})
-    sectors = len({e * itemsize // 32 for e in elements})
-    return max(1, lines), max(1.0, sectors * 32 / (len(elements) * itemsize))
+    fetched: set[int] = set()  # sectors an earlier warp (or this one) fetched
+    requests = 0
+    for warp in range(math.ceil(threads / 32)):
+        sent: set[int] = set()
+        for thread in range(warp * 32, min(threads, warp * 32 + 32)):
+            coordinate = layout.coordinates(thread)
+            offset = sum(stride * coordinate.get(i, 0) for i, stride in strides)
+            if warp == 0:
+                first_lines.add(offset * itemsize // 128)
+            if along is None:  # the run, or the loop's next iterations, use the sector
+                mine = [offset + step for step in range(walked)]
+            else:  # the thread's elements relative to its first (the same for every thread)
+                mine = [
+                    offset + along.local(0, step) - along.local(0, 0)
+                    for step in range(along.per_thread)
+                ]
+            elements.update(mine)
+            for element in mine:
+                sector = element * itemsize // 32
+                if sector not in fetched:
+                    sent.add(sector // 4)
+                    fetched.add(sector)
+        requests += len(sent)
+    used = len(elements) * itemsize
+    return Footprint(
+        max(1, len(first_lines)),
+        max(1.0, len(fetched) * 32 / used),
+        max(1.0, requests * 128 / used),
+    )

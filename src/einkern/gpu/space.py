@@ -351,7 +351,9 @@ def config_to_mapping(task: Task, config: CudaConfig, reasons: tuple[str, ...] =
     reduction_threads: tuple[tuple[str, int], ...] = ()
     if config.split is not None and r.k:
         longest = max(r.k, key=lambda k: problem.index_size(statement, k))
-        reduction_threads = ((longest, config.split),)
+        index = (lane_index(task) or longest) if config.lanes else longest
+        reduction_threads = ((index, config.split),)
+    run, accumulators = config.lanes or (1, 1)
     mapping = Mapping(
         strategy=strategy,
         parallel=parallel,
@@ -365,9 +367,28 @@ def config_to_mapping(task: Task, config: CudaConfig, reasons: tuple[str, ...] =
         boundary=config.boundary,
         preload_output=bool(config.preload),
         reduction_threads=reduction_threads,
+        reduction_fastest=config.lanes is not None and bool(reduction_threads),
+        reduction_chunk=run if reduction_threads else 1,
+        accumulators=accumulators if reduction_threads else 1,
         reasons=reasons,
     )
     return with_accumulation(task, mapping)
+
+
+def lane_index(task: Task) -> str | None:
+    """The reduction index a warp's lanes should walk (``lanes`` points): the
+    stride-1 index of the main sum's largest input, when it is one of the sum's
+    indices (its reads are then coalesced); None otherwise."""
+    problem = task.problem
+    groups = reduction_of(task.statement).groups
+    r = roles(task)
+    main = [g for g in groups if set(g.indices) == set(r.k)]
+    accesses = [a for a in (main[0].accesses() if main else ()) if a.indices]
+    if not accesses:
+        return None
+    largest = max(accesses, key=lambda a: problem.nbytes(a.tensor))
+    inner = natural_order(problem, largest)[0]
+    return inner if inner in r.k else None
 
 
 def _grid_order(task: Task) -> tuple[str, ...]:
@@ -399,6 +420,8 @@ def violation(task: Task, config: CudaConfig, limits: DeviceLimits = H100) -> st
             return "split needs an unstaged reduction"
         if config.preload:
             return "split with a preloaded output"
+        if config.lanes is not None and lane_index(task) is None:
+            return "lanes need a sum along the stride-1 index of its largest input"
     if config.gett is not None:
         return gett_violation(task, config, size) or _mapping_violation(task, config, limits)
     x, y = config.x, config.y

@@ -96,7 +96,21 @@ def estimated_registers(task: Task, mapping: Mapping) -> int:
         threads = max(1, mapping.threads)
         prefetch = sum(math.ceil(e / threads) for _, e in _staged_elements(task, mapping))
         prefetch = max(8, min(prefetch, 64))
-    return min(255, words * (groups * tile + operands + prefetch) + 24)
+    # a reduction thread's independent accumulators, and the runs it has in flight
+    count = mapping.accumulators if mapping.reduction_threads else 1
+    runs = 0
+    if count > 1 or mapping.reduction_chunk > 1:
+        per_step = sum(
+            math.prod(
+                mapping.tile_of(i).per_thread
+                for i in set(a.indices)
+                if i in task.statement.parallel_indices
+            )
+            for g in reduction_of(task.statement).groups
+            for a in g.accesses()
+        )
+        runs = count * mapping.reduction_chunk * per_step
+    return min(255, words * (groups * tile * count + operands + prefetch + runs) + 24)
 
 
 def shared_bytes(task: Task, mapping: Mapping) -> int:

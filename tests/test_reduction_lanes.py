@@ -191,8 +191,11 @@ def test_lane_mappings_round_trip_and_are_checked():
     config = CudaConfig(x="i", block=(4, 1), boundary="guard", split=32, lanes=(1, 4))
     assert CudaConfig.from_json(json.loads(json.dumps(config.to_json()))) == config
     assert config_to_mapping(task, config).accumulators == 4
+    assert (
+        violation(task, CudaConfig(x="i", lanes=(1, 4))) == "lanes need split (reduction threads)"
+    )
     with pytest.raises(ValueError, match="lanes"):
-        CudaConfig(x="i", lanes=(1, 4))  # lanes need split
+        CudaConfig(x="i", split=32, lanes=(0, 4))
 
 
 def test_the_model_ranks_coalesced_lanes_above_strided_reduction_threads():

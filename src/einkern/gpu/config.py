@@ -287,9 +287,8 @@ class CudaConfig:
                 isinstance(self.lanes, tuple)
                 and len(self.lanes) == 2
                 and all(_is_int(v) and v >= 1 for v in self.lanes)
-                and self.split is not None
             ),
-            f"lanes {self.lanes!r} (run and accumulators, integers >= 1, with split)",
+            f"lanes {self.lanes!r} (run and accumulators, integers >= 1)",
         )
 
     def _normalise_gett(self) -> None:

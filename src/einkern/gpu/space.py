@@ -415,6 +415,8 @@ def violation(task: Task, config: CudaConfig, limits: DeviceLimits = H100) -> st
     problem = task.problem
     statement = task.statement
     size = {i: problem.index_size(statement, i) for i in statement.indices}
+    if config.lanes is not None and config.split is None:
+        return "lanes need split (reduction threads)"
     if config.split is not None:
         if config.staging.stage != "none" or not roles(task).k:
             return "split needs an unstaged reduction"

@@ -80,7 +80,8 @@ class CudaTarget:
         a whole extent of 12), so that the default is a point of the space; for a
         binary contraction also ``gett`` (None: the rules' family) with the model's
         best GETT points, for a long sum ``split`` (None: one thread per output)
-        with its best split points, whose values the other lists gain in the same
+        with its best split points (and ``lanes``, None: the slowest thread digits,
+        when one of them has it), whose values the other lists gain in the same
         way, and for an fp64 contraction ``mma`` (None: SIMT) with the tensor-core
         tile shapes."""
         default = default_config(task, device_limits())[0]
@@ -93,6 +94,8 @@ class CudaTarget:
         space = dict(parameters(task))
         if any(p.split for p in points):  # None: one thread per output element
             space["split"] = (None, 8, 32, 128)
+        if any(p.lanes for p in points):  # None: reduction threads the slowest digits
+            space["lanes"] = (None,)
         if any(p.gett is not None for p in points):  # None: the rules' family
             space["gett"] = (None,)
             # a GETT point's staging has k-step 1 (its k-steps are in the tiling)

@@ -381,3 +381,14 @@ def test_quick_blas_run_checks_every_routine_against_scipy(tmp_path):
     full = get_suite("blas").cases(False)
     assert {c.extent_map["n"] for c in full if c.group == "symv"} == {8192, 16384}
     assert {c.extent_map["m"] for c in full if c.group == "strsm"} == {4096}
+
+
+def test_cases_option_runs_only_the_matching_cases(tmp_path):
+    code = _bench(
+        ["blas", "--quick", "--backend", "cpu", "--cases", "*symv*", "--out", str(tmp_path)]
+    )
+    assert code == 0
+    rows = json.loads((tmp_path / "results.json").read_text())["measurements"]
+    symv = [c for c in get_suite("blas").cases(True) if "symv" in c.key]
+    assert rows and {row["workload"] for row in rows} == {c.workload for c in symv}
+    assert len(rows) == 2 * len(symv)

@@ -11,21 +11,17 @@ from ..lang import cfront_nodes as N
 from ..semantics import C_TYPE, compute_dtype
 from . import kir
 from .ctext import mangle
+from .exprs import add
 
 INDEX = "long long"
 
 
 def plus(a: kir.Expr, b: kir.Expr) -> kir.Expr:
-    """``a + b`` with constants folded."""
-    if isinstance(a, kir.Int) and isinstance(b, kir.Int):
-        return kir.Int(a.value + b.value)
-    if isinstance(b, kir.Int) and b.value == 0:
-        return a
-    if isinstance(a, kir.Int) and a.value == 0:
-        return b
-    if isinstance(b, kir.Int) and b.value < 0:
+    """``a + b`` with constants folded (:func:`.exprs.add`), ``a - c`` for a
+    negative constant ``b``."""
+    if isinstance(b, kir.Int) and b.value < 0 and not isinstance(a, kir.Int):
         return kir.Op("-", a, kir.Int(-b.value))
-    return kir.Op("+", a, b)
+    return add(a, b)
 
 
 def statement_ctype(problem: A.AffineProblem, statement: N.AStatement) -> str:

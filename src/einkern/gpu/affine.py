@@ -236,12 +236,12 @@ class _Builder:
         ctypes = {statement_ctype(self.problem, s) for s in statements}
         ctype = "double" if "double" in ctypes else "float"
         name = f"affine_{self.problem.function.name}_{self.count}"
-        made = reduction_kernel(self.problem, nest, name, ctype)
-        if made is None:
+        kernel = reduction_kernel(self.problem, nest, name, ctype)
+        if kernel is None:
             return None
         self.count += 1
         names = tuple(s.name for s in statements)
-        return AffineKernel(made.kernel, names, made.reason, (), repr(made.kernel))
+        return AffineKernel(kernel, names, kernel.comment, (), repr(kernel))
 
     def _share_kernels(self, first: int) -> None:
         """Launches of one host loop's iterations use the first iteration's kernels."""

@@ -36,6 +36,7 @@ triangle's edge are exact.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import islpy as isl
@@ -114,6 +115,7 @@ def reduction_nest(
     return ReductionNest(outer, inner, tuple(rows), tuple(columns))
 
 
+@functools.lru_cache(maxsize=64)
 def _bounds(problem: A.AffineProblem, statement: N.AStatement, keep: str) -> tuple[int, int] | None:
     """The smallest and largest value of iterator ``keep`` over the statement's
     instances (None when it has none)."""
@@ -132,22 +134,19 @@ def _row_ranges(problem: A.AffineProblem, nest: ReductionNest, start: int, stop:
     """Each outer value's ``[low, high)`` of the inner iterator over the nest's
     loop bounds (guards ignored: a superset)."""
     ranges = []
+    env = dict(problem.sizes)
     for value in range(start, stop):
         low, high = None, None
+        env[nest.outer] = value
         for s in nest.statements:
-            env = {**dict(problem.sizes), nest.outer: value}
             loop = s.loops[1]
-            first = max(_number(a, env) for a in loop.lower)
-            last = min(_number(a, env) for a in loop.upper)
+            first = max(a.value(env) for a in loop.lower)
+            last = min(a.value(env) for a in loop.upper)
             if last >= first:
                 low = first if low is None else min(low, first)
                 high = last + 1 if high is None else max(high, last + 1)
         ranges.append((low, high) if low is not None and high is not None else (0, 0))
     return ranges
-
-
-def _number(a: N.Aff, env: dict[str, int]) -> int:
-    return a.const + sum(c * env[n] for n, c in a.terms)
 
 
 def _inside(problem: A.AffineProblem, s: N.AStatement, values: dict[str, kir.Expr]) -> kir.Expr:
@@ -163,24 +162,18 @@ def _inside(problem: A.AffineProblem, s: N.AStatement, values: dict[str, kir.Exp
     return _all(tests)
 
 
-@dataclass(frozen=True)
-class ReductionKernel:
-    kernel: kir.Kernel
-    reason: str
-
-
 def reduction_kernel(
     problem: A.AffineProblem, nest: ReductionNest, name: str, ctype: str
-) -> ReductionKernel | None:
-    """The reduction-tile kernel of ``nest`` (None when the outer loop's bounds are
-    not numbers or the nest is empty)."""
+) -> kir.Kernel | None:
+    """The reduction-tile kernel of ``nest``, its comment saying why (None when the
+    nest has no instance)."""
     live = [s for s in nest.statements if _bounds(problem, s, nest.outer) is not None]
     if not live:
         return None
     outer_loop = live[0].loops[0]
     env = dict(problem.sizes)
-    start = max(_number(a, env) for a in outer_loop.lower)
-    stop = min(_number(a, env) for a in outer_loop.upper) + 1
+    start = max(a.value(env) for a in outer_loop.lower)
+    stop = min(a.value(env) for a in outer_loop.upper) + 1
     per_thread = max(1, ROW_BYTES // LANES // kir.ELEMENT_BYTES[ctype])
     columns = LANES * per_thread
     plan = tile_plan(_row_ranges(problem, nest, start, stop), TILE_ROWS, columns)
@@ -218,10 +211,9 @@ def reduction_kernel(
         f"tile; {plan.blocks} of the bounding box's {plan.box} tiles launched"
     )
     params = kernel_params(problem, {s.target.array for s in live}, ())
-    kernel = kir.Kernel(
+    return kir.Kernel(
         name, params, THREADS, plan.blocks, thread_vars, shared, body, index, comment=reason
     )
-    return ReductionKernel(kernel, reason)
 
 
 @dataclass(frozen=True)

@@ -245,6 +245,11 @@ class _Layout:
         return kir.Var("tile_row"), kir.Var("tile_column")
 
 
+def _unrolled(var: str, count: int, body: tuple[kir.Stmt, ...]) -> kir.For:
+    """``for var in [0, count)``, fully unrolled."""
+    return kir.For(var, kir.Int(0), kir.Int(count), 1, body, -1)
+
+
 def _warp() -> kir.Expr:
     return kir.Op("/", kir.ThreadIdx(), kir.Int(LANES))
 
@@ -260,24 +265,18 @@ def _accumulate(problem, nest: ReductionNest, rows, cols, layout: _Layout) -> tu
     out: list[kir.Stmt] = list(layout.declare())
     if rows:
         out.append(
-            kir.For(
+            _unrolled(
                 "z",
-                kir.Int(0),
-                kir.Int(ROWS_PER_THREAD * len(rows)),
-                1,
+                ROWS_PER_THREAD * len(rows),
                 (kir.Store("row_sum", kir.Var("z"), zero),),
-                -1,
             )
         )
     if cols:
         out.append(
-            kir.For(
+            _unrolled(
                 "z",
-                kir.Int(0),
-                kir.Int(layout.per_thread * len(cols)),
-                1,
+                layout.per_thread * len(cols),
                 (kir.Store("column_sum", kir.Var("z"), zero),),
-                -1,
             )
         )
     corners = [
@@ -314,22 +313,16 @@ def _points(problem, nest: ReductionNest, rows, cols, layout: _Layout, guarded: 
         slot = plus(kir.Op("*", kir.Int(k), kir.Int(layout.per_thread)), kir.Var("c"))
         point.append(_add(problem, s, values, "column_sum", slot, guarded))
     row = plus(kir.Op("+", row0, _warp()), kir.Op("*", kir.Var("r"), kir.Int(WARPS)))
-    row_loop = kir.For(
+    row_loop = _unrolled(
         "r",
-        kir.Int(0),
-        kir.Int(ROWS_PER_THREAD),
-        1,
+        ROWS_PER_THREAD,
         (kir.Declare(nest.outer, layout.index, row), *point),
-        -1,
     )
     column = plus(kir.Op("+", column0, _lane()), kir.Op("*", kir.Var("c"), kir.Int(LANES)))
-    return kir.For(
+    return _unrolled(
         "c",
-        kir.Int(0),
-        kir.Int(layout.per_thread),
-        1,
+        layout.per_thread,
         (kir.Declare(nest.inner, layout.index, column), row_loop),
-        -1,
     )
 
 
@@ -347,11 +340,9 @@ def _spill(rows, cols, layout: _Layout) -> tuple[kir.Stmt, ...]:
     for k in range(len(rows)):
         row = plus(_warp(), kir.Op("*", kir.Var("r"), kir.Int(WARPS)))
         out.append(
-            kir.For(
+            _unrolled(
                 "r",
-                kir.Int(0),
-                kir.Int(ROWS_PER_THREAD),
-                1,
+                ROWS_PER_THREAD,
                 (
                     kir.Store(
                         f"rows_{k}",
@@ -359,17 +350,14 @@ def _spill(rows, cols, layout: _Layout) -> tuple[kir.Stmt, ...]:
                         kir.Load("row_sum", plus(kir.Int(k * ROWS_PER_THREAD), kir.Var("r"))),
                     ),
                 ),
-                -1,
             )
         )
     for k in range(len(cols)):
         column = plus(_lane(), kir.Op("*", kir.Var("c"), kir.Int(LANES)))
         out.append(
-            kir.For(
+            _unrolled(
                 "c",
-                kir.Int(0),
-                kir.Int(layout.per_thread),
-                1,
+                layout.per_thread,
                 (
                     kir.Store(
                         f"columns_{k}",
@@ -377,7 +365,6 @@ def _spill(rows, cols, layout: _Layout) -> tuple[kir.Stmt, ...]:
                         kir.Load("column_sum", plus(kir.Int(k * layout.per_thread), kir.Var("c"))),
                     ),
                 ),
-                -1,
             )
         )
     return tuple(out)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Iterable, Iterator
 
 from ..ir.nodes import Access, Binary, Neg, signed_terms
 from ..ir.task import Task
@@ -273,25 +274,38 @@ def _split_candidates(task: Task, limits: DeviceLimits) -> tuple[CudaConfig, ...
     y = max(others, key=lambda i: size[i]) if others else ""
     preload = False if preload_applies(statement) else None
     found = []
-    for tx, ty, rx, ry in SPLIT_BLOCKS:
-        if not y and (ty > 1 or ry > 1):
-            continue
-        for split in SPLITS:
-            if tx * ty * split > limits.max_threads_per_block or split > 2 * terms:
-                continue
-            base = CudaConfig(
-                x=x,
-                y=y,
-                block=(tx, ty),
-                regs=(rx, ry, 1),
-                assign="cyclic",
-                preload=preload,
-                split=split,
-            )
-            found += _first_valid(task, base, limits)
+    for tx, ty, rx, ry, split in _split_shapes(SPLIT_BLOCKS, SPLITS, bool(y), terms, limits):
+        base = CudaConfig(
+            x=x,
+            y=y,
+            block=(tx, ty),
+            regs=(rx, ry, 1),
+            assign="cyclic",
+            preload=preload,
+            split=split,
+        )
+        found += _first_valid(task, base, limits)
     if lane_index(task) is not None:
         found += _lane_points(task, x, y, preload, terms, limits)
     return tuple(found)
+
+
+def _split_shapes(
+    blocks: Iterable[tuple[int, int, int, int]],
+    splits: Iterable[int],
+    two_dimensional: bool,
+    terms: int,
+    limits: DeviceLimits,
+) -> Iterator[tuple[int, int, int, int, int]]:
+    """``(tx, ty, rx, ry, split)`` of ``blocks`` x ``splits`` that fit a block of
+    threads and a sum of ``terms`` (a second thread dimension only with a ``y``
+    index)."""
+    for tx, ty, rx, ry in blocks:
+        if not two_dimensional and (ty > 1 or ry > 1):
+            continue
+        for split in splits:
+            if tx * ty * split <= limits.max_threads_per_block and split <= 2 * terms:
+                yield tx, ty, rx, ry, split
 
 
 def _first_valid(task: Task, base: CudaConfig, limits: DeviceLimits) -> list[CudaConfig]:
@@ -309,25 +323,20 @@ def _lane_points(
     """The ``lanes`` points of :func:`split_candidates` (widest runs and most
     accumulators first)."""
     found = []
-    for tx, ty, rx, ry in LANE_BLOCKS:
-        if not y and (ty > 1 or ry > 1):
-            continue
-        for split in LANE_SPLITS:
-            if tx * ty * split > limits.max_threads_per_block or split > 2 * terms:
-                continue
-            for run in (vector_runs(task), 1):
-                for count in reversed(LANE_ACCUMULATORS):
-                    base = CudaConfig(
-                        x=x,
-                        y=y,
-                        block=(tx, ty),
-                        regs=(rx, ry, 1),
-                        assign="cyclic",
-                        preload=preload,
-                        split=split,
-                        lanes=(run, count),
-                    )
-                    found += _first_valid(task, base, limits)
+    for tx, ty, rx, ry, split in _split_shapes(LANE_BLOCKS, LANE_SPLITS, bool(y), terms, limits):
+        for run in (vector_runs(task), 1):
+            for count in reversed(LANE_ACCUMULATORS):
+                base = CudaConfig(
+                    x=x,
+                    y=y,
+                    block=(tx, ty),
+                    regs=(rx, ry, 1),
+                    assign="cyclic",
+                    preload=preload,
+                    split=split,
+                    lanes=(run, count),
+                )
+                found += _first_valid(task, base, limits)
     return found
 
 

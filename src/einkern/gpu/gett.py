@@ -273,20 +273,15 @@ def _split_candidates(task: Task, limits: DeviceLimits) -> tuple[CudaConfig, ...
     others = [i for i in statement.parallel_indices if i != x and size[i] > 1]
     y = max(others, key=lambda i: size[i]) if others else ""
     preload = False if preload_applies(statement) else None
-    found = []
-    for tx, ty, rx, ry, split in _split_shapes(SPLIT_BLOCKS, SPLITS, bool(y), terms, limits):
-        base = CudaConfig(
-            x=x,
-            y=y,
-            block=(tx, ty),
-            regs=(rx, ry, 1),
-            assign="cyclic",
-            preload=preload,
-            split=split,
-        )
-        found += _first_valid(task, base, limits)
+    found = _split_points(task, (x, y, preload), SPLIT_BLOCKS, SPLITS, (None,), terms, limits)
     if lane_index(task) is not None:
-        found += _lane_points(task, x, y, preload, terms, limits)
+        # widest runs and most accumulators first
+        lanes = [
+            (run, count) for run in (vector_runs(task), 1) for count in reversed(LANE_ACCUMULATORS)
+        ]
+        found += _split_points(
+            task, (x, y, preload), LANE_BLOCKS, LANE_SPLITS, lanes, terms, limits
+        )
     return tuple(found)
 
 
@@ -317,26 +312,32 @@ def _first_valid(task: Task, base: CudaConfig, limits: DeviceLimits) -> list[Cud
     return []
 
 
-def _lane_points(
-    task: Task, x: str, y: str, preload: bool | None, terms: int, limits: DeviceLimits
+def _split_points(
+    task: Task,
+    indices: tuple[str, str, bool | None],
+    blocks: Iterable[tuple[int, int, int, int]],
+    splits: Iterable[int],
+    lanes: Iterable[tuple[int, int] | None],
+    terms: int,
+    limits: DeviceLimits,
 ) -> list[CudaConfig]:
-    """The ``lanes`` points of :func:`split_candidates` (widest runs and most
-    accumulators first)."""
+    """The valid split points of ``blocks`` x ``splits`` x ``lanes`` (``indices``:
+    the ``x`` and ``y`` index and the preload setting of every point)."""
+    x, y, preload = indices
     found = []
-    for tx, ty, rx, ry, split in _split_shapes(LANE_BLOCKS, LANE_SPLITS, bool(y), terms, limits):
-        for run in (vector_runs(task), 1):
-            for count in reversed(LANE_ACCUMULATORS):
-                base = CudaConfig(
-                    x=x,
-                    y=y,
-                    block=(tx, ty),
-                    regs=(rx, ry, 1),
-                    assign="cyclic",
-                    preload=preload,
-                    split=split,
-                    lanes=(run, count),
-                )
-                found += _first_valid(task, base, limits)
+    for tx, ty, rx, ry, split in _split_shapes(blocks, splits, bool(y), terms, limits):
+        for lane in lanes:
+            base = CudaConfig(
+                x=x,
+                y=y,
+                block=(tx, ty),
+                regs=(rx, ry, 1),
+                assign="cyclic",
+                preload=preload,
+                split=split,
+                lanes=lane,
+            )
+            found += _first_valid(task, base, limits)
     return found
 
 

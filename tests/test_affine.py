@@ -292,6 +292,51 @@ def test_reduction_tiles_without_their_barrier_fail_in_the_emulator():
         assert (relative_error(work["t_y"], expected) <= 1e-12) == correct
 
 
+@pytest.mark.parametrize("run", [1, 3, 5])
+@pytest.mark.parametrize("lower", [True, False])
+def test_reduction_tiles_in_runs_of_several_tiles_per_block(monkeypatch, run, lower):
+    """A block reads ``run`` consecutive tiles of a tile row (the last run of a row
+    partly past its end); every instance is still added once."""
+    from einkern.backends.emulator import emulate
+    from einkern.blas.level12 import symv_text
+    from einkern.cli.affine import random_affine_arguments
+    from einkern.gpu import affine_reduce
+    from einkern.gpu.affine import affine_kernels
+
+    monkeypatch.setattr(affine_reduce, "TILES_PER_BLOCK", run)
+    text = symv_text("double", lower, ", double beta, double y[n]", "z[i] = beta * y[i];")
+    problem = A.make_affine_problem(parse_c(text, "s.c").function(None), {"n": 203})
+    launches = affine_kernels(problem)
+    tiles = launches[-1]
+    assert f"{run} consecutive tiles" in tiles.reason or (run == 1 and "one tile" in tiles.reason)
+    arrays, scalars = random_affine_arguments(problem, run)
+    expected = evaluate_affine(problem, arrays, scalars)["z"]
+    work = {f"t_{n}": a.copy() for n, a in arrays.items()}
+    named = {f"s_{n}": v for n, v in scalars.items()}
+    for launch in launches:
+        assert emulate([launch.kernel], work, {**named, **dict(launch.values)}).ok
+    assert relative_error(work["t_z"], expected) <= 1e-12
+
+
+def test_tile_plans_in_runs_cover_each_tile_once():
+    from einkern.gpu.affine_tiles import tile_plan
+
+    rows = [(0, i + 1) for i in range(301)]  # a lower triangle
+    one = tile_plan(rows, 64, 32)
+    assert one is not None and one.blocks == one.tiles
+    for run in (2, 3, 8):
+        plan = tile_plan(rows, 64, 32, run)
+        assert plan is not None and plan.tiles == one.tiles
+        covered = []
+        for (start, q, shift), last in zip(plan.entries, plan.lasts, strict=True):
+            stop = next((s for s, _, _ in plan.entries if s > start), plan.blocks)
+            for b in range(start, stop):
+                first = b * run + shift
+                covered += [(q, c) for c in range(first, min(first + run, last + 1))]
+        assert len(covered) == len(set(covered)) == one.tiles
+        assert plan.blocks == sum(-(-(last + 1) // run) for last in plan.lasts)
+
+
 def test_a_parallel_outer_loop_is_spread_over_blocks():
     from einkern.gpu.affine import affine_kernels
 

@@ -61,6 +61,9 @@ THREADS = LANES * WARPS
 #: Rows of the tile each thread reads (8 apart): that many loads in flight.
 ROWS_PER_THREAD = 8
 TILE_ROWS = WARPS * ROWS_PER_THREAD
+#: Consecutive tiles of one tile row a block reads: the row sums stay in registers
+#: across them, and the block's combine step and atomics are shared by them.
+TILES_PER_BLOCK = 4
 #: Bytes a warp reads per row of a tile: 32 lanes x (256 / itemsize / 32) columns.
 ROW_BYTES = 256
 _PAD = LANES + 1  # shared row length of the row partials (no bank conflicts)
@@ -176,17 +179,18 @@ def reduction_kernel(
     stop = min(a.value(env) for a in outer_loop.upper) + 1
     per_thread = max(1, ROW_BYTES // LANES // kir.ELEMENT_BYTES[ctype])
     columns = LANES * per_thread
-    plan = tile_plan(_row_ranges(problem, nest, start, stop), TILE_ROWS, columns)
+    ranges = _row_ranges(problem, nest, start, stop)
+    plan = tile_plan(ranges, TILE_ROWS, columns, TILES_PER_BLOCK)
     if plan is None:
         return None
     rows = tuple(s for s in nest.rows if s in live)
     cols = tuple(s for s in nest.columns if s in live)
     largest = max([problem.numel(a.name) for a in problem.function.arrays] + [stop, plan.origin])
-    index = "int" if largest + TILE_ROWS + columns < 2**31 else INDEX
+    index = "int" if largest + (TILE_ROWS + columns) * plan.run < 2**31 else INDEX
     layout = _Layout(start, plan.origin, columns, per_thread, plan, index)
     body = (
         kir.PerThread(_accumulate(problem, nest, rows, cols, layout)),
-        kir.PerThread(_spill(rows, cols, layout)),
+        kir.PerThread(_spill_rows(rows)),
         kir.Barrier(),
         kir.PerThread(_combine(problem, nest, rows, cols, layout, ctype)),
     )
@@ -200,15 +204,25 @@ def reduction_kernel(
     )
     shared = tuple(
         [kir.SharedArray(f"rows_{k}", ctype, TILE_ROWS * _PAD) for k in range(len(rows))]
-        + [kir.SharedArray(f"columns_{k}", ctype, WARPS * columns) for k in range(len(cols))]
+        + [
+            kir.SharedArray(f"columns_{k}", ctype, WARPS * columns * plan.run)
+            for k in range(len(cols))
+        ]
+    )
+    per_block = (
+        f"{plan.run} consecutive tiles of a tile row per block (row sums kept in "
+        "registers across them)"
+        if plan.run > 1
+        else "one tile per block"
     )
     reason = (
         f"loops {nest.outer} x {nest.inner} carry only reductions (+= into "
         f"{', '.join(sorted({s.target.array for s in live}))}): reduction tiles of "
         f"{TILE_ROWS} x {columns} iterations, {THREADS} threads ({nest.inner} along the "
-        f"warps, {ROWS_PER_THREAD} rows per thread); partial sums per row and column "
-        f"combined in shared memory and added with one atomicAdd per row and column of a "
-        f"tile; {plan.blocks} of the bounding box's {plan.box} tiles launched"
+        f"warps, {ROWS_PER_THREAD} rows per thread), {per_block}; partial sums per row "
+        "and column combined in shared memory and added with one atomicAdd per row and "
+        f"column; {plan.tiles} of the bounding box's {plan.box} tiles in {plan.blocks} "
+        "blocks"
     )
     params = kernel_params(problem, {s.target.array for s in live}, ())
     return kir.Kernel(
@@ -226,19 +240,31 @@ class _Layout:
     index: str  # C type of indices: int when every offset fits
 
     def declare(self) -> tuple[kir.Stmt, ...]:
-        """``tile_row`` and ``tile_column``: the first outer and inner value of this
-        block's tile (declared at the start of a section that uses :meth:`tile`)."""
+        """``tile_row``, ``tile_first`` and ``tile_end``: the first outer value of
+        this block's tiles, the first inner value of its first tile and of its tile
+        row's last tile (declared at the start of a section that uses them)."""
         plan = self.plan
         b = kir.BlockIdx()
         starts = [first for first, _, _ in plan.entries]
         q = select_tree(b, starts, [t for _, t, _ in plan.entries])
         shift = select_tree(b, starts, [d for _, _, d in plan.entries])
+        last = select_tree(b, starts, list(plan.lasts))
         row = plus(kir.Op("*", q, kir.Int(TILE_ROWS)), kir.Int(self.start))
-        column = kir.Op("*", kir.Op("+", b, shift), kir.Int(self.columns))
+        first = kir.Op("+", kir.Op("*", b, kir.Int(plan.run)), shift)
+        width = kir.Int(self.columns)
         return (
             kir.Declare("tile_row", self.index, row),
-            kir.Declare("tile_column", self.index, plus(column, kir.Int(self.origin))),
+            kir.Declare(
+                "tile_first", self.index, plus(kir.Op("*", first, width), kir.Int(self.origin))
+            ),
+            kir.Declare(
+                "tile_end", self.index, plus(kir.Op("*", last, width), kir.Int(self.origin))
+            ),
         )
+
+    def column_of(self, t: kir.Expr) -> kir.Expr:
+        """The first inner value of the block's tile ``t``."""
+        return plus(kir.Var("tile_first"), kir.Op("*", t, kir.Int(self.columns)))
 
     @staticmethod
     def tile() -> tuple[kir.Expr, kir.Expr]:
@@ -259,26 +285,13 @@ def _lane() -> kir.Expr:
 
 
 def _accumulate(problem, nest: ReductionNest, rows, cols, layout: _Layout) -> tuple[kir.Stmt, ...]:
-    """Zero the partial sums, then add every point of the thread's rows and columns."""
+    """Zero the row sums, then for each of the block's tiles that exists: zero the
+    column sums, add every point of the thread's rows and columns, and put the
+    column sums in shared memory."""
     row0, column0 = layout.tile()
-    zero = kir.Float(0.0)
     out: list[kir.Stmt] = list(layout.declare())
     if rows:
-        out.append(
-            _unrolled(
-                "z",
-                ROWS_PER_THREAD * len(rows),
-                (kir.Store("row_sum", kir.Var("z"), zero),),
-            )
-        )
-    if cols:
-        out.append(
-            _unrolled(
-                "z",
-                layout.per_thread * len(cols),
-                (kir.Store("column_sum", kir.Var("z"), zero),),
-            )
-        )
+        out.append(_zero("row_sum", ROWS_PER_THREAD * len(rows)))
     corners = [
         {nest.outer: plus(row0, kir.Int(di)), nest.inner: plus(column0, kir.Int(dj))}
         for di in (0, TILE_ROWS - 1)
@@ -288,8 +301,23 @@ def _accumulate(problem, nest: ReductionNest, rows, cols, layout: _Layout) -> tu
     # domain is inside it everywhere, and runs without per-point tests
     full = _all([_inside(problem, s, corner) for s in (*rows, *cols) for corner in corners])
     loops = [_points(problem, nest, rows, cols, layout, guarded) for guarded in (False, True)]
-    out.append(kir.If(full, (loops[0],), (loops[1],)))
+    tile: list[kir.Stmt] = []
+    if cols:
+        tile.append(_zero("column_sum", layout.per_thread * len(cols)))
+    tile.append(kir.If(full, (loops[0],), (loops[1],)))
+    tile += _spill_columns(cols, layout)
+    t = kir.Var("t")
+    body = (
+        kir.Declare("tile_column", layout.index, layout.column_of(t)),
+        kir.If(kir.Op("<=", kir.Var("tile_column"), kir.Var("tile_end")), tuple(tile)),
+    )
+    run = layout.plan.run
+    out.append(kir.For("t", kir.Int(0), kir.Int(run), 1, body, -1 if run == 1 else 0))
     return tuple(out)
+
+
+def _zero(array: str, count: int) -> kir.For:
+    return _unrolled("z", count, (kir.Store(array, kir.Var("z"), kir.Float(0.0)),))
 
 
 def _all(tests: list[kir.Expr]) -> kir.Expr:
@@ -334,56 +362,57 @@ def _add(problem, s: N.AStatement, values, sums: str, slot: kir.Expr, guarded: b
     return kir.If(_inside(problem, s, values), (add,)) if guarded else add
 
 
-def _spill(rows, cols, layout: _Layout) -> tuple[kir.Stmt, ...]:
-    """Every thread's partial sums into shared memory."""
+def _spill_rows(rows) -> tuple[kir.Stmt, ...]:
+    """Every thread's row partial sums into shared memory."""
     out: list[kir.Stmt] = []
     for k in range(len(rows)):
         row = plus(_warp(), kir.Op("*", kir.Var("r"), kir.Int(WARPS)))
-        out.append(
-            _unrolled(
-                "r",
-                ROWS_PER_THREAD,
-                (
-                    kir.Store(
-                        f"rows_{k}",
-                        plus(kir.Op("*", row, kir.Int(_PAD)), _lane()),
-                        kir.Load("row_sum", plus(kir.Int(k * ROWS_PER_THREAD), kir.Var("r"))),
-                    ),
-                ),
-            )
-        )
-    for k in range(len(cols)):
-        column = plus(_lane(), kir.Op("*", kir.Var("c"), kir.Int(LANES)))
-        out.append(
-            _unrolled(
-                "c",
-                layout.per_thread,
-                (
-                    kir.Store(
-                        f"columns_{k}",
-                        plus(kir.Op("*", _warp(), kir.Int(layout.columns)), column),
-                        kir.Load("column_sum", plus(kir.Int(k * layout.per_thread), kir.Var("c"))),
-                    ),
-                ),
-            )
-        )
+        value = kir.Load("row_sum", plus(kir.Int(k * ROWS_PER_THREAD), kir.Var("r")))
+        store = kir.Store(f"rows_{k}", plus(kir.Op("*", row, kir.Int(_PAD)), _lane()), value)
+        out.append(_unrolled("r", ROWS_PER_THREAD, (store,)))
     return tuple(out)
 
 
+def _spill_columns(cols, layout: _Layout) -> list[kir.Stmt]:
+    """The thread's column partial sums of tile ``t`` into shared memory (slot
+    ``(t·warps + warp)·columns + column``)."""
+    out: list[kir.Stmt] = []
+    slot = kir.Op("+", kir.Op("*", kir.Var("t"), kir.Int(WARPS)), _warp())
+    for k in range(len(cols)):
+        column = plus(_lane(), kir.Op("*", kir.Var("c"), kir.Int(LANES)))
+        value = kir.Load("column_sum", plus(kir.Int(k * layout.per_thread), kir.Var("c")))
+        index = plus(kir.Op("*", slot, kir.Int(layout.columns)), column)
+        out.append(_unrolled("c", layout.per_thread, (kir.Store(f"columns_{k}", index, value),)))
+    return out
+
+
 def _combine(problem, nest: ReductionNest, rows, cols, layout: _Layout, ctype: str):
-    """Thread ``t`` sums row ``t`` (and column ``t``) of the tile and adds it to the
-    target atomically, where that row (column) holds instances of the statement."""
-    row0, column0 = layout.tile()
+    """Thread ``t`` sums row ``t`` of the block's rows, and entry ``t`` (``t +``
+    threads, …) of its tiles' columns, and adds each to the target atomically where
+    that row (column) holds instances of the statement."""
+    row0, _ = layout.tile()
     t = kir.ThreadIdx()
+    types = (ctype, layout.index)
     out: list[kir.Stmt] = list(layout.declare())
     for k, s in enumerate(rows):
-        i = plus(row0, t)
         total = _sum(f"rows_{k}", kir.Op("*", t, kir.Int(_PAD)), 1, LANES)
-        out += _atomic(problem, s, nest.outer, i, total, TILE_ROWS, (ctype, layout.index), k)
+        first = kir.Op("<", t, kir.Int(TILE_ROWS))
+        out += _atomic(problem, s, nest.outer, plus(row0, t), total, first, types, k)
+    entries = layout.plan.run * layout.columns
     for k, s in enumerate(cols):
-        j = plus(column0, t)
-        total = _sum(f"columns_{k}", t, layout.columns, WARPS)
-        out += _atomic(problem, s, nest.inner, j, total, layout.columns, (ctype, layout.index), k)
+        e = plus(t, kir.Op("*", kir.Var("e"), kir.Int(THREADS)))
+        tile = kir.Op("/", e, kir.Int(layout.columns))
+        column = kir.Op("%", e, kir.Int(layout.columns))
+        j = plus(layout.column_of(tile), column)
+        first = kir.Op("*", kir.Op("*", tile, kir.Int(WARPS)), kir.Int(layout.columns))
+        total = _sum(f"columns_{k}", plus(first, column), layout.columns, WARPS)
+        exists = kir.Op(
+            "&&",
+            kir.Op("<", e, kir.Int(entries)),
+            kir.Op("<=", layout.column_of(tile), kir.Var("tile_end")),
+        )
+        body = _atomic(problem, s, nest.inner, j, total, exists, types, k)
+        out.append(_unrolled("e", -(-entries // THREADS), tuple(body)))
     return tuple(out)
 
 
@@ -394,8 +423,8 @@ def _sum(array: str, first: kir.Expr, stride: int, count: int) -> kir.Expr:
     return total
 
 
-def _atomic(problem, s, iterator, value, total, threads, types, k) -> list[kir.Stmt]:
-    """``if (t < threads && low <= value <= high) atomicAdd(target, ±total)``: the
+def _atomic(problem, s, iterator, value, total, exists, types, k) -> list[kir.Stmt]:
+    """``if (exists && low <= value <= high) atomicAdd(target, ±total)``: the
     target's element at iterator value ``value``, when some instance has it."""
     bounds = _bounds(problem, s, iterator)
     assert bounds is not None
@@ -408,7 +437,7 @@ def _atomic(problem, s, iterator, value, total, threads, types, k) -> list[kir.S
         amount = kir.Neg(amount)
     inside = kir.Op(
         "&&",
-        kir.Op("<", kir.ThreadIdx(), kir.Int(threads)),
+        exists,
         kir.Op(
             "&&",
             kir.Op(">=", kir.Var(var), kir.Int(low)),

@@ -17,7 +17,7 @@ any order if the updates are combined.  Such a nest — every statement a
 reduction) or by the inner one alone (a *column* reduction), no statement
 reading an array the nest accumulates into — is mapped like MAGMA's symv:
 
-* the domain is cut into tiles of :data:`TILE_ROWS` x (32·columns per thread)
+* the domain is cut into tiles of :data:`TILE_ROWS` x (32·:data:`COLUMNS_PER_THREAD`)
   iterations, only the tiles that hold a point launched
   (:func:`einkern.gpu.affine_tiles.tile_plan`); a block of 8 warps reads its tile
   row by row, a warp along the contiguous inner index (coalesced), each thread
@@ -63,9 +63,10 @@ ROWS_PER_THREAD = 8
 TILE_ROWS = WARPS * ROWS_PER_THREAD
 #: Consecutive tiles of one tile row a block reads: the row sums stay in registers
 #: across them, and the block's combine step and atomics are shared by them.
-TILES_PER_BLOCK = 4
-#: Bytes a warp reads per row of a tile: 32 lanes x (256 / itemsize / 32) columns.
-ROW_BYTES = 256
+TILES_PER_BLOCK = 1
+#: Columns of the tile each thread reads (32 apart): with 8 rows, 16 loads in
+#: flight per thread (H100: 16 loads beat 8 and 32 in fp32 and fp64, docs/affine.md).
+COLUMNS_PER_THREAD = 2
 _PAD = LANES + 1  # shared row length of the row partials (no bank conflicts)
 
 
@@ -177,7 +178,7 @@ def reduction_kernel(
     env = dict(problem.sizes)
     start = max(a.value(env) for a in outer_loop.lower)
     stop = min(a.value(env) for a in outer_loop.upper) + 1
-    per_thread = max(1, ROW_BYTES // LANES // kir.ELEMENT_BYTES[ctype])
+    per_thread = COLUMNS_PER_THREAD
     columns = LANES * per_thread
     ranges = _row_ranges(problem, nest, start, stop)
     plan = tile_plan(ranges, TILE_ROWS, columns, TILES_PER_BLOCK)

@@ -187,9 +187,7 @@ def _describe(config: CudaConfig) -> str:
     if config.lanes is not None:
         run, count = config.lanes
         lanes = (
-            f" as the fastest thread digits (runs of {run}, {count} accumulators, "
-            "warp shuffles; equal predictions prefer the widest runs and most "
-            "accumulators: more bytes in flight)"
+            f" as the fastest thread digits (runs of {run}, {count} accumulators, warp shuffles)"
         )
     return (
         f"{config.split} threads per output along the reduction{lanes}, "
@@ -215,6 +213,7 @@ def choose(task: Task, limits: DeviceLimits = H100) -> Decision:
         key=lambda item: item[:2],
     )
     best_time, _, best = ranked[0]
+    best, tie = _lanes_tie_break(ranked)
     rules_time = _predict(task, proposal.config, limits)
     family = _family(best)
     described = (
@@ -227,7 +226,7 @@ def choose(task: Task, limits: DeviceLimits = H100) -> Decision:
             runner += f"; next point {ranked[1][0] * 1e6:.3g} µs ({_family(ranked[1][2])})"
         reason = (
             f"family {family} won: {described} against {runner} (predicted, "
-            f"a point must be {1 / MARGIN:.3g}× faster)"
+            f"a point must be {1 / MARGIN:.3g}× faster){tie}"
         )
         return Decision(best, ((*proposal.steps, ("model-choice", reason))))
     reason = (
@@ -236,6 +235,59 @@ def choose(task: Task, limits: DeviceLimits = H100) -> Decision:
         f"{1 / MARGIN:.3g}× faster"
     )
     return Decision(proposal.config, (*proposal.steps, ("model-choice", reason)))
+
+
+#: Lanes points predicted within this share of the best are ties for the model
+#: (its DRAM term is the same for all of them; measured, they differ by up to
+#: 10 % for reasons it does not model), broken by :func:`_lanes_key`.
+LANES_TIE = 0.1
+
+
+def _lanes_key(config: CudaConfig) -> tuple[int, ...]:
+    """Rank of a lanes point among ties: a warp per row of the summed operand (32
+    lanes: each load instruction reads one row's consecutive bytes, neither runs
+    of several rows nor a row shared by warps that then combine through shared
+    memory), then the longest runs (widest loads), then the fewest accumulators
+    and outputs per thread (the model found the bytes in flight sufficient for
+    all of them: more only cost registers), then blocks of at least four warps
+    (fewer than 16 blocks fill an SM's threads, under its cap of resident blocks)
+    with the fewest outputs (more, shorter blocks: a shorter tail)."""
+    assert config.lanes is not None
+    run, accumulators = config.lanes
+    per_thread = config.regs[0] * config.regs[1]
+    outputs = config.block[0] * max(1, config.block[1])
+    lanes = config.split or 1
+    four_warps = outputs * lanes >= 128
+    per_block = per_thread * outputs
+    return (
+        -abs(lanes.bit_length() - 6),
+        run,
+        -accumulators,
+        -per_thread,
+        four_warps,
+        -per_block,
+    )
+
+
+def _lanes_tie_break(ranked: list[tuple[float, int, CudaConfig]]) -> tuple[CudaConfig, str]:
+    """The best point, or among lanes points predicted within :data:`LANES_TIE`
+    of a lanes best the one :func:`_lanes_key` ranks first (ties keep the
+    model's order), and what to say about it (docs/gpu.md, "Reduction lanes")."""
+    best_time, _, best = ranked[0]
+    if best.lanes is None:
+        return best, ""
+    ties = [c for t, _, c in ranked if c.lanes is not None and t <= best_time * (1 + LANES_TIE)]
+    chosen = max(ties, key=_lanes_key)  # max keeps the first of equal keys
+    if chosen == best:
+        return best, ""
+    run, count = chosen.lanes or (1, 1)
+    return chosen, (
+        f"; {len(ties)} lanes points within {LANES_TIE:.0%} of the best are ties for the "
+        f"model: chosen is the one whose warps each read one row in the longest runs, "
+        "with the fewest accumulators and outputs per thread, in blocks of four warps or "
+        "more with the fewest outputs "
+        f"({chosen.split} lanes, runs of {run}, {count} accumulators)"
+    )
 
 
 def default_config(task: Task, limits: DeviceLimits = H100) -> tuple[CudaConfig, list[str]]:

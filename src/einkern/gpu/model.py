@@ -225,7 +225,7 @@ def cost_terms(task: Task, mapping: Mapping, limits: DeviceLimits = H100) -> Ter
     if mapping.preload_output:
         factor = PRELOAD_FACTOR[products_per_output(statement) >= 3]
     return Terms(
-        dram / efficiency,
+        dram / _dram_efficiency(mapping, blocks, resident, limits),
         l2 / efficiency,
         lsu / efficiency,
         arithmetic / efficiency,
@@ -251,6 +251,18 @@ def _efficiency(
     warps = min(resident, busiest) * mapping.threads / 32
     hiding = min(1.0, warps / 16)
     return max(1e-3, balance * hiding * (0.75 + 0.25 * quantisation)), waves
+
+
+def _dram_efficiency(mapping: Mapping, blocks: int, resident: int, limits: DeviceLimits) -> float:
+    """The share of the DRAM bandwidth the blocks' spread over the SMs reaches:
+    the SMs share one bandwidth, so a last partial wave of blocks (fewer resident
+    blocks, each then drawing more of it) costs nothing as long as the bytes in
+    flight suffice (:func:`_streaming`); what costs is the busiest SM's extra
+    blocks and too few warps to hide latency."""
+    busiest = math.ceil(blocks / limits.sm_count)
+    balance = (blocks / limits.sm_count) / busiest
+    warps = min(resident, busiest) * mapping.threads / 32
+    return max(1e-3, balance * min(1.0, warps / 16))
 
 
 def _streaming(task: Task, mapping: Mapping, resident_threads: int, limits: DeviceLimits) -> float:

@@ -199,9 +199,11 @@ def gemm_register_tile(facts: Facts, config: CudaConfig) -> Change | None:
     if not (facts.reduction >= 32 and r.m and r.n):
         return None
     regs = ((4, 4, 1) if facts.double else (8, 8, 1)) if y else (4, 1, 1)
+    across = _both_along_k(facts)
+    step, padding = (16, 4) if across else (8, 0)
     values: dict[str, Any] = {
         "regs": regs,
-        "staging": StagingConfig("all", 8, True, 0, "compute"),
+        "staging": StagingConfig("all", step, True, padding, "compute"),
         "assign": "chunked" if y else "cyclic",
     }
     if y:
@@ -211,9 +213,31 @@ def gemm_register_tile(facts: Facts, config: CudaConfig) -> Change | None:
         f"reduction of {facts.reduction} terms with operands on both sides: "
         f"register tile {regs[0]}×{regs[1]} (x cyclic in runs of one vector: "
         "coalesced stores and vector loads from shared memory; y adjacent), "
-        "inputs staged in shared memory per k-step of 8 with the threaded "
-        "index innermost, prefetching",
+        f"inputs staged in shared memory per k-step of {step} with the threaded "
+        "index innermost, prefetching"
+        + (
+            f"; both operands are contiguous along the sum ({across}): k-step 16 (runs "
+            "of 64 bytes per row, not 32) and tiles padded by 4 elements (their "
+            "transposing stores would meet in one bank)"
+            if across
+            else ""
+        ),
     )
+
+
+def _both_along_k(facts: Facts) -> str:
+    """The summed index when it is the stride-1 index of both operands of the main
+    product (A·Bᵀ on row-major matrices), else ""."""
+    r = facts.roles
+    if r.a is None or r.b is None or len(r.k) != 1:
+        return ""
+    program = facts.task.problem.program
+    for access in (r.a, r.b):
+        layout = program.tensor(access.tensor).layout
+        inner = access.indices[-1] if layout == "row" else access.indices[0]
+        if inner != r.k[0]:
+            return ""
+    return r.k[0]
 
 
 def _short(facts: Facts, config: CudaConfig) -> bool:
@@ -335,9 +359,27 @@ def short_reduction_cache(facts: Facts, config: CudaConfig) -> Change | None:
     )
 
 
+#: Bytes of each operand a thread of an elementwise statement has in flight:
+#: several cyclic outputs per thread, each load still coalesced (docs/rules.md,
+#: no-reuse).
+BYTES_IN_FLIGHT = 8
+
+
 def no_reuse(facts: Facts, config: CudaConfig) -> Change:
-    """no-reuse: one output element per thread."""
-    return Change({}, "no reuse to exploit: one output element per thread")
+    """no-reuse: one output element per thread, or for an elementwise statement
+    (no sum) :data:`BYTES_IN_FLIGHT` bytes of each operand per thread."""
+    if facts.reduction or not facts.parallel:
+        return Change({}, "no reuse to exploit: one output element per thread")
+    itemsize = 8 if facts.double else 4
+    per_thread = max(1, BYTES_IN_FLIGHT // itemsize)
+    if per_thread == 1:
+        return Change({}, "no reuse to exploit: one output element per thread")
+    return Change(
+        {"regs": (per_thread, 1, 1), "assign": "cyclic"},
+        f"no reuse to exploit: {per_thread} outputs per thread along {config.x}, "
+        f"{per_thread * config.block[0]} apart by {config.block[0]} (each load coalesced, "
+        f"{BYTES_IN_FLIGHT} bytes of each operand in flight per thread)",
+    )
 
 
 # ---- fitting the tile to the extents and the machine ---------------------------

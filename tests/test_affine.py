@@ -204,8 +204,9 @@ def test_calls_are_checked_by_the_one_argument_check():
         kernel(np.eye(3), np.ones(4))
     with pytest.raises(ArgumentError):
         kernel(np.eye(4, dtype=np.float32), np.ones(4))
-    with pytest.raises(ExtentError):
-        compile_loops(EXAMPLES / "trsv.c")
+    with pytest.raises(ExtentError):  # no size and no #pragma einkern sizes default
+        compile_loops("void f(int n, double x[n]) { for (int i = 0; i < n; i++) x[i] = 1; }")
+    assert compile_loops(EXAMPLES / "trsv.c").problem.sizes == (("n", 299),)  # its default
     with pytest.raises(ArgumentError):
         compile_loops(EXAMPLES / "trsv.c", function="nope", n=4)
 

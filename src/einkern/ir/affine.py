@@ -328,9 +328,10 @@ class AffineProblem:
 def make_affine_problem(
     function: AFunction, sizes: Mapping[str, object] | None = None
 ) -> AffineProblem:
-    """Bind ``sizes`` (every size parameter, a positive integer) and check that
-    every access stays inside its array (:class:`~einkern.errors.SemanticError`
-    with the statement's location otherwise)."""
+    """Bind ``sizes`` (a positive integer for every size parameter, else the
+    function's default from ``#pragma einkern sizes``) and check that every access
+    stays inside its array (:class:`~einkern.errors.SemanticError` with the
+    statement's location otherwise)."""
     given = dict(sizes or {})
     for name in given:
         if name not in function.sizes:
@@ -339,13 +340,15 @@ def make_affine_problem(
                 function.span,
                 hint=f"size parameters: {', '.join(function.sizes) or 'none'}",
             )
+    given = {**function.default_sizes(), **given}
     values = []
     for name in function.sizes:
         if name not in given:
             raise ExtentError(
                 f"size parameter {name!r} needs a value",
                 function.span,
-                hint=f"give it, e.g. -e {name}=64",
+                hint=f"give it, e.g. -e {name}=64, or a default in the file: "
+                f"#pragma einkern sizes {name}=64",
             )
         value = given[name]
         try:

@@ -188,7 +188,7 @@ class CReader:
             raise ParseError(
                 f"size {name} must be a positive integer, got {text!r}",
                 where,
-                hint="a decimal integer of at least 1, e.g. n=1000 (pairs apart by spaces)",
+                hint="a decimal integer of at least 1, e.g. n=1000 (pairs separated by spaces)",
             )
         if len(text) > 19 or int(text) >= 2**63:
             raise ParseError(

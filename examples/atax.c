@@ -1,4 +1,5 @@
 /* atax: y = A^T (A x), through tmp = A x. */
+#pragma einkern sizes m=390 n=410
 void atax(int m, int n, double A[m][n], double x[n], double y[n], double tmp[m])
 {
     for (int i = 0; i < n; i++)

@@ -1,4 +1,5 @@
 /* bicg: s = A^T r and q = A p in one sweep over A. */
+#pragma einkern sizes m=83 n=97
 void bicg(int m, int n, double A[n][m], double s[m], double q[n], double p[m], double r[n])
 {
     for (int i = 0; i < m; i++)

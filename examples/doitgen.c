@@ -1,4 +1,5 @@
 /* doitgen: A[r][q][:] = A[r][q][:] C4, through the row buffer sum. */
+#pragma einkern sizes nr=8 nq=7 np=37
 void doitgen(int nr, int nq, int np, double A[nr][nq][np], double C4[np][np], double sum[np])
 {
     for (int r = 0; r < nr; r++)

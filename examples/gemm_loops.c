@@ -1,4 +1,5 @@
 /* gemm written as loops: C = alpha A B + beta C. */
+#pragma einkern sizes nj=301 nk=97
 #define NI 48
 void gemm(int nj, int nk, double alpha, double beta,
           double C[NI][nj], double A[NI][nk], double B[nk][nj])

@@ -1,4 +1,5 @@
 /* gemver: a rank-2 update of A, then x = beta A^T y + z and w = alpha A x. */
+#pragma einkern sizes n=333
 void gemver(int n, double alpha, double beta, double A[n][n], double u1[n], double v1[n],
             double u2[n], double v2[n], double w[n], double x[n], double y[n], double z[n])
 {

@@ -1,4 +1,5 @@
 /* jacobi-2d: tsteps sweeps of a 5-point average, back and forth between A and B. */
+#pragma einkern sizes tsteps=8 n=203
 void jacobi2d(int tsteps, int n, double A[n][n], double B[n][n])
 {
     for (int t = 0; t < tsteps; t++) {

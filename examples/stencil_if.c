@@ -1,4 +1,5 @@
 /* A 5-point stencil: the border is copied, the interior (an affine if) averaged. */
+#pragma einkern sizes n=89
 #pragma einkern array B[n][n]
 void stencil(int n, double A[n][n], double *restrict B)
 {

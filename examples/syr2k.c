@@ -1,4 +1,5 @@
 /* syr2k, lower triangle: C = alpha (A B^T + B A^T) + beta C for j <= i. */
+#pragma einkern sizes n=110 m=67
 void syr2k(int n, int m, double alpha, double beta, double C[n][n], double A[n][m],
            double B[n][m])
 {

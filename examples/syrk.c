@@ -1,4 +1,5 @@
 /* Symmetric rank-k update, lower triangle: C = alpha A A^T + beta C (j <= i only). */
+#pragma einkern sizes n=120 m=73
 void syrk(int n, int m, double alpha, double beta, double C[n][n], double A[n][m])
 {
     for (int i = 0; i < n; i++) {

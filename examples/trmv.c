@@ -1,4 +1,5 @@
 /* Lower-triangular matrix-vector product y = L x (only the lower triangle is read). */
+#pragma einkern sizes n=399
 void trmv(int n, double L[n][n], double x[n], double y[n])
 {
     for (int i = 0; i < n; i++) {

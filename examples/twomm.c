@@ -1,4 +1,5 @@
 /* 2mm: D = alpha A B C + beta D, through tmp = alpha A B. */
+#pragma einkern sizes ni=45 nj=51 nk=60 nl=39
 void twomm(int ni, int nj, int nk, int nl, double alpha, double beta, double tmp[ni][nj],
            double A[ni][nk], double B[nk][nj], double C[nj][nl], double D[ni][nl])
 {

@@ -1,7 +1,8 @@
 #!/bin/sh
 # The main job on a fresh machine (README command 1): make .venv, install einkern,
-# then run every example on random inputs, timed and checked against the NumPy
-# reference.  The CUDA backend's wheels (the [cuda] extra, ~170 MB) are added only
+# then run every example (the C loop nests included, at the sizes their
+# `#pragma einkern sizes` gives) on random inputs, timed and checked against the
+# NumPy reference.  The CUDA backend's wheels (the [cuda] extra, ~170 MB) are added only
 # where they can be used: when `nvidia-smi -L` lists a GPU, or when EINKERN_CUDA=1
 # asks for them (EINKERN_CUDA=0 leaves them out).  Arguments are passed to
 # `einkern run` (e.g. --backend cpu, --repeat 10).  EINKERN_DRY_RUN=1 prints the
@@ -33,4 +34,5 @@ else
     echo "einkern: installing einkern with the C/OpenMP backend only ($why)" >&2
     step .venv/bin/pip install -q -e .
 fi
-step .venv/bin/einkern run examples/*.ein examples/*.tensor examples/*.mapped --check --repeat 3 "$@"
+step .venv/bin/einkern run examples/*.ein examples/*.tensor examples/*.mapped examples/*.c \
+    --check --repeat 3 "$@"

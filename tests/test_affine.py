@@ -81,6 +81,42 @@ def test_separate_nests_are_judged_separately():
     assert any("S0" in note and "parallel" in note for note in explain_affine(problem))
 
 
+def test_sums_into_one_element_are_found_with_isl():
+    """The reference adds such sums' terms in loop order, computed at once."""
+    trsv = function_of("trsv.c")  # x[i] -= L[i][j] * x[j]: x[j], j < i, is never x[i]
+    assert A.innermost_sum(trsv, statement(trsv, "S0"))
+    trmm = function_of("trmm.c")  # B[i][j] += A[k][i] * B[k][j], k > i
+    assert A.innermost_sum(trmm, statement(trmm, "S0"))
+    atax = function_of("atax.c")  # tmp[i] = tmp[i] + A[i][j] * x[j]
+    assert [A.innermost_sum(atax, s) for s in atax.statements] == [False, False, True, False]
+    bicg = function_of("bicg.c")  # two statements share the j loop
+    assert not any(A.innermost_sum(bicg, s) for s in bicg.statements)
+    text = """void f(int n, double x[n], double y[n]) {
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < n; j++)
+                x[i] += x[j] * y[j];
+    }"""
+    own = parse_c(text).functions[0]  # j == i reads the element being summed into
+    assert not A.innermost_sum(own, own.statements[0])
+
+
+def test_the_reference_adds_a_sum_in_loop_order():
+    """trsv's sums are computed at once and added in loop order: bit for bit the
+    plain forward substitution (Python floats are IEEE doubles)."""
+    rng = np.random.default_rng(4)
+    n = 41
+    L = _random((n, n), rng) + 2 * n * np.eye(n)
+    b = _random(n, rng)
+    problem = A.make_affine_problem(function_of("trsv.c"), {"n": n})
+    found = evaluate_affine(problem, {"L": L, "x": b}, {})["x"]
+    x = [float(v) for v in b]
+    for i in range(n):
+        for j in range(i):
+            x[i] -= float(L[i, j]) * x[j]
+        x[i] /= float(L[i, i])
+    assert np.array_equal(found, np.array(x))
+
+
 def test_inputs_are_the_arrays_read_before_written():
     assert A.read_on_entry(function_of("trmv.c")) == ("L", "x")  # y is assigned first
     assert A.read_on_entry(function_of("trsv.c")) == ("L", "x")
@@ -204,8 +240,9 @@ def test_calls_are_checked_by_the_one_argument_check():
         kernel(np.eye(3), np.ones(4))
     with pytest.raises(ArgumentError):
         kernel(np.eye(4, dtype=np.float32), np.ones(4))
-    with pytest.raises(ExtentError):
-        compile_loops(EXAMPLES / "trsv.c")
+    with pytest.raises(ExtentError):  # no size and no #pragma einkern sizes default
+        compile_loops("void f(int n, double x[n]) { for (int i = 0; i < n; i++) x[i] = 1; }")
+    assert compile_loops(EXAMPLES / "trsv.c").problem.sizes == (("n", 299),)  # its default
     with pytest.raises(ArgumentError):
         compile_loops(EXAMPLES / "trsv.c", function="nope", n=4)
 

@@ -129,12 +129,97 @@ def test_out_of_bounds_accesses_are_refused(tmp_path, capsys):
     assert "outside x[4]" in capsys.readouterr().err
 
 
-def test_missing_and_unknown_sizes_are_usage_errors(capsys):
+def test_missing_and_unknown_sizes_are_usage_errors(tmp_path, capsys):
+    path = tmp_path / "nodefault.c"
+    path.write_text("void f(int n, double x[n]) {\n  for (int i = 0; i < n; i++) x[i] = 1;\n}")
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "needs a value" in err and "#pragma einkern sizes n=" in err
     trsv = str(ROOT / "examples" / "trsv.c")
-    assert main(["check", trsv]) == 2
-    assert "needs a value" in capsys.readouterr().err
     assert main(["check", trsv, "-e", "n=4", "-e", "q=2"]) == 2
     assert "no size parameter 'q'" in capsys.readouterr().err
+
+
+# ---- #pragma einkern sizes -------------------------------------------------------------------
+
+SIZED = """/* two functions, one pragma for both */
+#pragma einkern sizes n=13 m=6
+void f(int n, int m, double A[n][m]) {
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < m; j++)
+      A[i][j] = 2 * A[i][j];
+}
+void g(int n, double x[n]) {
+  for (int i = 0; i < n; i++) x[i] = 1;
+}
+"""
+
+
+def test_the_sizes_pragma_gives_defaults_that_given_sizes_override(tmp_path, capsys):
+    from einkern.api import compile_loops
+    from einkern.ir.affine import make_affine_problem
+
+    f, g = parse_c(SIZED, "s.c").functions
+    assert f.defaults == (("n", 13), ("m", 6)) and g.defaults == (("n", 13),)
+    assert make_affine_problem(f).sizes == (("n", 13), ("m", 6))
+    assert make_affine_problem(f, {"m": 2}).sizes == (("n", 13), ("m", 2))
+    assert compile_loops(SIZED, function="g").problem.sizes == (("n", 13),)
+    assert compile_loops(SIZED, n=3).problem.sizes == (("n", 3), ("m", 6))
+    path = tmp_path / "s.c"
+    path.write_text(SIZED)
+    assert main(["check", str(path)]) == 0
+    assert "sizes    n=13, m=6" in capsys.readouterr().out
+    assert main(["check", str(path), "-e", "m=4"]) == 0
+    out = capsys.readouterr().out
+    assert "sizes    n=13, m=4" in out and "A[n, m] = (13, 4)" in out
+
+
+def test_a_raised_loop_nest_takes_its_defaults_as_extents():
+    import einkern
+
+    text = (ROOT / "examples" / "gemm_loops.c").read_text()
+    assert "#pragma einkern sizes nj=301 nk=97" in text
+    program = einkern.load(ROOT / "examples" / "gemm_loops.c")
+    assert {e.name: e.default for e in program.extents} == {"48": 48, "nj": 301, "nk": 97}
+    kernel = einkern.compile(ROOT / "examples" / "gemm_loops.c", backend="cpu", nk=5)
+    assert dict(kernel.problem.sizes)["nj"] == 301 and dict(kernel.problem.sizes)["nk"] == 5
+
+
+BAD_SIZES = [
+    ("unknown name", "#pragma einkern sizes n=4 q=3", 27, "'q' is not a size parameter"),
+    ("an array's name", "#pragma einkern sizes A=3", 23, "'A' is not a size parameter"),
+    ("zero", "#pragma einkern sizes n=0", 25, "positive integer, got '0'"),
+    ("negative", "#pragma einkern sizes n=-4", 25, "positive integer, got '-4'"),
+    ("not an integer", "#pragma einkern sizes n=2.5", 25, "positive integer, got '2.5'"),
+    ("a word", "#pragma einkern sizes n=big", 25, "positive integer, got 'big'"),
+    ("comma", "#pragma einkern sizes n=4,m=3", 25, "positive integer, got '4,m=3'"),
+    ("too large", "#pragma einkern sizes n=99999999999999999999", 25, "too large"),
+    ("given twice", "#pragma einkern sizes n=4 m=2 n=5", 31, "'n' given twice"),
+    ("no value", "#pragma einkern sizes n m=2", 23, "expected NAME=VALUE"),
+    ("empty", "#pragma einkern sizes", 1, "needs NAME=VALUE pairs"),
+]
+
+
+@pytest.mark.parametrize("kind, pragma, column, words", BAD_SIZES, ids=[b[0] for b in BAD_SIZES])
+def test_bad_sizes_pragmas_are_located_errors(kind, pragma, column, words, tmp_path, capsys):
+    text = f"/* f */\n{pragma}\n" + SIZED.split("\n", 2)[2]
+    with pytest.raises(ParseError) as caught:
+        parse_c(text, "bad.c")
+    error = caught.value
+    assert words in error.message, str(error)
+    assert (error.span.line, error.span.column) == (2, column), str(error)
+    path = tmp_path / "bad.c"
+    path.write_text(text)
+    assert main(["run", str(path), "-e", "n=4", "-e", "m=2", "-b", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert f"bad.c:2:{column}:" in err and "^" in err and "Traceback" not in err
+
+
+def test_a_name_given_twice_over_two_pragmas_points_to_the_first():
+    text = "#pragma einkern sizes n=4\n#pragma einkern sizes n=5\n" + SIZED.split("\n", 2)[2]
+    with pytest.raises(ParseError) as caught:
+        parse_c(text, "twice.c")
+    assert caught.value.span.line == 2 and "line 1" in (caught.value.hint or "")
 
 
 # ---- fuzzing -------------------------------------------------------------------------------

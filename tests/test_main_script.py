@@ -63,6 +63,8 @@ def test_cuda_wheels_only_where_a_gpu_is_usable_or_asked_for(tmp_path, nvidia_sm
     run = commands[2].split()
     assert run[:2] == [".venv/bin/einkern", "run"]
     assert "examples/local_grad3.ein" in run and "examples/fousek_function1.mapped" in run
+    c_examples = {f"examples/{p.name}" for p in (SCRIPT.parent.parent / "examples").glob("*.c")}
+    assert "examples/threemm.c" in c_examples and c_examples <= set(run)  # the loop nests too
     assert run[-4:] == ["--repeat", "3", "--repeat", "5"]  # the caller's arguments last
     assert "--check" in run
 

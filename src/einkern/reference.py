@@ -27,6 +27,8 @@ import opt_einsum
 
 from .ir.affine import (
     AffineProblem,
+    accumulation,
+    innermost_sum,
     loop_key,
     loop_parallel,
     schedule_depth,
@@ -273,9 +275,12 @@ def evaluate_affine(
     and executed in that order.  Vectorised where the dependences allow: when a
     statement's innermost loop holds no other statement and carries no dependence
     (:func:`~einkern.ir.affine.loop_parallel`), all its iterations for one point
-    of the outer loops run as one NumPy operation at the place of the first;
-    otherwise one instance at a time (plain loops, usable at test sizes).  Values
-    are computed in float64 and rounded to the array's dtype where stored."""
+    of the outer loops run as one NumPy operation at the place of the first; when
+    it is a float64 sum into one element (:func:`_sums`), its terms are computed
+    as one operation and added in loop order (``np.add.accumulate``: the same
+    additions, in the same order, as one instance at a time); otherwise one
+    instance at a time (plain loops, usable at test sizes).  Values are computed
+    in float64 and rounded to the array's dtype where stored."""
     function = problem.function
     sizes = dict(problem.sizes)
     values: dict[str, np.ndarray] = {}
@@ -288,8 +293,9 @@ def evaluate_affine(
     env_scalars = {name: float(value) for name, value in (scalars or {}).items()}
     width = schedule_depth(function)
     instances: list[tuple[tuple[int, ...], int, dict[str, Any]]] = []
+    summed = [_sums(function, s) for s in function.statements]
     for number, statement in enumerate(function.statements):
-        vector = _vectorisable(function, statement)
+        vector = summed[number] or _vectorisable(function, statement)
         for point in _points(statement, sizes, vector):
             first = {n: int(np.ravel(v)[0]) for n, v in point.items()}  # executed first
             env = {**sizes, **first}
@@ -300,8 +306,44 @@ def evaluate_affine(
             instances.append((key, number, point))
     instances.sort(key=lambda item: (item[0], item[1]))
     for _, number, point in instances:
-        _execute(function.statements[number], {**sizes, **point}, values, env_scalars)
+        run = _sum_in_order if summed[number] else _execute
+        run(function.statements[number], {**sizes, **point}, values, env_scalars)
     return values
+
+
+def _sums(function: AFunction, statement: AStatement) -> bool:
+    """True when the statement's innermost loop is a sum into one float64 element
+    (:func:`~einkern.ir.affine.innermost_sum`; float64, so that the element is
+    not rounded between the terms)."""
+    if function.array(statement.target.array).dtype != "float64":
+        return False
+    return innermost_sum(function, statement)
+
+
+def _alone(function: AFunction, statement: AStatement) -> bool:
+    """True when no other statement shares the statement's innermost loop."""
+    depth = len(statement.loops)
+    key = loop_key(statement, depth)
+    return all(
+        other is statement or loop_key(other, depth) != key
+        for other in function.statements
+        if len(other.loops) >= depth
+    )
+
+
+def _sum_in_order(statement: AStatement, env, values, scalars) -> None:
+    """The instances of one point of the outer loops of a :func:`_sums` statement
+    (the innermost iterator an array, in execution order): the terms at once, then
+    ``((old ± t0) ± t1) ± …`` in that order."""
+    op, body = accumulation(statement)
+    target = statement.target
+    where = tuple(s.value(env) for s in target.subscripts)
+    count = len(env[statement.loops[-1].iterator])
+    with np.errstate(all="ignore"):
+        terms = np.broadcast_to(np.float64(_affine_value(body, env, values, scalars)), (count,))
+        chain = np.concatenate(([np.float64(values[target.array][where])], terms))
+        ufunc = np.add if op == "+=" else np.subtract
+        values[target.array][where] = ufunc.accumulate(chain)[-1]
 
 
 def _vectorisable(function: AFunction, statement: AStatement) -> bool:
@@ -310,13 +352,7 @@ def _vectorisable(function: AFunction, statement: AStatement) -> bool:
     depth = len(statement.loops)
     if depth == 0:
         return False
-    key = loop_key(statement, depth)
-    alone = all(
-        other is statement or loop_key(other, depth) != key
-        for other in function.statements
-        if len(other.loops) >= depth
-    )
-    return alone and loop_parallel(function, key)
+    return _alone(function, statement) and loop_parallel(function, loop_key(statement, depth))
 
 
 def _points(statement: AStatement, sizes: Mapping[str, int], vector: bool = False):

@@ -261,6 +261,48 @@ def reduction_iterators(statement: AStatement) -> tuple[str, ...]:
     return tuple(i for i in statement.iterators if i not in used)
 
 
+@functools.lru_cache(maxsize=256)
+def innermost_sum(function: AFunction, statement: AStatement) -> bool:
+    """True when ``statement``'s innermost loop is a sum into one element: the
+    statement alone in that loop, ``+=``/``-=`` (or ``T = T ± e``, see
+    :func:`accumulation`), the loop's iterator not in the target's subscripts,
+    and no term reading an element that another iteration of the loop writes
+    (checked with isl: ``x[i] -= L[i][j] * x[j]`` for ``j < i`` is such a sum).
+    Its terms may then all be computed first and added in loop order."""
+    depth = len(statement.loops)
+    op, body = accumulation(statement)
+    inner = statement.loops[-1].iterator if depth else ""
+    if not depth or op not in ("+=", "-=") or inner in _target_names(statement):
+        return False
+    key = loop_key(statement, depth)
+    if any(o is not statement and loop_key(o, depth) == key for o in function.statements):
+        return False
+    access = _Access(statement, statement.target, True)
+    outer = [f"{i} = {i}'" for i in statement.iterators[:-1]]
+    pairs = isl.Map(
+        f"{_params(function)} -> {{ {statement.name}[{', '.join(statement.iterators)}] -> "
+        f"{statement.name}[{', '.join(i + chr(39) for i in statement.iterators)}] : "
+        + " and ".join([*outer, f"{inner} != {inner}'"])
+        + " }"
+    )
+    for ref in refs(body):
+        if ref.array != statement.target.array:
+            continue
+        read = _instance_map(function, _Access(statement, ref, False))
+        if (
+            not _instance_map(function, access)
+            .apply_range(read.reverse())
+            .intersect(pairs)
+            .is_empty()
+        ):
+            return False
+    return True
+
+
+def _target_names(statement: AStatement) -> set[str]:
+    return {name for aff in statement.target.subscripts for name in aff.names()}
+
+
 @functools.lru_cache(maxsize=64)
 def read_on_entry(function: AFunction) -> tuple[str, ...]:
     """Arrays some element of which is read before any statement writes it (for
@@ -328,9 +370,10 @@ class AffineProblem:
 def make_affine_problem(
     function: AFunction, sizes: Mapping[str, object] | None = None
 ) -> AffineProblem:
-    """Bind ``sizes`` (every size parameter, a positive integer) and check that
-    every access stays inside its array (:class:`~einkern.errors.SemanticError`
-    with the statement's location otherwise)."""
+    """Bind ``sizes`` (a positive integer for every size parameter, else the
+    function's default from ``#pragma einkern sizes``) and check that every access
+    stays inside its array (:class:`~einkern.errors.SemanticError` with the
+    statement's location otherwise)."""
     given = dict(sizes or {})
     for name in given:
         if name not in function.sizes:
@@ -339,13 +382,15 @@ def make_affine_problem(
                 function.span,
                 hint=f"size parameters: {', '.join(function.sizes) or 'none'}",
             )
+    given = {**function.default_sizes(), **given}
     values = []
     for name in function.sizes:
         if name not in given:
             raise ExtentError(
                 f"size parameter {name!r} needs a value",
                 function.span,
-                hint=f"give it, e.g. -e {name}=64",
+                hint=f"give it, e.g. -e {name}=64, or a default in the file: "
+                f"#pragma einkern sizes {name}=64",
             )
         value = given[name]
         try:

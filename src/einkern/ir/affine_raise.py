@@ -58,9 +58,10 @@ def raise_function(function: AFunction) -> T.Program | str:
                 f"{dependence.target} (the loop nest interleaves them)"
             )
     extents = dict.fromkeys(e for a in function.arrays for e in a.shape)
+    defaults = function.default_sizes()  # from #pragma einkern sizes
     return T.Program(
         function.name,
-        tuple(T.Extent(e, int(e) if e.isdigit() else None) for e in extents),
+        tuple(T.Extent(e, int(e) if e.isdigit() else defaults.get(e)) for e in extents),
         tuple(T.Tensor(a.name, a.shape, a.dtype, "row", a.span) for a in function.arrays),
         tuple(T.Scalar(s.name, s.dtype, None, s.span) for s in function.scalars),
         tuple(statements),

@@ -9,6 +9,9 @@ line and column where it was (so errors point into the original text):
   subscripts and array extents;
 * ``#pragma einkern array NAME[e1][e2]…`` gives the extents of a pointer
   parameter (``double *x``), which C does not say;
+* ``#pragma einkern sizes n=1000 m=800`` gives default values of size
+  parameters (used when a size is not given; each name a size parameter of some
+  function of the file, each value a positive integer, no name twice);
 * the types ``int64_t``, ``int32_t``, ``size_t``, ``ptrdiff_t`` are known, and
   ``__restrict``/``__restrict__`` read as ``restrict``.
 
@@ -28,6 +31,7 @@ functions (C spellings such as ``fabs``/``sqrtf``/``fmax`` included).
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from pycparser import c_ast, c_parser
@@ -46,9 +50,19 @@ _PRELUDE_NAMES = frozenset({"int64_t", "int32_t", "size_t", "ptrdiff_t"})
 _COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*|\"(?:\\.|[^\"\\\n])*\"", re.S)
 _DEFINE = re.compile(r"#\s*define\s+([A-Za-z_]\w*)\s+(-?\d+)\s*$")
 _ARRAY_PRAGMA = re.compile(r"#\s*pragma\s+einkern\s+array\s+([A-Za-z_]\w*)((?:\s*\[[^\]]+\])+)\s*$")
+_SIZES_PRAGMA = re.compile(r"#\s*pragma\s+einkern\s+sizes\b")
+_SIZE_ITEM = re.compile(r"([A-Za-z_]\w*)\s*=\s*(\S+)")
 _IGNORED = re.compile(r"#\s*(include\b|pragma\s+(scop|endscop)\b)")
 _ASSIGN = {"=", "+=", "-=", "*=", "/="}
 _COMPARE = {"<", "<=", ">", ">=", "=="}
+
+
+@dataclass(frozen=True)
+class SizeDefault:
+    """One ``NAME=VALUE`` of a ``#pragma einkern sizes`` (``span``: the name)."""
+
+    value: int
+    span: Span
 
 
 def _blank(text: str) -> str:
@@ -64,6 +78,7 @@ class CReader:
         self.name = name
         self.defines: dict[str, int] = {}
         self.pragma_shapes: dict[str, tuple[tuple[str, int], ...]] = {}
+        self.pragma_sizes: dict[str, SizeDefault] = {}
         self._line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
 
     # -- errors --------------------------------------------------------------------
@@ -120,12 +135,66 @@ class CReader:
             extents = re.findall(r"\[([^\]]+)\]", found.group(2))
             self.pragma_shapes[found.group(1)] = tuple((e.strip(), line) for e in extents)
             return
+        found = _SIZES_PRAGMA.match(text)
+        if found:
+            self._sizes_pragma(text, found.end(), line, column)
+            return
         raise ParseError(
             "unsupported preprocessor directive",
             self.span_at(line, column, len(text)),
-            hint="only #include, #define NAME <integer>, #pragma scop/endscop and "
-            "#pragma einkern array NAME[extent]... are understood",
+            hint="only #include, #define NAME <integer>, #pragma scop/endscop, "
+            "#pragma einkern array NAME[extent]... and #pragma einkern sizes NAME=VALUE... "
+            "are understood",
         )
+
+    def _sizes_pragma(self, text: str, start: int, line: int, column: int) -> None:
+        """``NAME=VALUE`` pairs from ``text[start:]`` into :attr:`pragma_sizes`."""
+        at, count = start, 0
+        while True:
+            while at < len(text) and text[at].isspace():
+                at += 1
+            if at == len(text):
+                break
+            item = _SIZE_ITEM.match(text, at)
+            if item is None:
+                raise ParseError(
+                    "expected NAME=VALUE in #pragma einkern sizes",
+                    self.span_at(line, column + at, len(text) - at),
+                    hint="e.g. #pragma einkern sizes n=1000 m=800",
+                )
+            name, value = item.group(1), item.group(2)
+            here = self.span_at(line, column + item.start(1), len(name))
+            if name in self.pragma_sizes:
+                raise ParseError(
+                    f"size parameter {name!r} given twice in #pragma einkern sizes",
+                    here,
+                    hint=f"its first value is on line {self.pragma_sizes[name].span.line}",
+                )
+            self.pragma_sizes[name] = SizeDefault(
+                self._size_value(name, value, line, column + item.start(2)), here
+            )
+            at, count = item.end(), count + 1
+        if not count:
+            raise ParseError(
+                "#pragma einkern sizes needs NAME=VALUE pairs",
+                self.span_at(line, column, len(text)),
+                hint="e.g. #pragma einkern sizes n=1000 m=800",
+            )
+
+    def _size_value(self, name: str, text: str, line: int, column: int) -> int:
+        """The positive integer ``text`` (the value of size ``name``)."""
+        where = self.span_at(line, column, len(text))
+        if not re.fullmatch(r"[1-9]\d*", text):
+            raise ParseError(
+                f"size {name} must be a positive integer, got {text!r}",
+                where,
+                hint="a decimal integer of at least 1, e.g. n=1000 (pairs separated by spaces)",
+            )
+        if len(text) > 19 or int(text) >= 2**63:
+            raise ParseError(
+                f"size {name} is too large: {text}", where, "sizes must be under 2**63"
+            )
+        return int(text)
 
     # -- the file ----------------------------------------------------------------------
 
@@ -166,7 +235,20 @@ class CReader:
         for function in functions:
             if names.count(function.name) > 1:
                 raise ParseError(f"function {function.name!r} defined twice", function.span)
+        self._check_size_defaults(functions)
         return N.AFile(self.name, tuple(functions))
+
+    def _check_size_defaults(self, functions: list[N.AFunction]) -> None:
+        """Every name of ``#pragma einkern sizes`` is a size parameter of some function."""
+        known = list(dict.fromkeys(s for f in functions for s in f.sizes))
+        for name, given in self.pragma_sizes.items():
+            if name not in known:
+                raise ParseError(
+                    f"#pragma einkern sizes: {name!r} is not a size parameter of "
+                    + ("any function" if len(functions) > 1 else functions[0].name),
+                    given.span,
+                    hint=f"size parameters (integer parameters): {', '.join(known) or 'none'}",
+                )
 
     def _syntax_error(self, message: str) -> ParseError:
         found = re.match(r"^[^:]*:(\d+):(\d+): (.*)$", message)

@@ -93,7 +93,12 @@ class FunctionReader:
             tuple(self.arrays.values()),
             tuple(self.scalars.values()),
             tuple(self.statements),
-            self.reader.span(decl),
+            defaults=tuple(
+                (s, self.reader.pragma_sizes[s].value)
+                for s in self.sizes
+                if s in self.reader.pragma_sizes
+            ),
+            span=self.reader.span(decl),
         )
 
     def known(self, name: str) -> bool:

@@ -10,7 +10,8 @@ isl maps, schedules, dependences) is built from it by :mod:`einkern.ir.affine`.
 * :class:`AStatement` — one assignment with the loops around it (iterators,
   bounds, directions), the affine conditions of the enclosing ``if``s and its
   textual position at each depth (the 2d+1 source-order schedule);
-* :class:`AFunction` — one C function: size parameters, arrays, scalars, statements.
+* :class:`AFunction` — one C function: size parameters (with their defaults, if
+  the file gives them), arrays, scalars, statements.
 """
 
 from __future__ import annotations
@@ -243,14 +244,21 @@ class AScalar:
 
 @dataclass(frozen=True)
 class AFunction:
-    """One C function of static-control loop nests."""
+    """One C function of static-control loop nests.  ``defaults`` holds the default
+    values of size parameters given by ``#pragma einkern sizes n=… m=…`` (in the
+    order of ``sizes``; a size without one must be given when binding)."""
 
     name: str
     sizes: tuple[str, ...]  # integer parameters, in order
     arrays: tuple[AArray, ...]
     scalars: tuple[AScalar, ...]
     statements: tuple[AStatement, ...]
+    defaults: tuple[tuple[str, int], ...] = ()
     span: Span | None = field(default=None, compare=False, repr=False)
+
+    def default_sizes(self) -> dict[str, int]:
+        """The size parameters' default values (those the file gives)."""
+        return dict(self.defaults)
 
     def array(self, name: str) -> AArray:
         for array in self.arrays:

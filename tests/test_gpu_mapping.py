@@ -289,3 +289,49 @@ def test_family_default_spreads_its_register_tile_and_emulates_correctly():
     result = verify(problem, {0: mapping}, seed=3)
     assert not result.errors and result.bad_accesses == 0
     assert result.max_relative_error <= 1e-12
+
+
+# ---- rules measured on the BLAS routines (docs/rules.md, docs/gpu.md) ----------------
+
+
+def _task(text: str, **extents: int):
+    problem = einkern.make_problem(einkern.load(text), extents)
+    return statement_task(problem, 0)
+
+
+@pytest.mark.parametrize("dtype, per_thread", [("float32", 2), ("float64", 1)])
+def test_elementwise_statements_keep_eight_bytes_of_each_operand_in_flight(dtype, per_thread):
+    task = _task(
+        f"dims n = 1\ndtype {dtype}\nscalar a = 1.5\ntensor x[n], y[n], z[n]\n"
+        "z[i] = a * x[i] + y[i]",
+        n=1 << 22,
+    )
+    (tile,) = decide(task).parallel
+    assert tile.per_thread == per_thread and tile.cyclic
+    assert any(r.startswith("no-reuse") for r in decide(task).reasons)
+
+
+def test_both_operands_contiguous_along_the_sum_take_k_step_16_and_padded_tiles():
+    head = "dims m = 1, n = 1, k = 1\ndtype float32\ntensor A[m, k], B[{b}], C[m, n]\n"
+    from einkern.gpu.decision import explain
+
+    sizes = {"m": 4096, "n": 4096, "k": 4096}
+    nt = _task(head.format(b="n, k") + "C[i,j] = A[i,p] * B[j,p]", **sizes)
+    nn = _task(head.format(b="k, n") + "C[i,j] = A[i,p] * B[p,j]", **sizes)
+    assert explain(nt).config.staging.k_step == 16 and explain(nt).config.staging.padding == 4
+    assert explain(nn).config.staging.k_step == 8 and explain(nn).config.staging.padding == 0
+    mapping = decide(nt)  # the model keeps the rules' proposal at this size
+    assert dict(mapping.k_step) == {"p": 16} and {s.padding for s in mapping.staged} == {4}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_ties_among_lanes_points_go_to_a_warp_per_row(dtype):
+    task = _task(
+        f"dims m = 1, n = 1\ndtype {dtype}\ntensor z[m], A[m, n], x[n]\nz[i] = A[i,j] * x[j]",
+        m=8192,
+        n=8192,
+    )
+    config, reasons = default_config(task)
+    assert config.lanes is not None and config.split == 32
+    assert config.lanes == (4 if dtype == "float32" else 2, 1)
+    assert "ties for the model" in reasons[-2] + reasons[-1]

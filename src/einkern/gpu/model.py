@@ -245,12 +245,21 @@ def _efficiency(
     balance is their ratio (a problem of 4 blocks uses 4 SMs of 132).  Latency
     is hidden with 16 or more warps resident on an SM."""
     busiest = math.ceil(blocks / limits.sm_count)
-    balance = (blocks / limits.sm_count) / busiest
     waves = math.ceil(busiest / resident)
     quantisation = busiest / (waves * resident)  # the last wave's empty slots
+    spread = _balance_and_hiding(mapping, blocks, resident, limits)
+    return max(1e-3, spread * (0.75 + 0.25 * quantisation)), waves
+
+
+def _balance_and_hiding(
+    mapping: Mapping, blocks: int, resident: int, limits: DeviceLimits
+) -> float:
+    """The busiest SM's share of the average work per SM, times the share of
+    latency hidden (16 or more resident warps hide it)."""
+    busiest = math.ceil(blocks / limits.sm_count)
+    balance = (blocks / limits.sm_count) / busiest
     warps = min(resident, busiest) * mapping.threads / 32
-    hiding = min(1.0, warps / 16)
-    return max(1e-3, balance * hiding * (0.75 + 0.25 * quantisation)), waves
+    return balance * min(1.0, warps / 16)
 
 
 def _dram_efficiency(mapping: Mapping, blocks: int, resident: int, limits: DeviceLimits) -> float:
@@ -259,10 +268,7 @@ def _dram_efficiency(mapping: Mapping, blocks: int, resident: int, limits: Devic
     blocks, each then drawing more of it) costs nothing as long as the bytes in
     flight suffice (:func:`_streaming`); what costs is the busiest SM's extra
     blocks and too few warps to hide latency."""
-    busiest = math.ceil(blocks / limits.sm_count)
-    balance = (blocks / limits.sm_count) / busiest
-    warps = min(resident, busiest) * mapping.threads / 32
-    return max(1e-3, balance * min(1.0, warps / 16))
+    return max(1e-3, _balance_and_hiding(mapping, blocks, resident, limits))
 
 
 def _streaming(task: Task, mapping: Mapping, resident_threads: int, limits: DeviceLimits) -> float:

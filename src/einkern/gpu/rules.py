@@ -30,6 +30,7 @@ from .space import (
     violation,
     z_index,
 )
+from .staging import natural_order
 
 #: Padded copies are chosen when they cost less than this share of the kernel.
 PAD_SHARE = 0.10
@@ -231,12 +232,9 @@ def _both_along_k(facts: Facts) -> str:
     r = facts.roles
     if r.a is None or r.b is None or len(r.k) != 1:
         return ""
-    program = facts.task.problem.program
-    for access in (r.a, r.b):
-        layout = program.tensor(access.tensor).layout
-        inner = access.indices[-1] if layout == "row" else access.indices[0]
-        if inner != r.k[0]:
-            return ""
+    problem = facts.task.problem
+    if any(natural_order(problem, access)[:1] != r.k for access in (r.a, r.b)):
+        return ""
     return r.k[0]
 
 
@@ -368,11 +366,8 @@ BYTES_IN_FLIGHT = 8
 def no_reuse(facts: Facts, config: CudaConfig) -> Change:
     """no-reuse: one output element per thread, or for an elementwise statement
     (no sum) :data:`BYTES_IN_FLIGHT` bytes of each operand per thread."""
-    if facts.reduction or not facts.parallel:
-        return Change({}, "no reuse to exploit: one output element per thread")
-    itemsize = 8 if facts.double else 4
-    per_thread = max(1, BYTES_IN_FLIGHT // itemsize)
-    if per_thread == 1:
+    per_thread = max(1, BYTES_IN_FLIGHT // (8 if facts.double else 4))
+    if facts.reduction or not facts.parallel or per_thread == 1:
         return Change({}, "no reuse to exploit: one output element per thread")
     return Change(
         {"regs": (per_thread, 1, 1), "assign": "cyclic"},

@@ -164,6 +164,16 @@ def test_ccsdt_fused_is_the_hand_merged_kernel_on_cuda(family):
     assert fused.replace(f"ccsdt_{family}_s0", "P") == hand.replace(f"sd_t_{family}_all", "P")
 
 
+@pytest.mark.parametrize("tile", [16, 24])
+def test_ccsdt_d1_is_one_kernel_at_both_tile_sizes(tile):
+    """The d1 family's nine updates are one merged kernel at T = 16 and at T = 24
+    (where the model predicts the one merge within 15 % of the fastest cover)."""
+    problem = make_problem(load(ROOT / "examples/ccsdt_d1.ein"), {"T": tile})
+    plan = fusion_plan(problem, "cuda")
+    assert [g.positions for g in plan.groups] == [tuple(range(9))]
+    assert plan.groups[0].kind == "merge"
+
+
 # ---- the cover ----------------------------------------------------------------------
 
 

@@ -291,6 +291,72 @@ def test_family_default_spreads_its_register_tile_and_emulates_correctly():
     assert result.max_relative_error <= 1e-12
 
 
+@pytest.mark.parametrize("family, rows", [("d1", 4), ("d2", 3)])
+def test_family_over_a_whole_small_index_keeps_room_for_three_blocks(family, rows):
+    """T = 24: the block covers h3 whole (24 threads), so product-family takes the
+    most threads along its second index whose staged slices leave shared memory
+    for three blocks per SM (measured: docs/rules.md#product-family): d1 4 (tile
+    8), d2 3 (tile 6); the register tile stays 32 and the mapping checks."""
+    from einkern.bench.suites.ccsdt import family_program
+    from einkern.gpu.rules import FAMILY_RESIDENT_BLOCKS
+    from einkern.gpu.staging import staged_bytes
+
+    problem = einkern.make_problem(einkern.load(family_program(family, 24)), {})
+    task = statement_task(problem, 0)
+    config, reasons = default_config(task)
+    mapping = config_to_mapping(task, config)
+    assert config.block == (0, rows) and mapping.register_tile == 32
+    assert mapping.parallel[0].threads == 24 and mapping.parallel[1].tile == 2 * rows
+    budget = H100.shared_per_sm // FAMILY_RESIDENT_BLOCKS - 1024
+    assert staged_bytes(task, mapping) <= budget
+    wider = config_to_mapping(task, replace(config, block=(0, 12)))
+    assert staged_bytes(task, wider) > budget  # the next divisor would not fit
+    assert any("3 blocks per SM" in reason for reason in reasons)
+    assert not check_mapping(task, mapping, max_shared_bytes=227 * 1024)
+
+
+def test_family_over_a_whole_small_index_emulates_correctly():
+    """The same rule at T = 6 (h3 whole, 6 threads): the kernel matches the
+    reference in the emulation."""
+    from einkern.backends.verify import verify
+    from einkern.bench.suites.ccsdt import family_program
+
+    problem = einkern.make_problem(einkern.load(family_program("d1", 6)), {})
+    config, _ = default_config(statement_task(problem, 0))
+    assert config.block[0] == 0 and config.spread == 2
+    mapping = decide(statement_task(problem, 0))
+    result = verify(problem, {0: mapping}, seed=5)
+    assert not result.errors and result.bad_accesses == 0
+    assert result.max_relative_error <= 1e-12
+
+
+@pytest.mark.parametrize("family", ["d1", "d2"])
+@pytest.mark.parametrize("tile", [16, 24])
+def test_registers_of_a_family_kernel_give_the_measured_occupancy(family, tile):
+    """The model's register estimate for three or more products (PRODUCTS_IN_FLIGHT)
+    and NVRTC's count for sm_90 give the same resident blocks per SM, for the
+    merges of four and five updates the fusion planner weighs (the old estimate,
+    110 registers, gave 4 blocks where NVRTC's 142-168 allow 1-3)."""
+    from pathlib import Path
+
+    from einkern.backends.cuda.fusion import merged_task
+    from einkern.backends.cuda.nvrtc import kernel_resources
+    from einkern.gpu.model import estimated_registers, occupancy, shared_bytes
+
+    root = Path(__file__).resolve().parent.parent
+    problem = einkern.make_problem(einkern.load(root / f"examples/ccsdt_{family}.ein"), {"T": tile})
+    for updates in (4, 5):
+        view = merged_task(problem, tuple(range(updates))).view
+        task = statement_task(view, 0)
+        mapping = decide(task)
+        estimate = estimated_registers(task, mapping)
+        (measured,) = kernel_resources(view, "sm_90", {0: mapping})
+        shared = shared_bytes(task, mapping)
+        assert occupancy(mapping, estimate, shared) == occupancy(
+            mapping, measured.registers, shared
+        ), (updates, estimate, measured)
+
+
 # ---- rules measured on the BLAS routines (docs/rules.md, docs/gpu.md) ----------------
 
 

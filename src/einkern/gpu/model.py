@@ -33,7 +33,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..ir.analysis import statement_flops
-from ..ir.nodes import Access, Problem
+from ..ir.nodes import Access, Problem, signed_terms, walk
 from ..ir.task import Task
 from .device import H100, DeviceLimits
 from .lower import compute_dtype
@@ -86,11 +86,39 @@ def _staged_elements(task: Task, mapping: Mapping) -> list[tuple[Access, int]]:
     return found
 
 
+#: Products whose per-thread operand values the compiler keeps live at once in a
+#: statement summing three or more products (fitted to NVRTC's register counts
+#: for sm_90 of the CCSD(T) d1/d2 kernels, T = 12 ... 24, merged and in fusion
+#: groups: docs/rules.md#product-family).
+PRODUCTS_IN_FLIGHT = 3
+
+
+def _operand_values(task: Task, mapping: Mapping) -> int:
+    """Per-thread operand values of one step of the reduction: one per register
+    tile index (rx + ry + ...), or for three or more products the values of the
+    largest product (its accesses' per-thread tiles) times
+    :data:`PRODUCTS_IN_FLIGHT`."""
+    statement = task.statement
+    if products_per_output(statement) < 3:
+        return sum(t.per_thread for t in mapping.parallel)
+    parallel = set(statement.parallel_indices)
+    largest = 0
+    for group in reduction_of(statement).groups:
+        for term in signed_terms(group.body):
+            values = sum(
+                math.prod(mapping.tile_of(i).per_thread for i in set(a.indices) & parallel)
+                for a in walk(term[1])
+                if isinstance(a, Access)
+            )
+            largest = max(largest, values)
+    return PRODUCTS_IN_FLIGHT * largest
+
+
 def estimated_registers(task: Task, mapping: Mapping) -> int:
     words = 2 if compute_dtype(task) == "float64" else 1
     groups = max(1, len(reduction_of(task.statement).groups))
     tile = mapping.register_tile
-    operands = sum(t.per_thread for t in mapping.parallel)
+    operands = _operand_values(task, mapping)
     prefetch = 0
     if mapping.prefetch:
         threads = max(1, mapping.threads)

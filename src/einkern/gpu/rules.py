@@ -30,7 +30,7 @@ from .space import (
     violation,
     z_index,
 )
-from .staging import natural_order
+from .staging import natural_order, staged_bytes
 
 #: Padded copies are chosen when they cost less than this share of the kernel.
 PAD_SHARE = 0.10
@@ -243,28 +243,65 @@ def _short(facts: Facts, config: CudaConfig) -> bool:
     return facts.reduction >= 2 and bool(config.y) and config.block[1] >= 8
 
 
+#: Blocks per SM that the product-family rule keeps room for in shared memory when
+#: the block covers small extents whole (measured: docs/rules.md#product-family).
+FAMILY_RESIDENT_BLOCKS = 3
+
+
 def product_family(facts: Facts, config: CudaConfig) -> Change | None:
     """product-family: a short reduction summed over three or more products."""
-    if not (_short(facts, config) and facts.spreads):
+    whole = config.block == (0, 0)
+    if not ((_short(facts, config) or (whole and facts.reduction >= 2)) and facts.spreads):
         return None
     size, y = facts.size, config.y
     following = facts.following(config.x)
     if following and size[following] >= 16:
         y = following
-    ty = max(1, min(config.block[1], _pow2(size[y])) // 2)
+    values: dict[str, Any] = {
+        "y": y,
+        "regs": (1, 2, 2),
+        "spread": 2,
+        "unroll": 1,
+        "staging": StagingConfig("all", 4, False, 1, "natural"),
+    }
+    resident = ""
+    if whole:
+        ty = _family_rows(facts, replace(config, **values), y)
+        if ty is None:
+            return None
+        resident = (
+            f"; {config.x} whole, {y} in tiles of {2 * ty}: the largest whose staged "
+            f"slices leave shared memory for {FAMILY_RESIDENT_BLOCKS} blocks per SM"
+        )
+    else:
+        ty = max(1, min(config.block[1], _pow2(size[y])) // 2)
+    values["block"] = (0 if whole else config.block[0], ty)
     return Change(
-        {
-            "y": y,
-            "block": (config.block[0], ty),
-            "regs": (1, 2, 2),
-            "spread": 2,
-            "unroll": 1,
-            "staging": StagingConfig("all", 4, False, 1, "natural"),
-        },
+        values,
         f"short reduction ({facts.reduction} terms) in {facts.products} products: {y} → second "
         "thread index, two outputs per thread along every output index but x, every input's "
-        "block slice staged in shared memory per k-step",
+        "block slice staged in shared memory per k-step" + resident,
     )
+
+
+def _family_rows(facts: Facts, config: CudaConfig, y: str) -> int | None:
+    """Threads along ``y`` (two outputs each) for a block covering ``config.x`` whole:
+    the most whose tile divides ``y``'s extent and whose staged tiles fit
+    :data:`FAMILY_RESIDENT_BLOCKS` times in an SM's shared memory."""
+    task, size = facts.task, facts.size[y]
+    budget = facts.limits.shared_per_sm // FAMILY_RESIDENT_BLOCKS - 1024  # 1 KiB per block
+    for rows in range(size // 2, 0, -1):
+        if size % (2 * rows):
+            continue
+        candidate = replace(config, block=(0, rows))
+        if all(  # the boundary rule, later, picks the policy the tiles need
+            violation(task, replace(candidate, boundary=policy), facts.limits) is not None
+            for policy in ("exact", "guard")
+        ):
+            continue
+        if staged_bytes(task, config_to_mapping(task, candidate)) <= budget:
+            return rows
+    return None
 
 
 def broadcast_operand(facts: Facts, config: CudaConfig) -> Change | None:

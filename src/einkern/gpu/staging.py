@@ -72,11 +72,44 @@ def vector_width_for(task: Task, mapping: Mapping, access: Access) -> int:
     return max(width, 1)
 
 
+def _tile_elements(task: Task, mapping: Mapping, access: Access, padding: int, order) -> int:
+    """Elements of ``access``'s shared tile: block tile along output indices, k-step
+    along reduction indices, ``padding`` extra per innermost row of ``order``."""
+    problem = task.problem
+    statement = task.statement
+
+    def extent(index: str) -> int:
+        if index in statement.parallel_indices:
+            return mapping.tile_of(index).tile
+        return mapping.step_of(index, problem.index_size(statement, index))
+
+    elements = math.prod(extent(i) for i in access.indices)
+    order = order or natural_order(problem, access)
+    if order:
+        inner = extent(order[0])
+        elements = elements // max(inner, 1) * (inner + padding)
+    return elements
+
+
+def staged_bytes(task: Task, mapping: Mapping) -> int:
+    """Bytes of shared memory the mapping's staged tiles take (padding included)."""
+    problem = task.problem
+    statement = task.statement
+    tensors = {statement.output.tensor, *(a.tensor for a in statement.reads())}
+    double = any(problem.program.tensor(t).dtype == "float64" for t in tensors)
+    total = 0
+    for staging in mapping.staged:
+        found = _find_access(task, staging.access)
+        if found is not None:
+            access = found[2]
+            total += _tile_elements(task, mapping, access, staging.padding, staging.order)
+    return total * (8 if double else 4)
+
+
 def check_staging(task: Task, mapping: Mapping, max_shared_bytes: int) -> list[str]:
     problem = task.problem
     statement = task.statement
     problems: list[str] = []
-    total = 0
     if mapping.vector_width not in (1, 2, 4):
         problems.append(f"vector width {mapping.vector_width} (use 1, 2 or 4)")
     if mapping.prefetch and not mapping.staged:
@@ -102,30 +135,6 @@ def check_staging(task: Task, mapping: Mapping, max_shared_bytes: int) -> list[s
             )
         if staging.padding < 0:
             problems.append(f"{staging.access}: negative padding")
-        elements = 1
-        for index in access.indices:
-            if index in statement.parallel_indices:
-                elements *= mapping.tile_of(index).tile
-            else:
-                elements *= mapping.step_of(index, problem.index_size(statement, index))
-        order = staging.order or natural_order(problem, access)
-        inner = order[0] if order else None
-        if inner is not None:
-            inner_extent = (
-                mapping.tile_of(inner).tile
-                if inner in statement.parallel_indices
-                else mapping.step_of(inner, problem.index_size(statement, inner))
-            )
-            elements = elements // max(inner_extent, 1) * (inner_extent + staging.padding)
-        dtype = (
-            "float64"
-            if any(
-                problem.program.tensor(t).dtype == "float64"
-                for t in {statement.output.tensor, *(a.tensor for a in statement.reads())}
-            )
-            else "float32"
-        )
-        total += elements * (8 if dtype == "float64" else 4)
         if mapping.boundary == "exact":
             for index in group.indices:
                 size = problem.index_size(statement, index)
@@ -133,6 +142,7 @@ def check_staging(task: Task, mapping: Mapping, max_shared_bytes: int) -> list[s
                     problems.append(
                         f"boundary 'exact' but k-step of {index} does not divide {size}"
                     )
+    total = staged_bytes(task, mapping)
     if total > max_shared_bytes:
         problems.append(f"{total} bytes of shared memory (limit {max_shared_bytes})")
     return problems

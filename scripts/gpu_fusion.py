@@ -18,6 +18,8 @@ import time
 
 import einkern
 from einkern.bench.cuda_device import CudaDevice
+from einkern.bench.cutensor import CutensorPeer
+from einkern.bench.peers import EinsumPeer, _torch_ops
 from einkern.bench.suites.ccsdt import family_program
 
 
@@ -30,8 +32,12 @@ def cases(quick: bool):
             yield group, "fused", path, {"T": tile}, True
             yield group, "hand-merged", family_program(family, tile), {}, True
             yield group, "unfused (9)", path, {"T": tile}, False
+            yield group, "torch.einsum (9)", path, {"T": tile}, False
+            yield group, "cuTENSOR (9)", path, {"T": tile}, False
     yield "ccsdt 27 T=16", "fused", "examples/ccsdt_triples.ein", {"T": 16}, True
     yield "ccsdt 27 T=16", "unfused (27)", "examples/ccsdt_triples.ein", {"T": 16}, False
+    yield "ccsdt 27 T=16", "torch.einsum (27)", "examples/ccsdt_triples.ein", {"T": 16}, False
+    yield "ccsdt 27 T=16", "cuTENSOR (27)", "examples/ccsdt_triples.ein", {"T": 16}, False
     for name in ("fousek_function1", "fousek_function2"):
         path = f"examples/{name}.mapped"
         yield name, "fused", path, {}, True
@@ -42,6 +48,29 @@ def cases(quick: bool):
             extents = {"p": p, "nelt": nelt}
             yield group, "fused", "examples/local_grad3.ein", extents, True
             yield group, "unfused", "examples/local_grad3.ein", extents, False
+
+
+#: Peers timed on the unfused program (one library call per statement).
+PEERS = {
+    "torch.einsum": EinsumPeer("torch.einsum", "cuda", _torch_ops),
+    "cuTENSOR": CutensorPeer(),
+}
+
+
+def _peer_call(peer, problem):
+    """``run(**arrays)`` through ``peer``, returning the outputs in program order
+    (prepared once per set of arrays, so the timed calls are the library's alone)."""
+    prepared = {}
+
+    def run(**arrays):
+        key = tuple(id(a) for a in arrays.values())
+        if key not in prepared:
+            prepared[key] = peer.prepare(None, problem, arrays, {})
+        outputs = prepared[key]()
+        values = tuple(outputs[name] for name in problem.program.outputs)
+        return values[0] if len(values) == 1 else values
+
+    return run
 
 
 def main() -> int:
@@ -66,7 +95,15 @@ def main() -> int:
                 work[tensor.name] = device.empty(
                     problem.shape(tensor.name), tensor.dtype, tensor.layout
                 )
-        result = kernel(**{n: device.copy(a) for n, a in work.items()})
+        run = kernel
+        peer = PEERS.get(variant.split(" (")[0])
+        if peer is not None:
+            why = peer.available()
+            if why is not None:
+                print(f"{group:28} {variant:14} not run: {why}"[:200], flush=True)
+                continue
+            run = _peer_call(peer, problem)
+        result = run(**{n: device.copy(a) for n, a in work.items()})
         result = result if isinstance(result, tuple) else (result,)
         error = 0.0
         if group in first:
@@ -74,12 +111,12 @@ def main() -> int:
             error = max(device.relative_error(r, f) for r, f in pairs)
         else:
             first[group] = result
-        seconds = device.median_time(lambda k=kernel, w=work: k(**w), args.runs)
+        seconds = device.median_time(lambda k=run, w=work: k(**w), args.runs)
         floor = kernel.fused_min_bytes / bandwidth
         row = {
             "group": group,
             "variant": variant,
-            "kernels": kernel.kernels,
+            "kernels": kernel.kernels if peer is None else 0,
             "ms": seconds * 1e3,
             "floor_pct": 100 * floor / seconds,
             "error": error,
@@ -87,7 +124,7 @@ def main() -> int:
         }
         rows.append(row)
         print(
-            f"{group:28} {variant:14} {kernel.kernels:3} kernel(s) {seconds * 1e3:9.3f} ms "
+            f"{group:28} {variant:14} {row['kernels']:3} kernel(s) {seconds * 1e3:9.3f} ms "
             f"{row['floor_pct']:5.1f}% floor  err {error:.1e}  "
             f"({time.perf_counter() - started:.1f} s)",
             flush=True,

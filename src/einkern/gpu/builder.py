@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from .. import semantics
 from ..ir.nodes import Access
 from ..ir.task import Task
 from ..semantics import C_TYPE
@@ -29,6 +30,15 @@ from . import exprs as E
 from . import kir
 from .mapping import Mapping
 from .normalize import Group, reduction_of
+
+
+def compute_dtype(task: Task) -> str:
+    """The dtype the task's statement computes in (:func:`einkern.semantics.compute_dtype`)."""
+    statement = task.statement
+    dtype = task.program.tensor
+    return semantics.compute_dtype(
+        dtype(statement.output.tensor).dtype, [dtype(a.tensor).dtype for a in statement.reads()]
+    )
 
 
 @dataclass

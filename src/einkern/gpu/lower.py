@@ -26,7 +26,6 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from .. import semantics
 from ..ir.memo import by_identity
 from ..ir.nodes import (
     Access,
@@ -46,7 +45,7 @@ from ..semantics import FUNCTIONS, ITEMSIZE
 from . import exprs as E
 from . import kir
 from .accumulation import sum_block
-from .builder import Context, KernelBuilder
+from .builder import Context, KernelBuilder, compute_dtype
 from .contraction import NotAContraction, contraction_of
 from .device import H100, DeviceLimits
 from .mapping import ACCUMULATIONS, BOUNDARY_POLICIES, Mapping, MappingError
@@ -63,15 +62,6 @@ from .transpose import build_transpose
 
 
 @by_identity(maxsize=64)
-def compute_dtype(task: Task) -> str:
-    """The dtype the task's statement computes in (:func:`einkern.semantics.compute_dtype`)."""
-    statement = task.statement
-    dtype = task.program.tensor
-    return semantics.compute_dtype(
-        dtype(statement.output.tensor).dtype, [dtype(a.tensor).dtype for a in statement.reads()]
-    )
-
-
 def preload_sign(statement) -> int:
     """How an update's single sum enters its output: +1 or -1 (the sign with which
     the products are accumulated onto the preloaded output), 0 when the output

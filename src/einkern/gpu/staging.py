@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from ..ir.nodes import Access, Problem
 from ..ir.task import Task
 from ..semantics import C_TYPE as CTYPE
+from ..semantics import ITEMSIZE
 from . import exprs as E
 from . import kir
-from .builder import Context, KernelBuilder, StagedArray
+from .builder import Context, KernelBuilder, StagedArray, compute_dtype
 from .mapping import Mapping
 from .normalize import Group, reduction_of
 
@@ -93,17 +94,13 @@ def _tile_elements(task: Task, mapping: Mapping, access: Access, padding: int, o
 
 def staged_bytes(task: Task, mapping: Mapping) -> int:
     """Bytes of shared memory the mapping's staged tiles take (padding included)."""
-    problem = task.problem
-    statement = task.statement
-    tensors = {statement.output.tensor, *(a.tensor for a in statement.reads())}
-    double = any(problem.program.tensor(t).dtype == "float64" for t in tensors)
     total = 0
     for staging in mapping.staged:
         found = _find_access(task, staging.access)
         if found is not None:
             access = found[2]
             total += _tile_elements(task, mapping, access, staging.padding, staging.order)
-    return total * (8 if double else 4)
+    return total * ITEMSIZE[compute_dtype(task)]  # tiles hold the computed type
 
 
 def check_staging(task: Task, mapping: Mapping, max_shared_bytes: int) -> list[str]:

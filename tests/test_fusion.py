@@ -341,10 +341,18 @@ def test_cli_explains_the_groups(capsys):
 
 
 @pytest.mark.parametrize(
-    ("name", "extents"),
-    [("local_grad3.ein", {}), ("local_grad3.ein", {"p": 8}), ("fousek_function2.mapped", {})],
+    ("name", "extents", "form"),
+    [
+        ("local_grad3.ein", {}, "blocks"),
+        ("local_grad3.ein", {"p": 8}, "blocks"),
+        # its statements' own decisions already stage A alike: one tile serves all
+        ("fousek_function2.mapped", {}, "staged"),
+    ],
 )
-def test_sibling_kernels_run_as_one_launch_and_compile(name, extents, sibling_launches):
+def test_sibling_kernels_run_as_one_launch_and_compile(name, extents, form, sibling_launches):
+    """With each statement's own mapping given (not the coordinated ones of
+    tests/test_shared_input.py), siblings run as one launch of their blocks, or
+    as one shared-input kernel where those mappings already share the tile."""
     from einkern.backends.cuda.nvrtc import compile_cubin
 
     problem = make_problem(load(ROOT / "examples" / name), extents)
@@ -352,13 +360,16 @@ def test_sibling_kernels_run_as_one_launch_and_compile(name, extents, sibling_la
     siblings = [g for g in plan.groups if g.kind == "nest"]
     assert len(siblings) == 1 and len(siblings[0].positions) == 3
     nests = tuple(n for n in plan.nests if len(n) > 1)
-    source = generate(plan.fused, None, nests)
+    source = generate(plan.fused, resolve_mappings(plan.fused), nests)
     combined = [k for k in source.kernels if k.name.endswith("_s0_2")]
     assert len(combined) == 1 and len(source.kernels) == len(plan.groups)
     members = generate(plan.fused).kernels[:3]
-    assert combined[0].grid[0] == sum(k.grid[0] for k in members)
     assert set(combined[0].tensors) == {t for k in members for t in k.tensors}
-    assert "blockIdx.x" not in source.text.split("static __device__")[1].split("extern")[0]
+    if form == "blocks":
+        assert combined[0].grid[0] == sum(k.grid[0] for k in members)
+        assert "blockIdx.x" not in source.text.split("static __device__")[1].split("extern")[0]
+    else:
+        assert combined[0].grid == members[0].grid and "staged once]" in source.text
     compile_cubin(source.text, "sm_90")  # NVRTC, no GPU needed
 
 

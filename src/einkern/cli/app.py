@@ -417,7 +417,8 @@ def command_emit(args) -> int:
     if backend.name == "cuda":
         from ..backends.cuda.generate import resolve_mappings
 
-        chosen = resolve_mappings(problem, mappings)
+        nests = cuda_nests(plan, backend)
+        chosen = resolve_mappings(problem, mappings, nests.get("nests", ()))
         if args.explain:
             for position, mapping in chosen.items():
                 print(f"// S{position}: {problem.program.statements[position]}")
@@ -425,7 +426,7 @@ def command_emit(args) -> int:
                     print(f"//   {line}")
                 print("//   mapping file: " + mapping.to_json(None))  # type: ignore[attr-defined]
             _why_not_rewritten(rewrites)
-        print(backend.emit(problem, chosen, **cuda_nests(plan, backend)))  # type: ignore[call-arg]
+        print(backend.emit(problem, chosen, **nests))  # type: ignore[call-arg]
     else:
         if args.explain:
             _explain_cpu(problem)

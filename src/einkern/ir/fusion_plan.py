@@ -299,7 +299,8 @@ def _candidate(
         NEST,
         found.depth,
         seconds,
-        f"one kernel (CPU: a loop nest; CUDA: sibling blocks): {found.reason}",
+        f"one kernel (CPU: a loop nest; CUDA: one input staged once, or sibling blocks): "
+        f"{found.reason}",
     )
 
 

@@ -50,12 +50,15 @@ def group_seconds(
 
 def siblings_seconds(problem: Problem, positions: tuple[int, ...]) -> float | None:
     """Predicted seconds of statements without dependences between them run as one
-    kernel (:mod:`.siblings`): their own predicted times, less one launch each but
-    one, and less the DRAM reads of the tensors they all read beyond the first
-    (interleaved blocks find them in L2); None when they depend on one another or
+    kernel: the shared-input kernel's (:mod:`einkern.gpu.shared_input`: their
+    common input staged once per block) where it applies; else the combined launch
+    of :mod:`.siblings`, their own predicted times less one launch each but one,
+    and less the DRAM reads of the tensors they all read beyond the first
+    (interleaved blocks find them in L2).  None when they depend on one another or
     their kernels cannot be combined."""
     from ...gpu.decision import decide
     from ...gpu.model import predicted_time
+    from ...gpu.shared_input import shared_input_mappings
     from ...ir.poly import dependences
     from .generate import sibling_members
     from .siblings import why_not_combined
@@ -64,6 +67,9 @@ def siblings_seconds(problem: Problem, positions: tuple[int, ...]) -> float | No
     if any(d.source in members and d.sink in members for d in dependences(problem.program)):
         return None
     limits = device_limits()
+    shared = shared_input_mappings(problem, positions, limits)
+    if shared is not None:
+        return shared.seconds + LAUNCH_SECONDS
     chosen = {p: decide(statement_task(problem, p), limits) for p in positions}
     lowered = sibling_members(problem, chosen, positions, "cost")
     if lowered is None or why_not_combined(lowered) is not None:

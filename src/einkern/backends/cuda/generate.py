@@ -20,18 +20,31 @@ from .limits import device_limits
 MappingSpec = MappingType[int, object] | None
 
 
-def resolve_mappings(problem: Problem, mappings: MappingSpec = None) -> dict[int, Mapping]:
+def resolve_mappings(
+    problem: Problem, mappings: MappingSpec = None, nests: Nests = ()
+) -> dict[int, Mapping]:
     """A Mapping per statement: the given ones (Mapping, CudaConfig, either in JSON
-    form, or a JSON file of either), the decision algorithm's default for the others."""
+    form, or a JSON file of either), the decision algorithm's default for the others.
+    The members of a group of ``nests`` none of which is given that can read their
+    common input from one shared tile get the mappings that do so
+    (:func:`einkern.gpu.shared_input.shared_input_mappings`)."""
     from ...gpu.config import CudaConfig, parse_config
     from ...gpu.decision import decide
+    from ...gpu.shared_input import shared_input_mappings
     from ...gpu.space import config_to_mapping
 
     limits = device_limits()
     chosen: dict[int, Mapping] = {}
     given = dict(mappings or {})
+    for group in nests:
+        if len(group) > 1 and not any(p in given for p in group):
+            shared = shared_input_mappings(problem, tuple(group), limits)
+            if shared is not None:
+                chosen.update(zip(group, shared.mappings, strict=True))
     for position in range(len(problem.program.statements)):
         spec = given.get(position)
+        if spec is None and position in chosen:
+            continue
         if spec is None:
             chosen[position] = decide(statement_task(problem, position), limits)
         elif isinstance(spec, Mapping):
@@ -74,17 +87,22 @@ def generate(problem: Problem, mappings: MappingSpec = None, nests: Nests = ()) 
     from ...gpu.plan import plan_task
 
     limits = device_limits()
-    chosen = resolve_mappings(problem, mappings)
+    chosen = resolve_mappings(problem, mappings, nests)
     program = re.sub(r"[^A-Za-z0-9_]", "_", problem.program.name)[:40]
-    combined = _combined(problem, chosen, nests, program)
+    staged_once = _staged_once(problem, chosen, nests, program)
+    combined = _combined(problem, chosen, tuple(n for n in nests if n not in staged_once), program)
     first = {group[0]: spec for group, (spec, _) in combined.items()}
-    inside = {p for group in combined for p in group}
+    inside = {p for group in [*combined, *staged_once] for p in group}
     kernels = []
     specs = []
     temporaries: list[tuple[str, int]] = []
     for position, statement in enumerate(problem.program.statements):
         if position in first:
             specs.append(first[position])
+        for group, kernel in staged_once.items():
+            if group[0] == position:
+                kernels.append(kernel)
+                specs.append(_spec(kernel, position, statement.output.tensor, chosen[position]))
         if position in inside:
             continue
         name = f"ek_{program}_s{position}"
@@ -120,6 +138,36 @@ def generate(problem: Problem, mappings: MappingSpec = None, nests: Nests = ()) 
 
 
 Nests = tuple[tuple[int, ...], ...]
+
+
+def _spec(kernel, position: int, output: str, mapping: Mapping) -> KernelSpec:
+    from ...gpu.cuda_printer import launch_shape
+
+    shape = launch_shape(kernel)
+    return KernelSpec(
+        name=kernel.name,
+        statement=position,
+        tensors=tuple(p.name[2:] for p in kernel.params if p.is_array),
+        scalars=tuple(a.name[2:] for a in shape.arguments if not a.is_array),
+        output=output,
+        grid=shape.grid,
+        block=shape.block,
+        mapping=mapping,
+        shared_bytes=shape.dynamic_shared_bytes,
+    )
+
+
+def _staged_once(problem: Problem, chosen: dict[int, Mapping], nests: Nests, program: str):
+    """The one kernel of each group of ``nests`` whose mappings let it stage the
+    members' common input once (:mod:`einkern.gpu.shared_input`)."""
+    from ...gpu.shared_input import shared_input_kernel, why_not_shared
+
+    groups = {}
+    for positions in nests:
+        if len(positions) > 1 and why_not_shared(problem, positions, chosen) is None:
+            name = f"ek_{program}_s{positions[0]}_{positions[-1]}"
+            groups[positions] = shared_input_kernel(problem, positions, chosen, name)
+    return groups
 
 
 def sibling_members(

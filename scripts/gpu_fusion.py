@@ -73,6 +73,25 @@ def _peer_call(peer, problem):
     return run
 
 
+def workspace(device, problem) -> dict:
+    """Device arrays for every tensor of ``problem``: random inputs (seed 0), the
+    others empty."""
+    inputs = device.random_inputs(problem, seed=0)
+    work = {name: device.copy(array) for name, array in inputs.items()}
+    for tensor in problem.program.tensors:
+        if tensor.name not in work:
+            work[tensor.name] = device.empty(
+                problem.shape(tensor.name), tensor.dtype, tensor.layout
+            )
+    return work
+
+
+def outputs(device, run, work) -> tuple:
+    """``run``'s outputs (a tuple) on copies of ``work``."""
+    result = run(**{n: device.copy(a) for n, a in work.items()})
+    return result if isinstance(result, tuple) else (result,)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
@@ -88,13 +107,7 @@ def main() -> int:
         started = time.perf_counter()
         kernel = einkern.compile(program, backend="cuda", fuse=fuse, **extents)
         problem = kernel.problem
-        inputs = device.random_inputs(problem, seed=0)
-        work = {name: device.copy(array) for name, array in inputs.items()}
-        for tensor in problem.program.tensors:
-            if tensor.name not in work:
-                work[tensor.name] = device.empty(
-                    problem.shape(tensor.name), tensor.dtype, tensor.layout
-                )
+        work = workspace(device, problem)
         run = kernel
         peer = PEERS.get(variant.split(" (")[0])
         if peer is not None:
@@ -103,8 +116,7 @@ def main() -> int:
                 print(f"{group:28} {variant:14} not run: {why}"[:200], flush=True)
                 continue
             run = _peer_call(peer, problem)
-        result = run(**{n: device.copy(a) for n, a in work.items()})
-        result = result if isinstance(result, tuple) else (result,)
+        result = outputs(device, run, work)
         error = 0.0
         if group in first:
             pairs = zip(result, first[group], strict=True)

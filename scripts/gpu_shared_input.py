@@ -24,7 +24,7 @@ from einkern.bench.cuda_device import CudaDevice
 from einkern.gpu.shared_input import ranked_candidates
 
 sys.path.insert(0, str(Path(__file__).parent))
-from gpu_fusion import PEERS, _peer_call  # noqa: E402
+from gpu_fusion import PEERS, _peer_call, outputs, workspace  # noqa: E402
 
 PROGRAM = "examples/local_grad3.ein"
 
@@ -87,13 +87,7 @@ def main() -> int:
                         None,
                     )
                 )
-            inputs = device.random_inputs(problem, seed=0)
-            work = {name: device.copy(array) for name, array in inputs.items()}
-            for tensor in problem.program.tensors:
-                if tensor.name not in work:
-                    work[tensor.name] = device.empty(
-                        problem.shape(tensor.name), tensor.dtype, tensor.layout
-                    )
+            work = workspace(device, problem)
             floor = default.fused_min_bytes / bandwidth
             reference = None
             measured = {}
@@ -105,8 +99,7 @@ def main() -> int:
                         print(f"p={p} nelt={nelt} {name}: not run: {why}"[:160], flush=True)
                         continue
                     run = _peer_call(peer, problem)
-                result = run(**{n: device.copy(a) for n, a in work.items()})
-                result = result if isinstance(result, tuple) else (result,)
+                result = outputs(device, run, work)
                 if reference is None:
                     reference = result
                 error = max(

@@ -80,9 +80,9 @@ def test_the_composed_kernel_matches_the_reference(name, sizes, positions):
     assert bad == 0 and error <= 1e-12
     # the input is copied to shared memory by the first member only
     tensor = common_input(problem, positions)
-    reads = [n for n in _nodes(kernel.body) if _reads_global(n, f"p_{tensor}")]
+    reads = [n for n in kir.walk(kernel.body) if _reads_global(n, f"p_{tensor}")]
     first = lower(statement_task(problem, positions[0]), mappings[positions[0]], "m0")
-    assert len(reads) == len([n for n in _nodes(first.body) if _reads_global(n, f"p_{tensor}")])
+    assert len(reads) == len([n for n in kir.walk(first.body) if _reads_global(n, f"p_{tensor}")])
     assert [a.name for a in kernel.shared].count(staged_array(first, tensor)) == 1
 
 
@@ -164,18 +164,6 @@ def test_the_planner_compiles_local_grad3_to_one_kernel_without_spills(capsys):
     assert main(["emit", path, "--backend", "cuda", "--explain", "-e", "p=8"]) == 0
     text = capsys.readouterr().out
     assert text.count("why: shared-input: u staged once per block for 3 statements") == 3
-
-
-def _nodes(node):
-    if isinstance(node, tuple):
-        for n in node:
-            yield from _nodes(n)
-    elif hasattr(node, "__dataclass_fields__"):
-        yield node
-        for name in node.__dataclass_fields__:
-            value = getattr(node, name)
-            if isinstance(value, tuple) or hasattr(value, "__dataclass_fields__"):
-                yield from _nodes(value)
 
 
 def _reads_global(node, param: str) -> bool:

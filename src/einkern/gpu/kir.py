@@ -29,7 +29,9 @@ Expressions are small dataclasses; global and shared accesses are explicit
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any
 
 from ..semantics import C_TYPE, ITEMSIZE
 
@@ -344,6 +346,19 @@ class Kernel:
 
     def shared_bytes(self) -> int:
         return sum(a.size * ELEMENT_BYTES[a.ctype] for a in self.shared)
+
+
+def walk(node: Any) -> Iterator[Any]:
+    """Every kernel IR node under ``node`` (a node or a tuple of them), pre-order."""
+    if isinstance(node, tuple):
+        for n in node:
+            yield from walk(n)
+    elif is_dataclass(node) and not isinstance(node, type):
+        yield node
+        for f in fields(node):
+            value = getattr(node, f.name)
+            if isinstance(value, tuple) or is_dataclass(value):
+                yield from walk(value)
 
 
 def without_barriers(kernel: Kernel) -> Kernel:

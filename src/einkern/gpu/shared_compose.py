@@ -34,22 +34,9 @@ def _rename(node: Any, names: dict[str, str]) -> Any:
     return replace(node, **changes) if changes else node
 
 
-def _walk(node: Any):
-    """Every kernel IR node under ``node`` (pre-order)."""
-    if isinstance(node, tuple):
-        for n in node:
-            yield from _walk(n)
-    elif is_dataclass(node) and not isinstance(node, type):
-        yield node
-        for f in fields(node):
-            value = getattr(node, f.name)
-            if isinstance(value, tuple) or is_dataclass(value):
-                yield from _walk(value)
-
-
 def _local_names(kernel: kir.Kernel) -> set[str]:
     names = {v.name for v in kernel.thread_vars} | {a.name for a in kernel.shared}
-    for node in _walk(kernel.body):
+    for node in kir.walk(kernel.body):
         if isinstance(node, kir.Declare | kir.VectorLoad):
             names.add(node.name)
         elif isinstance(node, kir.For | kir.Uniform):
@@ -61,13 +48,13 @@ def staged_array(kernel: kir.Kernel, tensor: str) -> str:
     """The shared array that ``kernel`` fills from global ``tensor`` (exactly one)."""
     param = f"p_{tensor}"
     vectors = {
-        n.name for n in _walk(kernel.body) if isinstance(n, kir.VectorLoad) and n.array == param
+        n.name for n in kir.walk(kernel.body) if isinstance(n, kir.VectorLoad) and n.array == param
     }
     shared = {a.name for a in kernel.shared}
     found = set()
-    for node in _walk(kernel.body):
+    for node in kir.walk(kernel.body):
         if isinstance(node, kir.Store) and node.array in shared:
-            reads = list(_walk(node.value))
+            reads = list(kir.walk(node.value))
             if any(isinstance(r, kir.Load) and r.array == param for r in reads) or any(
                 isinstance(r, kir.Lane) and r.vector in vectors for r in reads
             ):
@@ -91,7 +78,7 @@ def _drop_copies(stmts: tuple, array: str) -> tuple:
         elif isinstance(s, kir.For):
             s = replace(s, body=_drop_copies(s.body, array))
         out.append(s)
-    used = {n.vector for n in _walk(tuple(out)) if isinstance(n, kir.Lane)}
+    used = {n.vector for n in kir.walk(tuple(out)) if isinstance(n, kir.Lane)}
     return tuple(s for s in out if not (isinstance(s, kir.VectorLoad) and s.name not in used))
 
 

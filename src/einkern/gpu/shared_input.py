@@ -27,6 +27,7 @@ result is an ordinary kernel IR kernel, which the emulator runs whole.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass, replace
@@ -253,12 +254,14 @@ def ranked_candidates(
     return ranked
 
 
+@functools.lru_cache(maxsize=256)
 def shared_input_mappings(
     problem: Problem, positions: tuple[int, ...], limits: DeviceLimits = H100
 ) -> SharedInput | None:
     """The members' mappings for one kernel that stages their common input once
     (see the module docstring): the best of :func:`ranked_candidates`, or None
-    when no candidate is valid."""
+    when no candidate is valid.  Cached: the fusion planner's prediction and the
+    code generator ask for the same group."""
     ranked = ranked_candidates(problem, positions, limits)
     if not ranked:
         return None

@@ -83,8 +83,8 @@ def generate(problem: Problem, mappings: MappingSpec = None, nests: Nests = ()) 
     (boundary ``pad``) a padding copy per input, the kernel, and a crop copy.
     ``nests``: groups of consecutive statements without dependences between them
     that run as one kernel (:mod:`.siblings`; a group it refuses stays apart)."""
-    from ...gpu.cuda_printer import launch_shape, print_cuda_module
-    from ...gpu.plan import plan_task
+    from ...gpu.cuda_printer import print_cuda_module
+    from ...gpu.plan import Launch, plan_task
 
     limits = device_limits()
     chosen = resolve_mappings(problem, mappings, nests)
@@ -102,7 +102,8 @@ def generate(problem: Problem, mappings: MappingSpec = None, nests: Nests = ()) 
         for group, kernel in staged_once.items():
             if group[0] == position:
                 kernels.append(kernel)
-                specs.append(_spec(kernel, position, statement.output.tensor, chosen[position]))
+                launch = Launch(kernel, tuple(p.name[2:] for p in kernel.params if p.is_array))
+                specs.append(_spec(launch, position, statement.output.tensor, chosen[position]))
         if position in inside:
             continue
         name = f"ek_{program}_s{position}"
@@ -117,21 +118,8 @@ def generate(problem: Problem, mappings: MappingSpec = None, nests: Nests = ()) 
             for buffer, ctype, elements in plan.temporaries
         )
         for launch in plan.launches:
-            shape = launch_shape(launch.kernel)
             kernels.append(launch.kernel)
-            specs.append(
-                KernelSpec(
-                    name=launch.kernel.name,
-                    statement=position,
-                    tensors=launch.buffers,
-                    scalars=tuple(a.name[2:] for a in shape.arguments if not a.is_array),
-                    output=statement.output.tensor,
-                    grid=shape.grid,
-                    block=shape.block,
-                    mapping=chosen[position],
-                    shared_bytes=shape.dynamic_shared_bytes,
-                )
-            )
+            specs.append(_spec(launch, position, statement.output.tensor, chosen[position]))
     text = print_cuda_module(kernels)
     text += "".join("\n" + source for _, source in combined.values())
     return CudaSource(text, tuple(specs), tuple(temporaries))
@@ -140,14 +128,16 @@ def generate(problem: Problem, mappings: MappingSpec = None, nests: Nests = ()) 
 Nests = tuple[tuple[int, ...], ...]
 
 
-def _spec(kernel, position: int, output: str, mapping: Mapping) -> KernelSpec:
+def _spec(launch, position: int, output: str, mapping: Mapping) -> KernelSpec:
+    """How to launch ``launch`` (a :class:`einkern.gpu.plan.Launch`), a kernel of
+    statement ``position``."""
     from ...gpu.cuda_printer import launch_shape
 
-    shape = launch_shape(kernel)
+    shape = launch_shape(launch.kernel)
     return KernelSpec(
-        name=kernel.name,
+        name=launch.kernel.name,
         statement=position,
-        tensors=tuple(p.name[2:] for p in kernel.params if p.is_array),
+        tensors=launch.buffers,
         scalars=tuple(a.name[2:] for a in shape.arguments if not a.is_array),
         output=output,
         grid=shape.grid,

@@ -50,6 +50,15 @@ v[i] = M[i,j] * c[j]
 w[i] = v[i] * v[i]
 """
 
+F2_PRODUCTS = """program f2products
+dims nbatch = 31744
+tensor A[nbatch, 5, 5], B[nbatch, 5, 5], C[nbatch, 5, 5], D[nbatch, 5, 5]
+tensor M1[nbatch, 5, 5], M2[nbatch, 5, 5], M3[nbatch, 5, 5]
+M1[b,i,j] = A[b,i,k] * B[b,k,j]
+M2[b,i,j] = A[b,i,k] * C[b,k,j]
+M3[b,i,j] = A[b,i,k] * D[b,k,j]
+"""
+
 SIBLINGS = """program siblings
 dims n = 4
 tensor u[n, n], x[n, n], y[n, n], z[n, n]
@@ -211,11 +220,19 @@ def test_within_the_model_tolerance_fewer_kernels_win():
     assert any(c.seconds == pytest.approx(2.0) for c in plan.alternatives)
 
 
-def test_groups_run_in_an_order_that_respects_the_dependences():
+def test_a_chain_is_one_cuda_kernel_and_a_crossing_dependence_keeps_groups_in_order():
     problem = small(CHAIN)
-    plan = fusion_plan(problem, "cuda")  # the CUDA backend fuses no nest: three kernels
-    assert [g.positions for g in plan.groups] == [(0,), (1,), (2,)]
-    assert any("not one kernel on this backend" in line for line in plan.forbidden)
+    plan = fusion_plan(problem, "cuda")  # legal at depth 1: one block-local chain
+    assert [g.positions for g in plan.groups] == [(0, 1, 2)]
+    assert "block-local chain" in plan.groups[0].reason
+    crossing = small(
+        "program crossing\ndims n = 6\ntensor a[n, n], b[n, n], c[n, n], d[n, n]\n"
+        "b[i,j] = a[i,j] * 2\nc[i,j] = b[j,i] + 1\nd[i,j] = c[i,j] * c[i,j]\n"
+    )
+    plan = fusion_plan(crossing, "cuda")
+    flat = [p for g in plan.groups for p in g.positions]
+    assert flat == [0, 1, 2] and (0, 1) not in [g.positions[:2] for g in plan.groups]
+    assert any("crosses fused iterations" in line for line in plan.forbidden)
 
 
 # ---- results ------------------------------------------------------------------------
@@ -260,8 +277,9 @@ EXPECTED_KERNELS = {
     ("local_grad3.ein", "cpu"): 1,
     ("local_grad3.ein", "cuda"): 1,  # 3 without SIBLING_LAUNCHES
     ("fousek_function2.mapped", "cpu"): 1,
-    ("fousek_function2.mapped", "cuda"): 3,  # 5 without SIBLING_LAUNCHES
-    ("norms.ein", "cuda"): 2,
+    ("fousek_function2.mapped", "cuda"): 1,  # a block-local chain (3 before chains)
+    ("fousek_function1.mapped", "cuda"): 1,  # a block-local chain (6 before chains)
+    ("norms.ein", "cuda"): 1,  # a block-local chain (2 before chains)
 }
 
 
@@ -345,8 +363,9 @@ def test_cli_explains_the_groups(capsys):
     [
         ("local_grad3.ein", {}, "blocks"),
         ("local_grad3.ein", {"p": 8}, "blocks"),
-        # its statements' own decisions already stage A alike: one tile serves all
-        ("fousek_function2.mapped", {}, "staged"),
+        # fousek_function2's three products: their own decisions already stage A
+        # alike, so one tile serves all
+        (F2_PRODUCTS, {}, "staged"),
     ],
 )
 def test_sibling_kernels_run_as_one_launch_and_compile(name, extents, form, sibling_launches):
@@ -355,7 +374,8 @@ def test_sibling_kernels_run_as_one_launch_and_compile(name, extents, form, sibl
     as one shared-input kernel where those mappings already share the tile."""
     from einkern.backends.cuda.nvrtc import compile_cubin
 
-    problem = make_problem(load(ROOT / "examples" / name), extents)
+    source = name if "\n" in name else ROOT / "examples" / name
+    problem = make_problem(load(source), extents)
     plan = fusion_plan(problem, "cuda")
     siblings = [g for g in plan.groups if g.kind == "nest"]
     assert len(siblings) == 1 and len(siblings[0].positions) == 3
@@ -381,7 +401,16 @@ def test_statements_that_depend_on_one_another_are_not_siblings():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["local_grad3.ein", "fousek_function2.mapped", "ccsdt_d1.ein"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "local_grad3.ein",
+        "fousek_function2.mapped",
+        "fousek_function1.mapped",
+        "norms.ein",
+        "ccsdt_d1.ein",
+    ],
+)
 def test_fused_kernels_match_the_reference_on_the_gpu(name, sibling_launches):
     kernel = einkern.compile(
         ROOT / "examples" / name,

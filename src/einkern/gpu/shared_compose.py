@@ -1,14 +1,21 @@
-"""Kernel IR composition for :mod:`einkern.gpu.shared_input`: members lowered
-under mappings that share one staged tile of an input run one after the other in
-every block of one kernel; the first stages the input, the later ones drop their
-copy of it and read the first one's tile (their names prefixed, so nothing
-clashes).  Pure functions over :mod:`einkern.gpu.kir`."""
+"""Kernel IR composition: members lowered alone run one after the other in every
+block of one kernel, their names prefixed so that nothing clashes.
+
+* :func:`compose` (:mod:`einkern.gpu.shared_input`): members whose mappings
+  share one staged tile of an input; the first stages it, the later ones drop
+  their copy and read the first one's tile.
+* :func:`chain` (:mod:`einkern.gpu.chain`): dependent members, a barrier
+  between consecutive ones; the block has the most threads of any member, and a
+  member with fewer runs its per-thread code on the first threads only.
+
+Pure functions over :mod:`einkern.gpu.kir`."""
 
 from __future__ import annotations
 
 from dataclasses import fields, is_dataclass, replace
 from typing import Any
 
+from . import exprs as E
 from . import kir
 
 _NAME_FIELDS = ("name", "var", "array", "vector", "shared")
@@ -134,4 +141,60 @@ def compose(kernels: list[kir.Kernel], tensor: str, name: str) -> kir.Kernel:
         index_type=max((k.index_type for k in kernels), key=len),
         comment="; ".join(k.comment for k in kernels) + f"  [{tensor} staged once]",
         meta=first.meta,
+    )
+
+
+def _on_first_threads(sections: tuple, threads: int, launch: int) -> tuple:
+    """``sections`` with every per-thread statement run by the first ``threads``
+    threads only (all of them when ``threads`` is the launch's); barriers and
+    block-uniform loops stay block-wide."""
+    if threads == launch:
+        return sections
+    cond = E.less(kir.ThreadIdx(), E.const(threads))
+    out: list = []
+    for section in sections:
+        if isinstance(section, kir.PerThread):
+            section = kir.PerThread((kir.If(cond, section.body),))
+        elif isinstance(section, kir.Uniform):
+            section = replace(section, body=_on_first_threads(section.body, threads, launch))
+        elif not isinstance(section, kir.Barrier):
+            raise ValueError(f"a warp-collective section on fewer threads: {section!r}")
+        out.append(section)
+    return tuple(out)
+
+
+def chain(kernels: list[kir.Kernel], name: str) -> kir.Kernel:
+    """One kernel running ``kernels`` (lowered under mappings that
+    :func:`einkern.gpu.chain.why_not_chain` accepts: the same blocks) one after
+    the other in every block, a barrier between consecutive ones."""
+    first = kernels[0]
+    if any(k.blocks != first.blocks for k in kernels):
+        raise ValueError("the members' grids differ")
+    launch = max(k.threads for k in kernels)
+    params: dict[str, kir.Param] = {}
+    thread_vars: list = []
+    shared: list = []
+    body: list = []
+    for number, kernel in enumerate(kernels):
+        for p in kernel.params:
+            known = params.get(p.name)
+            params[p.name] = replace(p, readonly=p.readonly and (known is None or known.readonly))
+        names = {n: f"m{number}_{n}" for n in _local_names(kernel)}
+        thread_vars += _rename(kernel.thread_vars, names)
+        shared += [_rename(a, names) for a in kernel.shared]
+        if number:
+            body.append(kir.Barrier())
+        body += _on_first_threads(_rename(kernel.body, names), kernel.threads, launch)
+    return kir.Kernel(
+        name=name,
+        params=tuple(sorted(params.values(), key=lambda p: not p.is_array)),
+        threads=launch,
+        blocks=first.blocks,
+        thread_vars=tuple(thread_vars),
+        shared=tuple(shared),
+        body=tuple(body),
+        index_type=max((k.index_type for k in kernels), key=len),
+        comment="; ".join(k.comment for k in kernels) + "  [chained in each block]",
+        meta=first.meta,
+        min_blocks=max(k.min_blocks for k in kernels),
     )

@@ -146,7 +146,7 @@ def _why_not_members(problem: Problem, positions: tuple[int, ...]) -> str | None
 # -- mappings ----------------------------------------------------------------------
 
 
-def _thread_split(tiles: list[tuple[str, int]], threads: int) -> list[ParallelTile] | None:
+def thread_split(tiles: list[tuple[str, int]], threads: int) -> list[ParallelTile] | None:
     """Threads over the tiles, fastest index first (each the largest divisor of its
     tile within what is left of ``threads``); None when they make less than half
     of ``threads``."""
@@ -211,7 +211,7 @@ def candidates(problem: Problem, positions: tuple[int, ...], tensor: str):
                 continue
             if outputs < threads and threads != THREAD_CHOICES[0]:
                 continue
-            split = _thread_split(tiles, threads)
+            split = thread_split(tiles, threads)
             if split is None:
                 continue
             key = tuple(split)

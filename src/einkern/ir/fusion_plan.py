@@ -257,7 +257,7 @@ def _candidates(problem: Problem, cost: GroupCost) -> tuple[list[Group], tuple[s
                     forbidden[(positions[0], positions[1])] = (
                         "legal as one loop nest, but not one kernel on this backend"
                         + (
-                            f" ({joined} joins them; CUDA runs only siblings as one)"
+                            f" ({joined} joins them and no block-local chain kernel fits)"
                             if joined is not None
                             else ""
                         )
@@ -299,7 +299,8 @@ def _candidate(
         NEST,
         found.depth,
         seconds,
-        f"one kernel (CPU: a loop nest; CUDA: one input staged once, or sibling blocks): "
+        f"one kernel (CPU: a loop nest; CUDA: one input staged once, sibling blocks, "
+        f"or a block-local chain): "
         f"{found.reason}",
     )
 

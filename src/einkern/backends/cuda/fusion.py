@@ -5,14 +5,17 @@ the kernel the decision algorithm maps it to, plus a launch.
 A group is one kernel here when it is one statement, a ``merge`` group (updates
 of one output, merged by :func:`einkern.ir.fusion.merge_statements` into one
 statement, whose kernel keeps the output tile in registers across every
-product), or a ``nest`` of statements without dependences between them whose
-kernels :mod:`.siblings` combines into one launch; other groups give None.
+product), a ``nest`` of statements without dependences between them (one
+input staged once, or the sibling blocks of :mod:`.siblings`), or a ``nest``
+whose members depend on one another run as a block-local chain
+(:mod:`einkern.gpu.chain`); other groups give None.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from ...gpu.chain import chain_mappings, dependent
 from ...ir.fusion import MERGE, merge_statements
 from ...ir.nodes import Problem
 from ...ir.task import Task, statement_task
@@ -41,11 +44,20 @@ def group_seconds(
         task = statement_task(problem, positions[0])
     elif kind == MERGE:
         task = merged_task(problem, positions)
+    elif dependent(problem, positions):
+        return chain_seconds(problem, positions)
     elif SIBLING_LAUNCHES:
         return siblings_seconds(problem, positions)
     else:
         return None
     return predicted_time(task, decide(task, limits), limits) + LAUNCH_SECONDS
+
+
+def chain_seconds(problem: Problem, positions: tuple[int, ...]) -> float | None:
+    """Predicted seconds of dependent statements run as one block-local chain
+    (:func:`einkern.gpu.chain.chain_mappings`), or None when no chain fits."""
+    found = chain_mappings(problem, positions, device_limits())
+    return None if found is None else found.seconds + LAUNCH_SECONDS
 
 
 def siblings_seconds(problem: Problem, positions: tuple[int, ...]) -> float | None:

@@ -27,7 +27,10 @@ def resolve_mappings(
     form, or a JSON file of either), the decision algorithm's default for the others.
     The members of a group of ``nests`` none of which is given that can read their
     common input from one shared tile get the mappings that do so
-    (:func:`einkern.gpu.shared_input.shared_input_mappings`)."""
+    (:func:`einkern.gpu.shared_input.shared_input_mappings`); those of a group
+    whose members depend on one another get the mappings of a block-local chain
+    (:func:`einkern.gpu.chain.chain_mappings`) when one fits."""
+    from ...gpu.chain import chain_mappings, dependent
     from ...gpu.config import CudaConfig, parse_config
     from ...gpu.decision import decide
     from ...gpu.shared_input import shared_input_mappings
@@ -38,6 +41,11 @@ def resolve_mappings(
     given = dict(mappings or {})
     for group in nests:
         if len(group) > 1 and not any(p in given for p in group):
+            if dependent(problem, tuple(group)):
+                found = chain_mappings(problem, tuple(group), limits)
+                if found is not None:
+                    chosen.update(zip(group, found.mappings, strict=True))
+                continue
             shared = shared_input_mappings(problem, tuple(group), limits)
             if shared is not None:
                 chosen.update(zip(group, shared.mappings, strict=True))
@@ -81,8 +89,11 @@ def resolve_mappings(
 def generate(problem: Problem, mappings: MappingSpec = None, nests: Nests = ()) -> CudaSource:
     """CUDA C of the whole problem under ``mappings``: per statement one kernel, or
     (boundary ``pad``) a padding copy per input, the kernel, and a crop copy.
-    ``nests``: groups of consecutive statements without dependences between them
-    that run as one kernel (:mod:`.siblings`; a group it refuses stays apart)."""
+    ``nests``: groups of consecutive statements that run as one kernel: one
+    input staged once or sibling blocks (:mod:`.siblings`) when no dependence
+    joins them, a block-local chain (:mod:`einkern.gpu.chain`) when one does; a
+    group whose mappings allow neither stays apart."""
+    from ...gpu.chain import dependent
     from ...gpu.cuda_printer import print_cuda_module
     from ...gpu.plan import Launch, plan_task
 
@@ -90,7 +101,10 @@ def generate(problem: Problem, mappings: MappingSpec = None, nests: Nests = ()) 
     chosen = resolve_mappings(problem, mappings, nests)
     program = re.sub(r"[^A-Za-z0-9_]", "_", problem.program.name)[:40]
     staged_once = _staged_once(problem, chosen, nests, program)
-    combined = _combined(problem, chosen, tuple(n for n in nests if n not in staged_once), program)
+    staged_once.update(_chained(problem, chosen, nests, program))
+    # sibling blocks run concurrently: never for members that depend on one another
+    apart = tuple(n for n in nests if n not in staged_once and not dependent(problem, n))
+    combined = _combined(problem, chosen, apart, program)
     first = {group[0]: spec for group, (spec, _) in combined.items()}
     inside = {p for group in [*combined, *staged_once] for p in group}
     kernels = []
@@ -157,6 +171,23 @@ def _staged_once(problem: Problem, chosen: dict[int, Mapping], nests: Nests, pro
         if len(positions) > 1 and why_not_shared(problem, positions, chosen) is None:
             name = f"ek_{program}_s{positions[0]}_{positions[-1]}"
             groups[positions] = shared_input_kernel(problem, positions, chosen, name)
+    return groups
+
+
+def _chained(problem: Problem, chosen: dict[int, Mapping], nests: Nests, program: str):
+    """The one kernel of each group of ``nests`` whose members depend on one
+    another and whose mappings make a block-local chain (:mod:`einkern.gpu.chain`)."""
+    from ...gpu.chain import chain_kernel, dependent, why_not_chain
+
+    groups = {}
+    for positions in nests:
+        if (
+            len(positions) > 1
+            and dependent(problem, positions)
+            and why_not_chain(problem, positions, chosen) is None
+        ):
+            name = f"ek_{program}_s{positions[0]}_{positions[-1]}"
+            groups[positions] = chain_kernel(problem, positions, chosen, name)
     return groups
 
 

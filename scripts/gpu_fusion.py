@@ -92,6 +92,16 @@ def outputs(device, run, work) -> tuple:
     return result if isinstance(result, tuple) else (result,)
 
 
+def measure(device, run, work, reference, runs: int) -> tuple[float, float, tuple]:
+    """Median seconds of ``run(**work)`` over ``runs`` calls (L2 flushed), the
+    largest relative error of its outputs against ``reference`` (its own when
+    None), and its outputs."""
+    result = outputs(device, run, work)
+    reference = result if reference is None else reference
+    error = max(device.relative_error(r, f) for r, f in zip(result, reference, strict=True))
+    return device.median_time(lambda: run(**work), runs), error, result
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)

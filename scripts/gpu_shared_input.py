@@ -24,7 +24,7 @@ from einkern.bench.cuda_device import CudaDevice
 from einkern.gpu.shared_input import ranked_candidates
 
 sys.path.insert(0, str(Path(__file__).parent))
-from gpu_fusion import PEERS, _peer_call, outputs, workspace  # noqa: E402
+from gpu_fusion import PEERS, _peer_call, measure, workspace  # noqa: E402
 
 PROGRAM = "examples/local_grad3.ein"
 
@@ -99,13 +99,8 @@ def main() -> int:
                         print(f"p={p} nelt={nelt} {name}: not run: {why}"[:160], flush=True)
                         continue
                     run = _peer_call(peer, problem)
-                result = outputs(device, run, work)
-                if reference is None:
-                    reference = result
-                error = max(
-                    device.relative_error(r, f) for r, f in zip(result, reference, strict=True)
-                )
-                seconds = device.median_time(lambda k=run, w=work: k(**w), args.runs)
+                seconds, error, result = measure(device, run, work, reference, args.runs)
+                reference = result if reference is None else reference
                 measured[name] = seconds
                 row = {
                     "p": p,

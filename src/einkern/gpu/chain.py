@@ -37,7 +37,6 @@ from dataclasses import dataclass, replace
 
 from ..ir.fusion import alignment, fusibility
 from ..ir.nodes import Problem
-from ..ir.poly import dependences
 from ..ir.task import statement_task
 from . import kir
 from .device import H100, DeviceLimits
@@ -71,8 +70,7 @@ class Chain:
 
 def dependent(problem: Problem, positions: tuple[int, ...]) -> bool:
     """Whether a dependence joins two of the statements."""
-    members = set(positions)
-    return any(d.source in members and d.sink in members for d in dependences(problem.program))
+    return fusibility(problem.program).joining(tuple(sorted(positions))) is not None
 
 
 def chain_depth(problem: Problem, positions: tuple[int, ...]) -> int:
@@ -165,14 +163,17 @@ def ranked_chains(
     tasks = [statement_task(problem, p) for p in positions]
     saved = _saved_bytes(problem, positions) / limits.dram_bandwidth
     ranked = []
+    seen: set[tuple[Mapping, ...]] = set()
     for tiles in _fused_tile_choices(problem, positions[0], depth):
         for threads in THREAD_CHOICES:
             mappings = tuple(member_mapping(problem, p, depth, tiles, threads) for p in positions)
             if any(m is None for m in mappings):
                 continue
             chosen = tuple(m for m in mappings if m is not None)
-            if max(m.threads for m in chosen) < min(threads, 64) and threads != 64:
+            # a budget above 64 threads that leaves every member below 64 is not tried
+            if chosen in seen or (max(m.threads for m in chosen) < 64 and threads != 64):
                 continue
+            seen.add(chosen)
             if any(
                 check_mapping(task, m, limits.shared_per_block, limits)
                 for task, m in zip(tasks, chosen, strict=True)
@@ -182,13 +183,8 @@ def ranked_chains(
                 predicted_time(task, m, limits) for task, m in zip(tasks, chosen, strict=True)
             )
             ranked.append((max(alone - saved, alone / len(positions)), chosen))
-    ranked.sort(key=lambda c: c[0])
-    unique, seen = [], set()
-    for seconds, mappings in ranked:
-        if mappings not in seen:
-            seen.add(mappings)
-            unique.append((seconds, mappings))
-    return unique
+    ranked.sort(key=lambda c: c[0])  # stable: the candidates' order breaks ties
+    return ranked
 
 
 @functools.lru_cache(maxsize=256)

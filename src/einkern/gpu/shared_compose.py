@@ -103,6 +103,17 @@ def _drop_sections(sections: tuple, array: str) -> tuple:
     return tuple(out)
 
 
+def _merged_params(kernels: list[kir.Kernel]) -> tuple[kir.Param, ...]:
+    """The members' parameters, each once (read-only only when every member only
+    reads it), arrays first in order of appearance, then scalars."""
+    params: dict[str, kir.Param] = {}
+    for kernel in kernels:
+        for p in kernel.params:
+            known = params.get(p.name)
+            params[p.name] = replace(p, readonly=p.readonly and (known is None or known.readonly))
+    return tuple(sorted(params.values(), key=lambda p: not p.is_array))
+
+
 def compose(kernels: list[kir.Kernel], tensor: str, name: str) -> kir.Kernel:
     """One kernel running ``kernels`` (lowered under mappings that
     :func:`why_not_shared` accepts) one after the other in every block, the first
@@ -112,16 +123,10 @@ def compose(kernels: list[kir.Kernel], tensor: str, name: str) -> kir.Kernel:
         raise ValueError("the members' launch shapes differ")
     tile = staged_array(first, tensor)
     size = next(a for a in first.shared if a.name == tile)
-    params: dict[str, kir.Param] = {}
     thread_vars = list(first.thread_vars)
     shared = list(first.shared)
     body = list(first.body)
-    for number, kernel in enumerate(kernels):
-        for p in kernel.params:
-            known = params.get(p.name)
-            params[p.name] = replace(p, readonly=p.readonly and (known is None or known.readonly))
-        if number == 0:
-            continue
+    for number, kernel in enumerate(kernels[1:], start=1):
         own = staged_array(kernel, tensor)
         if next(a for a in kernel.shared if a.name == own).size != size.size:
             raise ValueError(f"{kernel.name}: its tile of {tensor} has another size")
@@ -132,7 +137,7 @@ def compose(kernels: list[kir.Kernel], tensor: str, name: str) -> kir.Kernel:
         body += _drop_sections(_rename(kernel.body, names), tile)
     return kir.Kernel(
         name=name,
-        params=tuple(sorted(params.values(), key=lambda p: not p.is_array)),
+        params=_merged_params(kernels),
         threads=first.threads,
         blocks=first.blocks,
         thread_vars=tuple(thread_vars),
@@ -171,14 +176,10 @@ def chain(kernels: list[kir.Kernel], name: str) -> kir.Kernel:
     if any(k.blocks != first.blocks for k in kernels):
         raise ValueError("the members' grids differ")
     launch = max(k.threads for k in kernels)
-    params: dict[str, kir.Param] = {}
     thread_vars: list = []
     shared: list = []
     body: list = []
     for number, kernel in enumerate(kernels):
-        for p in kernel.params:
-            known = params.get(p.name)
-            params[p.name] = replace(p, readonly=p.readonly and (known is None or known.readonly))
         names = {n: f"m{number}_{n}" for n in _local_names(kernel)}
         thread_vars += _rename(kernel.thread_vars, names)
         shared += [_rename(a, names) for a in kernel.shared]
@@ -187,7 +188,7 @@ def chain(kernels: list[kir.Kernel], name: str) -> kir.Kernel:
         body += _on_first_threads(_rename(kernel.body, names), kernel.threads, launch)
     return kir.Kernel(
         name=name,
-        params=tuple(sorted(params.values(), key=lambda p: not p.is_array)),
+        params=_merged_params(kernels),
         threads=launch,
         blocks=first.blocks,
         thread_vars=tuple(thread_vars),

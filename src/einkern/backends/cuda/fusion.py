@@ -71,12 +71,10 @@ def siblings_seconds(problem: Problem, positions: tuple[int, ...]) -> float | No
     from ...gpu.decision import decide
     from ...gpu.model import predicted_time
     from ...gpu.shared_input import shared_input_mappings
-    from ...ir.poly import dependences
     from .generate import sibling_members
     from .siblings import why_not_combined
 
-    members = set(positions)
-    if any(d.source in members and d.sink in members for d in dependences(problem.program)):
+    if dependent(problem, positions):
         return None
     limits = device_limits()
     shared = shared_input_mappings(problem, positions, limits)

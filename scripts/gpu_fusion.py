@@ -74,12 +74,12 @@ def _peer_call(peer, problem):
 
 
 def workspace(device, problem) -> dict:
-    """Device arrays for every tensor of ``problem``: random inputs (seed 0), the
-    others empty."""
+    """Device arrays for every tensor the caller passes (not the temporaries):
+    random inputs (seed 0), the others empty."""
     inputs = device.random_inputs(problem, seed=0)
     work = {name: device.copy(array) for name, array in inputs.items()}
     for tensor in problem.program.tensors:
-        if tensor.name not in work:
+        if tensor.name not in work and not tensor.temporary:
             work[tensor.name] = device.empty(
                 problem.shape(tensor.name), tensor.dtype, tensor.layout
             )

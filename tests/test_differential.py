@@ -139,8 +139,9 @@ def random_schedule(problem: Problem, rng: random.Random, attempts: int = 50) ->
 
 
 def tolerances(problem: Problem) -> dict[str, float]:
-    """Tolerance of each output: its dtype's, float32's once a float32 tensor
-    written earlier (rounded by each backend in its own way) feeds it."""
+    """Tolerance of each output (temporaries are the backends' own): its dtype's,
+    float32's once a float32 tensor written earlier (rounded by each backend in
+    its own way) feeds it."""
     program = problem.program
     found: dict[str, float] = {}
     rounded: set[str] = set()  # tensors whose value went through a float32 store
@@ -152,7 +153,7 @@ def tolerances(problem: Problem) -> dict[str, float]:
         found[name] = max(found.get(name, 0.0), tolerance)
         if dtype == "float32" or loose:
             rounded.add(name)
-    return found
+    return {name: t for name, t in found.items() if name in program.outputs}
 
 
 def check_backends(problem: Problem, seed: int, specials: int) -> None:

@@ -115,6 +115,19 @@ def test_listing_5_1_with_batch():
     assert all(s.target.indices[0].name == "b_" for s in prog.statements)
 
 
+def test_only_the_returned_variable_is_an_output():
+    # the other assigned variables are the function's locals: temporaries the
+    # caller neither passes nor receives (a fused kernel may keep them on chip)
+    from einkern.ir.build import build_program
+
+    program = build_program(parse_mapped(LISTING_4_1, "listing41.mapped"))
+    assert program.outputs == ("F",)
+    assert program.temporaries == ("M1", "M2", "M3", "v1", "s1")
+    assert program.inputs == ("A", "B", "D", "E", "c")
+    program = build_program(parse_mapped(LISTING_5_1))
+    assert program.outputs == ("F",) and program.temporaries == ("M1", "M2", "M3", "M4")
+
+
 def test_load_program_node_sniffs_mapped(tmp_path):
     assert len(load_program_node(LISTING_5_1).statements) == 5
     path = tmp_path / "f.mf"

@@ -144,8 +144,8 @@ def fusion_plan(problem: Problem, backend: str, fuse: bool = True) -> FusionPlan
     if not fuse or backend not in ("cpu", "cuda"):
         why = "fusion turned off" if not fuse else f"the {backend} backend does not fuse"
         return unfused_plan(problem, backend, why)
-    if problem.program.temporaries:
-        return unfused_plan(problem, backend, "the program has temporaries (rewritten)")
+    if any(t.view_of is not None for t in problem.program.tensors):
+        return unfused_plan(problem, backend, "the program has views of other tensors (rewritten)")
     siblings = False
     if backend != "cpu":
         from .backends.cuda import fusion

@@ -218,11 +218,13 @@ def random_arrays(
     problem: Problem, seed: int = 0, names: Iterable[str] | None = None
 ) -> dict[str, Any]:
     """Fresh random values (uniform in [0.5, 1.5]) for the tensors ``names`` of
-    ``problem`` (all of them when None), each in its declared dtype and layout."""
+    ``problem`` (when None, every tensor the caller passes: all but the
+    temporaries), each in its declared dtype and layout."""
     rng = np.random.default_rng(seed)
     program = problem.program
     arrays = {}
-    for name in names if names is not None else (t.name for t in program.tensors):
+    every = (t.name for t in program.tensors if not t.temporary)
+    for name in names if names is not None else every:
         tensor = program.tensor(name)
         arrays[name] = random_array(rng, problem.shape(name), tensor.dtype, tensor.layout)
     return arrays

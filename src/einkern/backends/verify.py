@@ -17,6 +17,7 @@ from ..reference import evaluate, relative_error
 from ..semantics import bfloat16_values
 from ..testing import random_scalars
 from .emulator import DTYPES, AccessError, emulate
+from .temporaries import view_arrays
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ def emulate_problem(
     bfloat16 arrays come back as float32 arrays of their values.
     ``kernels`` (one per statement) replaces the plans, for fault injection."""
     work = {name: np.array(storage_view(a), copy=True, order="K") for name, a in arrays.items()}
+    if any(name not in work for name in problem.program.temporaries):
+        work = {**view_arrays(problem, work), **work}  # memory of the temporaries (NaN)
     values = {f"s_{name}": v for name, v in scalars.items()}
     launches = []
     if kernels is not None:
@@ -69,9 +72,10 @@ def emulate_problem(
         errors.extend(report.errors)
         bad += sum(report.counts)
     dtypes = {t.name: t.dtype for t in problem.program.tensors}
-    final = {
+    final = {  # the arrays given, and the program's temporaries
         name: bfloat16_values(work[name]) if dtypes.get(name) == "bfloat16" else work[name]
-        for name in arrays
+        for name in work
+        if name in arrays or name in problem.program.temporaries
     }
     return final, tuple(errors), bad
 

@@ -125,7 +125,9 @@ def _build_tensors(node: ast.ProgramNode, extents: dict[str, Extent]) -> tuple[T
             )
         if layout not in LAYOUTS:
             raise LayoutError(f"unknown layout {layout!r}", decl.span, hint="use row or column")
-        tensors[name] = Tensor(name, tuple(shape), dtype, layout, span=decl.span)
+        tensors[name] = Tensor(
+            name, tuple(shape), dtype, layout, temporary=decl.temporary, span=decl.span
+        )
         spans[name] = decl.name.span
     return tuple(tensors.values())
 

@@ -99,6 +99,8 @@ class TensorDeclNode:
     dtype: str | None  # None: program default
     layout: str | None  # "row" | "column" | None: program default
     span: Span
+    #: Neither passed nor returned: a mapped function's local variable
+    temporary: bool = False
 
 
 @dataclass(frozen=True)

@@ -196,9 +196,10 @@ class DeclCollector:
         dtype: str | None,
         layout: str | None,
         span: Span,
+        temporary: bool = False,
     ) -> None:
         self._claim(name, "a tensor")
-        self.tensors.append(TensorDeclNode(name, shape, dtype, layout, span))
+        self.tensors.append(TensorDeclNode(name, shape, dtype, layout, span, temporary))
 
     def add_scalar(self, name: Ident, dtype: str | None, value: float | None, span: Span) -> None:
         self._claim(name, "a scalar")

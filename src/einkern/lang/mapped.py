@@ -285,13 +285,15 @@ class MappedReader(TokenCursor):
         taken = set(self.variables)
         extent = _fresh(BATCH_EXTENT, taken)
         anchor = (self.input_keyword or self.result or self.peek()).span
+        returned = self.result.text if self.result is not None else None
         decls.add_extent(Ident(extent, anchor), self.batch, anchor)
         for name, (token, typedef) in self.variables.items():
             if name in self.inputs or name in self.assigned:
                 shape = (DimRef(extent, None, token.span),) + tuple(
                     DimRef(None, size, token.span) for size in typedef.shape
                 )
-                decls.add_tensor(ident(token), shape, None, None, token.span)
+                local = name not in self.inputs and name != returned
+                decls.add_tensor(ident(token), shape, None, None, token.span, local)
         for call in self.calls:
             for statement in _inline(call, taken | {extent}):
                 decls.add_statement(statement)

@@ -18,7 +18,7 @@ from einkern.api import fusion_plan, load
 from einkern.backends.cuda.generate import generate, resolve_mappings
 from einkern.backends.verify import emulate_problem
 from einkern.gpu import chain as chains
-from einkern.gpu import kir
+from einkern.gpu import chain_barriers, kir
 from einkern.gpu.chain import (
     chain_kernel,
     chain_mappings,
@@ -26,6 +26,7 @@ from einkern.gpu.chain import (
     ranked_chains,
     why_not_chain,
 )
+from einkern.gpu.chain_barriers import levels, same_thread, schedule
 from einkern.gpu.plan import plan_task
 from einkern.gpu.shared_compose import chain
 from einkern.ir.bind import make_problem
@@ -96,7 +97,8 @@ def test_the_chained_kernel_matches_the_reference(name, sizes):
     mappings = dict(zip(positions, found.mappings, strict=True))
     assert why_not_chain(problem, positions, mappings) is None
     kernel = chain_kernel(problem, positions, mappings, "k")
-    assert sum(isinstance(s, kir.Barrier) for s in kernel.body) >= len(positions) - 1
+    _, barriers = schedule(problem, positions, mappings)
+    assert sum(isinstance(s, kir.Barrier) for s in kernel.body) == sum(barriers)
     worst, bad = _error(problem, [kernel])
     assert bad == 0 and worst <= 1.0
 
@@ -122,6 +124,94 @@ def test_a_dropped_barrier_is_caught():
     )
     assert _error(problem, [kernel])[0] <= 1.0
     assert _error(problem, [kir.without_barriers(kernel)])[0] > 1.0
+
+
+def _planned(problem):
+    positions = tuple(range(len(problem.program.statements)))
+    found = chain_mappings(problem, positions)
+    assert found is not None
+    return positions, dict(zip(positions, found.mappings, strict=True))
+
+
+def test_barriers_only_where_a_dependence_crosses_threads():
+    problem = _problem("fousek_function2.mapped", nbatch=37)
+    positions, mappings = _planned(problem)
+    # every consumer reads exactly the elements its own thread produced
+    assert levels(problem, positions, mappings) == (0, 0, 0, 0, 0)
+    kernel = chain_kernel(problem, positions, mappings, "k")
+    assert not any(isinstance(s, kir.Barrier) for s in kernel.body)
+    problem = _problem("fousek_function1.mapped", nbatch=70)
+    positions, mappings = _planned(problem)
+    # M1; v1 reads M1 across threads; s1 reads v1; M2 and M3 depend on nothing
+    # of the first three and run beside M1; F reads s1 (across threads) and M3
+    assert levels(problem, positions, mappings) == (0, 1, 2, 0, 0, 3)
+    assert schedule(problem, positions, mappings) == (
+        (0, 3, 4, 1, 2, 5),
+        (False, False, True, True, True),
+    )
+    problem = _problem(COLUMN_CHAIN)  # R reads M transposed: another thread's element
+    positions, mappings = _planned(problem)
+    assert levels(problem, positions, mappings) == (0, 1, 2)
+
+
+def test_thread_locality_needs_the_same_tiles():
+    problem = _problem("fousek_function2.mapped", nbatch=37)
+    s0, s3 = problem.program.statements[0], problem.program.statements[3]
+    wide = member_mapping(problem, 0, 3, (2, 5, 5), 64)
+    narrow = member_mapping(problem, 3, 3, (2, 5, 5), 25)
+    same = member_mapping(problem, 3, 3, (2, 5, 5), 64)
+    assert wide is not None and narrow is not None and same is not None
+    read = s3.reads()[0]
+    assert read.tensor == "M1"
+    assert same_thread((s0, wide, s0.output), (s3, same, read))
+    assert not same_thread((s0, wide, s0.output), (s3, narrow, read))
+
+
+def test_temporaries_stay_on_chip():
+    # Fousek II: M1..M4 are the function's locals; only F reaches global memory
+    problem = _problem("fousek_function2.mapped", nbatch=37)
+    positions, mappings = _planned(problem)
+    kernel = chain_kernel(problem, positions, mappings, "k")
+    arrays = {p.name for p in kernel.params if p.is_array}
+    assert arrays == {"p_A", "p_B", "p_C", "p_D", "p_F"}
+    assert {a.name for a in kernel.shared} >= {"oc_M1", "oc_M2", "oc_M3", "oc_M4"}
+    stores = {n.array for n in kir.walk(kernel.body) if isinstance(n, kir.Store)}
+    assert "p_F" in stores and not stores & {"p_M1", "p_M2", "p_M3", "p_M4"}
+    worst, bad = _error(problem, [kernel])
+    assert bad == 0 and worst <= 1.0
+    # Fousek I: every local stays on chip, the norm's reads across threads too
+    problem = _problem("fousek_function1.mapped", nbatch=37)
+    positions, mappings = _planned(problem)
+    order, _ = schedule(problem, positions, mappings)
+    kept = {a.tensor for a in chains.kept_on_chip(problem, order, mappings)}
+    assert kept == {"M1", "v1", "s1", "M2", "M3"}
+
+
+def test_a_temporary_read_outside_the_chain_stays_in_global_memory():
+    problem = _problem("fousek_function2.mapped", nbatch=37)
+    positions = (0, 1, 3)  # M1, M2 -> M4; F (outside) reads M4 and M3
+    found = chain_mappings(problem, positions)
+    assert found is not None
+    mappings = dict(zip(positions, found.mappings, strict=True))
+    kept = {a.tensor for a in chains.kept_on_chip(problem, positions, mappings)}
+    assert kept == {"M1", "M2"}  # M4 is read by F, outside the chain
+    kernel = chain_kernel(problem, positions, mappings, "k")
+    assert "p_M4" in {p.name for p in kernel.params}
+
+
+def test_a_barrier_dropped_over_a_crossing_read_is_caught(monkeypatch):
+    # planted fault: every access pair declared thread-local, so the barriers
+    # before v (reads M's rows), before R (reads M transposed) and, in Fousek I,
+    # before the norm and F (read another thread's on-chip values) are dropped
+    for source in (MATRIX_CHAIN, COLUMN_CHAIN, "fousek_function1.mapped"):
+        problem = _problem(source, **({"nbatch": 37} if "fousek" in source else {}))
+        positions, mappings = _planned(problem)
+        assert _error(problem, [chain_kernel(problem, positions, mappings, "k")])[0] <= 1.0
+        with monkeypatch.context() as patch:
+            patch.setattr(chain_barriers, "same_thread", lambda first, later: True)
+            kernel = chain_kernel(problem, positions, mappings, "k")
+        assert not any(isinstance(s, kir.Barrier) for s in kernel.body)
+        assert _error(problem, [kernel])[0] > 1.0
 
 
 def test_a_chain_over_a_dependence_that_crosses_blocks_is_refused_and_caught(monkeypatch):
@@ -233,7 +323,7 @@ def test_function1_is_one_chain_kernel_that_compiles_without_spills():
     assert len(kernels) == 1 and [g.positions for g in plan.groups] == [tuple(range(6))]
     assert "block-local chain" in plan.groups[0].reason
     source = generate(fused, None, plan.nests)
-    assert len(source.kernels) == 1 and "[chained in each block]" in source.text
+    assert len(source.kernels) == 1 and "[chained in each block, 3 barrier(s)]" in source.text
     module = compile_cubin(source.text, "sm_90")  # NVRTC, no GPU needed
     assert all(r.spill_stores == 0 and r.spill_loads == 0 for r in module.resources)
 

@@ -125,6 +125,8 @@ class KernelBuilder:
         self.thread_vars: list[kir.ThreadVar] = []
         self.shared: list[kir.SharedArray] = []
         self.staged_arrays: dict[tuple[int, str], StagedArray] = {}
+        #: temporaries kept on chip (tensor name -> its block tile in shared memory)
+        self.on_chip: dict[str, OnChipArray] = {}
 
     # -- names and sizes ---------------------------------------------------------
 
@@ -177,6 +179,29 @@ class KernelBuilder:
             local.update({k: v for k, v in ctx.local.items() if k not in self.parallel})
             return Context(coords, local, ctx.statements, ctx.memo)
         return Context(coords, local)
+
+
+@dataclass(frozen=True)
+class OnChipArray:
+    """A temporary a block-local chain keeps on chip: shared array ``name`` holds the
+    block's tile of ``tensor`` (``extents`` along its dimensions, row-major), which
+    one member writes instead of global memory and later members read."""
+
+    name: str
+    tensor: str
+    ctype: str
+    extents: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.extents)
+
+    def strides(self) -> tuple[int, ...]:
+        strides, step = [], 1
+        for extent in reversed(self.extents):
+            strides.append(step)
+            step *= extent
+        return tuple(reversed(strides))
 
 
 def register_slots(mapping: Mapping) -> list[dict[str, int]]:

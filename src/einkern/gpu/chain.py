@@ -39,8 +39,12 @@ from ..ir.fusion import alignment, fusibility
 from ..ir.nodes import Problem
 from ..ir.task import statement_task
 from . import kir
+from .builder import OnChipArray
+from .chain_barriers import schedule
+from .chain_memory import on_chip
 from .device import H100, DeviceLimits
-from .mapping import Mapping
+from .mapping import Mapping, Staging
+from .normalize import reduction_of
 from .shared_compose import chain
 from .shared_input import thread_split
 from .staging import natural_order
@@ -139,14 +143,31 @@ def _fused_tile_choices(problem: Problem, position: int, depth: int):
     return itertools.product(*per_index)
 
 
-def _saved_bytes(problem: Problem, positions: tuple[int, ...]) -> int:
-    """Bytes later members read of earlier members' outputs (found on chip)."""
+def _saved_bytes(problem: Problem, positions: tuple[int, ...], kept: tuple[str, ...]) -> int:
+    """Bytes later members read of earlier members' outputs (found on chip), and
+    the writes of the temporaries ``kept`` on chip."""
     statements = [problem.program.statements[p] for p in positions]
-    saved = 0
+    saved = sum(problem.nbytes(t) for t in kept)
     for n, s in enumerate(statements):
         produced = {t.output.tensor for t in statements[:n]}
         saved += sum(problem.nbytes(t) for t in {a.tensor for a in s.reads()} & produced)
     return saved
+
+
+def staged_member(problem: Problem, position: int, mapping: Mapping) -> Mapping:
+    """``mapping`` with every input of the member's sums that lives in global
+    memory (not a temporary) staged through shared memory whole (one k-step
+    over each reduction index): coalesced copies of the block's tiles."""
+    statement = problem.program.statements[position]
+    groups = reduction_of(statement).groups
+    accesses = [
+        a for g in groups for a in g.accesses() if not problem.program.tensor(a.tensor).temporary
+    ]
+    if not accesses:
+        return mapping
+    steps = tuple((i, problem.index_size(statement, i)) for i in statement.reduction_indices)
+    staged = tuple(Staging(str(a)) for a in dict.fromkeys(accesses))
+    return replace(mapping, staged=staged, k_step=steps)
 
 
 def ranked_chains(
@@ -161,7 +182,6 @@ def ranked_chains(
     if _why_not_members(problem, positions, depth) is not None:
         return []
     tasks = [statement_task(problem, p) for p in positions]
-    saved = _saved_bytes(problem, positions) / limits.dram_bandwidth
     ranked = []
     seen: set[tuple[Mapping, ...]] = set()
     for tiles in _fused_tile_choices(problem, positions[0], depth):
@@ -169,20 +189,30 @@ def ranked_chains(
             mappings = tuple(member_mapping(problem, p, depth, tiles, threads) for p in positions)
             if any(m is None for m in mappings):
                 continue
-            chosen = tuple(m for m in mappings if m is not None)
+            plain = tuple(m for m in mappings if m is not None)
             # a budget above 64 threads that leaves every member below 64 is not tried
-            if chosen in seen or (max(m.threads for m in chosen) < 64 and threads != 64):
+            if max(m.threads for m in plain) < 64 and threads != 64:
                 continue
-            seen.add(chosen)
-            if any(
-                check_mapping(task, m, limits.shared_per_block, limits)
-                for task, m in zip(tasks, chosen, strict=True)
-            ):
-                continue
-            alone = sum(
-                predicted_time(task, m, limits) for task, m in zip(tasks, chosen, strict=True)
+            staged = tuple(
+                staged_member(problem, p, m) for p, m in zip(positions, plain, strict=True)
             )
-            ranked.append((max(alone - saved, alone / len(positions)), chosen))
+            for chosen in (plain, staged):
+                if chosen in seen:
+                    continue
+                seen.add(chosen)
+                if any(
+                    check_mapping(task, m, limits.shared_per_block, limits)
+                    for task, m in zip(tasks, chosen, strict=True)
+                ):
+                    continue
+                given = dict(zip(positions, chosen, strict=True))
+                order, _ = schedule(problem, positions, given)
+                kept = tuple(a.tensor for a in kept_on_chip(problem, order, given, limits))
+                saved = _saved_bytes(problem, positions, kept) / limits.dram_bandwidth
+                alone = sum(
+                    predicted_time(task, m, limits) for task, m in zip(tasks, chosen, strict=True)
+                )
+                ranked.append((max(alone - saved, alone / len(positions)), chosen))
     ranked.sort(key=lambda c: c[0])  # stable: the candidates' order breaks ties
     return ranked
 
@@ -201,10 +231,14 @@ def chain_mappings(
     seconds, mappings = ranked[0]
     fused = fused_indices(problem, positions[0], depth)
     tiles = ", ".join(f"{i}:{mappings[0].tile_of(i).tile}" for i in fused)
+    given = dict(zip(positions, mappings, strict=True))
+    order, barriers = schedule(problem, positions, given)
+    kept = ", ".join(a.tensor for a in kept_on_chip(problem, order, given, limits)) or "none"
     reason = (
         f"chain: {len(positions)} dependent statements one after the other in each block, "
-        f"a barrier between them, the {depth} outer output dimension(s) tiled alike "
-        f"({tiles}; the rest whole), up to {max(m.threads for m in mappings)} threads; "
+        f"{sum(barriers)} barrier(s) (only where a read crosses threads), the {depth} outer "
+        f"output dimension(s) tiled alike ({tiles}; the rest whole), up to "
+        f"{max(m.threads for m in mappings)} threads, temporaries in shared memory: {kept}; "
         f"least predicted time of {len(ranked)} candidates, {seconds * 1e6:.0f} us"
     )
     mappings = tuple(replace(m, reasons=(reason,)) for m in mappings)
@@ -250,8 +284,25 @@ def chain_kernel(
     why = why_not_chain(problem, positions, mappings)
     if why is not None:
         raise ValueError(f"cannot chain S{positions}: {why}")
+    order, barriers = schedule(problem, positions, mappings)
+    kept = kept_on_chip(problem, order, mappings)
     kernels = [
-        lower(statement_task(problem, p), mappings[p], f"{name}_m{i}")
-        for i, p in enumerate(positions)
+        lower(statement_task(problem, p), mappings[p], f"{name}_m{i}", on_chip=kept)
+        for i, p in enumerate(order)
     ]
-    return chain(kernels, name)
+    common = tuple(kir.SharedArray(a.name, a.ctype, a.size) for a in kept)
+    return chain(kernels, name, barriers, common)
+
+
+def kept_on_chip(
+    problem: Problem,
+    order: tuple[int, ...],
+    mappings: dict[int, Mapping],
+    limits: DeviceLimits = H100,
+) -> tuple[OnChipArray, ...]:
+    """The temporaries the chain keeps in shared memory (:func:`.chain_memory.on_chip`,
+    next to the members' own shared memory)."""
+    from .model import shared_bytes
+
+    own = sum(shared_bytes(statement_task(problem, p), mappings[p]) for p in order)
+    return on_chip(problem, order, mappings, own, limits)

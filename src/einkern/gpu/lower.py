@@ -45,7 +45,7 @@ from ..semantics import FUNCTIONS, ITEMSIZE
 from . import exprs as E
 from . import kir
 from .accumulation import sum_block
-from .builder import Context, KernelBuilder, compute_dtype
+from .builder import Context, KernelBuilder, OnChipArray, compute_dtype
 from .contraction import NotAContraction, contraction_of
 from .device import H100, DeviceLimits
 from .mapping import ACCUMULATIONS, BOUNDARY_POLICIES, Mapping, MappingError
@@ -118,7 +118,7 @@ def build_kernel(builder: KernelBuilder) -> kir.Kernel:
     tensors = [statement.output.tensor] + [a.tensor for a in statement.reads()]
     params = []
     for tensor in builder.program.tensors:
-        if tensor.name in tensors:
+        if tensor.name in tensors and tensor.name not in builder.on_chip:
             params.append(
                 kir.Param(
                     f"p_{tensor.name}",
@@ -233,7 +233,7 @@ def load(b: KernelBuilder, access: Access, ctx: Context, group: int | None) -> k
     if staged is not None:
         loaded: kir.Expr = kir.Load(staged.name, staged.offset(ctx.local))
     else:
-        loaded = global_load(b, access, ctx)
+        loaded = global_load(b, access, ctx)  # (or from its on-chip tile)
     name = b.fresh("v")
     ctx.statements.append(kir.Declare(name, b.ctype, loaded))
     ctx.memo[key] = kir.Var(name)
@@ -243,7 +243,8 @@ def load(b: KernelBuilder, access: Access, ctx: Context, group: int | None) -> k
 def global_load(b: KernelBuilder, access: Access, ctx: Context) -> kir.Expr:
     """A load of ``access`` from global memory, guarded or clamped at ragged edges
     as the boundary policy says."""
-    strides = b.problem.strides(access.tensor)
+    on_chip = b.on_chip.get(access.tensor)
+    strides = b.problem.strides(access.tensor) if on_chip is None else on_chip.strides()
     coords = []
     conditions = []
     for index, stride in zip(access.indices, strides, strict=True):
@@ -253,8 +254,11 @@ def global_load(b: KernelBuilder, access: Access, ctx: Context) -> kir.Expr:
                 coordinate = E.minimum(coordinate, E.const(b.size(index) - 1))
             elif b.mapping.boundary == "guard":
                 conditions.append(E.less(coordinate, E.const(b.size(index))))
+        if on_chip is not None:  # the block tile's coordinate
+            coordinate = ctx.local[index] if index in b.parallel else ctx.coords[index]
         coords.append((coordinate, stride))
-    loaded = kir.Load(f"p_{access.tensor}", E.linear(coords))
+    array = f"p_{access.tensor}" if on_chip is None else on_chip.name
+    loaded = kir.Load(array, E.linear(coords))
     condition = E.conj(list(dict.fromkeys(conditions)))
     return loaded if condition is None else kir.Select(condition, loaded, kir.Float(0.0))
 
@@ -459,6 +463,7 @@ def epilogue(b: KernelBuilder) -> list[kir.Stmt]:
     (``=``, ``+=`` or ``-=``), predicated at ragged edges."""
     out = b.statement.output
     strides = b.problem.strides(out.tensor)
+    on_chip = b.on_chip.get(out.tensor)
     statements: list[kir.Stmt] = []
     op = {"=": "=", "+=": "+=", "-=": "-="}[b.statement.op]
     for r, slot in enumerate(b.slots):
@@ -478,6 +483,9 @@ def epilogue(b: KernelBuilder) -> list[kir.Stmt]:
             result = value(b, b.reduction.epilogue, ctx)
         offset = E.linear([(ctx.coords[d], s) for d, s in zip(out.indices, strides, strict=True)])
         store = kir.Store(f"p_{out.tensor}", offset, result, op)
+        if on_chip is not None:  # the block tile of a temporary kept on chip
+            tile = zip(out.indices, on_chip.strides(), strict=True)
+            store = kir.Store(on_chip.name, E.linear([(ctx.local[d], s) for d, s in tile]), result)
         condition = E.conj(conditions)
         block = (*ctx.statements, store)
         statements.append(
@@ -499,10 +507,13 @@ def lower(
     mapping: Mapping,
     name: str | None = None,
     max_shared_bytes: int = H100.shared_per_block_optin,
+    on_chip: tuple[OnChipArray, ...] = (),
 ) -> kir.Kernel:
     """Kernel IR for ``task`` (one statement) under ``mapping`` (validated first;
     ``max_shared_bytes``: a block's shared memory with the opt-in launch attribute,
-    which the runtime sets for kernels over 48 KiB)."""
+    which the runtime sets for kernels over 48 KiB).  ``on_chip``: temporaries of
+    a block-local chain read and written in their shared block tiles (declared by
+    the chain, not by this kernel; :mod:`einkern.gpu.chain_memory`)."""
     problems = check_mapping(task, mapping, max_shared_bytes)
     if mapping.boundary == "pad":
         problems.append(
@@ -517,7 +528,9 @@ def lower(
     name = name or f"einkern_s{task.position}"
     if mapping.mma is not None:
         return lower_mma(task, mapping.mma, name)
-    return build_kernel(new_builder(task, mapping, name))
+    builder = new_builder(task, mapping, name)
+    builder.on_chip = {a.tensor: a for a in on_chip}
+    return build_kernel(builder)
 
 
 def _mma_problems(

@@ -5,8 +5,9 @@ block of one kernel, their names prefixed so that nothing clashes.
   share one staged tile of an input; the first stages it, the later ones drop
   their copy and read the first one's tile.
 * :func:`chain` (:mod:`einkern.gpu.chain`): dependent members, a barrier
-  between consecutive ones; the block has the most threads of any member, and a
-  member with fewer runs its per-thread code on the first threads only.
+  between consecutive ones where a dependence crosses threads; the block has
+  the most threads of any member, and a member with fewer runs its per-thread
+  code on the first threads only.
 
 Pure functions over :mod:`einkern.gpu.kir`."""
 
@@ -168,22 +169,34 @@ def _on_first_threads(sections: tuple, threads: int, launch: int) -> tuple:
     return tuple(out)
 
 
-def chain(kernels: list[kir.Kernel], name: str) -> kir.Kernel:
+def chain(
+    kernels: list[kir.Kernel],
+    name: str,
+    barriers: tuple[bool, ...] | None = None,
+    common: tuple[kir.SharedArray, ...] = (),
+) -> kir.Kernel:
     """One kernel running ``kernels`` (lowered under mappings that
     :func:`einkern.gpu.chain.why_not_chain` accepts: the same blocks) one after
-    the other in every block, a barrier between consecutive ones."""
+    the other in every block, a barrier before each later one where ``barriers``
+    (one flag per later member; all when None) says so.  ``common``: shared
+    arrays the members use under these names (declared by none of them: the
+    on-chip temporaries of :mod:`einkern.gpu.chain_memory`)."""
     first = kernels[0]
+    if barriers is None:
+        barriers = (True,) * (len(kernels) - 1)
+    if len(barriers) != len(kernels) - 1:
+        raise ValueError("one barrier flag per member after the first")
     if any(k.blocks != first.blocks for k in kernels):
         raise ValueError("the members' grids differ")
     launch = max(k.threads for k in kernels)
     thread_vars: list = []
-    shared: list = []
+    shared: list = list(common)
     body: list = []
     for number, kernel in enumerate(kernels):
         names = {n: f"m{number}_{n}" for n in _local_names(kernel)}
         thread_vars += _rename(kernel.thread_vars, names)
         shared += [_rename(a, names) for a in kernel.shared]
-        if number:
+        if number and barriers[number - 1]:
             body.append(kir.Barrier())
         body += _on_first_threads(_rename(kernel.body, names), kernel.threads, launch)
     return kir.Kernel(
@@ -195,7 +208,8 @@ def chain(kernels: list[kir.Kernel], name: str) -> kir.Kernel:
         shared=tuple(shared),
         body=tuple(body),
         index_type=max((k.index_type for k in kernels), key=len),
-        comment="; ".join(k.comment for k in kernels) + "  [chained in each block]",
+        comment="; ".join(k.comment for k in kernels)
+        + f"  [chained in each block, {sum(barriers)} barrier(s)]",
         meta=first.meta,
         min_blocks=max(k.min_blocks for k in kernels),
     )

@@ -59,8 +59,10 @@ class CudaExecutable:
         named = tuple(dict.fromkeys(t for k in source.kernels for t in k.tensors if t in declared))
         # the caller's tensors the kernels use (through views too), and the rewrite's
         # temporaries with memory of their own (allocated for each call, as the pad copies)
-        self._used = tuple(t for t in roots(problem, named) if not program.tensor(t).temporary)
-        self._owned = tuple((t, problem.nbytes(t)) for t in owned(problem))
+        used = roots(problem, named)
+        self._used = tuple(t for t in used if not program.tensor(t).temporary)
+        # (a temporary no kernel names, one a chain keeps on chip, gets no memory)
+        self._owned = tuple((t, problem.nbytes(t)) for t in owned(problem) if t in used)
         self._views = bool(views(problem))
 
     @property

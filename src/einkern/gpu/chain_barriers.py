@@ -41,13 +41,6 @@ from .mapping import Mapping
 _PLAIN = ("direct", "register")
 
 
-def _root(problem: Problem, tensor: str) -> str:
-    seen = problem.program.tensor(tensor)
-    while seen.view_of is not None:
-        seen = problem.program.tensor(seen.view_of)
-    return seen.name
-
-
 def _covers(statement: Statement, access: Access) -> bool:
     """The access names each of the statement's parallel indices once, nothing else."""
     names = access.indices
@@ -79,30 +72,17 @@ def _touches(statement: Statement) -> list[tuple[Access, bool]]:
     return [(statement.output, True)] + [(a, False) for a in statement.reads()]
 
 
-def crosses_threads(
-    problem: Problem, first: tuple[int, Mapping], later: tuple[int, Mapping]
-) -> bool:
-    """Whether member ``later`` (position, mapping) may touch an element that another
-    thread touched in member ``first``, one of the two a write."""
-    (p1, m1), (p2, m2) = first, later
-    s1, s2 = problem.program.statements[p1], problem.program.statements[p2]
-    for a1, w1 in _touches(s1):
-        for a2, w2 in _touches(s2):
-            if not (w1 or w2) or _root(problem, a1.tensor) != _root(problem, a2.tensor):
-                continue
-            if not same_thread((s1, m1, a1), (s2, m2, a2)):
-                return True
-    return False
-
-
-def _conflict(problem: Problem, first: int, later: int) -> bool:
-    """Whether the two statements touch one tensor's memory, one of them writing."""
-    s1, s2 = problem.program.statements[first], problem.program.statements[later]
-    return any(
-        (w1 or w2) and _root(problem, a1.tensor) == _root(problem, a2.tensor)
+def _conflicts(problem: Problem, first: int, later: int) -> list[tuple[Access, Access]]:
+    """The pairs of the two statements' accesses of one tensor's memory (views
+    resolved to their storage), one of them writing."""
+    program = problem.program
+    s1, s2 = program.statements[first], program.statements[later]
+    return [
+        (a1, a2)
         for a1, w1 in _touches(s1)
         for a2, w2 in _touches(s2)
-    )
+        if (w1 or w2) and program.storage(a1.tensor) == program.storage(a2.tensor)
+    ]
 
 
 def levels(
@@ -111,12 +91,19 @@ def levels(
     """Each member's barrier level: the fewest barriers that must run before it
     (a member on a level above every member it conflicts with that crosses
     threads, on the level of one that does not)."""
+    statements = problem.program.statements
     found: list[int] = []
     for n, p in enumerate(positions):
         level = 0
         for q, q_level in zip(positions[:n], found, strict=True):
-            if _conflict(problem, q, p):
-                crossing = crosses_threads(problem, (q, mappings[q]), (p, mappings[p]))
+            pairs = _conflicts(problem, q, p)
+            if pairs:
+                crossing = any(
+                    not same_thread(
+                        (statements[q], mappings[q], a1), (statements[p], mappings[p], a2)
+                    )
+                    for a1, a2 in pairs
+                )
                 level = max(level, q_level + crossing)
         found.append(level)
     return tuple(found)

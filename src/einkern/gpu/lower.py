@@ -233,7 +233,7 @@ def load(b: KernelBuilder, access: Access, ctx: Context, group: int | None) -> k
     if staged is not None:
         loaded: kir.Expr = kir.Load(staged.name, staged.offset(ctx.local))
     else:
-        loaded = global_load(b, access, ctx)  # (or from its on-chip tile)
+        loaded = global_load(b, access, ctx)
     name = b.fresh("v")
     ctx.statements.append(kir.Declare(name, b.ctype, loaded))
     ctx.memo[key] = kir.Var(name)
@@ -241,8 +241,9 @@ def load(b: KernelBuilder, access: Access, ctx: Context, group: int | None) -> k
 
 
 def global_load(b: KernelBuilder, access: Access, ctx: Context) -> kir.Expr:
-    """A load of ``access`` from global memory, guarded or clamped at ragged edges
-    as the boundary policy says."""
+    """A load of ``access`` from global memory (from its shared block tile when
+    the tensor is kept on chip), guarded or clamped at ragged edges as the
+    boundary policy says."""
     on_chip = b.on_chip.get(access.tensor)
     strides = b.problem.strides(access.tensor) if on_chip is None else on_chip.strides()
     coords = []
@@ -481,11 +482,12 @@ def epilogue(b: KernelBuilder) -> list[kir.Stmt]:
             op = "="
         else:
             result = value(b, b.reduction.epilogue, ctx)
-        offset = E.linear([(ctx.coords[d], s) for d, s in zip(out.indices, strides, strict=True)])
-        store = kir.Store(f"p_{out.tensor}", offset, result, op)
-        if on_chip is not None:  # the block tile of a temporary kept on chip
-            tile = zip(out.indices, on_chip.strides(), strict=True)
-            store = kir.Store(on_chip.name, E.linear([(ctx.local[d], s) for d, s in tile]), result)
+        if on_chip is None:
+            at = [(ctx.coords[d], s) for d, s in zip(out.indices, strides, strict=True)]
+            store = kir.Store(f"p_{out.tensor}", E.linear(at), result, op)
+        else:  # the block tile of a temporary kept on chip
+            at = [(ctx.local[d], s) for d, s in zip(out.indices, on_chip.strides(), strict=True)]
+            store = kir.Store(on_chip.name, E.linear(at), result)
         condition = E.conj(conditions)
         block = (*ctx.statements, store)
         statements.append(

@@ -114,7 +114,11 @@ def _split(rhs: Expr) -> tuple[int, list[Expr], tuple[str, ...]]:
     terms = signed_terms(rhs)
     if len(terms) != 1:
         raise NotAContraction(f"{len(terms)} terms (one product expected)")
-    sign, term = terms[0]
+    return split_term(*terms[0])
+
+
+def split_term(sign: int, term: Expr) -> tuple[int, list[Expr], tuple[str, ...]]:
+    """(sign, factors, summed indices) of one signed term of a right-hand side."""
     factors: list[Expr] = product_factors(term)
     summed: tuple[str, ...] = ()
     inner = [f for f in factors if isinstance(f, Sum)]
@@ -137,9 +141,16 @@ def _split(rhs: Expr) -> tuple[int, list[Expr], tuple[str, ...]]:
 
 def contraction_of(task: Task) -> Contraction:
     """The GEMM form of the task's statement; :class:`NotAContraction` otherwise."""
+    return term_contraction(task, *_split(task.statement.rhs))
+
+
+def term_contraction(
+    task: Task, sign: int, factors: list[Expr], summed: tuple[str, ...]
+) -> Contraction:
+    """The GEMM form of one term (from :func:`split_term`) of the task's statement
+    into its output; :class:`NotAContraction` when the term is not one."""
     statement = task.statement
     problem = task.problem
-    sign, factors, summed = _split(statement.rhs)
     tensors = [f for f in factors if isinstance(f, Access)]
     scale = tuple(f.name for f in factors if isinstance(f, ScalarRef))
     constant = math.prod(f.value for f in factors if isinstance(f, Const))

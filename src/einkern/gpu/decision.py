@@ -26,6 +26,8 @@ from .config import SCALAR_CONFIG, CudaConfig
 from .device import H100, DeviceLimits
 from .lower import preload_applies
 from .mapping import Mapping
+from .mma_family_model import DECISION_COUNT as FAMILY_DECISION_COUNT
+from .mma_family_model import family_candidates
 from .mma_model import mma_candidates
 from .model import cost_terms, predicted_time
 from .rules import (
@@ -205,6 +207,10 @@ def choose(task: Task, limits: DeviceLimits = H100) -> Decision:
         config
         for config in (CudaConfig(x="", mma=tile) for tile in mma_candidates(task))
         if violation(task, config, limits) is None
+    ]
+    points += [
+        CudaConfig(x="", mma=tile)
+        for tile in family_candidates(task, limits, FAMILY_DECISION_COUNT)
     ]
     if not points:
         return proposal

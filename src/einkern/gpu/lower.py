@@ -50,6 +50,9 @@ from .contraction import NotAContraction, contraction_of
 from .device import H100, DeviceLimits
 from .mapping import ACCUMULATIONS, BOUNDARY_POLICIES, Mapping, MappingError
 from .mma_config import STRATEGY as MMA
+from .mma_family import lower_family
+from .mma_family import problems as family_problems
+from .mma_family import shared_bytes as family_shared_bytes
 from .mma_lower import lower_mma
 from .mma_lower import problems as mma_problems
 from .mma_lower import shared_bytes as mma_shared_bytes
@@ -528,6 +531,8 @@ def lower(
             hint="fix the mapping file, or let einkern choose one (omit --mapping)",
         )
     name = name or f"einkern_s{task.position}"
+    if mapping.mma is not None and mapping.mma.box:
+        return lower_family(task, mapping.mma, name)
     if mapping.mma is not None:
         return lower_mma(task, mapping.mma, name)
     builder = new_builder(task, mapping, name)
@@ -544,14 +549,20 @@ def _mma_problems(
         return [f"strategy {MMA} needs an mma configuration, and only it"]
     if not task.single:
         return ["tensor-core kernels compute one statement"]
-    try:
-        contraction_of(task)
-    except NotAContraction as error:
-        return [f"no GEMM form for tensor cores: {error}"]
-    problems = mma_problems(task, mapping.mma)  # the threads' limit among them
-    if problems:
-        return problems
-    shared = mma_shared_bytes(mapping.mma)
+    if mapping.mma.box:  # a product family: its own checks and shared memory
+        problems = family_problems(task, mapping.mma)
+        if problems:
+            return problems
+        shared = family_shared_bytes(task, mapping.mma)
+    else:
+        try:
+            contraction_of(task)
+        except NotAContraction as error:
+            return [f"no GEMM form for tensor cores: {error}"]
+        problems = mma_problems(task, mapping.mma)  # the threads' limit among them
+        if problems:
+            return problems
+        shared = mma_shared_bytes(mapping.mma)
     allowed = limits.shared_per_block if max_shared_bytes is None else max_shared_bytes
     if shared > allowed:
         return [f"{shared} bytes of shared memory per block (limit {allowed})"]

@@ -39,6 +39,9 @@ class MmaConfig:
     #: tile, one instruction-tile row of every warp at a time, stored by all
     #: threads along the output's contiguous index)
     epilogue: str = "direct"
+    #: product families only (:mod:`einkern.gpu.mma_family`): the block's box of
+    #: the output, elements per output index (absent: 1); empty for one contraction
+    box: tuple[tuple[str, int], ...] = ()
 
     def block_tile(self) -> tuple[int, int]:
         shape = SHAPES[self.shape]
@@ -55,6 +58,8 @@ class MmaConfig:
         return 32 * self.warps_m * self.warps_n
 
     def describe(self) -> str:
+        if self.box:
+            return self.describe_family()
         bm, bn = self.block_tile()
         copy = "cp.async" if self.copy == "async" else "register-prefetched"
         return (
@@ -63,6 +68,15 @@ class MmaConfig:
             f"{self.stages} stage(s) {copy}"
             + (", 3xTF32" if self.split else "")
             + (", shared-memory epilogue" if self.epilogue == "shared" else "")
+        )
+
+    def describe_family(self) -> str:
+        """:meth:`describe` of a product-family kernel (``box`` set)."""
+        box = "x".join(f"{e}{n}" for n, e in self.box if e > 1) or "1"
+        return (
+            f"{self.shape} tensor cores on a product family, output box {box} in shared "
+            f"memory, {self.warps_m}x{self.warps_n} warps, k-step {self.k_step}, "
+            f"{self.stages} cp.async stage(s), each term's products relaid into the box"
         )
 
     def values(self) -> dict[str, Any]:
@@ -76,8 +90,24 @@ class MmaConfig:
         unknown = sorted(set(data) - {f.name for f in fields(cls)})
         if unknown:
             raise ValueError(f"unknown mma parameters {unknown}")
-        config = cls(**data)
+        values = dict(data)
+        if "box" in values:
+            box = values["box"]
+            if not isinstance(box, list | tuple) or not all(
+                isinstance(p, list | tuple)
+                and len(p) == 2
+                and isinstance(p[0], str)
+                and isinstance(p[1], int)
+                and not isinstance(p[1], bool)
+                and p[1] >= 1
+                for p in box
+            ):
+                raise TypeError(f"mma box {box!r} (pairs of an index name and a positive extent)")
+            values["box"] = tuple((str(n), int(e)) for n, e in box)
+        config = cls(**values)
         for f in fields(cls):
+            if f.name == "box":
+                continue
             value = getattr(config, f.name)
             wanted = {"shape": str, "copy": str, "epilogue": str, "split": bool}.get(f.name, int)
             if not isinstance(value, wanted) or (wanted is int and isinstance(value, bool)):

@@ -38,6 +38,7 @@ from ..ir.task import Task
 from .device import H100, DeviceLimits
 from .lower import compute_dtype
 from .mapping import Mapping, ParallelTile
+from .mma_family_model import family_terms
 from .mma_model import mma_terms
 from .normalize import reduction_of
 from .reduction_lanes import run_vector_width
@@ -217,6 +218,8 @@ def predicted_time(
 def cost_terms(task: Task, mapping: Mapping, limits: DeviceLimits = H100) -> Terms:
     """The model's bounds for ``task`` under ``mapping`` (see the module docstring;
     tensor-core mappings: :mod:`einkern.gpu.mma_model`)."""
+    if mapping.mma is not None and mapping.mma.box:  # a product family
+        return family_terms(task, mapping.mma, limits)
     if mapping.mma is not None:
         return mma_terms(task, mapping.mma, limits)
     problem = task.problem

@@ -1,0 +1,508 @@
+"""Tensor-core kernels for a *product family*: one output updated by a sum of
+binary contractions (``t3[..] -= Σ_j ± A_j[..]·B_j[..]``, the merged CCSD(T)
+families), each term with its own split of the output indices between its two
+operands.
+
+A single MMA accumulator cannot serve every term: its rows are one operand's
+output indices and its columns the other's, and the terms of a CCSD(T) family
+split the six output indices nine different ways.  So the block's output tile
+lives in shared memory and each term's products are *relaid* into it:
+
+* a block owns a box of the output, ``box`` elements per output index (the
+  tile ``Ts``, the output's contiguous index fastest), loaded once (updates) or
+  zeroed (``=``) and stored once at the end, coalesced;
+* for each term the box is a GEMM: rows are the term's output indices in its
+  first operand (``M_j`` = the product of their box extents), columns those in
+  its second (``N_j``), the term's summed indices its K.  ``warps_m × warps_n``
+  warps tile the ``M_j × N_j`` grid of instruction tiles (operands swapped when
+  that is the way it divides), the K dimension stepped ``k_step`` elements at a
+  time through ``stages`` shared buffers filled by ``cp.async``; the steps of all
+  terms form one pipeline, so the next term's first tiles land while the
+  current term's last MMAs run;
+* after a term's last step every lane adds its accumulator elements, times the
+  term's sign and scalars, into ``Ts`` at the box positions the accumulator
+  layout gives (:mod:`.mma`), then zeroes them; ``Ts``'s strides are padded so
+  that these adds hit few bank conflicts (:mod:`.mma_family_layout`).  Within a term each element is
+  one lane's; between terms the next step's barrier orders the adds.
+
+The relayout costs two shared accesses per output element and term against
+``K`` multiply-adds, so the kernel pays where the terms' K is long enough
+(docs/tensor_cores.md has the measurements).  :func:`family_of` says why a
+statement is not such a family; :func:`problems` why a box does not fit it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..ir.nodes import signed_terms
+from ..ir.task import Task
+from ..semantics import C_TYPE
+from . import exprs as E
+from . import kir
+from .contraction import (
+    Contraction,
+    NotAContraction,
+    Operand,
+    _operand,
+    split_term,
+    term_contraction,
+)
+from .mma import SHAPES, coordinates
+from .mma_config import MmaConfig
+from .mma_family_layout import box_strides
+
+__all__ = ["Family", "family_of", "lower_family", "problems", "shared_bytes"]
+
+
+@dataclass(frozen=True)
+class Family:
+    """A statement as a sum of binary contractions into one output."""
+
+    output: Operand
+    op: str  # "=", "+=" or "-="
+    terms: tuple[Contraction, ...]
+    extents: tuple[tuple[str, int], ...]  # the output indices' extents
+
+    def extent(self, index: str) -> int:
+        return dict(self.extents)[index]
+
+    @property
+    def flops(self) -> int:
+        return sum(t.flops for t in self.terms)
+
+
+def family_of(task: Task) -> Family:
+    """The task's statement as a product family (two terms at least, every term a
+    contraction without batch indices); :class:`NotAContraction` otherwise."""
+    statement = task.statement
+    terms = signed_terms(statement.rhs)
+    if len(terms) < 2:
+        raise NotAContraction("one term: a plain contraction, not a family")
+    found = tuple(term_contraction(task, *split_term(*t)) for t in terms)
+    for number, term in enumerate(found):
+        if term.batch:
+            raise NotAContraction(f"term {number} has batch indices {', '.join(term.batch)}")
+    output = _operand(task, statement.output)
+    extents = tuple((i, task.problem.index_size(statement, i)) for i in statement.output.indices)
+    return Family(output, statement.op, found, extents)
+
+
+@dataclass(frozen=True)
+class _Term:
+    """How one term is laid on the warps: its contraction with ``a`` the operand
+    of the rows, the row and column indices (slowest first), M, N, and each
+    warp's instruction tiles."""
+
+    c: Contraction
+    a: Operand
+    b: Operand
+    rows: tuple[str, ...]
+    cols: tuple[str, ...]
+    m: int
+    n: int
+    tiles_m: int
+    tiles_n: int
+
+
+def _box(config: MmaConfig, family: Family) -> dict[str, int]:
+    box = dict(config.box)
+    return {i: box.get(i, 1) for i, _ in family.extents}
+
+
+def _layouts(family: Family, config: MmaConfig) -> tuple[list[_Term], list[str]]:
+    """Each term on the warps, or why a term does not divide into them."""
+    shape = SHAPES[config.shape]
+    box = _box(config, family)
+    laid: list[_Term] = []
+    trouble: list[str] = []
+    for number, c in enumerate(family.terms):
+        options = []
+        for a, b, rows, cols in ((c.a, c.b, c.m, c.n), (c.b, c.a, c.n, c.m)):
+            rows = tuple(i for i in rows if box[i] > 1)
+            cols = tuple(i for i in cols if box[i] > 1)
+            m = math.prod(box[i] for i in rows)
+            n = math.prod(box[i] for i in cols)
+            wm, wn = shape.m * config.warps_m, shape.n * config.warps_n
+            if m % wm == 0 and n % wn == 0:
+                options.append(_Term(c, a, b, rows, cols, m, n, m // wm, n // wn))
+        if not options:
+            trouble.append(
+                f"term {number}: its {math.prod(box[i] for i in c.m)} x "
+                f"{math.prod(box[i] for i in c.n)} box does not divide into "
+                f"{config.warps_m} x {config.warps_n} warps of {shape.m} x {shape.n} tiles"
+            )
+            continue
+        laid.append(options[0])
+    return laid, trouble
+
+
+def problems(task: Task, config: MmaConfig, family: Family | None = None) -> list[str]:
+    """Why the family kernel of ``config`` cannot compute ``task`` (empty: it can);
+    ``family``: the task's, when the caller has it."""
+    if family is None:
+        try:
+            family = family_of(task)
+        except NotAContraction as error:
+            return [str(error)]
+    if config.shape not in SHAPES or SHAPES[config.shape].input_type != "f64":
+        return ["product families run on the fp64 instructions only"]
+    dtypes = {task.program.tensor(t).dtype for t in task.statement.tensors()}
+    if dtypes != {"float64"}:
+        return [f"product families need float64 tensors, not {', '.join(sorted(dtypes))}"]
+    found = []
+    unknown = sorted(set(dict(config.box)) - {i for i, _ in family.extents})
+    if unknown:
+        found.append(f"box names {', '.join(unknown)}, not output indices")
+    if config.copy != "async" or config.stages not in (2, 3, 4):
+        found.append("product families stage through 2 to 4 cp.async buffers")
+    if config.k_step % SHAPES[config.shape].k:
+        found.append(f"k_step {config.k_step} is not a multiple of the instruction's k")
+    if config.threads > 1024:
+        found.append(f"{config.threads} threads per block")
+    if not found:
+        laid, trouble = _layouts(family, config)
+        found += trouble
+        count = SHAPES[config.shape].c.count
+        most = max((t.tiles_m * t.tiles_n * count for t in laid), default=0)
+        if most > MAX_ACCUMULATORS:
+            found.append(
+                f"{most} accumulator registers per thread (at most {MAX_ACCUMULATORS}: "
+                "beside the addresses of nine terms more spill)"
+            )
+    return found
+
+
+#: Accumulator registers per thread a family kernel may hold: on an H100 a box of
+#: 4x4 tiles per warp (64) spilled 2-3 KiB per thread and ran 6x slower.
+MAX_ACCUMULATORS = 32
+
+
+def _lead(config: MmaConfig) -> int:
+    """A shared row of ``k_step`` doubles padded to 4 modulo 16 (conflict-free
+    fragment reads, as :mod:`.mma_lower`)."""
+    return config.k_step + (4 - config.k_step) % 16
+
+
+def _sizes(family: Family, config: MmaConfig) -> tuple[int, int, int, int]:
+    """(padded box elements, A buffer, B buffer, B row) in elements."""
+    laid, _ = _layouts(family, config)
+    ldb = max(t.n for t in laid)
+    ldb += (4 - ldb) % 16
+    box = tile_layout(family, config)[1]
+    return box, max(t.m for t in laid) * _lead(config), config.k_step * ldb, ldb
+
+
+def box_order(family: Family) -> tuple[str, ...]:
+    """The output indices slowest first by the output's strides: the box's order
+    in shared memory and the blocks' (the contiguous index fastest)."""
+    return tuple(sorted((i for i, _ in family.extents), key=lambda i: -family.output.stride(i)))
+
+
+def tile_layout(family: Family, config: MmaConfig) -> tuple[tuple[int, ...], int, int]:
+    """(strides of :func:`box_order`'s indices in the shared box, its padded
+    elements, the relayout's shared-memory wavefronts per block):
+    :func:`.mma_family_layout.box_strides`."""
+    laid, _ = _layouts(family, config)
+    box = tuple(sorted(_box(config, family).items()))
+    return box_strides(box_order(family), box, tuple(laid), config)
+
+
+def shared_bytes(task: Task, config: MmaConfig, family: Family | None = None) -> int:
+    """Shared memory per block: the output box and the A and B buffers."""
+    box, a, b, _ = _sizes(family or family_of(task), config)
+    return 8 * (box + config.stages * (a + b))
+
+
+def lower_family(task: Task, config: MmaConfig, name: str | None = None) -> kir.Kernel:
+    """The kernel IR of the product family ``task`` (ValueError when it cannot)."""
+    trouble = problems(task, config)
+    if trouble:
+        raise ValueError("; ".join(trouble))
+    return _Builder(task, family_of(task), config, name or f"einkern_s{task.position}").kernel()
+
+
+def _split(names: tuple[str, ...], extents: dict[str, int], flat: kir.Expr) -> dict[str, kir.Expr]:
+    """Each name's coordinate from ``flat`` over ``names`` (slowest first)."""
+    found: dict[str, kir.Expr] = {}
+    inner = 1
+    for index in reversed(names):
+        step = E.div(flat, inner)
+        found[index] = step if index == names[0] else E.mod(step, extents[index])
+        inner *= extents[index]
+    return found
+
+
+class _Builder:
+    def __init__(self, task: Task, family: Family, config: MmaConfig, name: str):
+        self.task, self.family, self.config, self.name = task, family, config, name
+        self.shape = SHAPES[config.shape]
+        self.box = _box(config, family)
+        self.terms, _ = _layouts(family, config)
+        self.box_size, self.a_size, self.b_size, self.ldb = _sizes(family, config)
+        self.lda = _lead(config)
+        self.order = box_order(family)
+        self.strides = dict(zip(self.order, tile_layout(family, config)[0], strict=True))
+        self.elements = math.prod(self.box.values())
+        self.slot = {index: n for n, (index, _) in enumerate(family.extents)}
+        self.blocks = {i: math.ceil(family.extent(i) / self.box[i]) for i in self.order}
+        largest = max(task.problem.numel(t) for t in task.statement.tensors())
+        self.itype = "long long" if largest >= 2**31 else "int"
+        self.steps = [
+            (j, k0)
+            for j, term in enumerate(self.terms)
+            for k0 in range(0, term.c.size(term.c.k), config.k_step)
+        ]
+
+    # -- coordinates -------------------------------------------------------------
+
+    def origin(self, index: str) -> kir.Expr:
+        return kir.Var(f"o{self.slot[index]}")
+
+    def inside(self, local: dict[str, kir.Expr]) -> list[kir.Expr]:
+        return [
+            E.less(E.add(self.origin(i), x), E.const(self.family.extent(i)))
+            for i, x in local.items()
+            if self.family.extent(i) % self.box[i]
+        ]
+
+    def tile_index(self, local: dict[str, kir.Expr]) -> kir.Expr:
+        """Position in ``Ts`` of box coordinates ``local`` (absent: 0)."""
+        return E.linear([(local[i], self.strides[i]) for i in reversed(self.order) if i in local])
+
+    def prologue(self) -> list[kir.Stmt]:
+        """Block origins (the output's contiguous index fastest), each term's
+        operand bases, the accumulators zeroed and ``Ts`` filled."""
+        body: list[kir.Stmt] = []
+        inner = 1
+        for index in reversed(self.order):
+            count = self.blocks[index]
+            at = E.mod(E.div(kir.BlockIdx(), inner), count) if count > 1 else E.const(0)
+            body.append(kir.Assign(f"o{self.slot[index]}", E.mul(at, E.const(self.box[index]))))
+            inner *= count
+        for j, term in enumerate(self.terms):
+            for which, operand in (("a", term.a), ("b", term.b)):
+                coords = {i: self.origin(i) for i in self.box}
+                body.append(kir.Assign(f"b{which}{j}", term.c.offset(operand, coords)))
+        count = max(t.tiles_m * t.tiles_n for t in self.terms) * self.shape.c.count
+        body += [kir.Store("acc", E.const(i), kir.Float(0.0)) for i in range(count)]
+        for e, share, local in self.box_elements():
+            value: kir.Expr = kir.Float(0.0)
+            if self.family.op != "=":
+                value = kir.Load(f"p_{self.family.output.tensor}", self.global_index(local))
+            store: kir.Stmt = kir.Store("Ts", e, value)
+            inside = E.conj(self.inside(local))
+            if inside is not None and self.family.op != "=":
+                store = kir.If(inside, (store,), (kir.Store("Ts", e, kir.Float(0.0)),))
+            body.append(kir.If(share, (store,)) if share is not None else store)
+        return body
+
+    def box_elements(self):
+        """(Ts index, guard on the thread's share, box coordinates) of each box
+        element a thread loads or stores; consecutive threads consecutive elements."""
+        threads = self.config.threads
+        for j in range(math.ceil(self.elements / threads)):
+            e = E.add(kir.ThreadIdx(), E.const(j * threads))
+            share = E.less(e, E.const(self.elements)) if (j + 1) * threads > self.elements else None
+            local = _split(self.order, self.box, e)
+            yield self.tile_index(local), share, local
+
+    def global_index(self, local: dict[str, kir.Expr]) -> kir.Expr:
+        out = self.family.output
+        return E.linear([(E.add(self.origin(i), local[i]), out.stride(i)) for i in self.order])
+
+    # -- staging -------------------------------------------------------------------
+
+    def tile_elements(self, j: int, k0: int, which: str):
+        """(guard on the thread's share, shared index, in-extents condition, global
+        index) of each element a thread copies of term ``j``'s A (M × k_step) or B
+        (k_step × N) tile at k offset ``k0``; consecutive threads go along the
+        operand's contiguous index."""
+        term = self.terms[j]
+        c, k_step, threads = term.c, self.config.k_step, self.config.threads
+        operand, names, width = (
+            (term.a, term.rows, term.m) if which == "a" else (term.b, term.cols, term.n)
+        )
+        along_k = operand.contiguous() in c.k
+        total = width * k_step
+        K = c.size(c.k)
+        for j2 in range(math.ceil(total / threads)):
+            e = E.add(kir.ThreadIdx(), E.const(j2 * threads))
+            if along_k:
+                r, kk = E.div(e, k_step), E.mod(e, k_step)
+            else:
+                r, kk = E.mod(e, width), E.div(e, width)
+            local = _split(names, self.box, r) if names else {}
+            flat_k = E.add(E.const(k0), kk)
+            coords = {**local, **c.coordinates(c.k, flat_k)}
+            index = E.add(kir.Var(f"b{which}{j}"), c.offset(operand, coords))
+            conditions = self.inside(local)
+            if K % k_step:
+                conditions.append(E.less(flat_k, E.const(K)))
+            inside = E.conj(conditions) or kir.Int(1)
+            share = E.less(e, E.const(total)) if (j2 + 1) * threads > total else None
+            if which == "a":
+                target = E.add(E.mul(r, E.const(self.lda)), kk)
+            else:
+                target = E.add(E.mul(kk, E.const(self.ldb)), r)
+            yield share, target, inside, index
+
+    def issue(self, step: int) -> list[kir.Stmt]:
+        """The cp.async copies of step ``step``'s tiles into its buffer, one group."""
+        j, k0 = self.steps[step]
+        stmts: list[kir.Stmt] = []
+        for which, shared, size in (("a", "As", self.a_size), ("b", "Bs", self.b_size)):
+            tensor = (self.terms[j].a if which == "a" else self.terms[j].b).tensor
+            for share, target, inside, index in self.tile_elements(j, k0, which):
+                at = E.add(E.const((step % self.config.stages) * size), target)
+                copy: kir.Stmt = kir.CopyAsync(shared, at, f"p_{tensor}", index, inside)
+                stmts.append(kir.If(share, (copy,)) if share is not None else copy)
+        return [*stmts, kir.CopyCommit()]
+
+    # -- products --------------------------------------------------------------------
+
+    def warp_bases(self, term: _Term) -> tuple[kir.Expr, kir.Expr]:
+        warp = E.div(kir.ThreadIdx(), 32)
+        row = E.mul(E.mod(warp, self.config.warps_m), E.const(term.tiles_m * self.shape.m))
+        col = E.mul(E.div(warp, self.config.warps_m), E.const(term.tiles_n * self.shape.n))
+        return row, col
+
+    def lane(self) -> tuple[kir.Expr, kir.Expr]:
+        lane = E.mod(kir.ThreadIdx(), 32)
+        return E.div(lane, 4), E.mod(lane, 4)
+
+    def multiply(self, step: int) -> list[kir.Section]:
+        """Fragments of step ``step`` from its buffer and the warp's MMAs."""
+        j, _ = self.steps[step]
+        term, shape = self.terms[j], self.shape
+        na, nb, nc = shape.a.count, shape.b.count, shape.c.count
+        group, quad = self.lane()
+        wrow, wcol = self.warp_bases(term)
+        buffer = step % self.config.stages
+        base_a, base_b = buffer * self.a_size, buffer * self.b_size
+        sections: list[kir.Section] = []
+        for ks in range(0, self.config.k_step, shape.k):
+            frags: list[kir.Stmt] = []
+            for tm in range(term.tiles_m):
+                for i in range(na):
+                    r, col = coordinates(shape.a, group, quad, i)
+                    row = E.add(wrow, E.add(E.const(tm * shape.m), r))
+                    at = E.add(E.mul(row, E.const(self.lda)), E.add(E.const(ks + base_a), col))
+                    frags.append(kir.Store("fa", E.const(tm * na + i), kir.Load("As", at)))
+            for tn in range(term.tiles_n):
+                for i in range(nb):
+                    r, col = coordinates(shape.b, group, quad, i)
+                    column = E.add(wcol, E.add(E.const(tn * shape.n), col))
+                    at = E.add(E.mul(E.add(E.const(ks), r), E.const(self.ldb)), column)
+                    at = E.add(E.const(base_b), at)
+                    frags.append(kir.Store("fb", E.const(tn * nb + i), kir.Load("Bs", at)))
+            sections.append(kir.PerThread(tuple(frags)))
+            for tm in range(term.tiles_m):
+                for tn in range(term.tiles_n):
+                    acc = kir.Fragment("acc", (tm * term.tiles_n + tn) * nc)
+                    a, b = kir.Fragment("fa", tm * na), kir.Fragment("fb", tn * nb)
+                    sections.append(kir.Mma(shape.name, acc, a, b, acc))
+        return sections
+
+    def factor(self, term: _Term) -> kir.Expr:
+        """The term's sign (relative to the output's operator), constant, scalars."""
+        c = term.c
+        sign = -c.sign if self.family.op == "-=" else c.sign
+        factor: kir.Expr = kir.Float(sign * c.constant)
+        for name in c.scale:
+            factor = E.mul(factor, kir.Var(f"s_{name}"))
+        return factor
+
+    def relayout(self, j: int) -> list[kir.Stmt]:
+        """Term ``j``'s accumulators added into ``Ts`` and zeroed."""
+        term, shape = self.terms[j], self.shape
+        nc = shape.c.count
+        group, quad = self.lane()
+        wrow, wcol = self.warp_bases(term)
+        factor = self.factor(term)
+        stmts: list[kir.Stmt] = []
+        for tm in range(term.tiles_m):
+            for tn in range(term.tiles_n):
+                for i in range(nc):
+                    r, col = coordinates(shape.c, group, quad, i)
+                    row = E.add(wrow, E.add(E.const(tm * shape.m), r))
+                    column = E.add(wcol, E.add(E.const(tn * shape.n), col))
+                    local = {
+                        **(_split(term.rows, self.box, row) if term.rows else {}),
+                        **(_split(term.cols, self.box, column) if term.cols else {}),
+                    }
+                    slot = E.const((tm * term.tiles_n + tn) * nc + i)
+                    value = E.mul(factor, kir.Load("acc", slot))
+                    stmts.append(kir.Store("Ts", self.tile_index(local), value, "+="))
+                    stmts.append(kir.Store("acc", slot, kir.Float(0.0)))
+        return stmts
+
+    # -- the kernel --------------------------------------------------------------------
+
+    def epilogue(self) -> list[kir.Stmt]:
+        out = f"p_{self.family.output.tensor}"
+        stmts: list[kir.Stmt] = []
+        for e, share, local in self.box_elements():
+            store: kir.Stmt = kir.Store(out, self.global_index(local), kir.Load("Ts", e))
+            inside = E.conj(self.inside(local))
+            if inside is not None:
+                store = kir.If(inside, (store,))
+            stmts.append(kir.If(share, (store,)) if share is not None else store)
+        return stmts
+
+    def kernel(self) -> kir.Kernel:
+        task, cfg, shape = self.task, self.config, self.shape
+        ahead, count = cfg.stages - 1, len(self.steps)
+        first = [stmt for step in range(min(ahead, count)) for stmt in self.issue(step)]
+        body: list[kir.Section] = [kir.PerThread((*self.prologue(), *first))]
+        last = {j: s for s, (j, _) in enumerate(self.steps)}
+        for step, (j, _) in enumerate(self.steps):
+            # this step's group has landed when at most the younger ones are pending
+            pending = min(ahead - 1, count - 1 - step)
+            body += [kir.PerThread((kir.CopyWait(pending),)), kir.Barrier()]
+            if step + ahead < count:
+                body.append(kir.PerThread(tuple(self.issue(step + ahead))))
+            body += self.multiply(step)
+            if last[j] == step:
+                body.append(kir.PerThread(tuple(self.relayout(j))))
+        body += [kir.Barrier(), kir.PerThread(tuple(self.epilogue()))]
+        used = set(task.statement.tensors())
+        output = self.family.output.tensor
+        params = [
+            kir.Param(
+                f"p_{t.name}",
+                C_TYPE[t.dtype],
+                True,
+                task.problem.numel(t.name),
+                readonly=t.name != output,
+            )
+            for t in task.program.tensors
+            if t.name in used
+        ]
+        params += [kir.Param(f"s_{s.name}", "double", False) for s in task.program.scalars]
+        it = self.itype
+        na, nb, nc = shape.a.count, shape.b.count, shape.c.count
+        bases = [kir.ThreadVar(f"b{w}{j}", it) for j in range(len(self.terms)) for w in "ab"]
+        return kir.Kernel(
+            name=self.name,
+            params=tuple(params),
+            threads=cfg.threads,
+            blocks=math.prod(self.blocks.values()),
+            thread_vars=(
+                *(kir.ThreadVar(f"o{n}", it) for n in range(len(self.family.extents))),
+                *bases,
+                kir.ThreadVar("fa", "double", max(t.tiles_m for t in self.terms) * na),
+                kir.ThreadVar("fb", "double", max(t.tiles_n for t in self.terms) * nb),
+                kir.ThreadVar("acc", "double", max(t.tiles_m * t.tiles_n for t in self.terms) * nc),
+            ),
+            shared=(
+                kir.SharedArray("Ts", "double", self.box_size),
+                kir.SharedArray("As", "double", cfg.stages * self.a_size),
+                kir.SharedArray("Bs", "double", cfg.stages * self.b_size),
+            ),
+            body=tuple(body),
+            index_type=it,
+            comment=f"{task.statement}  [mma family {shape.name}, {cfg.to_json()}]",
+            meta=(("compute_type", "double"),),
+        )

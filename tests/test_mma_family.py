@@ -1,0 +1,165 @@
+"""Tensor-core product-family kernels (einkern.gpu.mma_family): the merged CCSD(T)
+families and generated sums of contractions run in the CPU emulator against the
+NumPy reference; a dropped barrier is caught; the padded box layout removes the
+relayout's bank conflicts; configurations round-trip through JSON."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import problem_of
+
+import einkern
+from einkern.backends.emulator import count_barriers, drop_barrier, emulate
+from einkern.bench.suites.ccsdt import family_program
+from einkern.gpu.device import H100
+from einkern.gpu.mma_config import MmaConfig
+from einkern.gpu.mma_family import family_of, lower_family, problems, tile_layout
+from einkern.gpu.mma_family_layout import relayout_coordinates, wavefronts
+from einkern.gpu.mma_family_model import family_candidates
+from einkern.ir.bind import make_problem
+from einkern.ir.task import statement_task
+from einkern.reference import evaluate
+from einkern.testing import random_arrays
+
+
+def _config(box: dict[str, int], warps=(2, 2), k_step=4, stages=2) -> MmaConfig:
+    return MmaConfig(
+        "m16n8k4_f64", *warps, 1, 1, k_step, 0, stages, "async", box=tuple(box.items())
+    )
+
+
+UNIFORM4 = {i: 4 for i in ("h1", "h2", "h3", "p4", "p5", "p6")}
+
+
+def _family_task(family: str, tile: int):
+    return statement_task(make_problem(einkern.load(family_program(family, tile)), {}), 0)
+
+
+def _check(task, config, seed=1, kernel=None):
+    problem = task.problem
+    kernel = kernel or lower_family(task, config)
+    arrays = random_arrays(problem, seed)
+    want = evaluate(problem, arrays, {})
+    given = {f"p_{n}": v.copy(order="K") for n, v in arrays.items()}
+    report = emulate([kernel], given, {})
+    out = problem.program.statements[0].output.tensor
+    return report, given[f"p_{out}"], want[out]
+
+
+@pytest.mark.parametrize(
+    ("family", "tile", "config"),
+    [
+        ("d1", 4, _config(UNIFORM4)),  # one block, one k-step per term
+        ("d2", 6, _config(UNIFORM4, stages=3)),  # edges, two k-steps per term
+        ("d2", 5, _config({**UNIFORM4, "h1": 2, "p4": 8}, k_step=8)),  # K padded
+    ],
+)
+def test_ccsdt_families_match_the_reference(family, tile, config):
+    task = _family_task(family, tile)
+    report, got, want = _check(task, config)
+    assert report.ok, report
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_scaled_terms_and_assignment():
+    """A generated family: `=`, a scalar and a constant on the terms, K over two
+    indices, an operand whose rows are its second factor."""
+    problem = problem_of(
+        "program t\ndims a, b, c, k, l\ndtype float64\n"
+        "tensor A[a,k,b,l], B[l,c,k], C[a,b,c], D[c,k,l], E[l,a,b,k]\nscalar s\n"
+        "C[i,j,m] = s * A[i,x,j,y] * B[y,m,x] - 2 * D[m,x,y] * E[y,i,j,x]\n",
+        a=8,
+        b=4,
+        c=8,
+        k=3,
+        l=2,
+    )
+    task = statement_task(problem, 0)
+    config = _config({"i": 4, "j": 4, "m": 8}, warps=(1, 1))
+    assert problems(task, config) == []
+    arrays = random_arrays(problem, 2)
+    scalars = {"s": 0.75}
+    want = evaluate(problem, arrays, scalars)["C"]
+    given = {f"p_{n}": v.copy(order="K") for n, v in arrays.items()}
+    report = emulate([lower_family(task, config)], given, {"s_s": 0.75})
+    assert report.ok, report
+    np.testing.assert_allclose(given["p_C"], want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("barrier", [0, 1, 9])
+def test_a_dropped_barrier_is_caught(barrier):
+    """Without the barrier after the box is filled and the first copies land (0),
+    the one that publishes the next term's copies (1), or the one before the box
+    is stored (9), the emulator's result is wrong (or an access flagged)."""
+    task = _family_task("d1", 4)
+    kernel = lower_family(task, _config(UNIFORM4))
+    assert count_barriers(kernel) == 10  # one per term's step, one before the store
+    report, got, want = _check(task, None, kernel=drop_barrier(kernel, barrier))
+    assert not report.ok or not np.allclose(got, want, rtol=1e-12)
+
+
+def test_padded_layout_removes_relayout_conflicts():
+    """The dense box takes several times the conflict-free wavefronts on the
+    CCSD(T) families; the padded layout reaches (d1) or nears (d2) two per access."""
+    for family, limit in (("d1", 1.0), ("d2", 1.5)):
+        task = _family_task(family, 16)
+        config = _config(UNIFORM4, k_step=8, stages=3)
+        fam = family_of(task)
+        from einkern.gpu.mma_family import _layouts, box_order
+
+        order = box_order(fam)
+        laid = tuple(_layouts(fam, config)[0])
+        coordinates = relayout_coordinates(order, tuple(sorted(UNIFORM4.items())), laid, config)
+        dense = wavefronts(coordinates, (1024, 256, 64, 16, 4, 1))
+        strides, size, padded = tile_layout(fam, config)
+        ideal = 2 * len(coordinates)
+        assert dense >= 4 * ideal
+        assert padded <= limit * ideal
+        assert size >= 4**6 and len(set(strides)) == 6
+
+
+def test_refusals():
+    gemm = problem_of(
+        "program t\ndims m\ndtype float64\ntensor A[m,m], B[m,m], C[m,m]\n"
+        "C[i,j] = A[i,k] * B[k,j]\n",
+        m=16,
+    )
+    assert "one term" in problems(statement_task(gemm, 0), _config({"m": 4}))[0]
+    task = _family_task("d1", 16)
+    wide = _config(UNIFORM4, warps=(1, 2))  # 4 x 4 tiles per warp: 64 accumulators
+    assert any("accumulator registers" in p for p in problems(task, wide))
+    odd = _config(UNIFORM4, warps=(8, 1))  # 64 x 64 GEMMs on 8 x 1 warps of 16 x 8
+    assert any("does not divide" in p for p in problems(task, odd))
+    s1 = statement_task(make_problem(einkern.load(family_program("s1", 8)), {}), 0)
+    assert family_candidates(s1, H100) == []  # outer products: no K to contract
+
+
+def test_config_json_round_trip_and_description():
+    config = _config(UNIFORM4, k_step=8, stages=3)
+    again = MmaConfig.from_json(config.to_json())
+    assert again == config and again.box == config.box
+    assert "product family" in config.describe() and "4h1" in config.describe()
+    with pytest.raises(TypeError):
+        MmaConfig.from_values({"box": [["h1", 0]]})
+
+
+def test_the_decision_ranks_family_points_by_the_model():
+    task = _family_task("d2", 24)
+    ranked = family_candidates(task, H100)
+    assert ranked and all(not problems(task, c) for c in ranked)
+    assert family_candidates(task, H100, 2) == ranked[:2]
+
+
+def test_family_kernels_compile():
+    """The decision's configurations compile with NVRTC for sm_90 (the uniform
+    box with 2x2 warps spills a few hundred bytes: docs/tensor_cores.md)."""
+    pytest.importorskip("cuda.bindings.nvrtc")
+    from einkern.backends.cuda.nvrtc import compile_cubin
+    from einkern.gpu.cuda_printer import print_cuda
+
+    for family in ("d1", "d2"):
+        task = _family_task(family, 24)
+        for config in family_candidates(task, H100, 2):
+            module = compile_cubin(print_cuda(lower_family(task, config)))
+            assert [r.name for r in module.resources] == ["einkern_s0"], (family, config)

@@ -9,7 +9,7 @@ import pytest
 
 import einkern
 from einkern.gpu.config import NO_STAGING, CudaConfig
-from einkern.gpu.decision import decide, default_config
+from einkern.gpu.decision import decide, default_config, explain
 from einkern.gpu.device import H100
 from einkern.gpu.lower import check_mapping, lower
 from einkern.gpu.mapping import Mapping, MappingError, ParallelTile
@@ -291,6 +291,12 @@ def test_family_default_spreads_its_register_tile_and_emulates_correctly():
     assert result.max_relative_error <= 1e-12
 
 
+def _rules_mapping(task):
+    """The rules' SIMT proposal (the decision may prefer a tensor-core family)."""
+    decision = explain(task, H100)
+    return config_to_mapping(task, decision.config, decision.reasons)
+
+
 @pytest.mark.parametrize("family, rows", [("d1", 4), ("d2", 3)])
 def test_family_over_a_whole_small_index_keeps_room_for_three_blocks(family, rows):
     """T = 24: the block covers h3 whole (24 threads), so product-family takes the
@@ -303,7 +309,8 @@ def test_family_over_a_whole_small_index_keeps_room_for_three_blocks(family, row
 
     problem = einkern.make_problem(einkern.load(family_program(family, 24)), {})
     task = statement_task(problem, 0)
-    config, reasons = default_config(task)
+    decision = explain(task, H100)  # the rules' proposal (the model picks DMMA here)
+    config, reasons = decision.config, decision.reasons
     mapping = config_to_mapping(task, config)
     assert config.block == (0, rows) and mapping.register_tile == 32
     assert mapping.parallel[0].threads == 24 and mapping.parallel[1].tile == 2 * rows
@@ -348,7 +355,7 @@ def test_registers_of_a_family_kernel_give_the_measured_occupancy(family, tile):
     for updates in (4, 5):
         view = merged_task(problem, tuple(range(updates))).view
         task = statement_task(view, 0)
-        mapping = decide(task)
+        mapping = _rules_mapping(task)  # the SIMT kernel whose registers are estimated
         estimate = estimated_registers(task, mapping)
         (measured,) = kernel_resources(view, "sm_90", {0: mapping})
         shared = shared_bytes(task, mapping)

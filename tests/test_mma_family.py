@@ -148,7 +148,8 @@ def test_the_decision_ranks_family_points_by_the_model():
     task = _family_task("d2", 24)
     ranked = family_candidates(task, H100)
     assert ranked and all(not problems(task, c) for c in ranked)
-    assert family_candidates(task, H100, 2) == ranked[:2]
+    (best,) = family_candidates(task, H100, 1)  # the optimistic model's best, searched
+    assert best in ranked
 
 
 def test_family_kernels_compile():
@@ -160,6 +161,6 @@ def test_family_kernels_compile():
 
     for family in ("d1", "d2"):
         task = _family_task(family, 24)
-        for config in family_candidates(task, H100, 2):
+        for config in family_candidates(task, H100, 1):
             module = compile_cubin(print_cuda(lower_family(task, config)))
             assert [r.name for r in module.resources] == ["einkern_s0"], (family, config)

@@ -80,7 +80,14 @@ class MmaConfig:
         )
 
     def values(self) -> dict[str, Any]:
-        return asdict(self)
+        """The named values (``box`` as pairs, absent when empty: the JSON form of
+        configurations from before product families is unchanged)."""
+        data = asdict(self)
+        if self.box:
+            data["box"] = [list(pair) for pair in self.box]
+        else:
+            del data["box"]
+        return data
 
     @classmethod
     def from_values(cls, data: Mapping[str, Any]) -> MmaConfig:
@@ -117,7 +124,7 @@ class MmaConfig:
         return config
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        return json.dumps(self.values(), sort_keys=True)
 
     @staticmethod
     def from_json(text: str) -> MmaConfig:

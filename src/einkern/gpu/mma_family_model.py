@@ -39,7 +39,7 @@ from .mma_family import (
     shared_bytes,
     tile_layout,
 )
-from .mma_model import SIMT_MODEL_SCALE
+from .mma_model import MIN_FLOPS, SIMT_MODEL_SCALE
 from .terms import Terms
 
 MAC_SECONDS = 1.26e-11
@@ -88,8 +88,9 @@ def family_terms(
 #: k-steps of 8 were the fastest measured (docs/tensor_cores.md#product-families).
 WARPS = ((2, 2), (1, 2), (2, 1), (1, 1))
 BASE = MmaConfig("m16n8k4_f64", 2, 2, 1, 1, 8, 0, 3, "async")
-#: The candidates the decision ranks (the model's best of the space).
-DECISION_COUNT = 2
+#: The candidates the decision ranks: the optimistic model's best, its layout
+#: searched (one: the fusion planner prices hundreds of merged groups).
+DECISION_COUNT = 1
 
 
 def _boxes(extents: dict[str, int], order: tuple[str, ...]) -> list[dict[str, int]]:
@@ -112,10 +113,12 @@ def family_candidates(
     """Family configurations for ``task`` (an fp64 product family) that fit,
     ranked by :func:`family_terms`; the best ``count`` (all when None).  The
     layout search runs only for the ``count`` best by the optimistic model
-    (a lower bound) and those within it."""
+    (a lower bound): the fusion planner prices hundreds of merged groups."""
     try:
         family = family_of(task)
     except NotAContraction:
+        return []
+    if family.flops < MIN_FLOPS:  # launch- and latency-bound: the model says nothing
         return []
     extents = dict(family.extents)
     bounds: dict[MmaConfig, float] = {}
@@ -129,7 +132,7 @@ def family_candidates(
                 bounds[config] = max(terms.dram, terms.arithmetic)
     found: dict[MmaConfig, float] = {}
     for config in sorted(bounds, key=lambda c: bounds[c]):
-        if count is not None and len(found) >= count and bounds[config] >= max(found.values()):
+        if count is not None and len(found) >= count:
             break
         if shared_bytes(task, config, family) > limits.shared_per_block_optin:
             continue

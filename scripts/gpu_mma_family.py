@@ -13,10 +13,10 @@ import json
 import sys
 import time
 
+from gpu_fusion import PEERS, _peer_call  # this directory: the fusion script's peers
+
 import einkern
 from einkern.bench.cuda_device import CudaDevice
-from einkern.bench.cutensor import CutensorPeer
-from einkern.bench.peers import EinsumPeer, _torch_ops
 from einkern.bench.suites.ccsdt import family_program
 from einkern.gpu.mapping import Mapping
 from einkern.gpu.mma_config import STRATEGY, MmaConfig
@@ -52,24 +52,6 @@ def configs(tile: int) -> dict[str, MmaConfig]:
     }
 
 
-PEERS = {
-    "torch.einsum": EinsumPeer("torch.einsum", "cuda", _torch_ops),
-    "cuTENSOR": CutensorPeer(),
-}
-
-
-def _peer_run(peer, problem):
-    prepared = {}
-
-    def run(**arrays):
-        key = tuple(id(a) for a in arrays.values())
-        if key not in prepared:
-            prepared[key] = peer.prepare(None, problem, arrays, {})
-        return prepared[key]()[problem.program.outputs[0]]
-
-    return run
-
-
 def variants(family: str, tile: int, peers: bool):
     merged = family_program(family, tile)
     yield "SIMT (einkern default)", merged, None
@@ -101,7 +83,7 @@ def main() -> int:
                         if peer.available() is not None:
                             print(f"{name}: {peer.available()}"[:200], flush=True)
                             continue
-                        run = _peer_run(peer, kernel.problem)
+                        run = _peer_call(peer, kernel.problem)
                     else:
                         kernel = einkern.compile(program, backend="cuda", mappings=how)
                         run = kernel

@@ -14,7 +14,14 @@ from einkern.backends.emulator import count_barriers, drop_barrier, emulate
 from einkern.bench.suites.ccsdt import family_program
 from einkern.gpu.device import H100
 from einkern.gpu.mma_config import MmaConfig
-from einkern.gpu.mma_family import family_of, lower_family, problems, tile_layout
+from einkern.gpu.mma_family import (
+    _layouts,
+    box_order,
+    family_of,
+    lower_family,
+    problems,
+    tile_layout,
+)
 from einkern.gpu.mma_family_layout import relayout_coordinates, wavefronts
 from einkern.gpu.mma_family_model import family_candidates
 from einkern.ir.bind import make_problem
@@ -106,10 +113,8 @@ def test_padded_layout_removes_relayout_conflicts():
         task = _family_task(family, 16)
         config = _config(UNIFORM4, k_step=8, stages=3)
         fam = family_of(task)
-        from einkern.gpu.mma_family import _layouts, box_order
-
         order = box_order(fam)
-        laid = tuple(_layouts(fam, config)[0])
+        laid = _layouts(fam, config)[0]
         coordinates = relayout_coordinates(order, tuple(sorted(UNIFORM4.items())), laid, config)
         dense = wavefronts(coordinates, (1024, 256, 64, 16, 4, 1))
         strides, size, padded = tile_layout(fam, config)

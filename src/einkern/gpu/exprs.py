@@ -79,3 +79,12 @@ def linear(terms: list[tuple[kir.Expr, int]]) -> kir.Expr:
     for coordinate, stride in terms:
         result = add(result, mul(coordinate, const(stride)))
     return result
+
+
+def thread_shares(total: int, threads: int):
+    """For each round ``j`` in which ``threads`` threads cover ``total`` elements,
+    ``(j, e, guard)``: the thread's element ``e = threadIdx + j·threads`` and the
+    condition ``e < total`` (None where every thread's element exists)."""
+    for j in range(-(-total // threads)):
+        e = add(kir.ThreadIdx(), const(j * threads))
+        yield j, e, (less(e, const(total)) if (j + 1) * threads > total else None)

@@ -16,7 +16,6 @@ and index helpers).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from . import exprs as E
@@ -88,8 +87,7 @@ def _shared(b: Any) -> list[kir.Section]:
                 )
                 writes.append(kir.Store("Cs", E.add(E.mul(row, E.const(ld)), column), value))
         stores: list[kir.Stmt] = []
-        for j in range(math.ceil(rows * cols / threads)):
-            e = E.add(b.tid(), E.const(j * threads))
+        for _, e, share in E.thread_shares(rows * cols, threads):
             r, col = (
                 (E.div(e, cols), E.mod(e, cols)) if along_n else (E.mod(e, rows), E.div(e, rows))
             )
@@ -99,8 +97,8 @@ def _shared(b: Any) -> list[kir.Section]:
             )
             gm, gn = E.add(kir.Var("row0"), block_row), E.add(kir.Var("col0"), col)
             stmt = _store(b, gm, gn, kir.Load("Cs", E.add(E.mul(r, E.const(ld)), col)))
-            if (j + 1) * threads > rows * cols:
-                stmt = kir.If(E.less(e, E.const(rows * cols)), (stmt,))
+            if share is not None:
+                stmt = kir.If(share, (stmt,))
             stores.append(stmt)
         sections += [
             *([kir.Barrier()] if tm else []),

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..ir.nodes import signed_terms
 from ..ir.task import Task
@@ -111,8 +112,10 @@ def _box(config: MmaConfig, family: Family) -> dict[str, int]:
     return {i: box.get(i, 1) for i, _ in family.extents}
 
 
-def _layouts(family: Family, config: MmaConfig) -> tuple[list[_Term], list[str]]:
-    """Each term on the warps, or why a term does not divide into them."""
+@lru_cache(maxsize=1024)
+def _layouts(family: Family, config: MmaConfig) -> tuple[tuple[_Term, ...], tuple[str, ...]]:
+    """Each term on the warps, or why a term does not divide into them (cached:
+    the checks, the model, the layout and the builder all ask)."""
     shape = SHAPES[config.shape]
     box = _box(config, family)
     laid: list[_Term] = []
@@ -135,7 +138,7 @@ def _layouts(family: Family, config: MmaConfig) -> tuple[list[_Term], list[str]]
             )
             continue
         laid.append(options[0])
-    return laid, trouble
+    return tuple(laid), tuple(trouble)
 
 
 def problems(task: Task, config: MmaConfig, family: Family | None = None) -> list[str]:
@@ -206,7 +209,7 @@ def tile_layout(family: Family, config: MmaConfig) -> tuple[tuple[int, ...], int
     :func:`.mma_family_layout.box_strides`."""
     laid, _ = _layouts(family, config)
     box = tuple(sorted(_box(config, family).items()))
-    return box_strides(box_order(family), box, tuple(laid), config)
+    return box_strides(box_order(family), box, laid, config)
 
 
 def shared_bytes(task: Task, config: MmaConfig, family: Family | None = None) -> int:
@@ -301,10 +304,7 @@ class _Builder:
     def box_elements(self):
         """(Ts index, guard on the thread's share, box coordinates) of each box
         element a thread loads or stores; consecutive threads consecutive elements."""
-        threads = self.config.threads
-        for j in range(math.ceil(self.elements / threads)):
-            e = E.add(kir.ThreadIdx(), E.const(j * threads))
-            share = E.less(e, E.const(self.elements)) if (j + 1) * threads > self.elements else None
+        for _, e, share in E.thread_shares(self.elements, self.config.threads):
             local = _split(self.order, self.box, e)
             yield self.tile_index(local), share, local
 
@@ -327,8 +327,7 @@ class _Builder:
         along_k = operand.contiguous() in c.k
         total = width * k_step
         K = c.size(c.k)
-        for j2 in range(math.ceil(total / threads)):
-            e = E.add(kir.ThreadIdx(), E.const(j2 * threads))
+        for _, e, share in E.thread_shares(total, threads):
             if along_k:
                 r, kk = E.div(e, k_step), E.mod(e, k_step)
             else:
@@ -341,7 +340,6 @@ class _Builder:
             if K % k_step:
                 conditions.append(E.less(flat_k, E.const(K)))
             inside = E.conj(conditions) or kir.Int(1)
-            share = E.less(e, E.const(total)) if (j2 + 1) * threads > total else None
             if which == "a":
                 target = E.add(E.mul(r, E.const(self.lda)), kk)
             else:

@@ -219,8 +219,7 @@ class _Builder:
         fastest_col = bool(col_group) and operand.stride(col_group[-1]) == 1
         total = rows * cols
         base = "base_a" if which == "a" else "base_b"
-        for j in range(math.ceil(total / threads)):
-            e = E.add(self.tid(), E.const(j * threads))
+        for j, e, share in E.thread_shares(total, threads):
             if fastest_col:
                 r, col = E.div(e, cols), E.mod(e, cols)
             else:
@@ -234,7 +233,6 @@ class _Builder:
                     E.less(gc, E.const(self.c.size(col_group))),
                 ]
             )
-            share = E.less(e, E.const(total)) if (j + 1) * threads > total else None
             target = E.add(E.mul(r, E.const(ld)), col)
             yield j, share, target, inside, index
 

@@ -65,6 +65,7 @@ class Family:
     op: str  # "=", "+=" or "-="
     terms: tuple[Contraction, ...]
     extents: tuple[tuple[str, int], ...]  # the output indices' extents
+    dtypes: tuple[str, ...]  # of the statement's tensors, sorted
 
     def extent(self, index: str) -> int:
         return dict(self.extents)[index]
@@ -87,7 +88,8 @@ def family_of(task: Task) -> Family:
             raise NotAContraction(f"term {number} has batch indices {', '.join(term.batch)}")
     output = _operand(task, statement.output)
     extents = tuple((i, task.problem.index_size(statement, i)) for i in statement.output.indices)
-    return Family(output, statement.op, found, extents)
+    dtypes = tuple(sorted({task.program.tensor(t).dtype for t in statement.tensors()}))
+    return Family(output, statement.op, found, extents, dtypes)
 
 
 @dataclass(frozen=True)
@@ -112,28 +114,47 @@ def _box(config: MmaConfig, family: Family) -> dict[str, int]:
     return {i: box.get(i, 1) for i, _ in family.extents}
 
 
+@lru_cache(maxsize=256)
+def _orientations(
+    family: Family, box: tuple[tuple[str, int], ...]
+) -> tuple[tuple[tuple[Operand, Operand, tuple[str, ...], tuple[str, ...], int, int], ...], ...]:
+    """Per term, its two GEMM views of ``box`` (the output indices' box
+    extents): (rows' operand, columns' operand, rows and columns with extents
+    over 1, M, N), the statement's order first.  Shared by the warp shapes a
+    box is tried with."""
+    extents = dict(box)
+    found = []
+    for c in family.terms:
+        views = []
+        for a, b, rows, cols in ((c.a, c.b, c.m, c.n), (c.b, c.a, c.n, c.m)):
+            rows = tuple(i for i in rows if extents[i] > 1)
+            cols = tuple(i for i in cols if extents[i] > 1)
+            m = math.prod(extents[i] for i in rows)
+            n = math.prod(extents[i] for i in cols)
+            views.append((a, b, rows, cols, m, n))
+        found.append(tuple(views))
+    return tuple(found)
+
+
 @lru_cache(maxsize=1024)
 def _layouts(family: Family, config: MmaConfig) -> tuple[tuple[_Term, ...], tuple[str, ...]]:
     """Each term on the warps, or why a term does not divide into them (cached:
     the checks, the model, the layout and the builder all ask)."""
     shape = SHAPES[config.shape]
-    box = _box(config, family)
+    wm, wn = shape.m * config.warps_m, shape.n * config.warps_n
     laid: list[_Term] = []
     trouble: list[str] = []
-    for number, c in enumerate(family.terms):
-        options = []
-        for a, b, rows, cols in ((c.a, c.b, c.m, c.n), (c.b, c.a, c.n, c.m)):
-            rows = tuple(i for i in rows if box[i] > 1)
-            cols = tuple(i for i in cols if box[i] > 1)
-            m = math.prod(box[i] for i in rows)
-            n = math.prod(box[i] for i in cols)
-            wm, wn = shape.m * config.warps_m, shape.n * config.warps_n
-            if m % wm == 0 and n % wn == 0:
-                options.append(_Term(c, a, b, rows, cols, m, n, m // wm, n // wn))
+    views = _orientations(family, tuple(_box(config, family).items()))
+    for number, (c, term_views) in enumerate(zip(family.terms, views, strict=True)):
+        options = [
+            _Term(c, a, b, rows, cols, m, n, m // wm, n // wn)
+            for a, b, rows, cols, m, n in term_views
+            if m % wm == 0 and n % wn == 0
+        ]
         if not options:
+            m, n = term_views[0][4], term_views[0][5]
             trouble.append(
-                f"term {number}: its {math.prod(box[i] for i in c.m)} x "
-                f"{math.prod(box[i] for i in c.n)} box does not divide into "
+                f"term {number}: its {m} x {n} box does not divide into "
                 f"{config.warps_m} x {config.warps_n} warps of {shape.m} x {shape.n} tiles"
             )
             continue
@@ -151,9 +172,8 @@ def problems(task: Task, config: MmaConfig, family: Family | None = None) -> lis
             return [str(error)]
     if config.shape not in SHAPES or SHAPES[config.shape].input_type != "f64":
         return ["product families run on the fp64 instructions only"]
-    dtypes = {task.program.tensor(t).dtype for t in task.statement.tensors()}
-    if dtypes != {"float64"}:
-        return [f"product families need float64 tensors, not {', '.join(sorted(dtypes))}"]
+    if family.dtypes != ("float64",):
+        return [f"product families need float64 tensors, not {', '.join(family.dtypes)}"]
     found = []
     unknown = sorted(set(dict(config.box)) - {i for i, _ in family.extents})
     if unknown:

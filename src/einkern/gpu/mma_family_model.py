@@ -32,7 +32,7 @@ from .mma_config import MmaConfig
 from .mma_family import (
     Family,
     _box,
-    _layouts,
+    _orientations,
     box_order,
     family_of,
     problems,
@@ -61,27 +61,48 @@ def family_terms(
     without bank conflicts (a lower bound, without the layout search);
     ``family``: the task's, when the caller has it."""
     family = family or family_of(task)
-    laid, _ = _layouts(family, config)
-    box = _box(config, family)
-    size = math.prod(box.values())
-    blocks = math.prod(math.ceil(e / box[i]) for i, e in family.extents)
-    per_sm = blocks / limits.sm_count
+    box = tuple(_box(config, family).items())
+    waves = None if optimistic else tile_layout(family, config)[2]
+    work = _block_work(family, box, config.k_step, waves)
+    scale = SIMT_MODEL_SCALE["f64"]
+    dram = _dram_seconds(task, family, limits)
+    return Terms(dram * scale, 0.0, 0.0, _per_sm(family, box, limits) * work * scale, 0.0)
+
+
+def _block_work(
+    family: Family, box: tuple[tuple[str, int], ...], k_step: int, waves: int | None
+) -> float:
+    """Seconds of one block's terms on one SM: multiply-adds, staged elements
+    (M + N per k, the same in either orientation) and relayout wavefronts
+    (``waves``; None: conflict-free, two per warp-wide access of 32 elements)."""
+    size = math.prod(e for _, e in box)
+    views = _orientations(family, box)
     work = 0.0
-    for term in laid:
-        k = math.ceil(term.c.size(term.c.k) / config.k_step) * config.k_step
-        work += size * k * MAC_SECONDS + (term.m + term.n) * k * STAGE_SECONDS
-    # a conflict-free relayout: two wavefronts per warp-wide access of 32 elements
-    waves = 2 * len(laid) * size // 32 if optimistic else tile_layout(family, config)[2]
-    work += waves * WAVEFRONT_SECONDS
+    for term, term_views in zip(family.terms, views, strict=True):
+        k = math.ceil(term.size(term.k) / k_step) * k_step
+        m, n = term_views[0][4], term_views[0][5]
+        work += size * k * MAC_SECONDS + (m + n) * k * STAGE_SECONDS
+    if waves is None:
+        waves = 2 * len(family.terms) * size // 32
+    return work + waves * WAVEFRONT_SECONDS
+
+
+def _per_sm(family: Family, box: tuple[tuple[str, int], ...], limits: DeviceLimits) -> float:
+    """Blocks per SM of the grid of ``box``."""
+    extents = dict(box)
+    return math.prod(math.ceil(e / extents[i]) for i, e in family.extents) / limits.sm_count
+
+
+def _dram_seconds(task: Task, family: Family, limits: DeviceLimits) -> float:
+    """The tensors read once and the output written once (read too for an update)."""
     problem = task.problem
-    tensors = task.statement.tensors()
-    moved = sum(problem.numel(t) * problem.program.tensor(t).itemsize for t in tensors)
+    moved = sum(
+        problem.numel(t) * problem.program.tensor(t).itemsize for t in task.statement.tensors()
+    )
     output = family.output.tensor
     if family.op != "=":
         moved += problem.numel(output) * problem.program.tensor(output).itemsize
-    scale = SIMT_MODEL_SCALE["f64"]
-    dram = moved / limits.dram_bandwidth
-    return Terms(dram * scale, 0.0, 0.0, per_sm * work * scale, 0.0)
+    return moved / limits.dram_bandwidth
 
 
 #: Warps (m, n) and the pipeline the candidates take: 3 cp.async stages of
@@ -120,24 +141,28 @@ def family_candidates(
         return []
     if family.flops < MIN_FLOPS:  # launch- and latency-bound: the model says nothing
         return []
-    extents = dict(family.extents)
-    bounds: dict[MmaConfig, float] = {}
-    for box in _boxes(extents, box_order(family)):
-        if math.prod(box.values()) > MAX_BOX:
-            continue
-        for wm, wn in WARPS:
-            config = replace(BASE, warps_m=wm, warps_n=wn, box=tuple(sorted(box.items())))
-            if config not in bounds and not problems(task, config, family):
-                terms = family_terms(task, config, limits, True, family)
-                bounds[config] = max(terms.dram, terms.arithmetic)
+    # the optimistic bound depends on the box alone (M + N and the relayout's
+    # ideal are the same for every warp shape): boxes by bound, warps in order
+    scale = SIMT_MODEL_SCALE["f64"]
+    dram = _dram_seconds(task, family, limits) * scale
+    bounds: dict[tuple[tuple[str, int], ...], float] = {}
+    for choice in _boxes(dict(family.extents), box_order(family)):
+        box = tuple(sorted(choice.items()))
+        if box not in bounds and math.prod(choice.values()) <= MAX_BOX:
+            work = _block_work(family, box, BASE.k_step, None)
+            bounds[box] = max(dram, _per_sm(family, box, limits) * work * scale)
     found: dict[MmaConfig, float] = {}
-    for config in sorted(bounds, key=lambda c: bounds[c]):
-        if count is not None and len(found) >= count:
-            break
-        if shared_bytes(task, config, family) > limits.shared_per_block_optin:
-            continue
-        terms = family_terms(task, config, limits, family=family)
-        found[config] = max(terms.dram, terms.arithmetic)
+    for box in sorted(bounds, key=lambda b: bounds[b]):
+        for wm, wn in WARPS:
+            if count is not None and len(found) >= count:
+                break
+            config = replace(BASE, warps_m=wm, warps_n=wn, box=box)
+            if problems(task, config, family):
+                continue
+            if shared_bytes(task, config, family) > limits.shared_per_block_optin:
+                continue
+            terms = family_terms(task, config, limits, family=family)
+            found[config] = max(terms.dram, terms.arithmetic)
     ranked = sorted(found, key=lambda c: found[c])
     return ranked if count is None else ranked[:count]
 

@@ -10,16 +10,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 
 from gpu_fusion import PEERS, _peer_call  # this directory: the fusion script's peers
 
 import einkern
 from einkern.bench.cuda_device import CudaDevice
 from einkern.bench.suites.ccsdt import family_program
+from einkern.gpu.device import H100
 from einkern.gpu.mapping import Mapping
+from einkern.gpu.mma import SHAPES as INSTRUCTIONS
 from einkern.gpu.mma_config import STRATEGY, MmaConfig
+from einkern.gpu.mma_family import box_order, family_of, problems, shared_bytes
+from einkern.gpu.mma_family_model import _boxes, family_terms
+from einkern.ir.task import statement_task
 
 HS, PS = ("h1", "h2", "h3"), ("p4", "p5", "p6")
 
@@ -52,10 +59,77 @@ def configs(tile: int) -> dict[str, MmaConfig]:
     }
 
 
-def variants(family: str, tile: int, peers: bool):
+#: the grid's axes (--grid): instruction shapes, warps, k-steps (0: T), stages
+GRID_SHAPES = ("m16n8k4_f64", "m16n8k8_f64", "m16n8k16_f64")
+GRID_WARPS = ((1, 1), (1, 2), (2, 1), (2, 2), (1, 4), (4, 1), (2, 4), (4, 2))
+GRID_KSTEPS = (8, 16, 0)
+GRID_STAGES = (2, 3, 4)
+#: boxes beside the candidate generator's: (h, p) extents of h1..h3 and p4..p6
+GRID_BOXES = ((4, 4), (4, 2), (2, 4), (8, 2), (2, 8), (2, 2))
+
+
+def grid(family: str, tile: int, sample: int, seed: int) -> dict[str, MmaConfig]:
+    """``sample`` valid configurations drawn (``seed``) from the grid of boxes
+    (the candidate generator's and :data:`GRID_BOXES`), instruction shapes,
+    warps, k-steps and stages that fit an H100's shared memory."""
+    problem = einkern.make_problem(einkern.load(family_program(family, tile)), {})
+    task = statement_task(problem, 0)
+    fam = family_of(task)
+    boxes = [tuple(sorted(b.items())) for b in _boxes(dict(fam.extents), box_order(fam))]
+    boxes += [tuple(sorted([*((i, h) for i in HS), *((i, p) for i in PS)])) for h, p in GRID_BOXES]
+    points = []
+    for box in dict.fromkeys(boxes):
+        for shape in GRID_SHAPES:
+            for wm, wn in GRID_WARPS:
+                for k in GRID_KSTEPS:
+                    k_step = k or -(-tile // INSTRUCTIONS[shape].k) * INSTRUCTIONS[shape].k
+                    for stages in GRID_STAGES:
+                        points.append(
+                            MmaConfig(shape, wm, wn, 1, 1, k_step, 0, stages, "async", box=box)
+                        )
+    random.Random(seed).shuffle(points)
+    found: dict[str, MmaConfig] = {}
+    for config in points:
+        if len(found) >= sample:
+            break
+        if (
+            problems(task, config, fam)
+            or shared_bytes(task, config, fam) > H100.shared_per_block_optin
+        ):
+            continue
+        found["grid " + config.to_json()] = config
+    return found
+
+
+def predicted(family: str, tile: int, config: MmaConfig) -> float:
+    """The family model's seconds (its arithmetic term, DRAM bound aside)."""
+    problem = einkern.make_problem(einkern.load(family_program(family, tile)), {})
+    terms = family_terms(statement_task(problem, 0), config, H100)
+    return max(terms.dram, terms.arithmetic)
+
+
+def _resources(job: tuple[str, int, str]) -> dict:
+    """Compile one variant for sm_90 (fills the CUBIN cache; needs no GPU)."""
+    from einkern.backends.cuda.nvrtc import kernel_resources
+
+    family, tile, text = job
+    problem = einkern.make_problem(einkern.load(family_program(family, tile)), {})
+    mapping = (
+        None
+        if not text
+        else {0: Mapping(strategy=STRATEGY, parallel=(), mma=MmaConfig.from_json(text))}
+    )
+    try:
+        (found,) = kernel_resources(problem, "sm_90", mapping)
+    except Exception as exc:  # reported, and the variant is skipped later
+        return dict(error=f"{type(exc).__name__}: {exc}"[:300])
+    return dict(registers=found.registers, spill=found.spill_stores, stack=found.stack_frame)
+
+
+def variants(family: str, tile: int, peers: bool, chosen: dict[str, MmaConfig]):
     merged = family_program(family, tile)
     yield "SIMT (einkern default)", merged, None
-    for name, cfg in configs(tile).items():
+    for name, cfg in chosen.items():
         yield name, merged, {0: Mapping(strategy=STRATEGY, parallel=(), mma=cfg)}
     if peers:
         for name in PEERS:
@@ -66,66 +140,94 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--tiles", default="16,24")
+    parser.add_argument("--families", default="d1,d2")
     parser.add_argument("--peers", action="store_true")
+    parser.add_argument("--grid", type=int, default=0, help="also this many grid points each")
+    parser.add_argument("--seed", type=int, default=0, help="the grid sample's seed")
+    parser.add_argument("--jobs", type=int, default=1, help="processes compiling ahead")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
+    cases = [(f, int(t)) for f in args.families.split(",") for t in args.tiles.split(",")]
+    chosen = {}
+    for family, tile in cases:
+        chosen[family, tile] = dict(configs(tile))
+        if args.grid:
+            chosen[family, tile].update(grid(family, tile, args.grid, args.seed))
+    jobs = [(f, t, "") for f, t in cases]
+    jobs += [(f, t, c.to_json()) for (f, t), named in chosen.items() for c in named.values()]
+    started = time.perf_counter()
+    with ProcessPoolExecutor(max(1, args.jobs)) as pool:
+        resources = dict(zip(jobs, pool.map(_resources, jobs), strict=True))
+    print(f"compiled {len(jobs)} kernels in {time.perf_counter() - started:.0f} s", flush=True)
     device = CudaDevice()
     rows = []
-    for family in ("d1", "d2"):
-        for tile in (int(t) for t in args.tiles.split(",")):
-            reference = None
-            for name, program, how in variants(family, tile, args.peers):
-                started = time.perf_counter()
-                try:
-                    if isinstance(how, str):
-                        kernel = einkern.compile(program, backend="cuda", fuse=False, T=tile)
-                        peer = PEERS[how]
-                        if peer.available() is not None:
-                            print(f"{name}: {peer.available()}"[:200], flush=True)
-                            continue
-                        run = _peer_call(peer, kernel.problem)
-                    else:
-                        kernel = einkern.compile(program, backend="cuda", mappings=how)
-                        run = kernel
+    for family, tile in cases:
+        reference = inputs = None
+        for name, program, how in variants(family, tile, args.peers, chosen[family, tile]):
+            started = time.perf_counter()
+            cfg = None if not isinstance(how, dict) else how[0].mma
+            info = resources.get((family, tile, cfg.to_json() if cfg else ""), {})
+            if "error" in info:
+                print(f"{family} T={tile} {name}: {info['error']}")
+                continue
+            try:
+                if isinstance(how, str):
+                    kernel = einkern.compile(program, backend="cuda", fuse=False, T=tile)
+                    peer = PEERS[how]
+                    if peer.available() is not None:
+                        print(f"{name}: {peer.available()}"[:200], flush=True)
+                        continue
+                    run = _peer_call(peer, kernel.problem)
+                else:
+                    kernel = einkern.compile(program, backend="cuda", mappings=how)
+                    run = kernel
+                if inputs is None:
                     inputs = device.random_inputs(kernel.problem, seed=0)
-                    work = {n: device.copy(a) for n, a in inputs.items()}
-                    result = run(**{n: device.copy(a) for n, a in work.items()})
-                    error = 0.0
-                    if reference is None:
-                        reference = result
-                    else:
-                        error = device.relative_error(result, reference)
-                    seconds = device.median_time(lambda r=run, w=work: r(**w), args.runs)
-                except Exception as exc:  # a variant that does not compile or launch
-                    print(f"{family} T={tile} {name}: {type(exc).__name__}: {exc}"[:400])
-                    continue
-                flops = 9 * 2 * tile**7
-                row = dict(
-                    family=family,
-                    T=tile,
-                    variant=name,
-                    ms=seconds * 1e3,
-                    tflops=flops / seconds / 1e12,
-                    error=error,
-                )
-                rows.append(row)
-                print(
-                    f"{family} T={tile} {name:24} {row['ms']:8.3f} ms {row['tflops']:6.2f} "
-                    f"TFLOP/s err {error:.1e} ({time.perf_counter() - started:.1f} s)",
-                    flush=True,
-                )
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(rows, handle, indent=1)
+                work = {n: device.copy(a) for n, a in inputs.items()}
+                result = run(**{n: device.copy(a) for n, a in work.items()})
+                error = 0.0
+                if reference is None:
+                    reference = result
+                else:
+                    error = device.relative_error(result, reference)
+                seconds = device.median_time(lambda r=run, w=work: r(**w), args.runs)
+            except Exception as exc:  # a variant that does not compile or launch
+                print(f"{family} T={tile} {name}: {type(exc).__name__}: {exc}"[:400])
+                continue
+            flops = 9 * 2 * tile**7
+            row = dict(
+                family=family,
+                T=tile,
+                variant=name,
+                config=cfg.to_json() if cfg else None,
+                predicted_ms=predicted(family, tile, cfg) * 1e3 if cfg else None,
+                ms=seconds * 1e3,
+                tflops=flops / seconds / 1e12,
+                error=error,
+                **info,
+            )
+            rows.append(row)
+            print(
+                f"{family} T={tile} {name[:60]:60} {row['ms']:8.3f} ms {row['tflops']:6.2f} "
+                f"TFLOP/s err {error:.1e} regs {info.get('registers')} spill {info.get('spill')} "
+                f"({time.perf_counter() - started:.1f} s)",
+                flush=True,
+            )
+            if args.json:  # after every row: a timed-out run keeps what it measured
+                with open(args.json, "w") as handle:
+                    json.dump(rows, handle, indent=1)
     print()
-    print(
-        f"{'family':6} {'T':>3} {'variant':24} {'ms':>8} {'TFLOP/s':>8} {'vs SIMT':>8} {'err':>8}"
-    )
+    print(f"{'family':6} {'T':>3} {'variant':60} {'ms':>8} {'vs SIMT':>8} {'err':>8}")
     simt = {(r["family"], r["T"]): r["ms"] for r in rows if r["variant"].startswith("SIMT")}
+    best = {}
     for r in rows:
+        key = (r["family"], r["T"])
+        if r["config"] and (key not in best or r["ms"] < best[key]["ms"]):
+            best[key] = r
+    for r in [r for r in rows if not r["variant"].startswith("grid")] + list(best.values()):
         ratio = simt.get((r["family"], r["T"]), float("nan")) / r["ms"]
         print(
-            f"{r['family']:6} {r['T']:3} {r['variant']:24} {r['ms']:8.3f} {r['tflops']:8.2f} "
+            f"{r['family']:6} {r['T']:3} {r['variant'][:60]:60} {r['ms']:8.3f} "
             f"{ratio:7.2f}x {r['error']:8.1e}"
         )
     return 0

@@ -30,7 +30,7 @@ Expressions are small dataclasses; global and shared accesses are explicit
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any
 
 from ..semantics import C_TYPE, ITEMSIZE
@@ -376,15 +376,4 @@ def without_barriers(kernel: Kernel) -> Kernel:
             out.append(section)
         return tuple(out)
 
-    return Kernel(
-        kernel.name,
-        kernel.params,
-        kernel.threads,
-        kernel.blocks,
-        kernel.thread_vars,
-        kernel.shared,
-        strip(kernel.body),
-        kernel.index_type,
-        kernel.comment,
-        kernel.meta,
-    )
+    return replace(kernel, body=strip(kernel.body))

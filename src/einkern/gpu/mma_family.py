@@ -53,6 +53,7 @@ from .contraction import (
 from .mma import SHAPES, coordinates
 from .mma_config import MmaConfig
 from .mma_family_layout import box_strides
+from .thread_offsets import constant_offset
 
 __all__ = ["Family", "family_of", "lower_family", "problems", "shared_bytes"]
 
@@ -203,9 +204,10 @@ MAX_ACCUMULATORS = 32
 
 
 def _lead(config: MmaConfig) -> int:
-    """A shared row of ``k_step`` doubles padded to 4 modulo 16 (conflict-free
-    fragment reads, as :mod:`.mma_lower`)."""
-    return config.k_step + (4 - config.k_step) % 16
+    """A shared row of ``k_step`` doubles padded to 4 or 12 modulo 16, whichever
+    comes first: the fragment reads of a half-warp (four rows of four doubles)
+    then fall on sixteen different 8-byte banks."""
+    return next(n for n in range(config.k_step, config.k_step + 16) if n % 16 in (4, 12))
 
 
 def _sizes(family: Family, config: MmaConfig) -> tuple[int, int, int, int]:
@@ -277,6 +279,11 @@ class _Builder:
             for j, term in enumerate(self.terms)
             for k0 in range(0, term.c.size(term.c.k), config.k_step)
         ]
+        # the block's own variables (indices are linear in them) and the
+        # thread-dependent bases that indices are written against (:meth:`based`)
+        self.block_vars = [f"o{n}" for n in range(len(family.extents))]
+        self.block_vars += [f"b{w}{j}" for j in range(len(self.terms)) for w in "ab"]
+        self.bases: dict[str, kir.Expr] = {}
 
     # -- coordinates -------------------------------------------------------------
 
@@ -293,6 +300,13 @@ class _Builder:
     def tile_index(self, local: dict[str, kir.Expr]) -> kir.Expr:
         """Position in ``Ts`` of box coordinates ``local`` (absent: 0)."""
         return E.linear([(local[i], self.strides[i]) for i in reversed(self.order) if i in local])
+
+    def based(self, e: kir.Expr, base: str) -> kir.Expr:
+        """``e`` as the thread variable ``base`` plus a constant where it is that
+        on every thread (:mod:`.thread_offsets`: one register and an immediate
+        instead of a live division chain per index), else ``e`` itself."""
+        c = constant_offset(e, self.bases[base], self.config.threads, self.block_vars)
+        return e if c is None else E.add(kir.Var(base), E.const(c))
 
     def prologue(self) -> list[kir.Stmt]:
         """Block origins (the output's contiguous index fastest), each term's
@@ -372,8 +386,14 @@ class _Builder:
         stmts: list[kir.Stmt] = []
         for which, shared, size in (("a", "As", self.a_size), ("b", "Bs", self.b_size)):
             tensor = (self.terms[j].a if which == "a" else self.terms[j].b).tensor
-            for share, target, inside, index in self.tile_elements(j, k0, which):
-                at = E.add(E.const((step % self.config.stages) * size), target)
+            source, target = f"g{which}{j}", f"s{which}{j}"
+            if k0 == 0:  # the term's first step: its bases, from its first element
+                _, first_target, _, first_index = next(self.tile_elements(j, 0, which))
+                self.bases[source], self.bases[target] = first_index, first_target
+                stmts += [kir.Assign(source, first_index), kir.Assign(target, first_target)]
+            for share, at, inside, index in self.tile_elements(j, k0, which):
+                at = E.add(E.const((step % self.config.stages) * size), self.based(at, target))
+                index = self.based(index, source)
                 copy: kir.Stmt = kir.CopyAsync(shared, at, f"p_{tensor}", index, inside)
                 stmts.append(kir.If(share, (copy,)) if share is not None else copy)
         return [*stmts, kir.CopyCommit()]
@@ -400,7 +420,11 @@ class _Builder:
         buffer = step % self.config.stages
         base_a, base_b = buffer * self.a_size, buffer * self.b_size
         sections: list[kir.Section] = []
-        for ks in range(0, self.config.k_step, shape.k):
+        # the instruction steps that reach into K (a term's last step may be
+        # partly padding: its zeros are not multiplied)
+        k0 = self.steps[step][1]
+        needed = min(self.config.k_step, term.c.size(term.c.k) - k0)
+        for ks in range(0, needed, shape.k):
             frags: list[kir.Stmt] = []
             for tm in range(term.tiles_m):
                 for i in range(na):
@@ -439,6 +463,7 @@ class _Builder:
         group, quad = self.lane()
         wrow, wcol = self.warp_bases(term)
         factor = self.factor(term)
+        base = f"t{j}"
         stmts: list[kir.Stmt] = []
         for tm in range(term.tiles_m):
             for tn in range(term.tiles_n):
@@ -450,9 +475,13 @@ class _Builder:
                         **(_split(term.rows, self.box, row) if term.rows else {}),
                         **(_split(term.cols, self.box, column) if term.cols else {}),
                     }
+                    at = self.tile_index(local)
+                    if not stmts:  # the first element's index is the term's base
+                        self.bases[base] = at
+                        stmts.append(kir.Assign(base, at))
                     slot = E.const((tm * term.tiles_n + tn) * nc + i)
                     value = E.mul(factor, kir.Load("acc", slot))
-                    stmts.append(kir.Store("Ts", self.tile_index(local), value, "+="))
+                    stmts.append(kir.Store("Ts", self.based(at, base), value, "+="))
                     stmts.append(kir.Store("acc", slot, kir.Float(0.0)))
         return stmts
 
@@ -502,6 +531,7 @@ class _Builder:
         it = self.itype
         na, nb, nc = shape.a.count, shape.b.count, shape.c.count
         bases = [kir.ThreadVar(f"b{w}{j}", it) for j in range(len(self.terms)) for w in "ab"]
+        bases += [kir.ThreadVar(name, it) for name in self.bases]
         return kir.Kernel(
             name=self.name,
             params=tuple(params),

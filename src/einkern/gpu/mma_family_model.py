@@ -28,6 +28,7 @@ from dataclasses import replace
 from ..ir.task import Task
 from .contraction import NotAContraction
 from .device import DeviceLimits
+from .mma import SHAPES
 from .mma_config import MmaConfig
 from .mma_family import (
     Family,
@@ -42,9 +43,9 @@ from .mma_family import (
 from .mma_model import MIN_FLOPS, SIMT_MODEL_SCALE
 from .terms import Terms
 
-MAC_SECONDS = 1.26e-11
-WAVEFRONT_SECONDS = 2.39e-9
-STAGE_SECONDS = 6.0e-12
+MAC_SECONDS = 3.87e-12
+WAVEFRONT_SECONDS = 1.76e-9
+STAGE_SECONDS = 1.31e-10
 #: The SMs of the H100 the rates were fitted on (blocks per SM scale with it).
 FITTED_SMS = 132
 
@@ -63,25 +64,29 @@ def family_terms(
     family = family or family_of(task)
     box = tuple(_box(config, family).items())
     waves = None if optimistic else tile_layout(family, config)[2]
-    work = _block_work(family, box, config.k_step, waves)
+    work = _block_work(family, box, config, waves)
     scale = SIMT_MODEL_SCALE["f64"]
     dram = _dram_seconds(task, family, limits)
     return Terms(dram * scale, 0.0, 0.0, _per_sm(family, box, limits) * work * scale, 0.0)
 
 
 def _block_work(
-    family: Family, box: tuple[tuple[str, int], ...], k_step: int, waves: int | None
+    family: Family, box: tuple[tuple[str, int], ...], config: MmaConfig, waves: int | None
 ) -> float:
-    """Seconds of one block's terms on one SM: multiply-adds, staged elements
-    (M + N per k, the same in either orientation) and relayout wavefronts
-    (``waves``; None: conflict-free, two per warp-wide access of 32 elements)."""
+    """Seconds of one block's terms on one SM: multiply-adds (K rounded up to the
+    instruction's k: the kernel skips a last step's padding), staged elements
+    (M + N per k of every step, the same in either orientation) and relayout
+    wavefronts (``waves``; None: conflict-free, two per warp-wide access of 32
+    elements)."""
     size = math.prod(e for _, e in box)
     views = _orientations(family, box)
+    step, instruction = config.k_step, SHAPES[config.shape].k
     work = 0.0
     for term, term_views in zip(family.terms, views, strict=True):
-        k = math.ceil(term.size(term.k) / k_step) * k_step
+        K = term.size(term.k)
         m, n = term_views[0][4], term_views[0][5]
-        work += size * k * MAC_SECONDS + (m + n) * k * STAGE_SECONDS
+        work += size * math.ceil(K / instruction) * instruction * MAC_SECONDS
+        work += (m + n) * math.ceil(K / step) * step * STAGE_SECONDS
     if waves is None:
         waves = 2 * len(family.terms) * size // 32
     return work + waves * WAVEFRONT_SECONDS
@@ -149,7 +154,7 @@ def family_candidates(
     for choice in _boxes(dict(family.extents), box_order(family)):
         box = tuple(sorted(choice.items()))
         if box not in bounds and math.prod(choice.values()) <= MAX_BOX:
-            work = _block_work(family, box, BASE.k_step, None)
+            work = _block_work(family, box, BASE, None)
             bounds[box] = max(dram, _per_sm(family, box, limits) * work * scale)
     found: dict[MmaConfig, float] = {}
     for box in sorted(bounds, key=lambda b: bounds[b]):

@@ -1,9 +1,14 @@
 """Tensor-core product-family kernels (einkern.gpu.mma_family) on the merged
-CCSD(T) d1/d2 families, against the SIMT kernel of the same statement and,
+CCSD(T) d1/d2 families, against the default kernel of the same statement and,
 with --peers, nine cuTENSOR and torch.einsum calls (issues 12 and 14).
 
-Each variant's result is checked against the SIMT kernel's; CUDA events, L2
-flushed, median of --runs, fresh random inputs (seed 0).
+Eleven named shapes, and with ``--grid N`` N more drawn (``--seed``) from boxes
+x instruction shapes x warps x k-steps x stages; ``--jobs`` processes compile
+them ahead (NVRTC, registers and spills recorded). Each variant's result is
+checked against the default kernel's; CUDA events, L2 flushed, median of
+--runs, random inputs (seed 0) made once per case. ``--json`` rows carry the
+configuration, the family model's prediction, registers and spills (the model's
+rates are fitted on them).
 """
 
 from __future__ import annotations

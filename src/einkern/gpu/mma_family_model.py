@@ -2,17 +2,18 @@
 the configurations the decision and the tuner offer for them.
 
 A block's time is the sum of its terms' work on one SM, with three rates
-fitted on an H100 (``scripts/gpu_mma_family.py``, 44 kernels: the d1 and d2
-families at T = 16 and 24, eleven box, warp and pipeline shapes each; measured
-over predicted 0.76-1.23, docs/tensor_cores.md#product-families):
+fitted on an H100 (``scripts/gpu_mma_family.py --grid``, the 40 kernels of the
+candidate space — k-step 8, 3 stages, m16n8k4, any box and warp shape — of the
+d1 and d2 families at T = 16 and 24; measured over predicted 0.64-1.31,
+docs/tensor_cores.md#without-spills-fifteenth-session):
 
-* multiply-adds (the box times each term's padded K) at
-  :data:`MAC_SECONDS` each: 21 TFLOP/s over 132 SMs, a third of the DMMA
-  instruction's peak — the kernel waits on its cp.async steps between terms;
+* multiply-adds (the box times each term's K, rounded up to the instruction's
+  k) at :data:`MAC_SECONDS` each: 68 TFLOP/s over 132 SMs, DMMA's peak;
+* staged operand elements (every step's M + N rows of k-step elements) at
+  :data:`STAGE_SECONDS` each: about 8 TB/s, the operands come from L2;
 * relayout wavefronts (:func:`.mma_family.tile_layout`, counted exactly from the
-  accumulator layout) at :data:`WAVEFRONT_SECONDS` each (a load and an add-store
-  of 8-byte elements);
-* staged operand elements at :data:`STAGE_SECONDS` each.
+  accumulator layout) at :data:`WAVEFRONT_SECONDS` each (a load and an
+  add-store of 8-byte elements).
 
 DRAM (the output read and written once, the operands once) bounds it from
 below.  As for :mod:`.mma_model` the times are multiplied by the SIMT model's
@@ -111,7 +112,8 @@ def _dram_seconds(task: Task, family: Family, limits: DeviceLimits) -> float:
 
 
 #: Warps (m, n) and the pipeline the candidates take: 3 cp.async stages of
-#: k-steps of 8 were the fastest measured (docs/tensor_cores.md#product-families).
+#: k-steps of 8 were the fastest measured, and the 4^6 box with these within 3 %
+#: of 82 sampled variants (docs/tensor_cores.md#without-spills-fifteenth-session).
 WARPS = ((2, 2), (1, 2), (2, 1), (1, 1))
 BASE = MmaConfig("m16n8k4_f64", 2, 2, 1, 1, 8, 0, 3, "async")
 #: The candidates the decision ranks: the optimistic model's best, its layout

@@ -39,7 +39,6 @@ from functools import lru_cache
 
 from ..ir.nodes import signed_terms
 from ..ir.task import Task
-from ..semantics import C_TYPE
 from . import exprs as E
 from . import kir
 from .contraction import (
@@ -53,6 +52,7 @@ from .contraction import (
 from .mma import SHAPES, coordinates
 from .mma_config import MmaConfig
 from .mma_family_layout import box_strides
+from .mma_lower import statement_params
 from .thread_offsets import constant_offset
 
 __all__ = ["Family", "family_of", "lower_family", "problems", "shared_bytes"]
@@ -514,20 +514,7 @@ class _Builder:
             if last[j] == step:
                 body.append(kir.PerThread(tuple(self.relayout(j))))
         body += [kir.Barrier(), kir.PerThread(tuple(self.epilogue()))]
-        used = set(task.statement.tensors())
-        output = self.family.output.tensor
-        params = [
-            kir.Param(
-                f"p_{t.name}",
-                C_TYPE[t.dtype],
-                True,
-                task.problem.numel(t.name),
-                readonly=t.name != output,
-            )
-            for t in task.program.tensors
-            if t.name in used
-        ]
-        params += [kir.Param(f"s_{s.name}", "double", False) for s in task.program.scalars]
+        params = statement_params(task)
         it = self.itype
         na, nb, nc = shape.a.count, shape.b.count, shape.c.count
         bases = [kir.ThreadVar(f"b{w}{j}", it) for j in range(len(self.terms)) for w in "ab"]

@@ -104,6 +104,25 @@ def _sixteen_bit_problems(task: Task, shape: str, wanted: str, config: MmaConfig
     return found
 
 
+def statement_params(task: Task) -> list[kir.Param]:
+    """The kernel parameters of a one-statement kernel: the statement's tensors in
+    program order (all but the output read-only), then every scalar."""
+    used = set(task.statement.tensors())
+    output = task.statement.output.tensor
+    params = [
+        kir.Param(
+            f"p_{t.name}",
+            C_TYPE[t.dtype],
+            True,
+            task.problem.numel(t.name),
+            readonly=t.name != output,
+        )
+        for t in task.program.tensors
+        if t.name in used
+    ]
+    return params + [kir.Param(f"s_{s.name}", "double", False) for s in task.program.scalars]
+
+
 def lower_mma(task: Task, config: MmaConfig, name: str | None = None) -> kir.Kernel:
     """The kernel IR of ``task`` on tensor cores (ValueError when it cannot)."""
     trouble = problems(task, config)
@@ -369,7 +388,7 @@ class _Builder:
     # -- the kernel -------------------------------------------------------------
 
     def kernel(self) -> kir.Kernel:
-        task, c, cfg = self.task, self.c, self.config
+        task, cfg = self.task, self.config
         na, nb, nc = self.shape.a.count, self.shape.b.count, self.shape.c.count
         steps = math.ceil(self.K / self.bk) * self.bk
         zero = E.const(0)
@@ -404,19 +423,7 @@ class _Builder:
                 kir.ThreadVar("pre_b", self.ctype, math.ceil(self.bk * self.bn / cfg.threads)),
             )
         )
-        used = set(task.statement.tensors())
-        params = [
-            kir.Param(
-                f"p_{t.name}",
-                C_TYPE[t.dtype],
-                True,
-                task.problem.numel(t.name),
-                readonly=t.name != c.output.tensor,
-            )
-            for t in task.program.tensors
-            if t.name in used
-        ]
-        params += [kir.Param(f"s_{s.name}", "double", False) for s in task.program.scalars]
+        params = statement_params(task)
         it = self.itype
         return kir.Kernel(
             name=self.name,

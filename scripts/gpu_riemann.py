@@ -1,11 +1,13 @@
 """The Riemann-Christoffel statement on the GPU (issue 14): einkern's default
-kernel, its parts alone (the two permuted reads of A; the two contractions of
-B), a random sample of the tuner's space and the cost model's best points of
-a larger sample, and torch.einsum, in the same run.
+kernel (the paired-terms kernel where the decision takes it), the statement's
+SIMT default without pairing, paired candidates (the model's best and a random
+sample of the rest, each with its prediction), torch.einsum and cuTENSOR (two
+contractions into R after a CuPy difference of A and its permutation), all in
+the same run.
 
 CUDA events, L2 flushed before each call, median of ``--runs``, the same random
-inputs for every variant; errors relative to the default kernel; % floor: A and
-B read once, R written once, at the copy bandwidth measured in the same run.
+inputs for every variant; errors relative to torch.einsum's result; % floor: A
+and B read once, R written once, at the copy bandwidth measured in the same run.
 """
 
 from __future__ import annotations
@@ -18,38 +20,56 @@ from pathlib import Path
 
 import einkern
 from einkern.bench.cuda_device import CudaDevice
-from einkern.gpu.config import CudaConfig
-from einkern.gpu.decision import default_config
+from einkern.gpu import pair_space
+from einkern.gpu.decision import choose, decide
 from einkern.gpu.model import predicted_time
-from einkern.gpu.space import config_to_mapping, parameters, violation
+from einkern.gpu.space import config_to_mapping
 from einkern.ir.task import statement_task
 
 sys.path.insert(0, str(Path(__file__).parent))
 from gpu_fusion import outputs, workspace  # noqa: E402
 
-HEAD = (
+TEXT = (
     "program riemann\ndims n = {n}\ndtype float64\n"
     "tensor A[n, n, n, n], B[n, n, n], R[n, n, n, n]\n"
+    "R[i,j,k,l] = A[i,j,k,l] - A[i,l,k,j] + B[m,j,k]*B[i,m,l] - B[m,l,k]*B[i,m,j]\n"
 )
-FULL = "R[i,j,k,l] = A[i,j,k,l] - A[i,l,k,j] + B[m,j,k]*B[i,m,l] - B[m,l,k]*B[i,m,j]\n"
-PARTS = {
-    "A part only": "R[i,j,k,l] = A[i,j,k,l] - A[i,l,k,j]\n",
-    "B part only": "R[i,j,k,l] = B[m,j,k]*B[i,m,l] - B[m,l,k]*B[i,m,j]\n",
-}
 
 
-def sample(task, count: int, rng: random.Random) -> list[CudaConfig]:
-    space = parameters(task)
-    found, tries = [], 0
-    while len(found) < count and tries < 50 * count:
-        tries += 1
-        values = {name: rng.choice(list(options)) for name, options in space.items()}
-        try:
-            config = CudaConfig(**values)
-        except (TypeError, ValueError):
-            continue
-        if violation(task, config) is None and config not in found:
-            found.append(config)
+def peers(work):
+    """torch.einsum and cuTENSOR calls computing R (None where unavailable)."""
+    import torch
+
+    found = {}
+    a, b = work["A"], work["B"]
+
+    def by_torch():
+        return (
+            a
+            - a.permute(0, 3, 2, 1)
+            + torch.einsum("mjk,iml->ijkl", b, b)
+            - torch.einsum("mlk,imj->ijkl", b, b)
+        )
+
+    found["torch.einsum"] = by_torch
+    try:
+        import cupy
+        from cupyx import cutensor
+
+        ca, cb = cupy.from_dlpack(a), cupy.from_dlpack(b)
+        cr = cupy.empty_like(ca)
+        modes = {s: cutensor.create_mode(*s) for s in ("mjk", "iml", "mlk", "imj", "ijkl")}
+
+        def by_cutensor():
+            cupy.subtract(ca, ca.transpose(0, 3, 2, 1), out=cr)
+            cutensor.contraction(1.0, cb, modes["mjk"], cb, modes["iml"], 1.0, cr, modes["ijkl"])
+            cutensor.contraction(-1.0, cb, modes["mlk"], cb, modes["imj"], 1.0, cr, modes["ijkl"])
+            return torch.from_dlpack(cr)
+
+        by_cutensor()
+        found["cuTENSOR"] = by_cutensor
+    except Exception as exc:  # noqa: BLE001 - report and go on
+        print(f"cuTENSOR unavailable: {type(exc).__name__}: {exc}"[:200], flush=True)
     return found
 
 
@@ -57,8 +77,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--n", type=int, nargs="*", default=[24, 32, 48])
-    parser.add_argument("--random", type=int, default=40)
-    parser.add_argument("--model-top", type=int, default=10)
+    parser.add_argument("--top", type=int, default=8, help="paired candidates: model's best")
+    parser.add_argument("--random", type=int, default=12, help="paired candidates: random")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     device = CudaDevice()
@@ -67,36 +87,38 @@ def main() -> int:
     rows, summary = [], []
     rng = random.Random(7)
     for n in args.n:
-        text = HEAD.format(n=n) + FULL
+        text = TEXT.format(n=n)
         default = einkern.compile(text, backend="cuda")
         problem = default.problem
         task = statement_task(problem, 0)
-        base = default_config(task)[0]
-        pool = sample(task, 1500, rng)
-        scored = sorted(pool, key=lambda c: predicted_time(task, config_to_mapping(task, c)))
-        chosen = [("default", base)]
-        chosen += [(f"model{i}", c) for i, c in enumerate(scored[: args.model_top])]
-        chosen += [(f"rand{i}", c) for i, c in enumerate(rng.sample(pool, args.random))]
-        work = workspace(device, problem)
         floor = 8 * (2 * n**4 + n**3) / bandwidth
-        reference = outputs(device, default, work)
+        work = workspace(device, problem)
+        calls = peers(work)
+        reference = calls["torch.einsum"]()
+        chosen = decide(task)
+        simt = config_to_mapping(task, choose(task).config)
+        ranked = sorted(pair_space.candidates(task), key=lambda m: predicted_time(task, m))
+        sample = ranked[: args.top]
+        rest = ranked[args.top :]
+        sample += rng.sample(rest, min(args.random, len(rest)))
+        variants = [("default", None), ("SIMT default", simt)]
+        variants += [(f"pair{ranked.index(m)}", m) for m in sample if m != chosen]
         measured = {}
-        variants = [(name, HEAD.format(n=n) + part, None) for name, part in PARTS.items()]
-        variants += [(name, text, c) for name, c in chosen]
-        for name, program, config in variants:
+        for name, mapping in variants:
             try:
-                mappings = None if config is None else {0: config_to_mapping(task, config)}
-                kernel = einkern.compile(program, backend="cuda", mappings=mappings)
-                w = work if program == text else workspace(device, kernel.problem)
-                result = outputs(device, kernel, w)
-                error = device.relative_error(result[0], reference[0]) if program == text else 0.0
-                seconds = device.median_time(lambda k=kernel, w=w: k(**w), args.runs)
+                kernel = (
+                    default
+                    if mapping is None
+                    else einkern.compile(text, backend="cuda", mappings={0: mapping})
+                )
+                result = outputs(device, kernel, work)
+                error = device.relative_error(result[0], reference)
+                seconds = device.median_time(lambda k=kernel, w=work: k(**w), args.runs)
             except Exception as exc:  # noqa: BLE001 - report and go on
                 print(f"n={n} {name}: failed: {exc}"[:200], flush=True)
                 continue
-            predicted = (
-                predicted_time(task, config_to_mapping(task, config)) if config else float("nan")
-            )
+            used = chosen if mapping is None else mapping
+            predicted = predicted_time(task, used)
             measured[name] = seconds
             row = {
                 "n": n,
@@ -105,46 +127,37 @@ def main() -> int:
                 "floor_pct": 100 * floor / seconds,
                 "predicted_ms": predicted * 1e3,
                 "error": error,
-                "config": None if config is None else config.to_json(),
+                "mapping": json.loads(used.to_json()),
             }
             rows.append(row)
+            tiles = " ".join(f"{t.index}{t.tile}/{t.threads}" for t in used.parallel)
             print(
                 f"n={n} {name:12} {seconds * 1e3:8.4f} ms {row['floor_pct']:5.1f}% "
-                f"pred {predicted * 1e3:8.4f} err {error:.1e} "
-                f"{json.dumps(row['config'])[:150]}",
+                f"pred {predicted * 1e3:8.4f} err {error:.1e} pair={bool(used.pair)} "
+                f"staged={bool(used.staged)} {tiles}",
                 flush=True,
             )
-        try:
-            import torch
-
-            def peer(a=work["A"], b=work["B"]):
-                return (
-                    a
-                    - a.permute(0, 3, 2, 1)
-                    + torch.einsum("mjk,iml->ijkl", b, b)
-                    - torch.einsum("mlk,imj->ijkl", b, b)
-                )
-
-            measured["torch"] = device.median_time(peer, args.runs)
-        except Exception as exc:  # noqa: BLE001
-            print(f"torch peer failed: {exc}", flush=True)
-        best = min(
-            (v, k) for k, v in measured.items() if k.startswith(("model", "rand", "default"))
-        )
-        parts = (measured.get("A part only"), measured.get("B part only"))
-        summary.append((n, measured.get("default"), floor, best, measured.get("torch"), *parts))
+        for name, call in calls.items():
+            measured[name] = device.median_time(call, args.runs)
+            error = device.relative_error(call(), reference)
+            rows.append({"n": n, "variant": name, "ms": measured[name] * 1e3, "error": error})
+            print(f"n={n} {name:12} {measured[name] * 1e3:8.4f} ms err {error:.1e}", flush=True)
+        best = min((v, k) for k, v in measured.items() if k.startswith(("pair", "default")))
+        summary.append((n, floor, measured, best))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     print()
     print(
-        f"{'n':>3} {'default':>9} {'%floor':>7} {'best':>9} {'which':>8} {'%floor':>7} "
-        f"{'torch':>9} {'A only':>9} {'B only':>9}"
+        f"{'n':>3} {'default':>9} {'%floor':>7} {'SIMT':>9} {'best':>9} {'which':>8} "
+        f"{'torch':>9} {'cuTENSOR':>9} {'vs best peer':>12}"
     )
-    for n, d, floor, (bt, bn), t, ao, bo in summary:
+    for n, floor, m, (bt, bn) in summary:
+        d = m.get("default", float("nan"))
+        peer = min(m.get("torch.einsum", float("inf")), m.get("cuTENSOR", float("inf")))
         print(
-            f"{n:3} {d * 1e3:9.4f} {100 * floor / d:6.1f}% {bt * 1e3:9.4f} {bn:>8} "
-            f"{100 * floor / bt:6.1f}% "
-            f"{(t or 0) * 1e3:9.4f} {(ao or 0) * 1e3:9.4f} {(bo or 0) * 1e3:9.4f}"
+            f"{n:3} {d * 1e3:9.4f} {100 * floor / d:6.1f}% {m.get('SIMT default', 0) * 1e3:9.4f} "
+            f"{bt * 1e3:9.4f} {bn:>8} {m.get('torch.einsum', 0) * 1e3:9.4f} "
+            f"{m.get('cuTENSOR', 0) * 1e3:9.4f} {peer / d:11.2f}x"
         )
     return 0
 

@@ -185,20 +185,28 @@ class KernelBuilder:
 class OnChipArray:
     """A temporary a block-local chain keeps on chip: shared array ``name`` holds the
     block's tile of ``tensor`` (``extents`` along its dimensions, row-major), which
-    one member writes instead of global memory and later members read."""
+    one member writes instead of global memory and later members read.
+    ``padding``: elements appended to each row of the innermost dimension (a row
+    read across threads at a stride of whole rows then spreads over the banks)."""
 
     name: str
     tensor: str
     ctype: str
     extents: tuple[int, ...]
+    padding: int = 0
 
     @property
     def size(self) -> int:
-        return math.prod(self.extents)
+        return math.prod(self._rows())
+
+    def _rows(self) -> tuple[int, ...]:
+        if not self.extents:
+            return ()
+        return (*self.extents[:-1], self.extents[-1] + self.padding)
 
     def strides(self) -> tuple[int, ...]:
         strides, step = [], 1
-        for extent in reversed(self.extents):
+        for extent in reversed(self._rows()):
             strides.append(step)
             step *= extent
         return tuple(reversed(strides))

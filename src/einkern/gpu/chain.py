@@ -103,11 +103,22 @@ def member_mapping(
 ) -> Mapping | None:
     """The member's mapping for fused tiles ``tiles`` (outermost fused index first)
     and a budget of ``threads``; None when the threads do not spread well."""
-    statement = problem.program.statements[position]
     fused = dict(zip(fused_indices(problem, position, depth), tiles, strict=True))
+    return block_mapping(problem, position, fused, threads)
+
+
+def block_mapping(
+    problem: Problem, position: int, tiles: dict[str, int], threads: int
+) -> Mapping | None:
+    """The statement's mapping for block tiles ``tiles`` (output index → tile; an
+    index not named is covered whole; a tile above the extent is a guarded one)
+    and a budget of ``threads``: threads over the tile fastest index first, the
+    rest of the tile the thread's registers; None when the threads do not spread
+    well."""
+    statement = problem.program.statements[position]
     order = natural_order(problem, statement.output)  # innermost first
     extent = {i: problem.index_size(statement, i) for i in statement.parallel_indices}
-    block = [(i, min(fused.get(i, extent[i]), extent[i])) for i in order]
+    block = [(i, tiles.get(i, extent[i])) for i in order]
     outputs = math.prod(t for _, t in block)
     budget = min(threads, outputs)
     if outputs > budget * MAX_OUTPUTS_PER_THREAD:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from ..ir.task import Task
-from . import gett
+from . import gett, pair, pair_space
 from .config import SCALAR_CONFIG, CudaConfig
 from .device import H100, DeviceLimits
 from .lower import preload_applies
@@ -309,4 +309,34 @@ def decide(task: Task, limits: DeviceLimits = H100) -> Mapping:
     if transpose is not None:
         return transpose
     decision = choose(task, limits)
-    return config_to_mapping(task, decision.config, decision.reasons)
+    mapping = config_to_mapping(task, decision.config, decision.reasons)
+    return _paired(task, mapping, limits) or mapping
+
+
+def _paired(task: Task, mapping: Mapping, limits: DeviceLimits) -> Mapping | None:
+    """The best paired-terms mapping (:mod:`einkern.gpu.pair`) when the statement's
+    terms pair and it is predicted :data:`MARGIN` times faster than ``mapping``."""
+    found = pair_space.best(task, limits)
+    if found is None:
+        return None
+    seconds, paired, count = found
+    split = pair.split_of(task)
+    assert split is not None
+    own = predicted_time(task, mapping, limits)
+    if seconds >= MARGIN * own:
+        return replace(
+            mapping,
+            reasons=(
+                *mapping.reasons,
+                f"paired terms not taken: {split.reason}; the best of {count} paired "
+                f"mappings is predicted {seconds * 1e6:.3g} µs against {own * 1e6:.3g} µs, "
+                f"not {1 / MARGIN:.3g}× faster",
+            ),
+        )
+    why = (
+        f"paired terms: {split.reason}; one block covers {' and '.join(split.swap)} whole, "
+        "computes Y into shared memory, then writes every output from Y and its exchange; "
+        f"the best of {count} paired mappings, predicted {seconds * 1e6:.3g} µs against "
+        f"{own * 1e6:.3g} µs for the statement as written"
+    )
+    return replace(paired, reasons=(*mapping.reasons, why))

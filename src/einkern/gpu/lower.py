@@ -58,6 +58,8 @@ from .mma_lower import problems as mma_problems
 from .mma_lower import shared_bytes as mma_shared_bytes
 from .normalize import Group, Placeholder, reduction_of
 from .padding import padding_problems
+from .pair import pair_kernel
+from .pair import why_not as pair_problems
 from .reduction_lanes import add_accumulators, lane_form, lane_loops, lane_problems, shuffle_combine
 from .staging import check_staging, staged_group_sections
 from .transpose import STRATEGY as TRANSPOSE
@@ -531,6 +533,8 @@ def lower(
             hint="fix the mapping file, or let einkern choose one (omit --mapping)",
         )
     name = name or f"einkern_s{task.position}"
+    if mapping.pair:
+        return pair_kernel(task, mapping, name, max_shared_bytes, lower)
     if mapping.mma is not None and mapping.mma.box:
         return lower_family(task, mapping.mma, name)
     if mapping.mma is not None:
@@ -575,6 +579,8 @@ def check_mapping(
     """Every reason why ``mapping`` cannot be lowered for this statement on a device
     with ``limits`` (empty: fine).  ``max_shared_bytes`` is the shared memory a block
     may use (default: ``limits.shared_per_block``, the amount without opt-in)."""
+    if mapping.pair:
+        return pair_problems(task, mapping, max_shared_bytes, limits, check_mapping)
     if mapping.mma is not None or mapping.strategy == MMA:
         return _mma_problems(task, mapping, max_shared_bytes, limits)
     problem = task.problem

@@ -132,6 +132,11 @@ class Mapping:
     #: Strategy ``"mma"`` only: the tensor-core kernel's tile shape (the other
     #: fields keep their defaults); absent from the JSON form otherwise.
     mma: MmaConfig | None = None
+    #: Two output indices the statement's terms pair under (:mod:`einkern.ir.pairing`):
+    #: the block computes the kept terms ``Y`` once for a tile covering both whole,
+    #: keeps it in shared memory and writes ``Y ± Y[exchanged]``
+    #: (:mod:`einkern.gpu.pair`).  Empty (absent from the JSON form): no pairing.
+    pair: tuple[str, ...] = ()
     reasons: tuple[str, ...] = field(default=(), compare=False)
 
     # -- derived -------------------------------------------------------------
@@ -200,6 +205,8 @@ class Mapping:
             data.pop("accumulate")
         if self.mma is None:
             data.pop("mma")
+        if not self.pair:
+            data.pop("pair")
         return json.dumps(data, indent=indent)
 
     @staticmethod
@@ -230,6 +237,7 @@ class Mapping:
                 accumulators=int(data.get("accumulators", 1)),
                 accumulate=str(data.get("accumulate", "plain")),
                 mma=None if data.get("mma") is None else MmaConfig.from_values(data["mma"]),
+                pair=tuple(str(i) for i in data.get("pair", ())),
             )
         except (KeyError, TypeError, ValueError, json.JSONDecodeError) as error:
             raise MappingError(
@@ -247,6 +255,11 @@ class Mapping:
             f"strategy {self.strategy}: {self.threads} threads/block, "
             f"{self.register_tile} outputs/thread"
         ]
+        if self.pair:
+            lines.append(
+                f"  paired terms: {' <-> '.join(self.pair)} exchanged, the kept terms "
+                "computed once into shared memory"
+            )
         for tile in self.parallel:
             how = "cyclic" if tile.cyclic else "adjacent"
             if tile.cyclic and tile.chunk > 1:

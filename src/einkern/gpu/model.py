@@ -41,6 +41,7 @@ from .mapping import Mapping, ParallelTile
 from .mma_family_model import family_terms
 from .mma_model import mma_terms
 from .normalize import reduction_of
+from .pair import pair_terms
 from .reduction_lanes import run_vector_width
 from .space import products_per_output
 from .staging import natural_order
@@ -217,7 +218,10 @@ def predicted_time(
 
 def cost_terms(task: Task, mapping: Mapping, limits: DeviceLimits = H100) -> Terms:
     """The model's bounds for ``task`` under ``mapping`` (see the module docstring;
-    tensor-core mappings: :mod:`einkern.gpu.mma_model`)."""
+    tensor-core mappings: :mod:`einkern.gpu.mma_model`; paired terms:
+    :func:`einkern.gpu.pair.pair_terms`)."""
+    if mapping.pair:
+        return pair_terms(task, mapping, limits, cost_terms)
     if mapping.mma is not None and mapping.mma.box:  # a product family
         return family_terms(task, mapping.mma, limits)
     if mapping.mma is not None:

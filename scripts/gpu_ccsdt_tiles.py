@@ -16,6 +16,8 @@ import copy
 import json
 import sys
 
+from gpu_fusion import measure  # this directory: the fusion script's helpers
+
 import einkern
 from einkern.api import load
 from einkern.backends.cuda.generate import resolve_mappings
@@ -74,13 +76,8 @@ def main() -> int:
                 problem = kernel.problem
                 inputs = device.random_inputs(problem, seed=0)
                 work = {n: device.copy(a) for n, a in inputs.items()}
-                result = kernel(**{n: device.copy(a) for n, a in work.items()})
-                error = 0.0
-                if reference is None:
-                    reference = result
-                else:
-                    error = device.relative_error(result, reference)
-                seconds = device.median_time(lambda k=kernel, w=work: k(**w), args.runs)
+                seconds, error, result = measure(device, kernel, work, reference, args.runs)
+                reference = result if reference is None else reference
             except Exception as exc:  # a candidate that does not compile or launch
                 print(f"{family} {name}: {type(exc).__name__}: {exc}"[:300], flush=True)
                 continue

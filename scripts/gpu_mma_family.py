@@ -21,7 +21,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from functools import cache
 
-from gpu_fusion import PEERS, _peer_call  # this directory: the fusion script's peers
+from gpu_fusion import PEERS, _peer_call, measure  # this directory: the fusion script's helpers
 
 import einkern
 from einkern.bench.cuda_device import CudaDevice
@@ -194,13 +194,8 @@ def main() -> int:
                 if inputs is None:
                     inputs = device.random_inputs(kernel.problem, seed=0)
                 work = {n: device.copy(a) for n, a in inputs.items()}
-                result = run(**{n: device.copy(a) for n, a in work.items()})
-                error = 0.0
-                if reference is None:
-                    reference = result
-                else:
-                    error = device.relative_error(result, reference)
-                seconds = device.median_time(lambda r=run, w=work: r(**w), args.runs)
+                seconds, error, result = measure(device, run, work, reference, args.runs)
+                reference = result if reference is None else reference
             except Exception as exc:  # a variant that does not compile or launch
                 print(f"{family} T={tile} {name}: {type(exc).__name__}: {exc}"[:400])
                 continue

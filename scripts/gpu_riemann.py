@@ -18,6 +18,8 @@ import random
 import sys
 from pathlib import Path
 
+from gpu_fusion import measure, workspace  # this directory: the fusion script's helpers
+
 import einkern
 from einkern.bench.cuda_device import CudaDevice
 from einkern.gpu import pair_space
@@ -25,9 +27,6 @@ from einkern.gpu.decision import choose, decide
 from einkern.gpu.model import predicted_time
 from einkern.gpu.space import config_to_mapping
 from einkern.ir.task import statement_task
-
-sys.path.insert(0, str(Path(__file__).parent))
-from gpu_fusion import outputs, workspace  # noqa: E402
 
 TEXT = (
     "program riemann\ndims n = {n}\ndtype float64\n"
@@ -111,9 +110,7 @@ def main() -> int:
                     if mapping is None
                     else einkern.compile(text, backend="cuda", mappings={0: mapping})
                 )
-                result = outputs(device, kernel, work)
-                error = device.relative_error(result[0], reference)
-                seconds = device.median_time(lambda k=kernel, w=work: k(**w), args.runs)
+                seconds, error, _ = measure(device, kernel, work, (reference,), args.runs)
             except Exception as exc:  # noqa: BLE001 - report and go on
                 print(f"n={n} {name}: failed: {exc}"[:200], flush=True)
                 continue

@@ -95,29 +95,23 @@ def members(task: Task, mapping: Mapping) -> tuple[Problem, Mapping, Mapping]:
 
 
 def _kept(
-    paired: Problem, made: Mapping, used: Mapping, max_shared: int, limits: DeviceLimits
+    paired: Problem, made: Mapping, used: Mapping, max_shared: int, swap: tuple[str, ...]
 ) -> tuple[OnChipArray, ...]:
-    """``Y``'s shared tile (padded), or () when it cannot stay on chip."""
+    """``Y``'s shared tile (padded), or () when it cannot stay on chip (in
+    ``max_shared`` bytes beside the producer's staging)."""
     mappings = {PRODUCER: made, CONSUMER: used}
     own = staged_bytes(statement_task(paired, PRODUCER), made)
-    room = replace(limits, shared_per_block=max_shared)
+    room = replace(H100, shared_per_block=max_shared)  # on_chip reads only this
     kept = on_chip(paired, (PRODUCER, CONSUMER), mappings, own, room)
     if not kept:
         return ()
     (tile,) = kept
     # the tile's last dimension is exchanged: the read of Y[σ] walks it across rows
     last = paired.program.statements[PRODUCER].output.indices[-1]
-    pad = 1 if tile.extents[-1] > 1 and last in made_swap(paired) else 0
+    pad = 1 if tile.extents[-1] > 1 and last in swap else 0
     padded = replace(tile, padding=pad)
     item = paired.program.tensor(tile.tensor).itemsize
     return (padded,) if own + padded.size * item <= max_shared else ()
-
-
-def made_swap(paired: Problem) -> tuple[str, ...]:
-    """The output indices the consumer's second read of ``Y`` exchanges."""
-    consumer = paired.program.statements[CONSUMER]
-    own, exchanged = consumer.reads()[:2] if consumer.op == "=" else consumer.reads()[1:3]
-    return tuple(i for i, j in zip(own.indices, exchanged.indices, strict=True) if i != j)
 
 
 def why_not(
@@ -146,7 +140,7 @@ def why_not(
     for position, member in ((PRODUCER, made), (CONSUMER, used)):
         found = check(statement_task(paired, position), member, budget, limits)
         problems += [f"{'producer' if position == PRODUCER else 'consumer'}: {p}" for p in found]
-    if not problems and not _kept(paired, made, used, budget, limits):
+    if not problems and not _kept(paired, made, used, budget, split.swap):
         problems.append("the kept terms' tile does not fit in shared memory beside the staging")
     return problems
 
@@ -159,7 +153,9 @@ def pair_kernel(
     paired, made, used = members(task, mapping)
     mappings = {PRODUCER: made, CONSUMER: used}
     order, barriers = schedule(paired, (PRODUCER, CONSUMER), mappings)
-    kept = _kept(paired, made, used, max_shared, H100)
+    split = split_of(task)
+    assert split is not None  # lower checked the mapping (why_not)
+    kept = _kept(paired, made, used, max_shared, split.swap)
     kernels = [
         lower(statement_task(paired, p), mappings[p], f"{name}_m{n}", max_shared, on_chip=kept)
         for n, p in enumerate(order)

@@ -24,6 +24,7 @@ from einkern.bench.suites.ccsdt import family_program
 
 
 def cases(quick: bool):
+    """(program, variant, program text or path, extents, ``fuse`` argument)."""
     tiles = (16,) if quick else (16, 24)
     for family in ("d1", "d2", "s1"):
         for tile in tiles:
@@ -35,6 +36,7 @@ def cases(quick: bool):
             yield group, "torch.einsum (9)", path, {"T": tile}, False
             yield group, "cuTENSOR (9)", path, {"T": tile}, False
     yield "ccsdt 27 T=16", "fused", "examples/ccsdt_triples.ein", {"T": 16}, True
+    yield "ccsdt 27 T=16", "fused (measured)", "examples/ccsdt_triples.ein", {"T": 16}, "measure"
     yield "ccsdt 27 T=16", "unfused (27)", "examples/ccsdt_triples.ein", {"T": 16}, False
     yield "ccsdt 27 T=16", "torch.einsum (27)", "examples/ccsdt_triples.ein", {"T": 16}, False
     yield "ccsdt 27 T=16", "cuTENSOR (27)", "examples/ccsdt_triples.ein", {"T": 16}, False
@@ -107,6 +109,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", default=None, help="write the rows here")
+    parser.add_argument("--only", default=None, help="the programs whose name contains this")
     args = parser.parse_args()
     device = CudaDevice()
     bandwidth = device.bandwidth()
@@ -114,8 +117,12 @@ def main() -> int:
     rows = []
     first: dict[str, object] = {}
     for group, variant, program, extents, fuse in cases(args.quick):
+        if args.only is not None and args.only not in group:
+            continue
         started = time.perf_counter()
         kernel = einkern.compile(program, backend="cuda", fuse=fuse, **extents)
+        if fuse == "measure":
+            print(f"{group:28} {variant}: {kernel.fusion.rule}", flush=True)
         problem = kernel.problem
         work = workspace(device, problem)
         run = kernel
@@ -123,7 +130,7 @@ def main() -> int:
         if peer is not None:
             why = peer.available()
             if why is not None:
-                print(f"{group:28} {variant:14} not run: {why}"[:200], flush=True)
+                print(f"{group:28} {variant:16} not run: {why}"[:200], flush=True)
                 continue
             run = _peer_call(peer, problem)
         result = outputs(device, run, work)
@@ -146,7 +153,7 @@ def main() -> int:
         }
         rows.append(row)
         print(
-            f"{group:28} {variant:14} {row['kernels']:3} kernel(s) {seconds * 1e3:9.3f} ms "
+            f"{group:28} {variant:16} {row['kernels']:3} kernel(s) {seconds * 1e3:9.3f} ms "
             f"{row['floor_pct']:5.1f}% floor  err {error:.1e}  "
             f"({time.perf_counter() - started:.1f} s)",
             flush=True,
@@ -156,14 +163,14 @@ def main() -> int:
             json.dump(rows, handle, indent=1)
     print()
     print(
-        f"{'program':28} {'variant':14} {'kernels':>7} {'ms':>9} {'% floor':>8} "
+        f"{'program':28} {'variant':16} {'kernels':>7} {'ms':>9} {'% floor':>8} "
         f"{'vs unfused':>10} {'err':>8}"
     )
     unfused = {r["group"]: r["ms"] for r in rows if str(r["variant"]).startswith("unfused")}
     for r in rows:
         ratio = unfused.get(r["group"], float("nan")) / r["ms"]
         print(
-            f"{r['group']:28} {r['variant']:14} {r['kernels']:7} {r['ms']:9.3f} "
+            f"{r['group']:28} {r['variant']:16} {r['kernels']:7} {r['ms']:9.3f} "
             f"{r['floor_pct']:7.1f}% {ratio:9.2f}x {r['error']:8.1e}"
         )
     return 0

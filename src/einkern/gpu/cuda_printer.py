@@ -237,7 +237,8 @@ def _parameter(p: kir.Param) -> str:
     check_identifier(p.name)
     if p.is_array:
         const = "const " if p.readonly else ""
-        return f"{const}{p.ctype}* __restrict__ {p.name}"
+        restrict = " __restrict__" if p.restrict else ""
+        return f"{const}{p.ctype}*{restrict} {p.name}"
     return f"double {p.name}" if p.ctype == "double" else f"double {PREFIX}arg_{p.name}"
 
 

@@ -309,6 +309,10 @@ class Param:
     is_array: bool
     size: int = 0  # elements (arrays), for the emulator's bounds checks
     readonly: bool = True
+    #: False: a read-only array printed without ``__restrict__``, so that its loads
+    #: stay after the barriers written before them (read-only-path loads may be
+    #: scheduled far ahead: the product family's pointwise factors spilled so).
+    restrict: bool = True
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,13 @@ lives in shared memory and each term's products are *relaid* into it:
   that these adds hit few bank conflicts (:mod:`.mma_family_layout`).  Within a term each element is
   one lane's; between terms the next step's barrier orders the adds.
 
+Terms without a sum (*pointwise*: the CCSD(T) singles ``t1[p4,h1]·v2[h3,h2,p6,p5]``,
+a plain ``+ D[i,j]``) join the family: after the last product each thread adds
+their values at its box elements, summed in registers with each factor's values
+loaded once per thread where its elements share them, as it stores the box
+(:meth:`_Builder.pointwise_registers`; the 27 triples statements, nine of them
+singles, run in one kernel so).
+
 The relayout costs two shared accesses per output element and term against
 ``K`` multiply-adds, so the kernel pays where the terms' K is long enough
 (docs/tensor_cores.md has the measurements).  :func:`family_of` says why a
@@ -34,10 +41,10 @@ statement is not such a family; :func:`problems` why a box does not fit it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from ..ir.nodes import signed_terms
+from ..ir.nodes import Access, Const, Expr, ScalarRef, signed_terms
 from ..ir.task import Task
 from . import exprs as E
 from . import kir
@@ -67,30 +74,83 @@ class Family:
     terms: tuple[Contraction, ...]
     extents: tuple[tuple[str, int], ...]  # the output indices' extents
     dtypes: tuple[str, ...]  # of the statement's tensors, sorted
+    pointwise: tuple[Pointwise, ...] = ()  # terms without a sum (see :class:`Pointwise`)
 
     def extent(self, index: str) -> int:
         return dict(self.extents)[index]
 
     @property
     def flops(self) -> int:
-        return sum(t.flops for t in self.terms)
+        size = math.prod(e for _, e in self.extents)
+        return sum(t.flops for t in self.terms) + sum(
+            2 * size * len(p.factors) for p in self.pointwise
+        )
+
+
+@dataclass(frozen=True)
+class Pointwise:
+    """A term without a sum (the CCSD(T) singles ``t1[p4,h1]·v2[h3,h2,p6,p5]``, a
+    plain ``+ A[i,j]``): tensors read at output coordinates times scalars and a
+    constant.  The kernel adds it to each box element as it fills the box."""
+
+    sign: int
+    scale: tuple[str, ...]
+    constant: float
+    factors: tuple[Operand, ...]
+
+
+def _pointwise(
+    task: Task, sign: int, factors: list[Expr], summed: tuple[str, ...]
+) -> Pointwise | None:
+    """The term (from :func:`split_term`) as a :class:`Pointwise`, or None."""
+    statement = task.statement
+    outputs = set(statement.output.indices)
+    tensors = [f for f in factors if isinstance(f, Access)]
+    if summed or not tensors:
+        return None
+    if not all(isinstance(f, (Access, ScalarRef, Const)) for f in factors):
+        return None
+    for access in tensors:
+        if access.tensor == statement.output.tensor or not set(access.indices) <= outputs:
+            return None
+    try:
+        operands = tuple(_operand(task, a) for a in tensors)
+    except NotAContraction:
+        return None
+    scale = tuple(f.name for f in factors if isinstance(f, ScalarRef))
+    constant = math.prod(f.value for f in factors if isinstance(f, Const))
+    return Pointwise(sign, scale, float(constant), operands)
 
 
 def family_of(task: Task) -> Family:
-    """The task's statement as a product family (two terms at least, every term a
-    contraction without batch indices); :class:`NotAContraction` otherwise."""
+    """The task's statement as a product family (two terms at least, one or more
+    of them contractions without batch indices, the others :class:`Pointwise`);
+    :class:`NotAContraction` otherwise."""
     statement = task.statement
     terms = signed_terms(statement.rhs)
     if len(terms) < 2:
         raise NotAContraction("one term: a plain contraction, not a family")
-    found = tuple(term_contraction(task, *split_term(*t)) for t in terms)
-    for number, term in enumerate(found):
-        if term.batch:
-            raise NotAContraction(f"term {number} has batch indices {', '.join(term.batch)}")
+    found: list[Contraction] = []
+    pointwise: list[Pointwise] = []
+    for number, term in enumerate(terms):
+        parts = split_term(*term)
+        try:
+            contraction = term_contraction(task, *parts)
+        except NotAContraction:
+            point = _pointwise(task, *parts)
+            if point is None:
+                raise
+            pointwise.append(point)
+            continue
+        if contraction.batch:
+            raise NotAContraction(f"term {number} has batch indices {', '.join(contraction.batch)}")
+        found.append(contraction)
+    if not found:
+        raise NotAContraction("no term is a contraction (every term elementwise)")
     output = _operand(task, statement.output)
     extents = tuple((i, task.problem.index_size(statement, i)) for i in statement.output.indices)
     dtypes = tuple(sorted({task.program.tensor(t).dtype for t in statement.tensors()}))
-    return Family(output, statement.op, found, extents, dtypes)
+    return Family(output, statement.op, tuple(found), extents, dtypes, tuple(pointwise))
 
 
 @dataclass(frozen=True)
@@ -198,6 +258,12 @@ def problems(task: Task, config: MmaConfig, family: Family | None = None) -> lis
     return found
 
 
+#: Distinct factor values of one pointwise term a thread may hold in registers.
+POINTWISE_REGISTERS = 32
+
+#: Box elements of a thread whose pointwise sums are held in registers at once.
+POINTWISE_CHUNK = 32
+
 #: Accumulator registers per thread a family kernel may hold: on an H100 a box of
 #: 4x4 tiles per warp (64) spilled 2-3 KiB per thread and ran 6x slower.
 MAX_ACCUMULATORS = 32
@@ -284,6 +350,8 @@ class _Builder:
         self.block_vars = [f"o{n}" for n in range(len(family.extents))]
         self.block_vars += [f"b{w}{j}" for j in range(len(self.terms)) for w in "ab"]
         self.bases: dict[str, kir.Expr] = {}
+        self.pointwise_values = 0  # registers ``px`` (:meth:`pointwise_registers`)
+        self.sums: list[list[kir.Stmt]] | None = None  # its chunks, set by :meth:`fill`
 
     # -- coordinates -------------------------------------------------------------
 
@@ -324,6 +392,13 @@ class _Builder:
                 body.append(kir.Assign(f"b{which}{j}", term.c.offset(operand, coords)))
         count = max(t.tiles_m * t.tiles_n for t in self.terms) * self.shape.c.count
         body += [kir.Store("acc", E.const(i), kir.Float(0.0)) for i in range(count)]
+        return body
+
+    def fill(self) -> list[kir.Stmt]:
+        """``Ts`` filled: the output's box (zero for ``=``), zero outside the
+        extents; the pointwise terms added here by a loop where they cannot be
+        summed in registers at the end (:meth:`epilogue`)."""
+        body: list[kir.Stmt] = []
         for e, share, local in self.box_elements():
             value: kir.Expr = kir.Float(0.0)
             if self.family.op != "=":
@@ -333,7 +408,110 @@ class _Builder:
             if inside is not None and self.family.op != "=":
                 store = kir.If(inside, (store,), (kir.Store("Ts", e, kir.Float(0.0)),))
             body.append(kir.If(share, (store,)) if share is not None else store)
+        self.sums = self.pointwise_registers(list(self.box_elements()))
+        if self.sums is None:
+            body += self.add_pointwise()
         return body
+
+    def pointwise_registers(self, elements: list) -> list[list[kir.Stmt]] | None:
+        """The pointwise terms' sums at the thread's box elements, for each chunk
+        of :data:`POINTWISE_CHUNK` elements the statements that leave them in the
+        registers ``pv``: term by term, each factor's values loaded once per
+        chunk where its elements share them (a factor reads fewer coordinates
+        than the box has: the CCSD(T) singles' ``t1[p4,h1]`` takes 4 values over
+        a thread's 32 elements of a 4^6 box on 128 threads), indices written
+        against bases (:meth:`based`).  None (the loop of :meth:`add_pointwise` then) when the
+        threads do not divide the box or a term needs more than
+        :data:`POINTWISE_REGISTERS` values."""
+        if not self.family.pointwise or any(share is not None for _, share, _ in elements):
+            return None
+        chunks: list[list[kir.Stmt]] = []
+        for start in range(0, len(elements), POINTWISE_CHUNK):
+            chunk = [local for _, _, local in elements[start : start + POINTWISE_CHUNK]]
+            body: list[kir.Stmt] = [
+                kir.Store("pv", E.const(j), kir.Float(0.0)) for j in range(len(chunk))
+            ]
+            for t, term in enumerate(self.family.pointwise):
+                found = self.pointwise_chunk(t, term, chunk)
+                if found is None:
+                    self.bases = {k: v for k, v in self.bases.items() if not k.startswith("w")}
+                    return None
+                body += found
+            chunks.append(body)
+        return chunks
+
+    def pointwise_chunk(
+        self, t: int, term: Pointwise, chunk: list[dict[str, kir.Expr]]
+    ) -> list[kir.Stmt] | None:
+        """Pointwise term ``t`` added into ``pv`` at the chunk's elements (see
+        :meth:`pointwise_registers`)."""
+        loaded: dict[tuple[int, kir.Expr], int] = {}
+        assigns: list[kir.Stmt] = []
+        loads: list[kir.Stmt] = []
+        adds: list[kir.Stmt] = []
+        for j, local in enumerate(chunk):
+            value = self.scaled(term.sign, term.constant, term.scale)
+            for f, operand in enumerate(term.factors):
+                coords = {i: local[i] for i, _ in operand.strides}
+                index = E.linear(
+                    [(E.add(self.origin(i), x), operand.stride(i)) for i, x in coords.items()]
+                )
+                base = f"w{t}_{f}"  # assigned anew per chunk: short-lived
+                if j == 0:
+                    self.bases[base] = index
+                    assigns.append(kir.Assign(base, index))
+                index = self.based(index, base)
+                if (f, index) not in loaded:
+                    slot = E.const(len(loaded))
+                    load: kir.Stmt = kir.Store("px", slot, kir.Load(f"p_{operand.tensor}", index))
+                    inside = E.conj(self.inside(coords))
+                    if inside is not None:
+                        load = kir.If(inside, (load,), (kir.Store("px", slot, kir.Float(0.0)),))
+                    loaded[(f, index)] = len(loaded)
+                    loads.append(load)
+                value = E.mul(value, kir.Load("px", E.const(loaded[(f, index)])))
+            adds.append(kir.Store("pv", E.const(j), value, "+="))
+        if len(loaded) > POINTWISE_REGISTERS:
+            return None
+        self.pointwise_values = max(self.pointwise_values, len(loaded))
+        return assigns + loads + adds
+
+    def add_pointwise(self) -> list[kir.Stmt]:
+        """The pointwise terms added to each of the thread's box elements in a
+        loop (not unrolled: unrolled over a 4^6 box, nine CCSD(T) singles' loads
+        were scheduled ahead and spilled); each thread adds to the elements it
+        filled itself, so no barrier is needed before."""
+        if not self.family.pointwise:
+            return []
+        e = kir.Var("pe")
+        local = _split(self.order, self.box, e)
+        value = self.pointwise(self.family.pointwise[0], local)
+        for term in self.family.pointwise[1:]:
+            value = E.add(value, self.pointwise(term, local))
+        add: kir.Stmt = kir.Store("Ts", self.tile_index(local), value, "+=")
+        inside = E.conj(self.inside(local))
+        if inside is not None:
+            add = kir.If(inside, (add,))
+        loop = kir.For(
+            "pe",
+            kir.ThreadIdx(),
+            E.const(self.elements),
+            self.config.threads,
+            (add,),
+            1,
+        )
+        return [loop]
+
+    def pointwise(self, term: Pointwise, local: dict[str, kir.Expr]) -> kir.Expr:
+        """A pointwise term's value at box coordinates ``local``, signed for the
+        output's operator."""
+        value = self.scaled(term.sign, term.constant, term.scale)
+        for operand in term.factors:
+            index = E.linear(
+                [(E.add(self.origin(i), local[i]), operand.stride(i)) for i, _ in operand.strides]
+            )
+            value = E.mul(value, kir.Load(f"p_{operand.tensor}", index))
+        return value
 
     def box_elements(self):
         """(Ts index, guard on the thread's share, box coordinates) of each box
@@ -449,10 +627,13 @@ class _Builder:
 
     def factor(self, term: _Term) -> kir.Expr:
         """The term's sign (relative to the output's operator), constant, scalars."""
-        c = term.c
-        sign = -c.sign if self.family.op == "-=" else c.sign
-        factor: kir.Expr = kir.Float(sign * c.constant)
-        for name in c.scale:
+        return self.scaled(term.c.sign, term.c.constant, term.c.scale)
+
+    def scaled(self, sign: int, constant: float, scale: tuple[str, ...]) -> kir.Expr:
+        """``sign · constant · scalars``, the sign relative to the output's operator."""
+        sign = -sign if self.family.op == "-=" else sign
+        factor: kir.Expr = kir.Float(sign * constant)
+        for name in scale:
             factor = E.mul(factor, kir.Var(f"s_{name}"))
         return factor
 
@@ -488,10 +669,20 @@ class _Builder:
     # -- the kernel --------------------------------------------------------------------
 
     def epilogue(self) -> list[kir.Stmt]:
+        """The box stored, the pointwise terms' register sums added (after the
+        products, where few registers are live: in the prologue beside the
+        terms' bases and the first copies their loads spilled), a chunk of
+        :data:`POINTWISE_CHUNK` elements at a time."""
         out = f"p_{self.family.output.tensor}"
+        elements = list(self.box_elements())
         stmts: list[kir.Stmt] = []
-        for e, share, local in self.box_elements():
-            store: kir.Stmt = kir.Store(out, self.global_index(local), kir.Load("Ts", e))
+        for j, (e, share, local) in enumerate(elements):
+            value: kir.Expr = kir.Load("Ts", e)
+            if self.sums is not None:
+                if j % POINTWISE_CHUNK == 0:
+                    stmts += self.sums[j // POINTWISE_CHUNK]
+                value = E.add(value, kir.Load("pv", E.const(j % POINTWISE_CHUNK)))
+            store: kir.Stmt = kir.Store(out, self.global_index(local), value)
             inside = E.conj(self.inside(local))
             if inside is not None:
                 store = kir.If(inside, (store,))
@@ -502,7 +693,7 @@ class _Builder:
         task, cfg, shape = self.task, self.config, self.shape
         ahead, count = cfg.stages - 1, len(self.steps)
         first = [stmt for step in range(min(ahead, count)) for stmt in self.issue(step)]
-        body: list[kir.Section] = [kir.PerThread((*self.prologue(), *first))]
+        body: list[kir.Section] = [kir.PerThread((*self.prologue(), *first, *self.fill()))]
         last = {j: s for s, (j, _) in enumerate(self.steps)}
         for step, (j, _) in enumerate(self.steps):
             # this step's group has landed when at most the younger ones are pending
@@ -514,11 +705,24 @@ class _Builder:
             if last[j] == step:
                 body.append(kir.PerThread(tuple(self.relayout(j))))
         body += [kir.Barrier(), kir.PerThread(tuple(self.epilogue()))]
-        params = statement_params(task)
+        # tensors only the pointwise terms read: loaded in the epilogue, after the
+        # products (kir.Param.restrict)
+        staged = {t.c.a.tensor for t in self.terms} | {t.c.b.tensor for t in self.terms}
+        late = {f"p_{o.tensor}" for p in self.family.pointwise for o in p.factors} - {
+            f"p_{t}" for t in staged
+        }
+        params = [replace(p, restrict=p.name not in late) for p in statement_params(task)]
         it = self.itype
         na, nb, nc = shape.a.count, shape.b.count, shape.c.count
         bases = [kir.ThreadVar(f"b{w}{j}", it) for j in range(len(self.terms)) for w in "ab"]
         bases += [kir.ThreadVar(name, it) for name in self.bases]
+        registers = []
+        if self.pointwise_values:
+            shares = min(POINTWISE_CHUNK, -(-self.elements // cfg.threads))
+            registers = [
+                kir.ThreadVar("pv", "double", shares),
+                kir.ThreadVar("px", "double", self.pointwise_values),
+            ]
         return kir.Kernel(
             name=self.name,
             params=tuple(params),
@@ -530,6 +734,7 @@ class _Builder:
                 kir.ThreadVar("fa", "double", max(t.tiles_m for t in self.terms) * na),
                 kir.ThreadVar("fb", "double", max(t.tiles_n for t in self.terms) * nb),
                 kir.ThreadVar("acc", "double", max(t.tiles_m * t.tiles_n for t in self.terms) * nc),
+                *registers,
             ),
             shared=(
                 kir.SharedArray("Ts", "double", self.box_size),

@@ -13,7 +13,9 @@ docs/tensor_cores.md#without-spills-fifteenth-session):
   :data:`STAGE_SECONDS` each: about 8 TB/s, the operands come from L2;
 * relayout wavefronts (:func:`.mma_family.tile_layout`, counted exactly from the
   accumulator layout) at :data:`WAVEFRONT_SECONDS` each (a load and an
-  add-store of 8-byte elements).
+  add-store of 8-byte elements);
+* a pointwise term's loads (one per factor and box element, L1 hits: a box's
+  slice of each factor is small) at :data:`POINTWISE_SECONDS` each.
 
 DRAM (the output read and written once, the operands once) bounds it from
 below.  As for :mod:`.mma_model` the times are multiplied by the SIMT model's
@@ -47,6 +49,10 @@ from .terms import Terms
 MAC_SECONDS = 3.87e-12
 WAVEFRONT_SECONDS = 1.76e-9
 STAGE_SECONDS = 1.31e-10
+#: Per box element and factor of a pointwise term: the 27 CCSD(T) statements in one
+#: kernel less their 18 doubles alone on an H100, T = 16 and 24 (1.4e-11, 1.1e-11;
+#: the factors' values loaded once per thread where its elements share them).
+POINTWISE_SECONDS = 1.2e-11
 #: The SMs of the H100 the rates were fitted on (blocks per SM scale with it).
 FITTED_SMS = 132
 
@@ -90,6 +96,7 @@ def _block_work(
         work += (m + n) * math.ceil(K / step) * step * STAGE_SECONDS
     if waves is None:
         waves = 2 * len(family.terms) * size // 32
+    work += size * sum(len(p.factors) for p in family.pointwise) * POINTWISE_SECONDS
     return work + waves * WAVEFRONT_SECONDS
 
 

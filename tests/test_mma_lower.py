@@ -35,6 +35,15 @@ PROGRAMS = {
         dict(m=18, n=30, k=13),
     ),
     "subtract": ("tensor A[m,k], B[k,n], C[n,m]\nC[j,i] -= A[i,x] * B[x,j]", dict(m=16, n=8, k=8)),
+    "bias": (
+        "tensor A[m,k], B[k,n], C[m,n], D[m,n], E[n]\nscalar beta\n"
+        "C[i,j] = A[i,x] * B[x,j] + beta * D[i,j] - 2 * E[j]",
+        dict(m=40, n=24, k=20),
+    ),
+    "bias-update-column": (
+        "layout column\ntensor A[m,k], B[k,n], C[n,m], D[m,n]\nC[j,i] -= D[i,j] + A[i,x] * B[x,j]",
+        dict(m=33, n=17, k=9),
+    ),
     "six-index-out": (
         "tensor A[a,b,c,k], B[k,d,e,f], C[f,a,d,b,e,c]\nC[u,p,s,q,t,r] = A[p,q,r,x] * B[x,s,t,u]",
         dict(a=3, b=4, c=2, d=3, e=2, f=5, k=6),
@@ -84,6 +93,21 @@ def test_default_tiles_any_index_structure(name):
 def test_every_shape_and_tile(config):
     for name in ("four-index", "update-scaled"):
         _check(name, CONFIGS[config], seed=3)
+
+
+@pytest.mark.parametrize("epilogue", ["direct", "shared"])
+def test_pointwise_terms_are_added_as_the_output_is_stored(epilogue):
+    """A bias (pointwise terms beside the one contraction) on tensor cores, each
+    epilogue; refused beside batch indices."""
+    for name in ("bias", "bias-update-column"):
+        _check(name, MmaConfig("m16n8k4_f64", 2, 2, 1, 2, 8, epilogue=epilogue), seed=5)
+    batched = problem_of(
+        "program t\ndims b, m\ndtype float64\ntensor A[b,m,m], B[b,m,m], C[b,m,m], D[b,m,m]\n"
+        "C[z,i,j] = A[z,i,x] * B[z,x,j] + D[z,i,j]\n",
+        b=2,
+        m=8,
+    )
+    assert any("batch" in p for p in problems(statement_task(batched, 0), MmaConfig()))
 
 
 def test_groups_and_orders():
@@ -209,7 +233,7 @@ TF32 = {
 
 
 @pytest.mark.parametrize("config", sorted(TF32))
-@pytest.mark.parametrize("name", ["gemm", "four-index", "update-scaled", "six-index-out"])
+@pytest.mark.parametrize("name", ["gemm", "four-index", "update-scaled", "six-index-out", "bias"])
 def test_tf32_and_3xtf32(name, config):
     """TF32 keeps 10 mantissa bits of each input: its error is far above fp32's
     rounding but within 1e-2 here (inputs in [0.5, 1.5]); 3xTF32 (high and low

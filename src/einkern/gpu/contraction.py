@@ -139,6 +139,60 @@ def split_term(sign: int, term: Expr) -> tuple[int, list[Expr], tuple[str, ...]]
     return sign, factors, summed
 
 
+@dataclass(frozen=True)
+class Pointwise:
+    """A term without a sum (the CCSD(T) singles ``t1[p4,h1]·v2[h3,h2,p6,p5]``, a
+    bias ``+ D[i,j]``): tensors read at output coordinates times scalars and a
+    constant, added to the output elementwise by the kernels of contractions
+    and product families."""
+
+    sign: int
+    scale: tuple[str, ...]
+    constant: float
+    factors: tuple[Operand, ...]
+
+
+def pointwise_term(
+    task: Task, sign: int, factors: list[Expr], summed: tuple[str, ...]
+) -> Pointwise | None:
+    """The term (from :func:`split_term`) as a :class:`Pointwise`, or None."""
+    statement = task.statement
+    outputs = set(statement.output.indices)
+    tensors = [f for f in factors if isinstance(f, Access)]
+    if summed or not tensors:
+        return None
+    if not all(isinstance(f, (Access, ScalarRef, Const)) for f in factors):
+        return None
+    for access in tensors:
+        if access.tensor == statement.output.tensor or not set(access.indices) <= outputs:
+            return None
+    try:
+        operands = tuple(_operand(task, a) for a in tensors)
+    except NotAContraction:
+        return None
+    scale = tuple(f.name for f in factors if isinstance(f, ScalarRef))
+    constant = math.prod(f.value for f in factors if isinstance(f, Const))
+    return Pointwise(sign, scale, float(constant), operands)
+
+
+def gemm_form(task: Task) -> tuple[Contraction, tuple[Pointwise, ...]]:
+    """The task's statement as one contraction plus pointwise terms (a bias,
+    ``C = A·B + D``), in statement order; :class:`NotAContraction` otherwise."""
+    terms = signed_terms(task.statement.rhs)
+    found: list[Contraction] = []
+    pointwise: list[Pointwise] = []
+    for term in terms:
+        parts = split_term(*term)
+        point = pointwise_term(task, *parts)
+        if point is not None:
+            pointwise.append(point)
+        else:
+            found.append(term_contraction(task, *parts))
+    if len(found) != 1:
+        raise NotAContraction(f"{len(found)} contraction terms (one expected)")
+    return found[0], tuple(pointwise)
+
+
 def contraction_of(task: Task) -> Contraction:
     """The GEMM form of the task's statement; :class:`NotAContraction` otherwise."""
     return term_contraction(task, *_split(task.statement.rhs))

@@ -46,7 +46,7 @@ from . import exprs as E
 from . import kir
 from .accumulation import sum_block
 from .builder import Context, KernelBuilder, OnChipArray, compute_dtype
-from .contraction import NotAContraction, contraction_of
+from .contraction import NotAContraction, gemm_form
 from .device import H100, DeviceLimits
 from .mapping import ACCUMULATIONS, BOUNDARY_POLICIES, Mapping, MappingError
 from .mma_config import STRATEGY as MMA
@@ -560,7 +560,7 @@ def _mma_problems(
         shared = family_shared_bytes(task, mapping.mma)
     else:
         try:
-            contraction_of(task)
+            gemm_form(task)
         except NotAContraction as error:
             return [f"no GEMM form for tensor cores: {error}"]
         problems = mma_problems(task, mapping.mma)  # the threads' limit among them

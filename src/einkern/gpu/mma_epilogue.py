@@ -20,6 +20,7 @@ from typing import Any
 
 from . import exprs as E
 from . import kir
+from .contraction import Pointwise
 from .mma import SHAPES, coordinates
 from .mma_config import MmaConfig
 
@@ -51,13 +52,27 @@ def _factor(b: Any) -> kir.Expr:
 
 
 def _store(b: Any, gm: kir.Expr, gn: kir.Expr, value: kir.Expr) -> kir.Stmt:
-    """``value`` into the output at block row ``gm``, column ``gn`` (guarded)."""
+    """``value`` into the output at block row ``gm``, column ``gn`` (guarded),
+    with the statement's pointwise terms (a bias) at that element added."""
     c = b.c
     coords = {**c.coordinates(c.m, gm), **c.coordinates(c.n, gn)}
+    for term in b.pointwise:
+        value = E.add(value, _pointwise(term, coords))
     index = E.add(kir.Var("base_c"), c.offset(c.output, coords))
     inside = E.conj([E.less(gm, E.const(b.M)), E.less(gn, E.const(b.N))])
     assert inside is not None
     return kir.If(inside, (kir.Store(f"p_{c.output.tensor}", index, value, c.op),))
+
+
+def _pointwise(term: Pointwise, coords: dict[str, kir.Expr]) -> kir.Expr:
+    """A pointwise term's value at output coordinates ``coords`` (no batch)."""
+    value: kir.Expr = kir.Float(term.sign * term.constant)
+    for name in term.scale:
+        value = E.mul(value, kir.Var(f"s_{name}"))
+    for operand in term.factors:
+        index = E.linear([(coords[i], operand.stride(i)) for i, _ in operand.strides])
+        value = E.mul(value, kir.Load(f"p_{operand.tensor}", index))
+    return value
 
 
 def _shared(b: Any) -> list[kir.Section]:

@@ -44,7 +44,7 @@ import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from ..ir.nodes import Access, Const, Expr, ScalarRef, signed_terms
+from ..ir.nodes import signed_terms
 from ..ir.task import Task
 from . import exprs as E
 from . import kir
@@ -52,7 +52,9 @@ from .contraction import (
     Contraction,
     NotAContraction,
     Operand,
+    Pointwise,
     _operand,
+    pointwise_term,
     split_term,
     term_contraction,
 )
@@ -87,41 +89,6 @@ class Family:
         )
 
 
-@dataclass(frozen=True)
-class Pointwise:
-    """A term without a sum (the CCSD(T) singles ``t1[p4,h1]·v2[h3,h2,p6,p5]``, a
-    plain ``+ A[i,j]``): tensors read at output coordinates times scalars and a
-    constant.  The kernel adds it to each box element as it fills the box."""
-
-    sign: int
-    scale: tuple[str, ...]
-    constant: float
-    factors: tuple[Operand, ...]
-
-
-def _pointwise(
-    task: Task, sign: int, factors: list[Expr], summed: tuple[str, ...]
-) -> Pointwise | None:
-    """The term (from :func:`split_term`) as a :class:`Pointwise`, or None."""
-    statement = task.statement
-    outputs = set(statement.output.indices)
-    tensors = [f for f in factors if isinstance(f, Access)]
-    if summed or not tensors:
-        return None
-    if not all(isinstance(f, (Access, ScalarRef, Const)) for f in factors):
-        return None
-    for access in tensors:
-        if access.tensor == statement.output.tensor or not set(access.indices) <= outputs:
-            return None
-    try:
-        operands = tuple(_operand(task, a) for a in tensors)
-    except NotAContraction:
-        return None
-    scale = tuple(f.name for f in factors if isinstance(f, ScalarRef))
-    constant = math.prod(f.value for f in factors if isinstance(f, Const))
-    return Pointwise(sign, scale, float(constant), operands)
-
-
 def family_of(task: Task) -> Family:
     """The task's statement as a product family (two terms at least, one or more
     of them contractions without batch indices, the others :class:`Pointwise`);
@@ -137,7 +104,7 @@ def family_of(task: Task) -> Family:
         try:
             contraction = term_contraction(task, *parts)
         except NotAContraction:
-            point = _pointwise(task, *parts)
+            point = pointwise_term(task, *parts)
             if point is None:
                 raise
             pointwise.append(point)

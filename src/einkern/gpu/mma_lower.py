@@ -39,7 +39,7 @@ from ..ir.task import Task
 from ..semantics import C_TYPE
 from . import exprs as E
 from . import kir
-from .contraction import Contraction, contraction_of
+from .contraction import Contraction, NotAContraction, Pointwise, gemm_form
 from .mma import SHAPES, coordinates
 from .mma_config import MmaConfig
 from .mma_epilogue import EPILOGUES, epilogue_sections, shared_epilogue_elements
@@ -79,6 +79,14 @@ def problems(task: Task, config: MmaConfig) -> list[str]:
         found.append("padding must be >= 0, or -1 (automatic)")
     if config.epilogue not in EPILOGUES:
         found.append(f"epilogue {config.epilogue!r} ({' or '.join(EPILOGUES)})")
+    try:
+        c, pointwise = gemm_form(task)
+    except NotAContraction as error:
+        return [*found, f"no GEMM form for tensor cores: {error}"]
+    if pointwise and shape.packed > 1:
+        found.append("pointwise terms (a bias) beside 16-bit products")
+    if pointwise and c.batch:
+        found.append(f"pointwise terms (a bias) beside batch indices {', '.join(c.batch)}")
     return found
 
 
@@ -128,8 +136,8 @@ def lower_mma(task: Task, config: MmaConfig, name: str | None = None) -> kir.Ker
     trouble = problems(task, config)
     if trouble:
         raise ValueError("; ".join(trouble))
-    c = contraction_of(task)
-    return _Builder(task, c, config, name or f"einkern_s{task.position}").kernel()
+    c, pointwise = gemm_form(task)
+    return _Builder(task, c, config, name or f"einkern_s{task.position}", pointwise).kernel()
 
 
 def shared_bytes(config: MmaConfig) -> int:
@@ -159,8 +167,16 @@ def _padding(row: int, padding: int, itemsize: int, operand: str) -> int:
 
 
 class _Builder:
-    def __init__(self, task: Task, c: Contraction, config: MmaConfig, name: str):
+    def __init__(
+        self,
+        task: Task,
+        c: Contraction,
+        config: MmaConfig,
+        name: str,
+        pointwise: tuple[Pointwise, ...] = (),
+    ):
         self.task, self.c, self.config, self.name = task, c, config, name
+        self.pointwise = pointwise  # added to each output element as it is stored
         self.shape = SHAPES[config.shape]
         self.bm, self.bn = config.block_tile()
         self.bk = config.k_step

@@ -35,7 +35,7 @@ import math
 from dataclasses import replace
 
 from ..ir.task import Task
-from .contraction import NotAContraction, contraction_of
+from .contraction import NotAContraction, gemm_form
 from .device import DeviceLimits
 from .mma import SHAPES
 from .mma_config import MmaConfig
@@ -80,7 +80,7 @@ def tile_rate(config: MmaConfig) -> float:
 
 def mma_bounds(task: Task, config: MmaConfig, limits: DeviceLimits) -> tuple[float, float, float]:
     """(dram, l2, arithmetic) seconds of the tensor-core kernel of ``config``."""
-    c = contraction_of(task)
+    c, pointwise = gemm_form(task)
     shape = SHAPES[config.shape]
     bm, bn = config.block_tile()
     m, n, k, batch = c.size(c.m), c.size(c.n), c.size(c.k), c.size(c.batch)
@@ -100,6 +100,10 @@ def mma_bounds(task: Task, config: MmaConfig, limits: DeviceLimits) -> tuple[flo
         for t in (c.a.tensor, c.b.tensor, c.output.tensor)
     )
     reads = a_bytes + b_bytes + (c_bytes if c.op != "=" else 0)
+    reads += sum(  # a bias: each pointwise factor once
+        problem.numel(t) * problem.program.tensor(t).itemsize
+        for t in {o.tensor for p in pointwise for o in p.factors}
+    )
     stores = SHARED_STORE_EFFICIENCY if config.epilogue == "shared" else STORE_EFFICIENCY
     dram = (reads + c_bytes / stores) / limits.dram_bandwidth
     l2 = (a_bytes * tiles_n + b_bytes * tiles_m) / (L2_OVER_DRAM * limits.dram_bandwidth)
@@ -191,7 +195,9 @@ def mma_candidates(task: Task, tuning: bool = False) -> list[MmaConfig]:
     else:
         return []
     try:
-        c = contraction_of(task)
+        c, pointwise = gemm_form(task)
     except NotAContraction:
         return []
+    if pointwise and (c.batch or SHAPES[tiles[0].shape].packed > 1):
+        return []  # a bias beside batch indices or 16-bit products (mma_lower.problems)
     return tiles if c.flops >= MIN_FLOPS else []

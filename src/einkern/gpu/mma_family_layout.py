@@ -34,7 +34,7 @@ PADS = (0, 1, 2, 3, 4, 5, 6, 7)
 BANKS = 16
 
 
-def _digits(names: Sequence[str], box: dict[str, int], flat: np.ndarray) -> dict[str, np.ndarray]:
+def _digits(names: Sequence, box: dict, flat: np.ndarray) -> dict:
     """Each name's coordinate of the flat positions ``flat`` (names slowest first)."""
     found = {}
     for name in reversed(names):
@@ -54,38 +54,71 @@ def relayout_coordinates(
     (accesses, 32 lanes, len(order)); ``terms`` are the family's laid terms
     (rows, cols, tiles per warp).  ``sample``: the first and last instruction
     tile of each term only (the search's cheap proxy)."""
-    shape = SHAPES[config.shape]
-    extents = dict(box)
-    table = shape.c.table()  # (32 lanes, count, 2)
-    found = []
-    for term in terms:
-        warps = np.arange(config.warps_m * config.warps_n)
-        wrow = (warps % config.warps_m) * term.tiles_m * shape.m
-        wcol = (warps // config.warps_m) * term.tiles_n * shape.n
-        tm = np.arange(term.tiles_m) * shape.m
-        tn = np.arange(term.tiles_n) * shape.n
-        if sample:
-            wrow, wcol = wrow[[0, -1]], wcol[[0, -1]]
-            tm, tn = tm[[0, -1]], tn[[0, -1]]
-        # (warp, tm, tn, register, lane)
-        rows = (
-            wrow[:, None, None, None, None]
-            + tm[None, :, None, None, None]
-            + table[:, :, 0].T[None, None, None, :, :]
-        )
-        cols = (
-            wcol[:, None, None, None, None]
-            + tn[None, None, :, None, None]
-            + table[:, :, 1].T[None, None, None, :, :]
-        )
-        rows, cols = np.broadcast_arrays(rows, cols)
-        local = {
-            **_digits(term.rows, extents, rows.reshape(-1, 32)),
-            **_digits(term.cols, extents, cols.reshape(-1, 32)),
-        }
-        zero = np.zeros(rows.reshape(-1, 32).shape, dtype=np.int64)
-        found.append(np.stack([local.get(n, zero) for n in order], axis=-1))
+    found = [_term_coordinates(_term_key(order, box, t, config, sample)) for t in terms]
     return np.concatenate(found) if found else np.zeros((0, 32, len(order)), np.int64)
+
+
+def _term_key(order: tuple[str, ...], box: tuple[tuple[str, int], ...], term, config, sample):
+    """One term's relayout as a key without index names (the box's extents in
+    ``order``, the positions in ``order`` of the term's rows and columns, its
+    tiles, the instruction and warps): a term met again in another merged
+    group, under other names, shares its coordinates and counts."""
+    extents = dict(box)
+    return (
+        tuple(extents[n] for n in order),
+        tuple(order.index(n) for n in term.rows),
+        tuple(order.index(n) for n in term.cols),
+        term.tiles_m,
+        term.tiles_n,
+        config.shape,
+        config.warps_m,
+        config.warps_n,
+        sample,
+    )
+
+
+@lru_cache(maxsize=4096)
+def _term_coordinates(key: tuple) -> np.ndarray:
+    """The coordinates of :func:`relayout_coordinates` for one term's key."""
+    extents, row_at, col_at, tiles_m, tiles_n, shape_name, warps_m, warps_n, sample = key
+    shape = SHAPES[shape_name]
+    table = shape.c.table()  # (32 lanes, count, 2)
+    warps = np.arange(warps_m * warps_n)
+    wrow = (warps % warps_m) * tiles_m * shape.m
+    wcol = (warps // warps_m) * tiles_n * shape.n
+    tm = np.arange(tiles_m) * shape.m
+    tn = np.arange(tiles_n) * shape.n
+    if sample:
+        wrow, wcol = wrow[[0, -1]], wcol[[0, -1]]
+        tm, tn = tm[[0, -1]], tn[[0, -1]]
+    # (warp, tm, tn, register, lane)
+    rows = (
+        wrow[:, None, None, None, None]
+        + tm[None, :, None, None, None]
+        + table[:, :, 0].T[None, None, None, :, :]
+    )
+    cols = (
+        wcol[:, None, None, None, None]
+        + tn[None, None, :, None, None]
+        + table[:, :, 1].T[None, None, None, :, :]
+    )
+    rows, cols = np.broadcast_arrays(rows, cols)
+    positions = {i: i for i in range(len(extents))}
+    box = dict(enumerate(extents))
+    local = {
+        **_digits([positions[i] for i in row_at], box, rows.reshape(-1, 32)),
+        **_digits([positions[i] for i in col_at], box, cols.reshape(-1, 32)),
+    }
+    zero = np.zeros(rows.reshape(-1, 32).shape, dtype=np.int64)
+    found = np.stack([local.get(i, zero) for i in range(len(extents))], axis=-1)
+    found.setflags(write=False)
+    return found
+
+
+@lru_cache(maxsize=65536)
+def _term_wavefronts(key: tuple, strides: tuple[int, ...]) -> int:
+    """:func:`wavefronts` of one term's relayout (its key) with ``strides``."""
+    return wavefronts(_term_coordinates(key), strides)
 
 
 def wavefronts(coordinates: np.ndarray, strides: Sequence[int]) -> int:
@@ -122,26 +155,34 @@ def _strides(extents: Sequence[int], pads: Sequence[int]) -> list[int]:
 def box_strides(
     order: tuple[str, ...], box: tuple[tuple[str, int], ...], terms: tuple, config
 ) -> tuple[tuple[int, ...], int, int]:
-    """(strides in ``order``, the padded box's elements, its relayout wavefronts)."""
+    """(strides in ``order``, the padded box's elements, its relayout wavefronts).
+    The wavefronts of a layout are the sum of its terms' (each term's count per
+    strides cached: the fusion planner prices hundreds of merged groups that
+    share their terms)."""
     extents = [dict(box)[n] for n in order]
-    coordinates = relayout_coordinates(order, box, terms, config, sample=True)
+    sampled = [_term_key(order, box, t, config, True) for t in terms]
+
+    def count(strides: list[int]) -> int:
+        key = tuple(strides)
+        return sum(_term_wavefronts(t, key) for t in sampled)
+
     pads = [0] * (len(order) - 1)
-    best = wavefronts(coordinates, _strides(extents, pads))
-    ideal = 2 * len(coordinates)  # two wavefronts per warp-wide access: no conflicts
+    best = count(_strides(extents, pads))
+    ideal = 2 * sum(len(_term_coordinates(t)) for t in sampled)  # no conflicts
     for _ in range(2):
         start = best
         for level in range(len(pads)):
             if best <= ideal:
                 break
             trials = [[*pads[:level], pad, *pads[level + 1 :]] for pad in PADS]
-            choices = np.array([_strides(extents, t) for t in trials], dtype=np.int64)
-            counts = _wavefronts(coordinates, choices)
-            pick = int(np.argmin(counts))  # the first of the fewest: the smallest pad
+            counts = [count(_strides(extents, t)) for t in trials]
+            pick = counts.index(min(counts))  # the first of the fewest: the smallest pad
             if counts[pick] < best:
-                best, pads = int(counts[pick]), trials[pick]
+                best, pads = counts[pick], trials[pick]
         if best == start:
             break
     strides = _strides(extents, pads)
-    best = wavefronts(relayout_coordinates(order, box, terms, config), strides)
+    exact = [_term_key(order, box, t, config, False) for t in terms]
+    best = sum(_term_wavefronts(t, tuple(strides)) for t in exact)
     size = sum((e - 1) * s for e, s in zip(extents, strides, strict=True)) + 1
     return tuple(strides), size, best

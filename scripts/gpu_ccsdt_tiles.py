@@ -5,8 +5,8 @@ index but x, every slice staged per k-step) runs the nine-product statement at
 ~13 TFLOP/s; at T = 24 the rule table does not propose it and the statement falls
 to a 4-outputs-per-thread register kernel.  This script times the T = 16 mapping
 stretched to T = 24 in several block shapes (x tile, y tile and threads, k-step),
-against the default, checking each result against the default's; CUDA events, L2
-flushed, median of --runs.
+against the default (now the DMMA product family), checking each result against
+the default's; CUDA events, L2 flushed, median of --runs.
 """
 
 from __future__ import annotations
@@ -20,11 +20,13 @@ from gpu_fusion import measure  # this directory: the fusion script's helpers
 
 import einkern
 from einkern.api import load
-from einkern.backends.cuda.generate import resolve_mappings
 from einkern.bench.cuda_device import CudaDevice
 from einkern.bench.suites.ccsdt import family_program
+from einkern.gpu.decision import explain
 from einkern.gpu.mapping import Mapping
+from einkern.gpu.space import config_to_mapping
 from einkern.ir.bind import make_problem
+from einkern.ir.task import statement_task
 
 #: name: (x tile, x threads, y tile, y threads, other tiles, k-step)
 SHAPES = {
@@ -40,10 +42,12 @@ SHAPES = {
 
 
 def template(family: str) -> dict:
-    """The default mapping of the family's statement at T = 16, as JSON data."""
-    problem = make_problem(load(family_program(family, 16)), {})
-    chosen = resolve_mappings(problem, None)
-    return json.loads(chosen[0].to_json(None))
+    """The rules' SIMT mapping of the family's statement at T = 16 (the product-
+    family rule's; the default there is now a tensor-core mapping, which has no
+    parallel tiles to stretch), as JSON data."""
+    task = statement_task(make_problem(load(family_program(family, 16)), {}), 0)
+    rules = explain(task)
+    return json.loads(config_to_mapping(task, rules.config, rules.reasons).to_json(None))
 
 
 def stretched(base: dict, shape: tuple[int, ...]) -> Mapping:

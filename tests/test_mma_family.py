@@ -46,13 +46,15 @@ def _family_task(family: str, tile: int):
     return statement_task(make_problem(einkern.load(family_program(family, tile)), {}), 0)
 
 
-def _check(task, config, seed=1, kernel=None):
+def _check(task, config, seed=1, kernel=None, scalars=None):
+    """(emulator report, result, reference) of the family kernel of ``config``
+    (or ``kernel``) on random arrays and ``scalars``."""
     problem = task.problem
     kernel = kernel or lower_family(task, config)
     arrays = random_arrays(problem, seed)
-    want = evaluate(problem, arrays, {})
+    want = evaluate(problem, arrays, scalars or {})
     given = {f"p_{n}": v.copy(order="K") for n, v in arrays.items()}
-    report = emulate([kernel], given, {})
+    report = emulate([kernel], given, {f"s_{n}": v for n, v in (scalars or {}).items()})
     out = problem.program.statements[0].output.tensor
     return report, given[f"p_{out}"], want[out]
 
@@ -126,12 +128,9 @@ def test_pointwise_terms_join_a_family(op, registers, monkeypatch):
     assert bool(loops) != registers
     unordered = [p.name for p in kernel.params if not p.restrict]
     assert unordered == ["p_D", "p_E", "p_F"]  # read by the pointwise terms only
-    arrays = random_arrays(problem, 3)
-    want = evaluate(problem, arrays, {"s": 0.75})["C"]
-    given = {f"p_{n}": v.copy(order="K") for n, v in arrays.items()}
-    report = emulate([kernel], given, {"s_s": 0.75})
+    report, got, want = _check(task, None, 3, kernel, {"s": 0.75})
     assert report.ok, report
-    np.testing.assert_allclose(given["p_C"], want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
 def test_a_wrong_pointwise_sign_is_caught(monkeypatch):
@@ -145,11 +144,9 @@ def test_a_wrong_pointwise_sign_is_caught(monkeypatch):
     flipped = replace(fam, pointwise=(replace(fam.pointwise[0], sign=-fam.pointwise[0].sign),))
     monkeypatch.setattr(mma_family, "family_of", lambda _task: flipped)
     kernel = lower_family(task, _config({"i": 4, "j": 4, "m": 8}, warps=(1, 1)))
-    arrays = random_arrays(problem, 4)
-    want = evaluate(problem, arrays, {"s": 0.75})["C"]
-    given = {f"p_{n}": v.copy(order="K") for n, v in arrays.items()}
-    assert emulate([kernel], given, {"s_s": 0.75}).ok
-    assert not np.allclose(given["p_C"], want, rtol=1e-6)
+    report, got, want = _check(task, None, 4, kernel, {"s": 0.75})
+    assert report.ok
+    assert not np.allclose(got, want, rtol=1e-6)
 
 
 def test_the_27_triples_statements_are_one_family_kernel():
@@ -162,12 +159,9 @@ def test_the_27_triples_statements_are_one_family_kernel():
     task = merged_task(problem, positions)
     fam = family_of(task)
     assert (len(fam.terms), len(fam.pointwise)) == (4, 3)
-    arrays = random_arrays(problem, 5)
-    want = evaluate(task.problem, arrays, {})["t3"]
-    given = {f"p_{n}": v.copy(order="K") for n, v in arrays.items()}
-    report = emulate([lower_family(task, _config(UNIFORM4))], given, {})
+    report, got, want = _check(task, _config(UNIFORM4), 5)
     assert report.ok, report
-    np.testing.assert_allclose(given["p_t3"], want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("barrier", [0, 1, 9])

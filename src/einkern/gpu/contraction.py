@@ -175,6 +175,24 @@ def pointwise_term(
     return Pointwise(sign, scale, float(constant), operands)
 
 
+def scale_factor(sign: int, constant: float, scale: tuple[str, ...]) -> kir.Expr:
+    """``sign · constant · scalars`` (scalar ``x`` is the kernel variable ``s_x``)."""
+    factor: kir.Expr = kir.Float(sign * constant)
+    for name in scale:
+        factor = E.mul(factor, kir.Var(f"s_{name}"))
+    return factor
+
+
+def pointwise_value(term: Pointwise, coords: dict[str, kir.Expr], sign: int) -> kir.Expr:
+    """``term``'s value at output coordinates ``coords`` (each factor loaded from
+    its parameter ``p_<tensor>``), with ``sign`` in place of the term's own."""
+    value = scale_factor(sign, term.constant, term.scale)
+    for operand in term.factors:
+        index = E.linear([(coords[i], operand.stride(i)) for i, _ in operand.strides])
+        value = E.mul(value, kir.Load(f"p_{operand.tensor}", index))
+    return value
+
+
 def gemm_form(task: Task) -> tuple[Contraction, tuple[Pointwise, ...]]:
     """The task's statement as one contraction plus pointwise terms (a bias,
     ``C = A·B + D``), in statement order; :class:`NotAContraction` otherwise."""

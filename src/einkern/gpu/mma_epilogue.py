@@ -20,7 +20,7 @@ from typing import Any
 
 from . import exprs as E
 from . import kir
-from .contraction import Pointwise
+from .contraction import pointwise_value, scale_factor
 from .mma import SHAPES, coordinates
 from .mma_config import MmaConfig
 
@@ -45,10 +45,7 @@ def shared_epilogue_elements(config: MmaConfig) -> int:
 
 def _factor(b: Any) -> kir.Expr:
     """The product's constant, sign and scalars."""
-    factor: kir.Expr = kir.Float(b.c.sign * b.c.constant)
-    for name in b.c.scale:
-        factor = E.mul(factor, kir.Var(f"s_{name}"))
-    return factor
+    return scale_factor(b.c.sign, b.c.constant, b.c.scale)
 
 
 def _store(b: Any, gm: kir.Expr, gn: kir.Expr, value: kir.Expr) -> kir.Stmt:
@@ -57,22 +54,11 @@ def _store(b: Any, gm: kir.Expr, gn: kir.Expr, value: kir.Expr) -> kir.Stmt:
     c = b.c
     coords = {**c.coordinates(c.m, gm), **c.coordinates(c.n, gn)}
     for term in b.pointwise:
-        value = E.add(value, _pointwise(term, coords))
+        value = E.add(value, pointwise_value(term, coords, term.sign))
     index = E.add(kir.Var("base_c"), c.offset(c.output, coords))
     inside = E.conj([E.less(gm, E.const(b.M)), E.less(gn, E.const(b.N))])
     assert inside is not None
     return kir.If(inside, (kir.Store(f"p_{c.output.tensor}", index, value, c.op),))
-
-
-def _pointwise(term: Pointwise, coords: dict[str, kir.Expr]) -> kir.Expr:
-    """A pointwise term's value at output coordinates ``coords`` (no batch)."""
-    value: kir.Expr = kir.Float(term.sign * term.constant)
-    for name in term.scale:
-        value = E.mul(value, kir.Var(f"s_{name}"))
-    for operand in term.factors:
-        index = E.linear([(coords[i], operand.stride(i)) for i, _ in operand.strides])
-        value = E.mul(value, kir.Load(f"p_{operand.tensor}", index))
-    return value
 
 
 def _shared(b: Any) -> list[kir.Section]:

@@ -55,6 +55,8 @@ from .contraction import (
     Pointwise,
     _operand,
     pointwise_term,
+    pointwise_value,
+    scale_factor,
     split_term,
     term_contraction,
 )
@@ -472,13 +474,8 @@ class _Builder:
     def pointwise(self, term: Pointwise, local: dict[str, kir.Expr]) -> kir.Expr:
         """A pointwise term's value at box coordinates ``local``, signed for the
         output's operator."""
-        value = self.scaled(term.sign, term.constant, term.scale)
-        for operand in term.factors:
-            index = E.linear(
-                [(E.add(self.origin(i), local[i]), operand.stride(i)) for i, _ in operand.strides]
-            )
-            value = E.mul(value, kir.Load(f"p_{operand.tensor}", index))
-        return value
+        coords = {i: E.add(self.origin(i), x) for i, x in local.items()}
+        return pointwise_value(term, coords, self.signed(term.sign))
 
     def box_elements(self):
         """(Ts index, guard on the thread's share, box coordinates) of each box
@@ -598,11 +595,11 @@ class _Builder:
 
     def scaled(self, sign: int, constant: float, scale: tuple[str, ...]) -> kir.Expr:
         """``sign · constant · scalars``, the sign relative to the output's operator."""
-        sign = -sign if self.family.op == "-=" else sign
-        factor: kir.Expr = kir.Float(sign * constant)
-        for name in scale:
-            factor = E.mul(factor, kir.Var(f"s_{name}"))
-        return factor
+        return scale_factor(self.signed(sign), constant, scale)
+
+    def signed(self, sign: int) -> int:
+        """A term's sign relative to the output's operator (``-=`` flips it)."""
+        return -sign if self.family.op == "-=" else sign
 
     def relayout(self, j: int) -> list[kir.Stmt]:
         """Term ``j``'s accumulators added into ``Ts`` and zeroed."""

@@ -103,11 +103,10 @@ def _term_coordinates(key: tuple) -> np.ndarray:
         + table[:, :, 1].T[None, None, None, :, :]
     )
     rows, cols = np.broadcast_arrays(rows, cols)
-    positions = {i: i for i in range(len(extents))}
-    box = dict(enumerate(extents))
+    box = dict(enumerate(extents))  # positions in the order as names
     local = {
-        **_digits([positions[i] for i in row_at], box, rows.reshape(-1, 32)),
-        **_digits([positions[i] for i in col_at], box, cols.reshape(-1, 32)),
+        **_digits(row_at, box, rows.reshape(-1, 32)),
+        **_digits(col_at, box, cols.reshape(-1, 32)),
     }
     zero = np.zeros(rows.reshape(-1, 32).shape, dtype=np.int64)
     found = np.stack([local.get(i, zero) for i in range(len(extents))], axis=-1)

@@ -83,9 +83,17 @@ def problems(task: Task, config: MmaConfig) -> list[str]:
         c, pointwise = gemm_form(task)
     except NotAContraction as error:
         return [*found, f"no GEMM form for tensor cores: {error}"]
-    if pointwise and shape.packed > 1:
-        found.append("pointwise terms (a bias) beside 16-bit products")
-    if pointwise and c.batch:
+    return found + pointwise_problems(c, pointwise, shape.packed > 1)
+
+
+def pointwise_problems(c: Contraction, pointwise: tuple, sixteen_bit: bool) -> list[str]:
+    """Why the epilogue cannot add ``pointwise`` terms (a bias) to contraction ``c``:
+    it reads them at output coordinates without batch indices, in the
+    accumulators' type (not beside 16-bit products)."""
+    if not pointwise:
+        return []
+    found = ["pointwise terms (a bias) beside 16-bit products"] if sixteen_bit else []
+    if c.batch:
         found.append(f"pointwise terms (a bias) beside batch indices {', '.join(c.batch)}")
     return found
 

@@ -39,6 +39,7 @@ from .contraction import NotAContraction, gemm_form
 from .device import DeviceLimits
 from .mma import SHAPES
 from .mma_config import MmaConfig
+from .mma_lower import pointwise_problems
 from .terms import L2_OVER_DRAM, Terms
 
 #: Whole-device multiply-add rate (flop/s, FMA = 2) of the generated kernel with
@@ -198,6 +199,6 @@ def mma_candidates(task: Task, tuning: bool = False) -> list[MmaConfig]:
         c, pointwise = gemm_form(task)
     except NotAContraction:
         return []
-    if pointwise and (c.batch or SHAPES[tiles[0].shape].packed > 1):
-        return []  # a bias beside batch indices or 16-bit products (mma_lower.problems)
+    if pointwise_problems(c, pointwise, SHAPES[tiles[0].shape].packed > 1):
+        return []
     return tiles if c.flops >= MIN_FLOPS else []

@@ -2,11 +2,11 @@
 
 :func:`emulate` prints each kernel as C (:func:`print_emulation_c`; the
 execution model is described in :mod:`.emulator_c`), compiles it with the CPU
-backend's toolchain into its on-disk cache, and runs the kernels in order on
-NumPy arrays, in place.  Each array is addressed flat from its data pointer by
-the kernel's own index arithmetic, whatever its layout (it must be dense: C or
-Fortran order).  A bad access is never performed: it is reported in the
-returned :class:`EmulationReport`.
+backend's toolchain at -O1 (:data:`EMULATION_OPTIMISATION`) into its on-disk
+cache, and runs the kernels in order on NumPy arrays, in place.  Each array is
+addressed flat from its data pointer by the kernel's own index arithmetic,
+whatever its layout (it must be dense: C or Fortran order).  A bad access is
+never performed: it is reported in the returned :class:`EmulationReport`.
 
 :func:`drop_barrier` removes one barrier (fault injection for tests).
 """
@@ -30,7 +30,7 @@ from ..gpu.emulator_c import KINDS, MAX_ERRORS, RECORD, EmulationSource, emulati
 from ..gpu.emulator_c import print_emulation_c as print_emulation_c
 from ..semantics import C_TYPE, STORAGE_NUMPY_DTYPE
 from .cpu.backend import load_or_compile
-from .cpu.compiler import cache_directory, toolchain
+from .cpu.compiler import Toolchain, cache_directory, toolchain
 
 #: NumPy dtype of each C type a kernel declares (bfloat16 elements: their uint16
 #: encodings, :func:`einkern.arrays.storage_view`).
@@ -47,7 +47,7 @@ class AccessError:
     kernel: str
     array: str
     space: str  # "global" | "shared" | "thread"
-    access: str  # "load" | "store" | "vector load"
+    access: str  # "load" | "store" | "vector load" | "vector copy" | "ldmatrix row"
     index: int
     size: int  # elements of the array
     block: int
@@ -118,10 +118,22 @@ def emulate(
     )
 
 
+#: Optimisation level of emulation libraries: their sources run to thousands of
+#: lines of unrolled warp loops (a 128×256 bf16 tile: 4700), which gcc compiles
+#: in 3.4 s at -O1 and 43 s at -O3; the emulated problems are small.
+EMULATION_OPTIMISATION = "-O1"
+
+
+def emulation_toolchain(chain: Toolchain) -> Toolchain:
+    """``chain`` with :data:`EMULATION_OPTIMISATION` in place of its -O flag."""
+    flags = tuple(EMULATION_OPTIMISATION if f.startswith("-O") else f for f in chain.flags)
+    return dataclasses.replace(chain, flags=flags)
+
+
 def _build(texts: Sequence[str]) -> dict[str, tuple[Path, Any]]:
     """Every distinct source compiled (in parallel) or found in the cache, and loaded."""
     directory = cache_directory()
-    chain = toolchain(directory)
+    chain = emulation_toolchain(toolchain(directory))
     unique = list(dict.fromkeys(texts))
     workers = max(1, min(len(unique), os.cpu_count() or 1))
     with ThreadPoolExecutor(max_workers=workers) as pool:

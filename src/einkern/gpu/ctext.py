@@ -206,6 +206,22 @@ def check_shuffle(kernel: kir.Kernel, section: kir.ShuffleSum) -> int:
     return 0xFFFFFFFF if threads >= 32 else (1 << threads) - 1
 
 
+def check_load_matrix(kernel: kir.Kernel, section: kir.LoadMatrix) -> None:
+    """ValueError unless ``section`` loads 1, 2 or 4 matrices from a 16-bit shared
+    array into an ``unsigned`` thread array with room for them, in whole warps."""
+    if kernel.threads % 32:
+        raise ValueError(f"ldmatrix in a block of {kernel.threads} threads (not whole warps)")
+    if section.count not in (1, 2, 4):
+        raise ValueError(f"ldmatrix of {section.count} matrices (1, 2 or 4)")
+    shared = {a.name: a.ctype for a in kernel.shared}
+    if shared.get(section.shared) not in STORAGE_C_TYPES:
+        raise ValueError(f"ldmatrix from {section.shared!r}: not a 16-bit shared array")
+    variables = {v.name: v for v in kernel.thread_vars}
+    d = variables.get(section.d.var)
+    if d is None or d.ctype != "unsigned" or d.count < section.d.first + section.count:
+        raise ValueError(f"ldmatrix into {section.d.var!r}: not an unsigned thread array")
+
+
 def check_identifier(name: str) -> str:
     """``name`` if it is a C identifier no printer or prelude uses; else ValueError."""
     bad = name in _KEYWORDS or call_type(name) is not None or name in _HELPER_NAMES
@@ -517,8 +533,8 @@ class CText:
                 raise ValueError(f"cp.async from {source.space} {source.name!r} to {shared.space}")
             if shared.ctype != source.ctype:
                 raise ValueError(f"cp.async between {source.ctype} and {shared.ctype}")
-            if shared.ctype in STORAGE_C_TYPES:
-                raise ValueError(f"cp.async of 2-byte {shared.ctype} elements")
+            if ELEMENT_BYTES[shared.ctype] * s.width not in (4, 8, 16):
+                raise ValueError(f"cp.async of {s.width} {shared.ctype} elements")
             return self.copy_async(s, env)
         if isinstance(s, kir.CopyCommit):
             return self.copy_commit()

@@ -42,6 +42,7 @@ from .ctext import (
     ArrayInfo,
     CText,
     check_identifier,
+    check_load_matrix,
     check_shuffle,
     helper_functions,
     indent,
@@ -124,7 +125,8 @@ class CudaText(CText):
 
     def copy_async(self, s: kir.CopyAsync, env) -> list[str]:
         shared, source = self.array(s.shared), self.array(s.array)
-        nbytes = ELEMENT_BYTES[shared.ctype]
+        nbytes = ELEMENT_BYTES[shared.ctype] * s.width
+        cache = "cg" if nbytes == 16 else "ca"  # 16-byte copies may bypass L1
         it = self.index_type
         inside = self.expr(s.inside, env)
         return [
@@ -134,7 +136,7 @@ class CudaText(CText):
             f"&{shared.name}[{self.expr(s.shared_index, env, it)}]);",
             f"    const {shared.ctype} *ekx_src = {source.name} + "
             f"(ekx_in ? ({self.expr(s.index, env, it)}) : 0);",
-            f'    asm volatile("cp.async.ca.shared.global [%0], [%1], {nbytes}, %2;"'
+            f'    asm volatile("cp.async.{cache}.shared.global [%0], [%1], {nbytes}, %2;"'
             f' :: "r"(ekx_dst), "l"(ekx_src), "r"(ekx_in ? {nbytes} : 0) : "memory");',
             "}",
         ]
@@ -250,7 +252,9 @@ def _sections(printer: CText, sections: Sequence[kir.Section], env: dict[str, st
         elif isinstance(section, kir.Barrier):
             lines.append("__syncthreads();")
         elif isinstance(section, kir.Mma):
-            lines.append(mma_text(section))
+            lines.append(mma_text(section, _words(printer.kernel)))
+        elif isinstance(section, kir.LoadMatrix):
+            lines += load_matrix_text(printer, section, env)
         elif isinstance(section, kir.ShuffleSum):
             lines += shuffle_text(printer.kernel, section)
         elif isinstance(section, kir.Uniform):
@@ -278,16 +282,42 @@ def shuffle_text(kernel: kir.Kernel, section: kir.ShuffleSum) -> list[str]:
     return ["{", *indent(lines), "}"]
 
 
-def mma_text(section: kir.Mma) -> str:
+def _words(kernel: kir.Kernel) -> frozenset[str]:
+    """Thread variables holding 32-bit words of packed 16-bit values."""
+    return frozenset(v.name for v in kernel.thread_vars if v.ctype == "unsigned")
+
+
+def load_matrix_text(printer: CText, section: kir.LoadMatrix, env: dict[str, str]) -> list[str]:
+    """The ``ldmatrix`` of a :class:`~kir.LoadMatrix` section."""
+    check_load_matrix(printer.kernel, section)
+    shared = printer.array(section.shared)
+    index = printer.expr(section.index, env, printer.index_type)
+    trans = ".trans" if section.trans else ""
+    outs = ", ".join(f'"=r"({section.d.var}[{section.d.first + j}])' for j in range(section.count))
+    regs = ", ".join(f"%{j}" for j in range(section.count))
+    row = f"(unsigned)__cvta_generic_to_shared(&{shared.name}[{index}])"
+    return [
+        "{",
+        f"    const unsigned ekx_row = {row};",
+        f'    asm volatile("ldmatrix.sync.aligned.m8n8.x{section.count}{trans}.shared.b16 '
+        f'{{{regs}}}, [%{section.count}];" : {outs} : "r"(ekx_row));',
+        "}",
+    ]
+
+
+def mma_text(section: kir.Mma, words: frozenset[str] = frozenset()) -> str:
     """The ``asm volatile`` statement of an :class:`~kir.Mma` section (tf32
     operands are floats already rounded to tf32, passed as their bits; bf16/f16
-    operands are floats, two elements packed per register, the lower-numbered one
-    in the low half)."""
+    operands are 32-bit words from ``ldmatrix`` when their variable is one of
+    ``words``, else floats, two elements packed per register, the lower-numbered
+    one in the low half)."""
     shape = SHAPES[section.shape]
     na, nb, nc = registers(shape)
 
     def regs(fragment: kir.Fragment, count: int, operand: bool = False) -> list[str]:
         v, first = fragment.var, fragment.first
+        if operand and v in words:
+            return [f"{v}[{first + j}]" for j in range(count)]
         if operand and shape.packed > 1:
             pack = f"ek_pack_{shape.input_type}"
             return [f"{pack}({v}[{first + 2 * j}], {v}[{first + 2 * j + 1}])" for j in range(count)]

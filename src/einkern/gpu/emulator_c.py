@@ -65,12 +65,14 @@ from .ctext import (
     SUFFIX,
     ArrayInfo,
     CText,
+    check_load_matrix,
     check_shuffle,
     helper_functions,
     indent,
     uses_storage,
     vector_type,
 )
+from .kir import ELEMENT_BYTES
 from .mma import SHAPES
 
 POISON_INT = -0x5EADBEEF  # poison of int shared memory / thread variables
@@ -85,6 +87,7 @@ POISON = {
     "long long": "EKX_POISON_LL",
     "ek_bf16": "((ek_bf16)0x7fc0)",  # NaN
     "ek_f16": "((ek_f16)0x7e00)",  # NaN
+    "unsigned": "0xffffffffu",  # two 16-bit NaNs (bf16 and f16)
 }
 #: Suffixes of the access functions of the 16-bit storage types (defined after their
 #: typedefs, only in emulations that have such arrays).
@@ -187,6 +190,8 @@ static void ekx_async_wait(ekx_ctx *c, long long t, int pending)
         if (c->q_group[k] < c->q_open[t] - pending) {{
             if (c->q_size[k] == 8)
                 *(double *)c->q_dst[k] = c->q_val[k];
+            else if (c->q_size[k] == 2)
+                *(unsigned short *)c->q_dst[k] = (unsigned short)c->q_val[k];
             else
                 *(float *)c->q_dst[k] = (float)c->q_val[k];
         }} else {{
@@ -208,7 +213,7 @@ class Site:
 
     array: str
     space: str  # "global" | "shared" | "thread"
-    access: str  # "load" | "store" | "vector load"
+    access: str  # "load" | "store" | "vector load" | "vector copy" | "ldmatrix row"
     size: int
 
 
@@ -242,7 +247,7 @@ def has_barrier(sections: Sequence[kir.Section]) -> bool:
     warp-collective :class:`~kir.Mma` or :class:`~kir.ShuffleSum`, which split
     thread loops the same way)."""
     return any(
-        isinstance(s, kir.Barrier | kir.Mma | kir.ShuffleSum)
+        isinstance(s, kir.Barrier | kir.Mma | kir.ShuffleSum | kir.LoadMatrix)
         or (isinstance(s, kir.Uniform) and _trips(s) > 0 and has_barrier(s.body))
         for s in sections
     )
@@ -307,15 +312,30 @@ class EmulationText(CText):
         return f"{stmt.ctype} {stmt.name} = {POISON[stmt.ctype]};"
 
     def copy_async(self, s: kir.CopyAsync, env) -> list[str]:
+        """Each element queued on its own (bounds-checked); a vector's indices are
+        checked for alignment to its width (``misaligned``, recorded)."""
         shared, source = self.array(s.shared), self.array(s.array)
         it = self.index_type
-        target = self.element(shared, self.expr(s.shared_index, env, it), "store")
-        value = self.element(source, self.expr(s.index, env, it), "load")
-        size = 8 if shared.ctype == "double" else 4
-        return [
+        size = ELEMENT_BYTES[shared.ctype]
+        si, gi, e = (f"{PREFIX}{n}" for n in ("si", "gi", "e"))
+        target = self.element(shared, f"{si} + {e}", "store")
+        value = self.element(source, f"{gi} + {e}", "load")
+        lines = [
             "{",
             f"    const int {PREFIX}in = {self.expr(s.inside, env)};",
-            f"    {PREFIX}async_push({PREFIX}c, {PREFIX}thread, &{target}, "
+            f"    const {it} {si} = {self.expr(s.shared_index, env, it)};",
+            f"    const {it} {gi} = {PREFIX}in ? ({self.expr(s.index, env, it)}) : 0;",
+        ]
+        if s.width > 1:
+            for index, info in ((si, shared), (gi, source)):
+                site, _ = self._site(info, "vector copy")
+                lines.append(
+                    f"    if ({index} % {s.width}) ekx_record({PREFIX}c, {site}, {index}, 1);"
+                )
+        return [
+            *lines,
+            f"    for (int {e} = 0; {e} < {s.width}; ++{e})",
+            f"        {PREFIX}async_push({PREFIX}c, {PREFIX}thread, &{target}, "
             f"{PREFIX}in ? (double){value} : 0.0, {size});",
             "}",
         ]
@@ -371,6 +391,10 @@ class EmulationText(CText):
                 code += self.thread_loop(pending)
                 pending = []
                 code += self.shuffle(s)
+            elif isinstance(s, kir.LoadMatrix):
+                code += self.thread_loop(pending)
+                pending = []
+                code += self.load_matrix(s, env)
             elif isinstance(s, kir.PerThread) or not has_barrier([s]):
                 pending = pending + self.per_thread([s], env)
             elif isinstance(s, kir.Uniform):
@@ -389,8 +413,14 @@ class EmulationText(CText):
         w, lane, i, t = (f"{PREFIX}{n}" for n in ("warp", "lane", "i", "t"))
         m, n, k = shape.m, shape.n, shape.k
 
+        words = {v.name for v in self.kernel.thread_vars if v.ctype == "unsigned"}
+
         def slot(f: kir.Fragment) -> str:  # register i of lane t's fragment
             return f"{PREFIX}tv_{f.var}[{t} * {counts[f.var]} + {f.first} + {i}]"
+
+        def half(f: kir.Fragment) -> str:  # element i of a fragment of packed words
+            word = f"{PREFIX}tv_{f.var}[{t} * {counts[f.var]} + {f.first} + ({i} >> 1)]"
+            return f"(unsigned short)({word} >> (16 * ({i} & 1)))"
 
         acc = "double" if shape.accumulator == "f64" else "float"
         lines = [
@@ -406,7 +436,9 @@ class EmulationText(CText):
         ):
             table = _table_name(shape.name, name[1])
             value = slot(fragment)
-            if name != "mc" and shape.input_type == "tf32":
+            if name != "mc" and fragment.var in words:  # ldmatrix words: 16-bit values
+                value = f"{TO_FLOAT[PACKED_STORAGE[shape.input_type]]}({half(fragment)})"
+            elif name != "mc" and shape.input_type == "tf32":
                 value = f"ek_tf32({value})"
             elif name != "mc" and shape.packed > 1:  # packed to 16 bits: cvt.rn
                 storage = PACKED_STORAGE[shape.input_type]
@@ -433,6 +465,51 @@ class EmulationText(CText):
             "}",
         ]
         return lines
+
+    def load_matrix(self, section: kir.LoadMatrix, env: dict[str, str]) -> list[str]:
+        """The warp loop executing one :class:`~kir.LoadMatrix`: the row indices of
+        the lanes that give them (evaluated as those lanes), checked for 16-byte
+        alignment, then every lane's words gathered from them (bounds-checked)."""
+        check_load_matrix(self.kernel, section)
+        shared = self.array(section.shared)
+        counts = {v.name: max(1, v.count) for v in self.kernel.thread_vars}
+        w, lane, j, h, rows, src, at = (
+            f"{PREFIX}{n}" for n in ("warp", "lane", "j", "h", "rows", "src", "at")
+        )
+        thread = f"{PREFIX}thread"
+        it = self.index_type
+        index = self.expr(section.index, env, it)  # as lane ``thread`` computes it
+        site, _ = self._site(shared, "ldmatrix row")
+        if section.trans:  # element t/4 of rows 2(t%4), 2(t%4)+1
+            source, offset = f"8 * {j} + 2 * ({lane} % 4) + {h}", f"{lane} / 4"
+        else:  # elements 2(t%4), 2(t%4)+1 of row t/4
+            source, offset = f"8 * {j} + {lane} / 4", f"2 * ({lane} % 4) + {h}"
+        value = self.element(shared, f"{rows}[{src}] + {offset}", "load")
+        var, first = section.d.var, section.d.first
+        d = f"{PREFIX}tv_{var}[{thread} * {counts[var]} + {first} + {j}]"
+        return [
+            f"for (int {w} = 0; {w} < {self.kernel.threads // 32}; ++{w}) {{",
+            f"    {it} {rows}[32];",
+            f"    for (int {lane} = 0; {lane} < {8 * section.count}; ++{lane}) {{",
+            f"        const {it} {thread} = {w} * 32 + {lane};",
+            f"        {PREFIX}c->thread = {thread};",
+            f"        {rows}[{lane}] = {index};",
+            f"        if ({rows}[{lane}] % 8) ekx_record({PREFIX}c, {site}, {rows}[{lane}], 1);",
+            "    }",
+            f"    for (int {lane} = 0; {lane} < 32; ++{lane}) {{",
+            f"        const {it} {thread} = {w} * 32 + {lane};",
+            f"        {PREFIX}c->thread = {thread};",
+            f"        for (int {j} = 0; {j} < {section.count}; ++{j}) {{",
+            f"            unsigned {at} = 0;",
+            f"            for (int {h} = 0; {h} < 2; ++{h}) {{",
+            f"                const int {src} = {source};",
+            f"                {at} |= (unsigned){value} << (16 * {h});",
+            "            }",
+            f"            {d} = {at};",
+            "        }",
+            "    }",
+            "}",
+        ]
 
     def shuffle(self, section: kir.ShuffleSum) -> list[str]:
         """The warp loop executing one :class:`~kir.ShuffleSum` (module docstring)."""
@@ -528,7 +605,7 @@ def _copies(kernel: kir.Kernel) -> int:
         count = 0
         for s in body:
             if isinstance(s, kir.CopyAsync):
-                count += 1
+                count += s.width
             elif isinstance(s, kir.For):
                 count += stmts(s.body)
             elif isinstance(s, kir.If):

@@ -11,7 +11,9 @@ Structure.  A kernel body is a list of *sections*:
   lane's fragment registers are read at once, so it separates per-thread code
   as a barrier does);
 * :class:`ShuffleSum` — a butterfly of ``__shfl_xor_sync`` additions inside
-  each warp (warp-collective too).
+  each warp (warp-collective too);
+* :class:`LoadMatrix` — ``ldmatrix``: 8×8 matrices of 16-bit elements from shared
+  memory into the lanes' fragment registers (warp-collective).
 
 Between two barriers, threads may not communicate.  The CUDA printer emits the
 sections in order; the emulator runs each :class:`PerThread` section as a loop
@@ -42,6 +44,7 @@ from ..semantics import C_TYPE, ITEMSIZE
 ELEMENT_BYTES: dict[str, int] = {
     **{C_TYPE[d]: ITEMSIZE[d] for d in C_TYPE},
     "int": 4,
+    "unsigned": 4,  # 32-bit words of two packed 16-bit MMA operands (:class:`LoadMatrix`)
     "long long": 8,
 }
 
@@ -200,16 +203,19 @@ class Comment:
 
 @dataclass(frozen=True)
 class CopyAsync:
-    """``cp.async``: element ``array[index]`` (global) copied to ``shared[shared_index]``
-    without passing through registers, landing only when a later :class:`CopyWait`
-    lets its group complete; where ``inside`` is false the shared element is
-    zero-filled and global memory is not read."""
+    """``cp.async``: elements ``array[index .. index + width)`` (global) copied to
+    ``shared[shared_index ..]`` without passing through registers, landing only when a
+    later :class:`CopyWait` lets its group complete; where ``inside`` is false the
+    shared elements are zero-filled and global memory is not read.  ``width`` × the
+    element size is 4, 8 or 16 bytes, and both indices are multiples of ``width``
+    (16-bit elements are copied 8 at a time: cp.async has no 2-byte copy)."""
 
     shared: str
     shared_index: Expr
     array: str
     index: Expr
     inside: Expr
+    width: int = 1
 
 
 @dataclass(frozen=True)
@@ -294,7 +300,26 @@ class ShuffleSum:
     offsets: tuple[int, ...]
 
 
-Section = PerThread | Barrier | Uniform | Mma | ShuffleSum
+@dataclass(frozen=True)
+class LoadMatrix:
+    """``ldmatrix.sync.aligned.m8n8.x{count}[.trans].shared.b16``: every warp loads
+    ``count`` 8×8 matrices of 16-bit elements from the shared array ``shared``; lane
+    ``8·j + r`` (``j < count``) gives, as ``index`` evaluated in that lane, the
+    element index of row ``r`` of matrix ``j`` (8 contiguous elements, 16-byte
+    aligned).  Lane ``t`` receives, in register ``j`` (a 32-bit word,
+    ``d.var[d.first + j]``, thread-variable type ``unsigned``), elements ``2·(t%4)``
+    and ``2·(t%4) + 1`` of row ``t/4`` of matrix ``j`` (low half first), or with
+    ``trans`` elements ``t/4`` of rows ``2·(t%4)`` and ``2·(t%4) + 1``.
+    Warp-collective, like :class:`Mma`."""
+
+    shared: str
+    index: Expr
+    count: int
+    trans: bool
+    d: Fragment
+
+
+Section = PerThread | Barrier | Uniform | Mma | ShuffleSum | LoadMatrix
 
 
 # ---- declarations ------------------------------------------------------------

@@ -49,9 +49,14 @@ class MmaConfig:
 
     @property
     def itemsize(self) -> int:
-        """Bytes of an element staged in shared memory: 8 for f64 inputs; 4 for the
-        others (tf32, and bf16/f16 staged as floats)."""
-        return 8 if SHAPES[self.shape].input_type == "f64" else 4
+        """Bytes of an element staged in shared memory: 8 for f64 inputs, 4 for tf32,
+        2 for bf16/f16."""
+        return {"f64": 8, "tf32": 4}.get(SHAPES[self.shape].input_type, 2)
+
+    @property
+    def accumulator_size(self) -> int:
+        """Bytes of an accumulator element: 8 (f64) or 4 (f32)."""
+        return 8 if SHAPES[self.shape].accumulator == "f64" else 4
 
     @property
     def threads(self) -> int:

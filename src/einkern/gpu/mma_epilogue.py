@@ -35,7 +35,7 @@ def epilogue_rows(config: MmaConfig) -> int:
 
 def _row_length(config: MmaConfig) -> int:
     """Elements of a shared epilogue row: the block tile's columns padded by 32 bytes."""
-    return config.block_tile()[1] + 32 // config.itemsize
+    return config.block_tile()[1] + 32 // config.accumulator_size
 
 
 def shared_epilogue_elements(config: MmaConfig) -> int:

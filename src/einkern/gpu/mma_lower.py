@@ -19,13 +19,12 @@ Kernel shape, for an :class:`MmaConfig`:
   index (``=``, ``+=``, ``-=``, times the statement's scalars), predicated at the
   edges.
 
-bf16/f16 instructions (``m16n8k16_bf16``...): the 16-bit inputs are widened to
-float when loaded from global memory (the printers' rule for 16-bit arrays), staged
-and held in fragments as floats holding 16-bit values exactly; the MMA's printers
-pack two fragment elements per 32-bit register (the lower-numbered element in the
-low half, ``cvt.rn.bf16x2.f32``), the accumulators are float32, and the epilogue's
-store rounds to the output's dtype.  Fragment arrays hold ``count`` elements of
-each operand's layout per instruction tile (registers × 2 when packed).
+bf16/f16 instructions (``m16n8k16_bf16``...): the tiles are staged as 16-bit
+values (:mod:`.mma_staging`: along each operand's own contiguous index, copied 16
+bytes per ``cp.async`` where the operand allows, else element by element through
+registers), and each warp loads its fragments with ``ldmatrix`` (``.trans`` for a
+tile stored with M or N contiguous) into 32-bit words of two packed values; the
+accumulators are float32, and the epilogue's store rounds to the output's dtype.
 
 Parameters follow the other kernels' convention (``p_<tensor>`` arrays in
 declaration order, ``s_<scalar>`` doubles), so the runtime launches them alike.
@@ -43,6 +42,15 @@ from .contraction import Contraction, NotAContraction, Pointwise, gemm_form
 from .mma import SHAPES, coordinates
 from .mma_config import MmaConfig
 from .mma_epilogue import EPILOGUES, epilogue_sections, shared_epilogue_elements
+from .mma_staging import (
+    LoadCall,
+    lane_offset,
+    load_calls,
+    register_origins,
+    staging,
+    tile_groups,
+    vector_problems,
+)
 
 __all__ = ["MmaConfig", "lower_mma", "problems", "shared_bytes"]
 
@@ -77,13 +85,28 @@ def problems(task: Task, config: MmaConfig) -> list[str]:
         found.append(f"stages {config.stages} (2 to 4 with asynchronous copies)")
     if config.padding < -1:
         found.append("padding must be >= 0, or -1 (automatic)")
+    elif shape.packed > 1 and config.padding % 8 and config.padding != -1:
+        found.append("16-bit tiles: padding must be a multiple of 8 (ldmatrix rows are 16 bytes)")
     if config.epilogue not in EPILOGUES:
         found.append(f"epilogue {config.epilogue!r} ({' or '.join(EPILOGUES)})")
     try:
         c, pointwise = gemm_form(task)
     except NotAContraction as error:
         return [*found, f"no GEMM form for tensor cores: {error}"]
+    if shape.packed > 1 and config.copy == "async":
+        found += async_problems(c, config)
     return found + pointwise_problems(c, pointwise, shape.packed > 1)
+
+
+def async_problems(c: Contraction, config: MmaConfig) -> list[str]:
+    """Why the 16-bit tiles of ``config`` cannot be copied 16 bytes per ``cp.async``
+    (empty: they can): each operand along the dimension it is staged along."""
+    found = []
+    for which in ("a", "b"):
+        operand, rows, cols = tile_groups(c, which)
+        along = cols if staging(c, config, which).along_cols else rows
+        found += [f"cp.async of 16-bit tiles: {p}" for p in vector_problems(c, operand, along)]
+    return found
 
 
 def pointwise_problems(c: Contraction, pointwise: tuple, sixteen_bit: bool) -> list[str]:
@@ -115,8 +138,6 @@ def _sixteen_bit_problems(task: Task, shape: str, wanted: str, config: MmaConfig
         found.append(f"{shape} needs {wanted} inputs, not {', '.join(sorted(reads))}")
     if output not in (wanted, "float32"):
         found.append(f"{shape} accumulates in float32: its output is {wanted} or float32")
-    if config.copy == "async":
-        found.append(f"{shape}: cp.async copies 4-byte elements; 16-bit tiles go via registers")
     return found
 
 
@@ -148,30 +169,21 @@ def lower_mma(task: Task, config: MmaConfig, name: str | None = None) -> kir.Ker
     return _Builder(task, c, config, name or f"einkern_s{task.position}", pointwise).kernel()
 
 
-def shared_bytes(config: MmaConfig) -> int:
-    """Shared memory per block of the kernel of ``config`` (the A and B buffers)."""
+def shared_bytes(config: MmaConfig, task: Task | None = None) -> int:
+    """Shared memory per block of the kernel of ``config`` for ``task`` (the A and
+    B buffers and the epilogue's tile); without ``task``, a bound over the ways
+    16-bit tiles may be laid out."""
     bm, bn = config.block_tile()
-    size = config.itemsize
-    lda = config.k_step + _padding(config.k_step, config.padding, size, "a")
-    ldb = bn + _padding(bn, config.padding, size, "b")
-    staged = config.stages * (bm * lda + config.k_step * ldb)
-    if config.epilogue == "shared":
-        staged += shared_epilogue_elements(config)
-    return staged * size
-
-
-def _padding(row: int, padding: int, itemsize: int, operand: str) -> int:
-    """Extra elements after a shared row of ``row`` elements.  Automatic (-1): for
-    doubles the row length becomes 4 modulo 16, so the 16 lanes of a half warp
-    reading a fragment (rows ``group`` 0..3 apart, columns ``quad`` 0..3, or the
-    transpose) hit 16 distinct 8-byte bank pairs; for 4-byte elements 4 (A: rows
-    ``group`` 0..7, columns ``quad``) or 8 (B: rows ``quad``, columns ``group``)
-    modulo 32, so a warp's 32 reads hit 32 distinct banks."""
-    if padding != -1:
-        return padding
-    if itemsize == 8:
-        return (4 - row) % 16
-    return ((4 if operand == "a" else 8) - row) % 32
+    c = gemm_form(task)[0] if task is not None else None
+    a, b = staging(c, config, "a"), staging(c, config, "b")
+    staged = (
+        config.itemsize
+        * config.stages
+        * (a.elements(bm, config.k_step) + b.elements(config.k_step, bn))
+    )
+    if config.epilogue == "shared":  # accumulators: 8 or 4 bytes
+        staged += shared_epilogue_elements(config) * config.accumulator_size
+    return staged
 
 
 class _Builder:
@@ -195,9 +207,10 @@ class _Builder:
         largest = max(task.problem.numel(t) for t in task.statement.tensors())
         self.itype = "long long" if largest >= 2**31 else "int"
         self.ctype = "double" if self.shape.input_type == "f64" else "float"
-        size = config.itemsize
-        self.lda = self.bk + _padding(self.bk, config.padding, size, "a")  # shared A row
-        self.ldb = self.bn + _padding(self.bn, config.padding, size, "b")  # shared B row
+        self.half = self.shape.packed > 1  # 16-bit tiles, fragments by ldmatrix
+        self.staging = {w: staging(c, config, w) for w in ("a", "b")}
+        self.lda, self.ldb = self.staging["a"].ld, self.staging["b"].ld
+        self.calls = self._load_calls() if self.half else {}
 
     # -- pieces ---------------------------------------------------------------
 
@@ -236,7 +249,7 @@ class _Builder:
             body.append(kir.Assign(name, self.c.offset(operand, coords)))
         count = self.config.tiles_m * self.config.tiles_n * self.shape.c.count
         body += [kir.Store("acc", E.const(i), kir.Float(0.0)) for i in range(count)]
-        return body
+        return body + self.lane_offsets()
 
     def _tile(self, which: str, kk: kir.Expr) -> tuple:
         """(operand, rows, cols, row group, col group, row0, col0, shared, ld) of
@@ -260,13 +273,17 @@ class _Builder:
                 row0 = E.add(row0, E.const(ahead * self.bk))
         threads = self.config.threads
         fastest_col = bool(col_group) and operand.stride(col_group[-1]) == 1
-        total = rows * cols
+        layout = self.staging[which]
+        width = layout.width  # 16-bit cp.async: 8 elements along the contiguous run
+        total = rows * cols // width
         base = "base_a" if which == "a" else "base_b"
         for j, e, share in E.thread_shares(total, threads):
             if fastest_col:
-                r, col = E.div(e, cols), E.mod(e, cols)
+                r, col = E.div(e, cols // width), E.mod(e, cols // width)
+                col = E.mul(col, E.const(width)) if width > 1 else col
             else:
-                r, col = E.mod(e, rows), E.div(e, rows)
+                r, col = E.mod(e, rows // width), E.div(e, rows // width)
+                r = E.mul(r, E.const(width)) if width > 1 else r
             gr, gc = E.add(row0, r), E.add(col0, col)
             coords = {**self.c.coordinates(row_group, gr), **self.c.coordinates(col_group, gc)}
             index = E.add(kir.Var(base), self.c.offset(operand, coords))
@@ -276,8 +293,7 @@ class _Builder:
                     E.less(gc, E.const(self.c.size(col_group))),
                 ]
             )
-            target = E.add(E.mul(r, E.const(ld)), col)
-            yield j, share, target, inside, index
+            yield j, share, layout.index(r, col), inside, index
 
     def fetch(self, which: str, ahead: int, kk: kir.Expr | None = None) -> list[kir.Stmt]:
         """Global loads of a tile into the thread's prefetch registers (zero past
@@ -294,10 +310,14 @@ class _Builder:
             stmts.append(kir.If(share, (load,)) if share is not None else load)
         return stmts
 
+    def buffer_size(self, which: str) -> int:
+        """Shared elements of one buffer of the A or B tile."""
+        rows, cols = (self.bm, self.bk) if which == "a" else (self.bk, self.bn)
+        return self.staging[which].elements(rows, cols)
+
     def buffer(self, which: str, number: kir.Expr) -> kir.Expr:
-        """Offset of shared buffer ``number`` (0 or 1) of the A or B tile."""
-        size = self.bm * self.lda if which == "a" else self.bk * self.ldb
-        return E.mul(number, E.const(size))
+        """Offset of shared buffer ``number`` of the A or B tile."""
+        return E.mul(number, E.const(self.buffer_size(which)))
 
     def deposit(self, which: str, number: kir.Expr) -> list[kir.Stmt]:
         """The prefetch registers stored into shared buffer ``number`` of the tile."""
@@ -335,9 +355,12 @@ class _Builder:
         stmts: list[kir.Stmt] = []
         for which, shared in (("a", "As"), ("b", "Bs")):
             operand = self.c.a if which == "a" else self.c.b
+            width = self.staging[which].width
             for _, share, target, inside, index in self._elements(which, ahead, kk):
                 at = E.add(self.buffer(which, number), target)
-                copy: kir.Stmt = kir.CopyAsync(shared, at, f"p_{operand.tensor}", index, inside)
+                copy: kir.Stmt = kir.CopyAsync(
+                    shared, at, f"p_{operand.tensor}", index, inside, width
+                )
                 stmts.append(kir.If(share, (copy,)) if share is not None else copy)
         return [*stmts, kir.CopyCommit()]
 
@@ -364,41 +387,114 @@ class _Builder:
         shape, cfg = self.shape, self.config
         na, nb = shape.a.count, shape.b.count  # elements (two per register when packed)
         nc = shape.c.count
-        group, quad = self.lane_group_quad()
-        wrow, wcol = self.warp_bases()
-        for ks in range(0, self.bk, shape.k):
-            frags: list[kir.Stmt] = []
-            for tm in range(cfg.tiles_m):
-                for i in range(na):
-                    r, col = coordinates(shape.a, group, quad, i)
-                    row = E.add(wrow, E.add(E.const(tm * shape.m), r))
-                    at = E.add(E.mul(row, E.const(self.lda)), E.add(E.const(ks), col))
-                    at = E.add(self.buffer("a", current), at)
-                    frags += self._fragment("fa", tm * na + i, kir.Load("As", at), na * cfg.tiles_m)
-            for tn in range(cfg.tiles_n):
-                for i in range(nb):
-                    r, col = coordinates(shape.b, group, quad, i)
-                    column = E.add(wcol, E.add(E.const(tn * shape.n), col))
-                    at = E.add(E.mul(E.add(E.const(ks), r), E.const(self.ldb)), column)
-                    at = E.add(self.buffer("b", current), at)
-                    frags += self._fragment("fb", tn * nb + i, kir.Load("Bs", at), nb * cfg.tiles_n)
-            sections.append(kir.PerThread(tuple(frags)))
+        if self.half:  # words of two 16-bit elements
+            na, nb = na // 2, nb // 2
+        low_a, low_b = na * cfg.tiles_m, nb * cfg.tiles_n
+        steps = list(range(0, self.bk, shape.k))
+        if self.half:  # ldmatrix of the next k-step before the MMAs of this one
+            sections += self.load_matrices(current, 0, 0, 0)
+        for step, ks in enumerate(steps):
+            slot_a = slot_b = 0
+            if self.half:
+                slot_a, slot_b = step % 2 * low_a, step % 2 * low_b
+                if step + 1 < len(steps):
+                    other = (step + 1) % 2
+                    sections += self.load_matrices(
+                        current, steps[step + 1], other * low_a, other * low_b
+                    )
+            else:
+                sections.append(kir.PerThread(tuple(self._fragments(current, ks))))
             # 3xTF32: the small products first (lo·hi, hi·lo), then hi·hi
-            low_a, low_b = na * cfg.tiles_m, nb * cfg.tiles_n
             pairs = [(low_a, 0), (0, low_b), (0, 0)] if cfg.split else [(0, 0)]
             for tm in range(cfg.tiles_m):
                 for tn in range(cfg.tiles_n):
                     acc = kir.Fragment("acc", (tm * cfg.tiles_n + tn) * nc)
                     for da, db in pairs:
-                        a = kir.Fragment("fa", da + tm * na)
-                        b = kir.Fragment("fb", db + tn * nb)
+                        a = kir.Fragment("fa", slot_a + da + tm * na)
+                        b = kir.Fragment("fb", slot_b + db + tn * nb)
                         sections.append(kir.Mma(shape.name, acc, a, b, acc))
         return sections
 
+    def _load_calls(self) -> dict[str, list[LoadCall]]:
+        """The ``ldmatrix`` calls of a warp's A and B fragments per instruction k-step."""
+        shape, cfg = self.shape, self.config
+        return {
+            "a": load_calls(cfg.tiles_m, register_origins(shape.a, True), shape.m),
+            "b": load_calls(cfg.tiles_n, register_origins(shape.b, False), shape.n),
+        }
+
+    def lane_offset_names(self) -> list[str]:
+        """Thread variables of the lanes' ldmatrix row offsets, one per pattern."""
+        return [
+            f"lm_{which}{p}"
+            for which, calls in self.calls.items()
+            for p in range(len(dict.fromkeys(c.pattern for c in calls)))
+        ]
+
+    def lane_offsets(self) -> list[kir.Stmt]:
+        """Each lane's row offset of every ldmatrix pattern (in the prologue)."""
+        stmts: list[kir.Stmt] = []
+        for which, calls in self.calls.items():
+            layout = self.staging[which]
+            along_k = layout.along_cols == (which == "a")
+            for p, pattern in enumerate(dict.fromkeys(c.pattern for c in calls)):
+                offset = lane_offset(pattern, along_k, layout.ld)
+                stmts.append(kir.Assign(f"lm_{which}{p}", offset))
+        return stmts
+
+    def load_matrices(
+        self, current: kir.Expr, ks: int, slot_a: int, slot_b: int
+    ) -> list[kir.Section]:
+        """The ``ldmatrix`` sections of instruction k-step ``ks`` from shared buffer
+        ``current`` (each call's tile origin plus the lane's offset) into the
+        fragment registers from ``slot_a`` (A) and ``slot_b`` (B) on."""
+        sections: list[kir.Section] = []
+        bases = dict(zip(("a", "b"), self.warp_bases(), strict=True))
+        for which, calls in self.calls.items():
+            layout = self.staging[which]
+            along_k = layout.along_cols == (which == "a")
+            size = self.shape.m if which == "a" else self.shape.n
+            patterns = list(dict.fromkeys(c.pattern for c in calls))
+            for call in calls:
+                mn = E.add(bases[which], E.const(call.tile * size))
+                origin = (
+                    layout.index(mn, E.const(ks)) if which == "a" else layout.index(E.const(ks), mn)
+                )
+                at = E.add(self.buffer(which, current), origin)
+                at = E.add(at, kir.Var(f"lm_{which}{patterns.index(call.pattern)}"))
+                d = kir.Fragment(f"f{which}", call.first + (slot_a if which == "a" else slot_b))
+                sections.append(
+                    kir.LoadMatrix("As" if which == "a" else "Bs", at, call.count, not along_k, d)
+                )
+        return sections
+
+    def _fragments(self, current: kir.Expr, ks: int) -> list[kir.Stmt]:
+        """fp64/tf32 fragments of instruction k-step ``ks`` loaded from shared
+        buffer ``current`` by the layout formulas."""
+        shape, cfg = self.shape, self.config
+        na, nb = shape.a.count, shape.b.count
+        group, quad = self.lane_group_quad()
+        wrow, wcol = self.warp_bases()
+        frags: list[kir.Stmt] = []
+        for tm in range(cfg.tiles_m):
+            for i in range(na):
+                r, col = coordinates(shape.a, group, quad, i)
+                row = E.add(wrow, E.add(E.const(tm * shape.m), r))
+                at = E.add(E.mul(row, E.const(self.lda)), E.add(E.const(ks), col))
+                at = E.add(self.buffer("a", current), at)
+                frags += self._fragment("fa", tm * na + i, kir.Load("As", at), na * cfg.tiles_m)
+        for tn in range(cfg.tiles_n):
+            for i in range(nb):
+                r, col = coordinates(shape.b, group, quad, i)
+                column = E.add(wcol, E.add(E.const(tn * shape.n), col))
+                at = E.add(E.mul(E.add(E.const(ks), r), E.const(self.ldb)), column)
+                at = E.add(self.buffer("b", current), at)
+                frags += self._fragment("fb", tn * nb + i, kir.Load("Bs", at), nb * cfg.tiles_n)
+        return frags
+
     def _fragment(self, var: str, slot: int, value: kir.Expr, low: int) -> list[kir.Stmt]:
-        """Element ``slot`` of fragment array ``var`` from ``value``: as it is (fp64;
-        bf16/f16 values, held in floats and packed two to a register by the MMA's
-        printers), rounded to tf32, or (3xTF32) its tf32 high part with the low part
+        """Element ``slot`` of fragment array ``var`` from ``value``: as it is
+        (fp64), rounded to tf32, or (3xTF32) its tf32 high part with the low part
         ``low`` elements further on."""
         if self.shape.input_type != "tf32":
             return [kir.Store(var, E.const(slot), value)]
@@ -438,7 +534,12 @@ class _Builder:
                 *epilogue_sections(self),
             )
         per_thread = math.ceil(self.bm * self.bk / cfg.threads)
-        copies = 2 if cfg.split else 1  # 3xTF32 keeps high and low parts
+        # 3xTF32 keeps high and low parts; 16-bit fragments two k-steps
+        copies = 2 if cfg.split or (self.half and self.bk > self.shape.k) else 1
+        fragment = "unsigned" if self.half else self.ctype  # ldmatrix: packed words
+        if self.half:
+            na, nb = na // 2, nb // 2
+        staged = C_TYPE[INPUT_DTYPE[self.shape.input_type]]
         prefetch = (
             ()
             if cfg.copy == "async"
@@ -460,14 +561,15 @@ class _Builder:
                 kir.ThreadVar("base_a", it),
                 kir.ThreadVar("base_b", it),
                 kir.ThreadVar("base_c", it),
-                kir.ThreadVar("fa", self.ctype, copies * cfg.tiles_m * na),
-                kir.ThreadVar("fb", self.ctype, copies * cfg.tiles_n * nb),
+                kir.ThreadVar("fa", fragment, copies * cfg.tiles_m * na),
+                kir.ThreadVar("fb", fragment, copies * cfg.tiles_n * nb),
                 kir.ThreadVar("acc", self.ctype, cfg.tiles_m * cfg.tiles_n * nc),
+                *(kir.ThreadVar(name, it) for name in self.lane_offset_names()),
                 *prefetch,
             ),
             shared=(
-                kir.SharedArray("As", self.ctype, cfg.stages * self.bm * self.lda),
-                kir.SharedArray("Bs", self.ctype, cfg.stages * self.bk * self.ldb),
+                kir.SharedArray("As", staged, cfg.stages * self.buffer_size("a")),
+                kir.SharedArray("Bs", staged, cfg.stages * self.buffer_size("b")),
                 *(
                     [kir.SharedArray("Cs", self.ctype, shared_epilogue_elements(cfg))]
                     if cfg.epilogue == "shared"

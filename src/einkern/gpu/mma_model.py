@@ -39,7 +39,7 @@ from .contraction import NotAContraction, gemm_form
 from .device import DeviceLimits
 from .mma import SHAPES
 from .mma_config import MmaConfig
-from .mma_lower import pointwise_problems
+from .mma_lower import async_problems, pointwise_problems
 from .terms import L2_OVER_DRAM, Terms
 
 #: Whole-device multiply-add rate (flop/s, FMA = 2) of the generated kernel with
@@ -53,13 +53,16 @@ KERNEL_RATE = {"f64": 38.1e12, "tf32": 69.5e12}
 #: 1.16 over the tile-scaled register rate (docs/tensor_cores.md).  Measured for f64
 #: only: tf32 keeps the register kernels.
 ASYNC_GAIN = 1.24
-#: bf16/f16 kernels (m16n8k16, 128×128 tiles staged as floats, packed to 16 bits
-#: per fragment): GEMM 4096 and 8192 ran at 21.1–21.4 TFLOP/s on an H100 (torch
-#: 777–840; the instruction 620): measured, and slower than the fp32 SIMT
-#: kernels, so the decision keeps 16-bit programs on the SIMT units until the
-#: kernel stages 16-bit tiles (docs/tensor_cores.md).
-HALF_RATE = 21.1e12
+#: bf16/f16 kernels copying through registers (m16n8k16, 128×128 tiles, element
+#: by element: the operands whose contiguous index cannot be copied 16 bytes at a
+#: time): GEMM 4096 and 8192 at 22 TFLOP/s on an H100, slower than the fp32 SIMT
+#: kernels (about 48), so the decision keeps such programs on the SIMT units.
+HALF_RATE = 22.0e12
 KERNEL_RATE.update({"bf16": HALF_RATE, "f16": HALF_RATE})
+#: bf16/f16 kernels with 16-bit tiles copied 16 bytes per cp.async and fragments
+#: by ldmatrix, 128×128 tiles, k-step 64, 3 stages: GEMM 8192 at 301 TFLOP/s on an
+#: H100 (128×256: 354; torch 864; the instruction 620; docs/tensor_cores.md).
+HALF_ASYNC_RATE = 301e12
 MEASURED_SMS = 132
 TILE_OVERHEAD = 16.0
 STORE_EFFICIENCY = 0.4
@@ -89,7 +92,9 @@ def mma_bounds(task: Task, config: MmaConfig, limits: DeviceLimits) -> tuple[flo
     blocks = tiles_m * tiles_n * batch
     steps = math.ceil(k / config.k_step) * config.k_step
     per_sm = KERNEL_RATE[shape.input_type] / MEASURED_SMS * tile_rate(config)
-    if config.copy == "async":
+    if config.copy == "async" and shape.packed > 1:
+        per_sm = HALF_ASYNC_RATE / MEASURED_SMS * tile_rate(config)
+    elif config.copy == "async":
         per_sm *= ASYNC_GAIN
     if config.split:
         per_sm /= 3
@@ -157,9 +162,30 @@ TF32_TILES = (
 )
 
 
-#: The tile shapes offered for bfloat16 and float16 inputs: the tf32 ones with the
-#: m16n8k16 instruction (k-steps of 32: two instruction steps per shared tile).
+#: The tile shapes offered for bfloat16 and float16 inputs whose operands can be
+#: copied 16 bytes at a time (:func:`einkern.gpu.mma_lower.async_problems`): the
+#: fastest of each block tile measured on an H100 (GEMM 8192: 128×256 354,
+#: 128×128 301, 64×128 208 TFLOP/s; 128×256 takes 157 KiB of shared memory).
 HALF_TILES = {
+    dtype: (
+        MmaConfig(f"m16n8k16_{kind}", 2, 4, 4, 8, 64, stages=3, copy="async"),  # 128 x 256
+        MmaConfig(f"m16n8k16_{kind}", 2, 4, 4, 4, 64, stages=3, copy="async"),  # 128 x 128
+        MmaConfig(f"m16n8k16_{kind}", 2, 2, 2, 8, 32, stages=4, copy="async"),  # 64 x 128
+    )
+    for dtype, kind in (("bfloat16", "bf16"), ("float16", "f16"))
+}
+#: More 16-byte-copy tiles for the tuner (GEMM 8192 bf16 on an H100: 128×256 k32
+#: 4 stages 336, 256×128 k32 3 stages 316 TFLOP/s; faster on column-major operands).
+HALF_TUNING_TILES = {
+    dtype: (
+        MmaConfig(f"m16n8k16_{kind}", 2, 4, 4, 8, 32, stages=4, copy="async"),  # 128 x 256
+        MmaConfig(f"m16n8k16_{kind}", 4, 2, 4, 8, 32, stages=3, copy="async"),  # 256 x 128
+    )
+    for dtype, kind in (("bfloat16", "bf16"), ("float16", "f16"))
+}
+#: ... and for the others (copied element by element through registers): the tf32
+#: tiles with the m16n8k16 instruction.
+HALF_REGISTER_TILES = {
     dtype: tuple(replace(t, shape=f"m16n8k16_{kind}") for t in TF32_TILES)
     for dtype, kind in (("bfloat16", "bf16"), ("float16", "f16"))
 }
@@ -173,7 +199,8 @@ def mma_candidates(task: Task, tuning: bool = False) -> list[MmaConfig]:
     program's precision is not ``fp32``;
     bf16 (f16) ones when both inputs are bfloat16 (float16) and the output is of
     that dtype or float32 (the products are exact and accumulate in float32, as the
-    statement computes: no precision needed);
+    statement computes: no precision needed) — the cp.async tiles when both
+    operands can be copied 16 bytes at a time, else the register-copy ones;
     empty otherwise."""
     if not task.single:
         return []
@@ -193,12 +220,16 @@ def mma_candidates(task: Task, tuning: bool = False) -> list[MmaConfig]:
         tiles = [replace(t, split=split) for t in TF32_TILES]
     elif len(reads) == 1 and min(reads) in HALF_TILES and output in (min(reads), "float32"):
         tiles = list(HALF_TILES[min(reads)])
+        if tuning:
+            tiles += HALF_TUNING_TILES[min(reads)]
     else:
         return []
     try:
         c, pointwise = gemm_form(task)
     except NotAContraction:
         return []
+    if SHAPES[tiles[0].shape].packed > 1 and async_problems(c, tiles[0]):
+        tiles = list(HALF_REGISTER_TILES[min(reads)])
     if pointwise_problems(c, pointwise, SHAPES[tiles[0].shape].packed > 1):
         return []
     return tiles if c.flops >= MIN_FLOPS else []

@@ -1,9 +1,11 @@
 """bfloat16 and float16 programs on the GPU through ``einkern.compile(...,
 backend="cuda")``: SIMT kernels (small or non-contraction statements) and
-tensor-core kernels (m16n8k16 bf16/f16, the first offered tile forced: at the
-measured rate the decision keeps 16-bit programs on the SIMT units), with host
-arrays (NumPy float16, torch CPU bfloat16) and torch CUDA tensors, against the
-float64 reference within each output's tolerance.  Selected only with ``pytest -m gpu``."""
+tensor-core kernels (m16n8k16 bf16/f16, the first offered tile forced: 16-byte
+cp.async tiles where the operands allow, else the register-copy ones; and the
+default, which takes the former), with host arrays (NumPy float16, torch CPU
+bfloat16), torch CUDA tensors and views starting off 16-byte alignment, against
+the float64 reference within each output's tolerance.  Selected only with
+``pytest -m gpu``."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ import pytest
 from test_lowp_dtypes import CASES
 
 import einkern
-from einkern.gpu.mma_model import HALF_TILES
+from einkern.gpu.mma_model import mma_candidates
+from einkern.ir.task import statement_task
 from einkern.reference import evaluate, relative_error
 from einkern.testing import assert_matches_reference, output_tolerance, random_arrays
 
@@ -45,24 +48,55 @@ def test_simt_kernels_match_the_reference(case):
     assert_matches_reference(kernel, seed=3)
 
 
-def forced(dtype: str) -> dict:
+def forced(program: str) -> dict:
     """Statement 0 on the first 16-bit tile the decision is offered."""
-    return {0: {"x": "", "mma": HALF_TILES[dtype][0].values()}}
+    problem = einkern.make_problem(einkern.load(program), {})
+    return {0: {"x": "", "mma": mma_candidates(statement_task(problem, 0))[0].values()}}
 
 
 @pytest.mark.parametrize("case", sorted(MMA))
 def test_tensor_core_kernels_match_the_reference(case):
     dtype = MMA[case][0]
-    kernel = einkern.compile(mma_program(*MMA[case]), backend="cuda", mappings=forced(dtype))
+    program = mma_program(*MMA[case])
+    kernel = einkern.compile(program, backend="cuda", mappings=forced(program))
     source = kernel.source()
     kind = "bf16" if dtype == "bfloat16" else "f16"
     assert "mma.sync" in source and f".{kind}.{kind}." in source
     assert_matches_reference(kernel, seed=4)
 
 
+def test_the_default_takes_the_sixteen_byte_tiles():
+    kernel = einkern.compile(mma_program(*MMA["bf16 gemm 1000, fp32 out"]), backend="cuda")
+    source = kernel.source()
+    assert "ldmatrix" in source and "cp.async.cg.shared.global" in source
+    assert_matches_reference(kernel, seed=6)
+
+
+def test_views_off_alignment_run_from_aligned_copies():
+    """Inputs and output that start 2 bytes into their buffers (the kernel's
+    16-byte copies cannot read them in place): the result lands in the view and
+    the rest of the buffers is untouched."""
+    program = mma_program(*MMA["bf16 gemm 1024, bf16 out"])
+    kernel = einkern.compile(program, backend="cuda")
+    assert "cp.async.cg.shared.global" in kernel.source()
+    problem = kernel.problem
+    host = random_arrays(problem, seed=7, names=problem.program.inputs)
+    n = 1024 * 1024
+    buffers = {
+        name: torch.full((n + 1,), 3.0, dtype=torch.bfloat16, device="cuda") for name in "ABC"
+    }
+    views = {name: buffers[name][1:].view(1024, 1024) for name in "ABC"}
+    views["A"].copy_(host["A"])
+    views["B"].copy_(host["B"])
+    kernel(A=views["A"], B=views["B"], C=views["C"])
+    reference = evaluate(problem, host)["C"]
+    assert relative_error(views["C"], reference) <= output_tolerance(problem, "C")
+    assert float(buffers["C"][0]) == 3.0
+
+
 def test_torch_cuda_tensors_in_and_out():
     program = mma_program(*MMA["bf16 gemm 1024, bf16 out"])
-    kernel = einkern.compile(program, backend="cuda", mappings=forced("bfloat16"))
+    kernel = einkern.compile(program, backend="cuda", mappings=forced(program))
     problem = kernel.problem
     host = random_arrays(problem, seed=5, names=problem.program.inputs)
     a, b = (host[name].cuda() for name in ("A", "B"))

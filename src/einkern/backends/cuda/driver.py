@@ -302,6 +302,12 @@ def copy_to_device_async(destination: int, source: int, nbytes: int, stream: Any
     check(_cuda().cuMemcpyHtoDAsync(destination, source, nbytes, stream), "cuMemcpyHtoDAsync")
 
 
+def copy_async(destination: int, source: int, nbytes: int, stream: Any) -> None:
+    """``cuMemcpyAsync`` between any two addresses (unified addressing: device to
+    device here) ordered on ``stream``."""
+    check(_cuda().cuMemcpyAsync(destination, source, nbytes, stream), "cuMemcpyAsync")
+
+
 def copy_to_host_async(destination: int, source: int, nbytes: int, stream: Any) -> None:
     """``cuMemcpyDtoHAsync`` ordered on ``stream``; synchronise the stream before
     reading ``destination``."""

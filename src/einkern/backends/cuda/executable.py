@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 #: EINKERN_SYNC=1 waits for the kernels after every call (errors at the call that caused them).
 SYNCHRONIZE = os.environ.get("EINKERN_SYNC", "") not in ("", "0")
 _STATIC_SHARED_LIMIT = 48 * 1024
+#: Bytes to which the kernels' widest global accesses (16-byte vector loads and
+#: cp.async copies) need device arrays aligned; others run from an aligned copy.
+DEVICE_ALIGNMENT = 16
 
 
 def as_stream(handle: int) -> Any:
@@ -163,7 +166,15 @@ class CudaExecutable:
                 stream.wait(as_stream(producer))  # on the GPU: the host never waits
         pointers = {name: infos[name].pointer for name in self._used}
         host = [name for name in self._used if infos[name].device == "cpu"]
-        if not host and not self.source.temporaries and not self._owned:
+        # kernels copy 16 bytes at a time (vector loads, cp.async): a device array
+        # starting off that alignment (a view into a larger buffer) runs from an
+        # aligned copy, copied back when written
+        moved = [
+            name
+            for name in self._used
+            if infos[name].device != "cpu" and infos[name].pointer % DEVICE_ALIGNMENT
+        ]
+        if not host and not moved and not self.source.temporaries and not self._owned:
             if self._views:
                 resolve_views(self.problem, pointers)
             times = _launch(core, stream, plan, pointers, call.scalars, repeat)
@@ -177,11 +188,19 @@ class CudaExecutable:
                 driver.copy_to_device_async(
                     pointers[name], infos[name].pointer, nbytes, stream.handle
                 )
+            for name in moved:
+                nbytes = self.problem.nbytes(name)
+                pointers[name] = allocate(nbytes)
+                driver.copy_async(pointers[name], infos[name].pointer, nbytes, stream.handle)
             for name, nbytes in (*self.source.temporaries, *self._owned):
                 pointers[name] = allocate(nbytes)
             if self._views:
                 resolve_views(self.problem, pointers)
             times = _launch(core, stream, plan, pointers, call.scalars, repeat)
+            for name in moved:
+                if name in self._written:
+                    nbytes = self.problem.nbytes(name)
+                    driver.copy_async(infos[name].pointer, pointers[name], nbytes, stream.handle)
             for name in host:
                 if name in self._written:
                     driver.copy_to_host_async(

@@ -4,7 +4,9 @@ against torch (cuBLAS / torch.einsum) in the same run.  CUDA events after
 warm-up, L2 flushed (256 MiB written) before every call, median of 20 runs,
 random inputs in [0.5, 1.5); error: max |C - C_fp64| / max |C_fp64|.
 
-    PYTHONPATH=src python scripts/gpu_half_tiles.py [NAME-SUBSTRING ...]
+    PYTHONPATH=src python scripts/gpu_half_tiles.py [--default] [NAME-SUBSTRING ...]
+
+``--default``: einkern's default (``einkern.compile``, no mapping) only.
 """
 
 from __future__ import annotations
@@ -69,6 +71,9 @@ CASES = [
     ("gemm 2048", "ij,jk->ik", dict.fromkeys("ijk", 2048), "row"),
     ("abkl,klcd->abcd 64", "abkl,klcd->abcd", dict.fromkeys("abcdkl", 64), "row"),
     ("akbl,cldk->abcd 64", "akbl,cldk->abcd", dict.fromkeys("abcdkl", 64), "row"),
+    ("aebf,fced->abcd 48", "aebf,fced->abcd", dict.fromkeys("abcdef", 48), "row"),
+    ("batched zik,zkj->zij 16x1024", "zik,zkj->zij", dict(z=16, i=1024, j=1024, k=1024), "row"),
+    ("abcf,fde->abcde 32x24", "abcf,fde->abcde", dict(a=32, b=32, c=32, d=24, e=24, f=256), "row"),
 ]
 
 
@@ -106,7 +111,8 @@ def operands(spec, sizes, dtype, layout):
 
 
 def main() -> None:
-    only = sys.argv[1:]
+    only = [a for a in sys.argv[1:] if a != "--default"]
+    only_default = "--default" in sys.argv[1:]
     driver.initialize()
     arch = driver.device_properties().arch
     print(torch.cuda.get_device_name(), "torch", torch.__version__, flush=True)
@@ -135,7 +141,21 @@ def main() -> None:
             if layout == "column":
                 result = result.t().contiguous().t() if result.dim() == 2 else result
             best = None
+            extents = {f"e{c}": v for c, v in sizes.items()}
+            kernel = einkern.compile(text, backend="cuda", **extents)
+            default = timed(lambda k=kernel, o=ops, r=result: k(A=o[0], B=o[1], C=r))
+            err = float((result.double() - exact).abs().max() / exact.abs().max())
+            kinds = sorted({"mma" if "mma.sync" in kernel.source() else "simt"})
+            launches = len(kernel.source().split("__global__")) - 1
+            print(
+                f"    {'einkern default':26s} {default:8.3f} ms {flops / default / 1e9:6.1f} TF/s "
+                f"{t_torch / default:5.2f}x torch  {kinds[0]}, {launches} kernel(s), err {err:.1e}",
+                flush=True,
+            )
+            summary.append((name, kind, "einkern default", default, t_torch, flops))
             for cname, base in CONFIGS.items():
+                if only_default:
+                    break
                 config = MmaConfig.from_values({**base.values(), "shape": f"m16n8k16_{kind}"})
                 trouble = problems(task, config)
                 if trouble:

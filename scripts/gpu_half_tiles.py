@@ -11,37 +11,18 @@ random inputs in [0.5, 1.5); error: max |C - C_fp64| / max |C_fp64|.
 
 from __future__ import annotations
 
-import statistics
 import sys
 
 import torch
+from mma_contractions import launcher, timed  # L2 flushed, median
 
 import einkern
 from einkern.backends.cuda import driver
-from einkern.backends.cuda.nvrtc import compile_cubin
-from einkern.gpu.cuda_printer import launch_shape, print_cuda
 from einkern.gpu.mma_lower import MmaConfig, lower_mma, problems
 from einkern.ir.bind import make_problem
 from einkern.ir.task import statement_task
 
-FLUSH = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
 RUNS = 20
-
-
-def timed(fn, repeats=RUNS):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        FLUSH.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def tile(wm, wn, tm, tn, k, stages, copy="async"):
@@ -129,7 +110,7 @@ def main() -> None:
             for c in set(ins.replace(",", "")):
                 flops *= sizes[c]
             exact = torch.einsum(spec, *(o.double() for o in ops))
-            t_torch = timed(lambda s=spec, o=ops: torch.einsum(s, *o))
+            t_torch = timed(lambda s=spec, o=ops: torch.einsum(s, *o), RUNS)
             theirs = torch.einsum(spec, *ops).double()
             err_torch = float((theirs - exact).abs().max() / exact.abs().max())
             print(f"{name} {kind}: torch {t_torch:.3f} ms {flops / t_torch / 1e9:.1f} TF/s "
@@ -143,7 +124,7 @@ def main() -> None:
             best = None
             extents = {f"e{c}": v for c, v in sizes.items()}
             kernel = einkern.compile(text, backend="cuda", **extents)
-            default = timed(lambda k=kernel, o=ops, r=result: k(A=o[0], B=o[1], C=r))
+            default = timed(lambda k=kernel, o=ops, r=result: k(A=o[0], B=o[1], C=r), RUNS)
             err = float((result.double() - exact).abs().max() / exact.abs().max())
             kinds = sorted({"mma" if "mma.sync" in kernel.source() else "simt"})
             launches = len(kernel.source().split("__global__")) - 1
@@ -163,25 +144,13 @@ def main() -> None:
                     continue
                 try:
                     kernel = lower_mma(task, config, "half_probe")
-                    module = compile_cubin(print_cuda(kernel), arch)
-                    regs = max(r.registers for r in module.resources)
-                    spills = sum(r.spill_stores for r in module.resources)
-                    loaded = driver.load_module(module.cubin, [kernel.name])
-                    shape = launch_shape(kernel)
                     pointers = [ops[0].data_ptr(), ops[1].data_ptr(), result.data_ptr()]
-                    fn = loaded.functions[kernel.name]
-
-                    def run(fn=fn, shape=shape, pointers=pointers):
-                        driver.launch(
-                            fn, shape.grid, shape.block, pointers, (), 0, "half",
-                            shape.dynamic_shared_bytes,
-                        )  # fmt: skip
-
+                    run, regs, spills = launcher(kernel, arch, pointers, "half")
                     result.fill_(float("nan"))
                     run()
                     torch.cuda.synchronize()
                     err = float((result.double() - exact).abs().max() / exact.abs().max())
-                    t = timed(run)
+                    t = timed(run, RUNS)
                     print(
                         f"    {cname:26s} {t:8.3f} ms {flops / t / 1e9:6.1f} TF/s "
                         f"{t_torch / t:5.2f}x torch  regs {regs} spills {spills} err {err:.1e}",

@@ -36,6 +36,23 @@ def timed(fn, repeats=15):
     return statistics.median(times)
 
 
+def launcher(kernel, arch: str, pointers: list[int], label: str):
+    """(run, registers, spilled stores) of ``kernel`` compiled for ``arch``: ``run()``
+    launches it on ``pointers`` (no scalars) with its dynamic shared memory."""
+    module = compile_cubin(print_cuda(kernel), arch)
+    registers = max(r.registers for r in module.resources)
+    spills = sum(r.spill_stores for r in module.resources)
+    function = driver.load_module(module.cubin, [kernel.name]).functions[kernel.name]
+    shape = launch_shape(kernel)
+
+    def run():
+        driver.launch(
+            function, shape.grid, shape.block, pointers, (), 0, label, shape.dynamic_shared_bytes
+        )
+
+    return run, registers, spills
+
+
 CONFIGS = {
     "128x128k16s1": MmaConfig("m16n8k4_f64", 4, 4, 2, 4, 16, stages=1),
     "64x128k16s1": MmaConfig("m16n8k4_f64", 2, 4, 2, 4, 16, stages=1),
@@ -104,26 +121,8 @@ def main() -> None:
         for cname, config in CONFIGS.items():
             try:
                 kernel = lower_mma(task, config, "mma_probe")
-                module = compile_cubin(print_cuda(kernel), arch)
-                regs = max(r.registers for r in module.resources)
-                spills = sum(r.spill_stores for r in module.resources)
-                loaded = driver.load_module(module.cubin, [kernel.name])
-                shape = launch_shape(kernel)
                 pointers = [ops[0].data_ptr(), ops[1].data_ptr(), result.data_ptr()]
-                fn = loaded.functions[kernel.name]
-
-                def run(fn=fn, shape=shape, pointers=pointers):
-                    driver.launch(
-                        fn,
-                        shape.grid,
-                        shape.block,
-                        pointers,
-                        (),
-                        0,
-                        "mma",
-                        shape.dynamic_shared_bytes,
-                    )
-
+                run, regs, spills = launcher(kernel, arch, pointers, "mma")
                 result.fill_(float("nan"))
                 run()
                 torch.cuda.synchronize()

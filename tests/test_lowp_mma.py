@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from conftest import problem_of
 
-from einkern.backends.emulator import emulate
+from einkern.backends.emulator import emulate, print_emulation_c
 from einkern.backends.verify import verify
 from einkern.gpu import kir, mma_lower
 from einkern.gpu.cuda_printer import print_cuda
@@ -299,3 +299,27 @@ def test_the_decision_and_the_tuner_offer_sixteen_bit_tiles():
     odd = big_gemm("bfloat16", "float32", n=1001)  # rows of 1001 elements: 2-byte aligned
     assert mma_candidates(odd) == list(HALF_REGISTER_TILES["bfloat16"])
     assert decide(odd).strategy != "mma"
+
+
+def test_sixteen_bit_products_take_only_ldmatrix_words():
+    """A bf16 MMA whose operand is a float array (not words of packed values) is
+    refused by both printers."""
+    problem = half_problem("gemm", "bfloat16", "float32")
+    kernel = lower_mma(statement_task(problem, 0), CONFIGS["one warp"]("bf16"))
+    floats = tuple(replace(v, ctype="float") if v.name == "fa" else v for v in kernel.thread_vars)
+    wrong = replace(kernel, thread_vars=floats)
+    for printer in (print_cuda, print_emulation_c):  # ldmatrix into it refused first
+        with pytest.raises(ValueError, match="ldmatrix into 'fa': not an unsigned thread array"):
+            printer(wrong)
+
+    def without_ldmatrix(sections):
+        return tuple(
+            replace(s, body=without_ldmatrix(s.body)) if isinstance(s, kir.Uniform) else s
+            for s in sections
+            if not isinstance(s, kir.LoadMatrix)
+        )
+
+    wrong = replace(wrong, body=without_ldmatrix(wrong.body))
+    for printer in (print_cuda, print_emulation_c):
+        with pytest.raises(ValueError, match="'fa': not an unsigned thread array of packed"):
+            printer(wrong)

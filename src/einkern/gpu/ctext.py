@@ -61,6 +61,7 @@ from ..semantics import (
 )
 from . import kir
 from .kir import ATOMIC_ADD, ELEMENT_BYTES
+from .mma import SHAPES
 
 FLOATING = frozenset({"float", "double"})
 _RANK = ("int", "long long", "float", "double")
@@ -204,6 +205,21 @@ def check_shuffle(kernel: kir.Kernel, section: kir.ShuffleSum) -> int:
     if counts.get(section.var, 0) < section.count:
         raise ValueError(f"shuffle of {section.var!r}: not a thread array of {section.count}")
     return 0xFFFFFFFF if threads >= 32 else (1 << threads) - 1
+
+
+def mma_words(kernel: kir.Kernel, section: kir.Mma) -> frozenset[str]:
+    """The thread arrays of ``kernel`` that hold 32-bit words of two 16-bit values
+    (``unsigned``, filled by :class:`~kir.LoadMatrix`); ValueError when ``section``
+    is a bf16/f16 MMA whose A or B fragment is not one of them."""
+    words = frozenset(v.name for v in kernel.thread_vars if v.ctype == "unsigned")
+    if SHAPES[section.shape].packed > 1:
+        for fragment in (section.a, section.b):
+            if fragment.var not in words:
+                raise ValueError(
+                    f"{section.shape} operand {fragment.var!r}: not an unsigned thread array "
+                    "of packed 16-bit words (ldmatrix)"
+                )
+    return words
 
 
 def check_load_matrix(kernel: kir.Kernel, section: kir.LoadMatrix) -> None:

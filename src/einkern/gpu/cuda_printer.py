@@ -46,6 +46,7 @@ from .ctext import (
     check_shuffle,
     helper_functions,
     indent,
+    mma_words,
     uses_storage,
     vector_type,
 )
@@ -58,23 +59,6 @@ __device__ __forceinline__ float ek_tf32(float x)
     unsigned u;
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u) : "f"(x));
     return __uint_as_float(u);
-}
-"""
-
-#: Two floats packed into one 32-bit register of 16-bit values (``lo`` in the low
-#: half, as the fragment layouts number them), rounded to nearest even.
-PACK_HELPERS = """\
-__device__ __forceinline__ unsigned ek_pack_bf16(float lo, float hi)
-{
-    unsigned u;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(u) : "f"(hi), "f"(lo));
-    return u;
-}
-__device__ __forceinline__ unsigned ek_pack_f16(float lo, float hi)
-{
-    unsigned u;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(u) : "f"(hi), "f"(lo));
-    return u;
 }
 """
 
@@ -252,7 +236,7 @@ def _sections(printer: CText, sections: Sequence[kir.Section], env: dict[str, st
         elif isinstance(section, kir.Barrier):
             lines.append("__syncthreads();")
         elif isinstance(section, kir.Mma):
-            lines.append(mma_text(section, _words(printer.kernel)))
+            lines.append(mma_text(section, mma_words(printer.kernel, section)))
         elif isinstance(section, kir.LoadMatrix):
             lines += load_matrix_text(printer, section, env)
         elif isinstance(section, kir.ShuffleSum):
@@ -282,11 +266,6 @@ def shuffle_text(kernel: kir.Kernel, section: kir.ShuffleSum) -> list[str]:
     return ["{", *indent(lines), "}"]
 
 
-def _words(kernel: kir.Kernel) -> frozenset[str]:
-    """Thread variables holding 32-bit words of packed 16-bit values."""
-    return frozenset(v.name for v in kernel.thread_vars if v.ctype == "unsigned")
-
-
 def load_matrix_text(printer: CText, section: kir.LoadMatrix, env: dict[str, str]) -> list[str]:
     """The ``ldmatrix`` of a :class:`~kir.LoadMatrix` section."""
     check_load_matrix(printer.kernel, section)
@@ -308,9 +287,8 @@ def load_matrix_text(printer: CText, section: kir.LoadMatrix, env: dict[str, str
 def mma_text(section: kir.Mma, words: frozenset[str] = frozenset()) -> str:
     """The ``asm volatile`` statement of an :class:`~kir.Mma` section (tf32
     operands are floats already rounded to tf32, passed as their bits; bf16/f16
-    operands are 32-bit words from ``ldmatrix`` when their variable is one of
-    ``words``, else floats, two elements packed per register, the lower-numbered
-    one in the low half)."""
+    operands are 32-bit words from ``ldmatrix``, their variables among ``words``:
+    :func:`~.ctext.mma_words`)."""
     shape = SHAPES[section.shape]
     na, nb, nc = registers(shape)
 
@@ -318,9 +296,6 @@ def mma_text(section: kir.Mma, words: frozenset[str] = frozenset()) -> str:
         v, first = fragment.var, fragment.first
         if operand and v in words:
             return [f"{v}[{first + j}]" for j in range(count)]
-        if operand and shape.packed > 1:
-            pack = f"ek_pack_{shape.input_type}"
-            return [f"{pack}({v}[{first + 2 * j}], {v}[{first + 2 * j + 1}])" for j in range(count)]
         names = [f"{v}[{first + j}]" for j in range(count)]
         return [f"__float_as_uint({n})" for n in names] if operand and tf32 else names
 
@@ -373,15 +348,6 @@ def print_kernel(kernel: kir.Kernel) -> str:
     return "\n".join([*lines, *indent(body), "}", ""])
 
 
-def _packed(sections: Sequence[kir.Section]) -> bool:
-    """Whether a section runs a bf16/f16 MMA (its printing needs :data:`PACK_HELPERS`)."""
-    return any(
-        (isinstance(s, kir.Mma) and SHAPES[s.shape].packed > 1)
-        or (isinstance(s, kir.Uniform) and _packed(s.body))
-        for s in sections
-    )
-
-
 def print_cuda(kernel: kir.Kernel) -> str:
     """Complete CUDA C++ source (prelude and kernel) for NVRTC."""
     return print_cuda_module([kernel])
@@ -392,6 +358,4 @@ def print_cuda_module(kernels: Sequence[kir.Kernel]) -> str:
     prelude = [CUDA_PRELUDE]
     if any(uses_storage(k) for k in kernels):
         prelude.append(storage_helpers("__device__ __forceinline__", cuda=True))
-    if any(_packed(k.body) for k in kernels):
-        prelude.append(PACK_HELPERS)
     return "\n".join([*prelude, *(print_kernel(k) for k in kernels)])

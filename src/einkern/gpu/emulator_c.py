@@ -31,7 +31,7 @@ Execution model:
   as a loop over the block's warps: each warp's 32 fragments of A, B and C are
   gathered from the lanes' thread variables through the instruction's fragment
   layout tables (``einkern.gpu.mma``, checked on the hardware; bf16/f16
-  fragment elements rounded to 16 bits as the CUDA printer's packing does), the
+  fragments are words of two 16-bit values, unpacked low half first), the
   product is computed (exact products, the sum in double, rounded once to the
   accumulator type) and D is scattered back: a kernel that loads fragments by a wrong layout
   computes a wrong product here, as on a GPU.  The step synchronises the whole
@@ -56,7 +56,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..semantics import FROM_FLOAT, TO_FLOAT, storage_helpers
+from ..semantics import TO_FLOAT, storage_helpers
 from . import kir
 from .ctext import (
     C_LITERAL_MACROS,
@@ -69,6 +69,7 @@ from .ctext import (
     check_shuffle,
     helper_functions,
     indent,
+    mma_words,
     uses_storage,
     vector_type,
 )
@@ -413,7 +414,7 @@ class EmulationText(CText):
         w, lane, i, t = (f"{PREFIX}{n}" for n in ("warp", "lane", "i", "t"))
         m, n, k = shape.m, shape.n, shape.k
 
-        words = {v.name for v in self.kernel.thread_vars if v.ctype == "unsigned"}
+        words = mma_words(self.kernel, section)
 
         def slot(f: kir.Fragment) -> str:  # register i of lane t's fragment
             return f"{PREFIX}tv_{f.var}[{t} * {counts[f.var]} + {f.first} + {i}]"
@@ -440,9 +441,6 @@ class EmulationText(CText):
                 value = f"{TO_FLOAT[PACKED_STORAGE[shape.input_type]]}({half(fragment)})"
             elif name != "mc" and shape.input_type == "tf32":
                 value = f"ek_tf32({value})"
-            elif name != "mc" and shape.packed > 1:  # packed to 16 bits: cvt.rn
-                storage = PACKED_STORAGE[shape.input_type]
-                value = f"{TO_FLOAT[storage]}({FROM_FLOAT[storage]}({value}))"
             lines += [
                 f"        for (int {i} = 0; {i} < {layout.count}; ++{i})",
                 f"            {PREFIX}{name}[{table}[{lane}][{i}][0]][{table}[{lane}][{i}][1]]"

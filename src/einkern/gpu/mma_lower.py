@@ -47,6 +47,7 @@ from .mma_staging import (
     lane_offset,
     load_calls,
     register_origins,
+    runs_along_cols,
     staging,
     tile_groups,
     vector_problems,
@@ -211,6 +212,11 @@ class _Builder:
         self.staging = {w: staging(c, config, w) for w in ("a", "b")}
         self.lda, self.ldb = self.staging["a"].ld, self.staging["b"].ld
         self.calls = self._load_calls() if self.half else {}
+        #: each operand's distinct ldmatrix call patterns (one lane offset each)
+        self.patterns = {
+            which: list(dict.fromkeys(c.pattern for c in calls))
+            for which, calls in self.calls.items()
+        }
 
     # -- pieces ---------------------------------------------------------------
 
@@ -252,12 +258,12 @@ class _Builder:
         return body + self.lane_offsets()
 
     def _tile(self, which: str, kk: kir.Expr) -> tuple:
-        """(operand, rows, cols, row group, col group, row0, col0, shared, ld) of
-        the A (M × k_step) or B (k_step × N) tile at k offset ``kk``."""
+        """(operand, rows, cols, row group, col group, row0, col0) of the A
+        (M × k_step) or B (k_step × N) tile at k offset ``kk``."""
         c = self.c
         if which == "a":
-            return c.a, self.bm, self.bk, c.m, c.k, kir.Var("row0"), kk, "As", self.lda
-        return c.b, self.bk, self.bn, c.k, c.n, kk, kir.Var("col0"), "Bs", self.ldb
+            return c.a, self.bm, self.bk, c.m, c.k, kir.Var("row0"), kk
+        return c.b, self.bk, self.bn, c.k, c.n, kk, kir.Var("col0")
 
     def _elements(self, which: str, ahead: int = 0, kk: kir.Expr | None = None):
         """Per element a thread copies of one tile: (register, guard on the
@@ -265,14 +271,14 @@ class _Builder:
         ``ahead``: the tile ``ahead`` k-steps after ``kk``.  Consecutive threads
         go along the operand's contiguous index."""
         kk = kir.Var("kk") if kk is None else kk
-        operand, rows, cols, row_group, col_group, row0, col0, shared, ld = self._tile(which, kk)
+        operand, rows, cols, row_group, col_group, row0, col0 = self._tile(which, kk)
         if ahead:
             if which == "a":
                 col0 = E.add(col0, E.const(ahead * self.bk))
             else:
                 row0 = E.add(row0, E.const(ahead * self.bk))
         threads = self.config.threads
-        fastest_col = bool(col_group) and operand.stride(col_group[-1]) == 1
+        fastest_col = runs_along_cols(operand, col_group)
         layout = self.staging[which]
         width = layout.width  # 16-bit cp.async: 8 elements along the contiguous run
         total = rows * cols // width
@@ -385,10 +391,8 @@ class _Builder:
         instruction k-step."""
         sections: list[kir.Section] = []
         shape, cfg = self.shape, self.config
-        na, nb = shape.a.count, shape.b.count  # elements (two per register when packed)
+        na, nb = self.fragment_slots()
         nc = shape.c.count
-        if self.half:  # words of two 16-bit elements
-            na, nb = na // 2, nb // 2
         low_a, low_b = na * cfg.tiles_m, nb * cfg.tiles_n
         steps = list(range(0, self.bk, shape.k))
         if self.half:  # ldmatrix of the next k-step before the MMAs of this one
@@ -423,22 +427,23 @@ class _Builder:
             "b": load_calls(cfg.tiles_n, register_origins(shape.b, False), shape.n),
         }
 
+    def fragment_slots(self) -> tuple[int, int]:
+        """Fragment array elements per A and B instruction tile: the layouts'
+        element counts, or 32-bit words of two 16-bit elements."""
+        na, nb = self.shape.a.count, self.shape.b.count
+        return (na // 2, nb // 2) if self.half else (na, nb)
+
     def lane_offset_names(self) -> list[str]:
         """Thread variables of the lanes' ldmatrix row offsets, one per pattern."""
-        return [
-            f"lm_{which}{p}"
-            for which, calls in self.calls.items()
-            for p in range(len(dict.fromkeys(c.pattern for c in calls)))
-        ]
+        return [f"lm_{w}{p}" for w, patterns in self.patterns.items() for p in range(len(patterns))]
 
     def lane_offsets(self) -> list[kir.Stmt]:
         """Each lane's row offset of every ldmatrix pattern (in the prologue)."""
         stmts: list[kir.Stmt] = []
-        for which, calls in self.calls.items():
+        for which, patterns in self.patterns.items():
             layout = self.staging[which]
-            along_k = layout.along_cols == (which == "a")
-            for p, pattern in enumerate(dict.fromkeys(c.pattern for c in calls)):
-                offset = lane_offset(pattern, along_k, layout.ld)
+            for p, pattern in enumerate(patterns):
+                offset = lane_offset(pattern, layout.along_k(which), layout.ld)
                 stmts.append(kir.Assign(f"lm_{which}{p}", offset))
         return stmts
 
@@ -452,9 +457,8 @@ class _Builder:
         bases = dict(zip(("a", "b"), self.warp_bases(), strict=True))
         for which, calls in self.calls.items():
             layout = self.staging[which]
-            along_k = layout.along_cols == (which == "a")
             size = self.shape.m if which == "a" else self.shape.n
-            patterns = list(dict.fromkeys(c.pattern for c in calls))
+            patterns = self.patterns[which]
             for call in calls:
                 mn = E.add(bases[which], E.const(call.tile * size))
                 origin = (
@@ -464,7 +468,9 @@ class _Builder:
                 at = E.add(at, kir.Var(f"lm_{which}{patterns.index(call.pattern)}"))
                 d = kir.Fragment(f"f{which}", call.first + (slot_a if which == "a" else slot_b))
                 sections.append(
-                    kir.LoadMatrix("As" if which == "a" else "Bs", at, call.count, not along_k, d)
+                    kir.LoadMatrix(
+                        "As" if which == "a" else "Bs", at, call.count, not layout.along_k(which), d
+                    )
                 )
         return sections
 
@@ -509,7 +515,7 @@ class _Builder:
 
     def kernel(self) -> kir.Kernel:
         task, cfg = self.task, self.config
-        na, nb, nc = self.shape.a.count, self.shape.b.count, self.shape.c.count
+        (na, nb), nc = self.fragment_slots(), self.shape.c.count
         steps = math.ceil(self.K / self.bk) * self.bk
         zero = E.const(0)
         if cfg.copy == "async":
@@ -537,8 +543,6 @@ class _Builder:
         # 3xTF32 keeps high and low parts; 16-bit fragments two k-steps
         copies = 2 if cfg.split or (self.half and self.bk > self.shape.k) else 1
         fragment = "unsigned" if self.half else self.ctype  # ldmatrix: packed words
-        if self.half:
-            na, nb = na // 2, nb // 2
         staged = C_TYPE[INPUT_DTYPE[self.shape.input_type]]
         prefetch = (
             ()

@@ -53,6 +53,11 @@ class Staging:
             return E.add(E.mul(row, E.const(self.ld)), col)
         return E.add(E.mul(col, E.const(self.ld)), row)
 
+    def along_k(self, which: str) -> bool:
+        """Whether k is the contiguous dimension of the A (``"a"``: k × columns)
+        or B (``"b"``: k × rows) tile."""
+        return self.along_cols == (which == "a")
+
     def elements(self, rows: int, cols: int) -> int:
         """Shared elements of one buffer of a ``rows × cols`` tile."""
         return (rows if self.along_cols else cols) * self.ld
@@ -80,6 +85,12 @@ def _sixteen_bit_ld(run: int, padding: int) -> int:
     return run + (VECTOR if (run // VECTOR) % 2 == 0 else 0)
 
 
+def runs_along_cols(operand: Operand, col_group: tuple[str, ...]) -> bool:
+    """Whether the operand's stride-1 index is the last (fastest) of the tile's
+    column group: consecutive columns are then consecutive in global memory."""
+    return bool(col_group) and operand.stride(col_group[-1]) == 1
+
+
 def tile_groups(c: Contraction, which: str) -> tuple[Operand, tuple[str, ...], tuple[str, ...]]:
     """(operand, row group, column group) of the A (M × k) or B (k × N) tile."""
     return (c.a, c.m, c.k) if which == "a" else (c.b, c.k, c.n)
@@ -99,7 +110,7 @@ def staging(c: Contraction | None, config: MmaConfig, which: str) -> Staging:
         ]
         return max(both, key=lambda s: s.elements(rows, cols))
     operand, row_group, col_group = tile_groups(c, which)
-    along_cols = bool(col_group) and operand.stride(col_group[-1]) == 1
+    along_cols = runs_along_cols(operand, col_group)
     width = VECTOR if config.copy == "async" else 1
     return Staging(along_cols, _sixteen_bit_ld(cols if along_cols else rows, config.padding), width)
 

@@ -60,7 +60,7 @@ def main() -> None:
         f"{ACC} chains x {ITERS} instructions per warp"
     )
     for name, shape in SHAPES.items():
-        if arch < shape.min_arch:
+        if arch < shape.min_arch or shape.group > 1:  # wgmma: scripts/wgmma_probe.py
             continue
         module = driver.load_module(compile_cubin(source(shape), props.arch).cubin, ["bench"])
         kernel = module.functions["bench"]

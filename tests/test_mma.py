@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from mma_probe import probe_source
 
-from einkern.gpu.mma import SHAPES, asm_statement, execute, round_bf16, round_tf32
+from einkern.gpu.mma import SHAPES, asm_statement, execute, round_bf16, round_tf32, warp_shapes
 
-NAMES = sorted(SHAPES)
+NAMES = warp_shapes()
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -70,7 +70,7 @@ SHARED_ALIGNMENT = 16  # bytes; every shared array starts at such an offset (vec
 PREFIX = "ekx_"  # identifiers the printers reserve for themselves
 COMPARISONS = frozenset({"<", "<=", ">", ">=", "==", "!="})
 LOGICAL = frozenset({"&&", "||"})
-ARITHMETIC = frozenset({"+", "-", "*", "/", "%", "min", "max"})
+ARITHMETIC = frozenset({"+", "-", "*", "/", "%", "^", "min", "max"})
 VECTOR_TYPES = frozenset({"float2", "float4", "double2", "int2", "int4", "longlong2"})
 _MATH = frozenset(
     """sqrt cbrt exp exp2 expm1 log log2 log10 log1p fabs sin cos tan asin acos atan atan2
@@ -374,6 +374,10 @@ class CText:
     def copy_wait(self, pending: int) -> list[str]:
         raise NotImplementedError
 
+    def proxy_fence(self) -> list[str]:
+        """Lines of a :class:`~kir.ProxyFence`."""
+        raise NotImplementedError
+
     def loaded(self, info: ArrayInfo, text: str) -> str:
         """The value of an element whose lvalue is ``text``: a 16-bit element widened
         (to :attr:`widened`), any other as it is."""
@@ -479,6 +483,8 @@ class CText:
             kind = kind or (want if want in FLOATING else "double")
         else:
             raise ValueError(f"unknown operator {e.op!r}")
+        if e.op == "^" and kind in FLOATING:
+            raise ValueError(f"operator ^ on {kind}")
         if e.op in ("min", "max"):
             left, right = self.expr(e.left, env, kind), self.expr(e.right, env, kind)
             if kind in FLOATING:
@@ -554,6 +560,8 @@ class CText:
             return self.copy_async(s, env)
         if isinstance(s, kir.CopyCommit):
             return self.copy_commit()
+        if isinstance(s, kir.ProxyFence):
+            return self.proxy_fence()
         if isinstance(s, kir.CopyWait):
             if s.pending < 0:
                 raise ValueError(f"cp.async.wait_group {s.pending}")

@@ -51,6 +51,12 @@ from .ctext import (
     vector_type,
 )
 from .mma import SHAPES, asm_statement, registers
+from .mma_warpgroup_text import (
+    WGMMA_HELPER,
+    uses_warpgroup_mma,
+    warpgroup_mma_text,
+    warpgroup_wait_text,
+)
 
 #: fp32 → tf32 (``cvt.rna``: to nearest, ties away from zero), kept in a float.
 TF32_HELPER = """\
@@ -131,6 +137,9 @@ class CudaText(CText):
     def copy_wait(self, pending: int) -> list[str]:
         return [f'asm volatile("cp.async.wait_group {pending};" ::: "memory");']
 
+    def proxy_fence(self) -> list[str]:
+        return ['asm volatile("fence.proxy.async.shared::cta;" ::: "memory");']
+
     def unroll(self, unroll: int) -> list[str]:
         if unroll < 0:
             return ["#pragma unroll"]
@@ -179,15 +188,22 @@ def kernel_signature(kernel: kir.Kernel) -> tuple[KernelArgument, ...]:
     )
 
 
-def _align(offset: int) -> int:
-    return -(-offset // SHARED_ALIGNMENT) * SHARED_ALIGNMENT
+def _align(offset: int, alignment: int = SHARED_ALIGNMENT) -> int:
+    return -(-offset // alignment) * alignment
+
+
+def shared_alignment(kernel: kir.Kernel) -> int:
+    """Bytes the kernel's shared memory starts aligned to: the largest alignment
+    any of its arrays asks for (16 at least)."""
+    return max([SHARED_ALIGNMENT, *(a.align for a in kernel.shared)])
 
 
 def shared_layout(kernel: kir.Kernel) -> tuple[tuple[kir.SharedArray, int], ...]:
-    """Every shared array with its byte offset (each aligned to 16 bytes)."""
+    """Every shared array with its byte offset (each aligned as it asks, 16 bytes
+    at least)."""
     offset, placed = 0, []
     for array in kernel.shared:
-        offset = _align(offset)
+        offset = _align(offset, max(SHARED_ALIGNMENT, array.align))
         placed.append((array, offset))
         offset += array.size * ELEMENT_BYTES[array.ctype]
     return tuple(placed)
@@ -195,7 +211,11 @@ def shared_layout(kernel: kir.Kernel) -> tuple[tuple[kir.SharedArray, int], ...]
 
 def shared_total(kernel: kir.Kernel) -> int:
     """Bytes the kernel's shared arrays take, alignment padding included."""
-    return _align(sum(_align(a.size * ELEMENT_BYTES[a.ctype]) for a in kernel.shared))
+    placed = shared_layout(kernel)
+    if not placed:
+        return 0
+    array, offset = placed[-1]
+    return _align(offset + array.size * ELEMENT_BYTES[array.ctype])
 
 
 def dynamic_shared_bytes(kernel: kir.Kernel) -> int:
@@ -241,6 +261,14 @@ def _sections(printer: CText, sections: Sequence[kir.Section], env: dict[str, st
             lines += load_matrix_text(printer, section, env)
         elif isinstance(section, kir.ShuffleSum):
             lines += shuffle_text(printer.kernel, section)
+        elif isinstance(section, kir.WarpGroupMma):
+            lines += warpgroup_mma_text(printer, section, env)
+        elif isinstance(section, kir.WarpGroupFence):
+            lines.append('asm volatile("wgmma.fence.sync.aligned;" ::: "memory");')
+        elif isinstance(section, kir.WarpGroupCommit):
+            lines.append('asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");')
+        elif isinstance(section, kir.WarpGroupWait):
+            lines += warpgroup_wait_text(printer.kernel, section)
         elif isinstance(section, kir.Uniform):
             v, it = printer.local(section.var), printer.index_type
             if section.step <= 0:
@@ -326,11 +354,16 @@ def print_kernel(kernel: kir.Kernel) -> str:
         for p in kernel.params
         if not p.is_array and p.ctype != "double"
     ]
+    alignment = shared_alignment(kernel)
     if dynamic_shared_bytes(kernel):
         body.append(
-            f"extern __shared__ __align__({SHARED_ALIGNMENT}) "
-            f"unsigned char {PREFIX}dynamic_shared[];"
+            f"extern __shared__ __align__({alignment}) unsigned char {PREFIX}dynamic_shared[];"
         )
+        if alignment > SHARED_ALIGNMENT:  # the alignment the descriptors rely on, checked
+            body.append(
+                f"if ((unsigned)__cvta_generic_to_shared({PREFIX}dynamic_shared) % {alignment}) "
+                "__trap();"
+            )
         body += [
             f"{a.ctype} *const {a.name} = reinterpret_cast<{a.ctype} *>"
             f"({PREFIX}dynamic_shared + {offset});"
@@ -338,7 +371,7 @@ def print_kernel(kernel: kir.Kernel) -> str:
         ]
     else:
         body += [
-            f"__shared__ __align__({SHARED_ALIGNMENT}) {a.ctype} {a.name}[{a.size}];"
+            f"__shared__ __align__({max(SHARED_ALIGNMENT, a.align)}) {a.ctype} {a.name}[{a.size}];"
             for a in kernel.shared
         ]
     body += [
@@ -356,6 +389,8 @@ def print_cuda(kernel: kir.Kernel) -> str:
 def print_cuda_module(kernels: Sequence[kir.Kernel]) -> str:
     """One CUDA source holding several kernels: the prelude once, then each kernel."""
     prelude = [CUDA_PRELUDE]
+    if any(uses_warpgroup_mma(k) for k in kernels):
+        prelude.append(WGMMA_HELPER)
     if any(uses_storage(k) for k in kernels):
         prelude.append(storage_helpers("__device__ __forceinline__", cuda=True))
     return "\n".join([*prelude, *(print_kernel(k) for k in kernels)])

@@ -57,7 +57,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..semantics import TO_FLOAT, storage_helpers
-from . import kir
+from . import emulator_wgmma, kir
 from .ctext import (
     C_LITERAL_MACROS,
     ENTRY_POINT,
@@ -75,6 +75,9 @@ from .ctext import (
 )
 from .kir import ELEMENT_BYTES
 from .mma import SHAPES
+
+#: Warpgroup MMA sections: per-thread code here (:mod:`.emulator_wgmma`).
+WARPGROUP_SECTIONS = kir.WarpGroupMma | kir.WarpGroupFence | kir.WarpGroupCommit | kir.WarpGroupWait
 
 POISON_INT = -0x5EADBEEF  # poison of int shared memory / thread variables
 POISON_LONG = -0x5EADBEEF5EADBEEF  # poison of long long ones
@@ -366,6 +369,8 @@ class EmulationText(CText):
         for s in sections:
             if isinstance(s, kir.PerThread):
                 lines += self.block(s.body, env)
+            elif isinstance(s, WARPGROUP_SECTIONS):
+                lines += self.warpgroup(s, env)
             elif isinstance(s, kir.Uniform) and _trips(s) > 0:
                 v, it = self.local(s.var), self.index_type
                 lines.append(f"for ({it} {v} = {s.start}; {v} < {s.stop}; {v} += {s.step}) {{")
@@ -404,6 +409,20 @@ class EmulationText(CText):
             else:
                 raise TypeError(f"unknown kernel section {s!r}")
         return code, pending
+
+    def warpgroup(self, section, env: dict[str, str]) -> list[str]:
+        """A warpgroup MMA section (:mod:`.emulator_wgmma`): queued, committed,
+        completed by the wait; the fence orders nothing the emulation reorders."""
+        if isinstance(section, kir.WarpGroupMma):
+            return emulator_wgmma.issue(self, section, env)
+        if isinstance(section, kir.WarpGroupCommit):
+            return emulator_wgmma.commit()
+        if isinstance(section, kir.WarpGroupWait):
+            return emulator_wgmma.wait(self, section.pending)
+        return []
+
+    def proxy_fence(self) -> list[str]:
+        return []  # shared memory has one view here
 
     def mma(self, section: kir.Mma) -> list[str]:
         """The warp loop executing one :class:`~kir.Mma` (see the module docstring)."""
@@ -683,7 +702,7 @@ def emulation_source(kernel: kir.Kernel) -> EmulationSource:
         f"for ({it} {b} = 0; {b} < {kernel.blocks}; ++{b}) {{",
         f"    if (!{PREFIX}ok{' || !' + PREFIX + 'qok' if q_allocate else ''}) continue;",
         f"    {PREFIX}c->block = {b};",
-        *indent([*poison, *q_reset, *code]),
+        *indent([*emulator_wgmma.queue_declarations(kernel), *poison, *q_reset, *code]),
         "}",
     ]
     parallel = [
@@ -719,6 +738,7 @@ def emulation_source(kernel: kir.Kernel) -> EmulationSource:
             storage_helpers("static inline") + _access_functions(STORAGE_SUFFIX)
             if uses_storage(kernel)
             or any(SHAPES[m.shape].packed > 1 for m in _mma_sections(kernel.body))
+            or emulator_wgmma.sites(kernel)
             else "",
             mma_prelude(kernel),
             f"void {ENTRY_POINT}(void **{PREFIX}buffers, const double *{PREFIX}scalars)",

@@ -232,8 +232,26 @@ class CopyWait:
     pending: int
 
 
+@dataclass(frozen=True)
+class ProxyFence:
+    """``fence.proxy.async.shared::cta``: the thread's completed writes to shared
+    memory become visible to the asynchronous proxy (the tensor cores of a
+    :class:`WarpGroupMma`); needed after a :class:`CopyWait` and before the
+    barrier that hands the tile to the warpgroups."""
+
+
 Stmt = (
-    Declare | Assign | Store | For | If | Comment | VectorLoad | CopyAsync | CopyCommit | CopyWait
+    Declare
+    | Assign
+    | Store
+    | For
+    | If
+    | Comment
+    | VectorLoad
+    | CopyAsync
+    | CopyCommit
+    | CopyWait
+    | ProxyFence
 )
 
 
@@ -319,7 +337,84 @@ class LoadMatrix:
     d: Fragment
 
 
-Section = PerThread | Barrier | Uniform | Mma | ShuffleSum | LoadMatrix
+#: Bytes per line of a 128-byte-swizzled :class:`SharedMatrix` (64 16-bit elements).
+SWIZZLE_LINE = 128
+
+
+@dataclass(frozen=True)
+class SharedMatrix:
+    """An operand of a :class:`WarpGroupMma` in shared memory, in the PTX ISA's
+    canonical 128-byte-swizzled layout of 16-bit elements.  The array is a sequence
+    of 128-byte *lines* of 64 elements; 16-byte chunk ``c`` of line ``l`` is stored
+    at chunk ``c ^ (l % 8)`` of that line (lines are grouped in 1024-byte atoms).
+
+    ``index`` (evaluated by the warpgroup's first thread) is the element where the
+    operand starts.  ``k_major``: element (r, k) of the ``rows × 16`` operand (A:
+    64 × 16; B: n × 16, transposed) lies in line ``r`` from the start, ``2k``
+    bytes in (``stride`` bytes from one 8-line group to the next).  Else (M or N
+    contiguous): element (r, k) lies in line ``k`` (``stride`` from one 8-line
+    group of k to the next), ``2·(r % 64)`` bytes in, plus ``leading`` bytes per
+    64 rows.  The descriptor carries ``leading`` and ``stride`` as they are."""
+
+    shared: str
+    index: Expr
+    k_major: bool
+    leading: int
+    stride: int
+
+
+@dataclass(frozen=True)
+class WarpGroupMma:
+    """``wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{type}.{type}``: every
+    warpgroup (four consecutive warps from a warp index divisible by 4) adds
+    ``A·B`` to its 64 × ``n`` accumulator tile, reading A (64 × 16) and B (16 ×
+    ``n``) from shared memory.  Lane ``t`` of the group's warp ``w`` holds, in
+    ``d.var[d.first + 4·j + i]``, the element of row ``16·w + r`` and column
+    ``8·j + c`` where (r, c) is element ``i`` of the m16n8 accumulator layout
+    (``einkern.gpu.mma.C16x8``).  Asynchronous: the operands are read and the
+    accumulators written some time before the :class:`WarpGroupWait` that
+    completes its group (:class:`WarpGroupCommit`); a :class:`WarpGroupFence`
+    must precede the first one after the accumulators were touched."""
+
+    shape: str
+    n: int
+    a: SharedMatrix
+    b: SharedMatrix
+    d: Fragment
+
+
+@dataclass(frozen=True)
+class WarpGroupFence:
+    """``wgmma.fence.sync.aligned``: orders the warpgroup's register and shared
+    accesses before the following :class:`WarpGroupMma` instructions."""
+
+
+@dataclass(frozen=True)
+class WarpGroupCommit:
+    """``wgmma.commit_group.sync.aligned``: the warpgroup's uncommitted
+    :class:`WarpGroupMma` instructions form one group."""
+
+
+@dataclass(frozen=True)
+class WarpGroupWait:
+    """``wgmma.wait_group.sync.aligned pending``: wait until at most ``pending`` of
+    the warpgroup's most recent groups are incomplete."""
+
+    pending: int
+
+
+Section = (
+    PerThread
+    | Barrier
+    | Uniform
+    | Mma
+    | ShuffleSum
+    | LoadMatrix
+    | WarpGroupMma
+    | WarpGroupFence
+    | WarpGroupCommit
+    | WarpGroupWait
+)
 
 
 # ---- declarations ------------------------------------------------------------
@@ -355,6 +450,8 @@ class SharedArray:
     name: str
     ctype: str
     size: int
+    #: bytes its start is aligned to (1024: the atoms of a :class:`SharedMatrix`)
+    align: int = 16
 
 
 @dataclass(frozen=True)

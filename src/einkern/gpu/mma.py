@@ -93,9 +93,17 @@ class MmaShape:
     b: Layout
     c: Layout
     min_arch: int  # the first sm_XY that has it
+    #: warps that issue one instruction together: 1 (``mma.sync``) or 4 (Hopper's
+    #: ``wgmma``, a warpgroup; m, n are then one warp's share of the accumulator
+    #: tile, laid out by ``c``, and a, b are unused: the operands come from shared
+    #: memory, :class:`~einkern.gpu.kir.WarpGroupMma`)
+    group: int = 1
 
     @property
     def ptx(self) -> str:
+        if self.group > 1:
+            inp = self.input_type
+            return f"wgmma.mma_async.sync.aligned.m64nNk{self.k}.f32.{inp}.{inp}"
         shape = f"m{self.m}n{self.n}k{self.k}"
         acc, inp = self.accumulator, self.input_type
         return f"mma.sync.aligned.{shape}.row.col.{acc}.{inp}.{inp}.{acc}"
@@ -208,6 +216,23 @@ for _type in ("bf16", "f16"):
             min_arch=80,
         )
     )  # fmt: skip
+    # Hopper's warpgroup MMA (sm_90a): each warp's share of the 64 × N accumulator
+    # tile is 16 rows of m16n8 tiles; A and B come from shared memory.
+    _add(
+        MmaShape(
+            f"wgmma_k16_{_type}", 16, 8, 16, _type, "f32",
+            a=SHAPES[f"m16n8k16_{_type}"].a,
+            b=SHAPES[f"m16n8k16_{_type}"].b,
+            c=C16x8,
+            min_arch=90,
+            group=4,
+        )
+    )  # fmt: skip
+
+
+def warp_shapes() -> list[str]:
+    """Names of the ``mma.sync`` shapes (one warp per instruction), sorted."""
+    return sorted(name for name, shape in SHAPES.items() if shape.group == 1)
 
 
 # ---- what one instruction computes ----------------------------------------------

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ...errors import BackendError, CompilationError
+from ...gpu.mma_warpgroup_text import needs_arch_specific
 from ...ir.nodes import Problem
 from .. import cache
 
@@ -103,6 +104,17 @@ def arch_for(major: int, minor: int) -> str:
             hint="install an nvidia-cuda-nvrtc wheel that supports this GPU",
         )
     return f"sm_{wanted}"
+
+
+def specific_arch(arch: str, source: str) -> str:
+    """``sm_90a`` for ``sm_90`` when ``source`` issues instructions only the
+    architecture-specific target has (Hopper's ``wgmma``), else ``arch``;
+    BackendError when such a source is compiled for another architecture."""
+    if not needs_arch_specific(source) or arch == "sm_90a":
+        return arch
+    if arch == "sm_90":
+        return "sm_90a"
+    raise BackendError(f"this kernel uses Hopper's wgmma: it runs on sm_90 only, not {arch}")
 
 
 def cache_directory() -> Path:
@@ -222,6 +234,7 @@ def compile_cubin(
         raise BackendError(f"extra NVRTC options are not supported: {options}")
     if not re.fullmatch(r"sm_\d+[a-z]?", arch):
         raise BackendError(f"not a real GPU architecture: {arch!r}", hint="use e.g. sm_90")
+    arch = specific_arch(arch, source)
     all_options = (f"--gpu-architecture={arch}", *OPTIONS, *options)
     version = nvrtc_version()
     key = cache_key(source, arch, all_options, version)

@@ -61,14 +61,41 @@ def test_tensor_core_kernels_match_the_reference(case):
     kernel = einkern.compile(program, backend="cuda", mappings=forced(program))
     source = kernel.source()
     kind = "bf16" if dtype == "bfloat16" else "f16"
-    assert "mma.sync" in source and f".{kind}.{kind}." in source
+    assert ("mma.sync" in source or "wgmma.mma_async" in source) and f".{kind}.{kind}" in source
     assert_matches_reference(kernel, seed=4)
 
 
-def test_the_default_takes_the_sixteen_byte_tiles():
+def every_tile(program: str) -> list:
+    problem = einkern.make_problem(einkern.load(program), {})
+    return mma_candidates(statement_task(problem, 0), tuning=True)
+
+
+@pytest.mark.parametrize("case", sorted(MMA))
+def test_every_offered_tile_matches_the_reference(case):
+    """The warpgroup tiles (``wgmma`` from 128-byte swizzled tiles, K-major and
+    M/N-major operands) and the ``mma.sync`` ones the tuner is offered."""
+    program = mma_program(*MMA[case])
+    for tile in every_tile(program):
+        mappings = {0: {"x": "", "mma": tile.values()}}
+        kernel = einkern.compile(program, backend="cuda", mappings=mappings)
+        assert_matches_reference(kernel, seed=5)
+
+
+def test_column_major_operands_on_warpgroup_tiles():
+    """M-major A and K-major B (column layout): the other descriptor forms."""
+    program = "layout column\n" + mma_program("bfloat16", "float32", "ij=ik*kj", 512)
+    tiles = [t for t in every_tile(program) if t.shape.startswith("wgmma")]
+    assert tiles
+    for tile in tiles:
+        mappings = {0: {"x": "", "mma": tile.values()}}
+        kernel = einkern.compile(program, backend="cuda", mappings=mappings)
+        assert_matches_reference(kernel, seed=7)
+
+
+def test_the_default_takes_the_warpgroup_tiles():
     kernel = einkern.compile(mma_program(*MMA["bf16 gemm 1000, fp32 out"]), backend="cuda")
     source = kernel.source()
-    assert "ldmatrix" in source and "cp.async.cg.shared.global" in source
+    assert "wgmma.mma_async" in source and "cp.async.cg.shared.global" in source
     assert_matches_reference(kernel, seed=6)
 
 

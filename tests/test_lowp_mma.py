@@ -26,6 +26,7 @@ from einkern.gpu.mma_model import (
     HALF_REGISTER_TILES,
     HALF_TILES,
     HALF_TUNING_TILES,
+    WARPGROUP_TILES,
     mma_candidates,
 )
 from einkern.ir.task import statement_task
@@ -288,14 +289,19 @@ def test_the_decision_and_the_tuner_offer_sixteen_bit_tiles():
     the register-copy tiles, which at their measured rate (slower than the fp32
     SIMT kernels) the decision leaves to the SIMT units."""
     task = big_gemm("bfloat16", "float32")
-    assert mma_candidates(task) == list(HALF_TILES["bfloat16"])
-    assert mma_candidates(big_gemm("float16", "float16")) == list(HALF_TILES["float16"])
+    both = [*WARPGROUP_TILES["bfloat16"], *HALF_TILES["bfloat16"]]  # sm_90: wgmma too
+    assert mma_candidates(task) == both
+    assert mma_candidates(task, arch="sm_80") == list(HALF_TILES["bfloat16"])
+    assert mma_candidates(big_gemm("float16", "float16"), arch="sm_86") == list(
+        HALF_TILES["float16"]
+    )
     assert mma_candidates(big_gemm("bfloat16", "float64")) == []  # computes in float64
     assert mma_candidates(big_gemm("bfloat16", "bfloat16", n=64)) == []  # launch-bound
     mapping = decide(task)
-    assert mapping.strategy == "mma" and mapping.mma in HALF_TILES["bfloat16"]
+    assert mapping.strategy == "mma" and mapping.mma in WARPGROUP_TILES["bfloat16"]
     space = {p.name: p.values for p in CudaTarget().parameters(task)}
-    assert set(HALF_TILES["bfloat16"]) | set(HALF_TUNING_TILES["bfloat16"]) <= set(space["mma"])
+    offered = set(both) | set(HALF_TUNING_TILES["bfloat16"])
+    assert offered <= set(space["mma"])
     odd = big_gemm("bfloat16", "float32", n=1001)  # rows of 1001 elements: 2-byte aligned
     assert mma_candidates(odd) == list(HALF_REGISTER_TILES["bfloat16"])
     assert decide(odd).strategy != "mma"

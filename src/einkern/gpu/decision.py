@@ -205,7 +205,9 @@ def choose(task: Task, limits: DeviceLimits = H100) -> Decision:
     points = gett.candidates(task, limits) + gett.split_candidates(task, limits)
     points += [
         config
-        for config in (CudaConfig(x="", mma=tile) for tile in mma_candidates(task))
+        for config in (
+            CudaConfig(x="", mma=tile) for tile in mma_candidates(task, arch=limits.arch)
+        )
         if violation(task, config, limits) is None
     ]
     points += [

@@ -96,6 +96,10 @@ def problems(task: Task, config: MmaConfig) -> list[str]:
         return [*found, f"no GEMM form for tensor cores: {error}"]
     if shape.packed > 1 and config.copy == "async":
         found += async_problems(c, config)
+    if shape.group > 1:
+        from .mma_warpgroup import warpgroup_problems  # a subclass of _Builder lives there
+
+        found += warpgroup_problems(c, config)
     return found + pointwise_problems(c, pointwise, shape.packed > 1)
 
 
@@ -167,7 +171,12 @@ def lower_mma(task: Task, config: MmaConfig, name: str | None = None) -> kir.Ker
     if trouble:
         raise ValueError("; ".join(trouble))
     c, pointwise = gemm_form(task)
-    return _Builder(task, c, config, name or f"einkern_s{task.position}", pointwise).kernel()
+    builder = _Builder
+    if SHAPES[config.shape].group > 1:
+        from .mma_warpgroup import WarpGroupBuilder  # a subclass of _Builder
+
+        builder = WarpGroupBuilder
+    return builder(task, c, config, name or f"einkern_s{task.position}", pointwise).kernel()
 
 
 def shared_bytes(config: MmaConfig, task: Task | None = None) -> int:
@@ -513,22 +522,25 @@ class _Builder:
 
     # -- the kernel -------------------------------------------------------------
 
+    def async_body(self, steps: int) -> list[kir.Section]:
+        """The prologue and the k loop of the asynchronous pipeline: the first
+        ``stages - 1`` tiles issued, then :meth:`async_step` per k-step."""
+        first: list[kir.Stmt] = []
+        for s in range(self.config.stages - 1):
+            first += self.issue(s, E.const(s), E.const(0))
+        return [
+            kir.PerThread(tuple(self.prologue() + first)),
+            kir.Uniform("kk", 0, steps, self.bk, tuple(self.async_step())),
+            kir.PerThread((kir.CopyWait(0),)),
+        ]
+
     def kernel(self) -> kir.Kernel:
         task, cfg = self.task, self.config
         (na, nb), nc = self.fragment_slots(), self.shape.c.count
         steps = math.ceil(self.K / self.bk) * self.bk
         zero = E.const(0)
         if cfg.copy == "async":
-            first: list[kir.Stmt] = []
-            for s in range(cfg.stages - 1):
-                first += self.issue(s, E.const(s), zero)
-            loop = kir.Uniform("kk", 0, steps, self.bk, tuple(self.async_step()))
-            body: tuple[kir.Section, ...] = (
-                kir.PerThread(tuple(self.prologue() + first)),
-                loop,
-                kir.PerThread((kir.CopyWait(0),)),
-                *epilogue_sections(self),
-            )
+            body: tuple[kir.Section, ...] = (*self.async_body(steps), *epilogue_sections(self))
         else:
             first = self.fetch("a", 0, zero) + self.fetch("b", 0, zero)
             if cfg.stages == 2:

@@ -40,6 +40,7 @@ from .device import DeviceLimits
 from .mma import SHAPES
 from .mma_config import MmaConfig
 from .mma_lower import async_problems, pointwise_problems
+from .mma_warpgroup import warpgroup_problems
 from .terms import L2_OVER_DRAM, Terms
 
 #: Whole-device multiply-add rate (flop/s, FMA = 2) of the generated kernel with
@@ -63,6 +64,9 @@ KERNEL_RATE.update({"bf16": HALF_RATE, "f16": HALF_RATE})
 #: by ldmatrix, 128×128 tiles, k-step 64, 3 stages: GEMM 8192 at 301 TFLOP/s on an
 #: H100 (128×256: 354; torch 864; the instruction 620; docs/tensor_cores.md).
 HALF_ASYNC_RATE = 301e12
+#: The warpgroup-MMA kernels (``wgmma``, 4 stages) per block tile: GEMM 8192
+#: bf16 on an H100 (scripts/gpu_half_tiles.py; torch 874 in the same run).
+WARPGROUP_RATES = {(128, 256): 641e12, (256, 128): 613e12, (128, 128): 458e12, (64, 128): 422e12}
 MEASURED_SMS = 132
 TILE_OVERHEAD = 16.0
 STORE_EFFICIENCY = 0.4
@@ -82,6 +86,10 @@ def tile_rate(config: MmaConfig) -> float:
     return (ai / (ai + TILE_OVERHEAD)) / (64 / (64 + TILE_OVERHEAD))
 
 
+#: The smallest tile of :data:`WARPGROUP_RATES` (other tiles scale from it).
+WARPGROUP_BASE = MmaConfig("wgmma_k16_bf16", 4, 1, 1, 16, 64, stages=4, copy="async")
+
+
 def mma_bounds(task: Task, config: MmaConfig, limits: DeviceLimits) -> tuple[float, float, float]:
     """(dram, l2, arithmetic) seconds of the tensor-core kernel of ``config``."""
     c, pointwise = gemm_form(task)
@@ -92,7 +100,12 @@ def mma_bounds(task: Task, config: MmaConfig, limits: DeviceLimits) -> tuple[flo
     blocks = tiles_m * tiles_n * batch
     steps = math.ceil(k / config.k_step) * config.k_step
     per_sm = KERNEL_RATE[shape.input_type] / MEASURED_SMS * tile_rate(config)
-    if config.copy == "async" and shape.packed > 1:
+    if shape.group > 1:
+        rate = WARPGROUP_RATES.get((bm, bn))
+        if rate is None:  # a tuning tile: scaled from the 64 x 128 one by intensity
+            rate = WARPGROUP_RATES[64, 128] * tile_rate(config) / tile_rate(WARPGROUP_BASE)
+        per_sm = rate / MEASURED_SMS
+    elif config.copy == "async" and shape.packed > 1:
         per_sm = HALF_ASYNC_RATE / MEASURED_SMS * tile_rate(config)
     elif config.copy == "async":
         per_sm *= ASYNC_GAIN
@@ -183,6 +196,18 @@ HALF_TUNING_TILES = {
     )
     for dtype, kind in (("bfloat16", "bf16"), ("float16", "f16"))
 }
+#: Hopper's warpgroup MMA (``wgmma``, sm_90 only) for the same 16-byte-copy
+#: operands: two or four warpgroups of 64 rows, k-step 64 in 128-byte swizzled
+#: lines, 4 stages (:mod:`einkern.gpu.mma_warpgroup`).
+WARPGROUP_TILES = {
+    dtype: (
+        MmaConfig(f"wgmma_k16_{kind}", 8, 1, 1, 32, 64, stages=4, copy="async"),  # 128 x 256
+        MmaConfig(f"wgmma_k16_{kind}", 16, 1, 1, 16, 64, stages=4, copy="async"),  # 256 x 128
+        MmaConfig(f"wgmma_k16_{kind}", 8, 1, 1, 16, 64, stages=4, copy="async"),  # 128 x 128
+        MmaConfig(f"wgmma_k16_{kind}", 4, 1, 1, 16, 64, stages=4, copy="async"),  # 64 x 128
+    )
+    for dtype, kind in (("bfloat16", "bf16"), ("float16", "f16"))
+}
 #: ... and for the others (copied element by element through registers): the tf32
 #: tiles with the m16n8k16 instruction.
 HALF_REGISTER_TILES = {
@@ -191,7 +216,7 @@ HALF_REGISTER_TILES = {
 }
 
 
-def mma_candidates(task: Task, tuning: bool = False) -> list[MmaConfig]:
+def mma_candidates(task: Task, tuning: bool = False, arch: str = "sm_90") -> list[MmaConfig]:
     """Tensor-core tile shapes for ``task``, a statement of GEMM form of at least
     :data:`MIN_FLOPS`: fp64 ones when every tensor is float64 (``tuning``: the
     register-prefetched ones and the shared-memory epilogue too); tf32 ones
@@ -200,7 +225,8 @@ def mma_candidates(task: Task, tuning: bool = False) -> list[MmaConfig]:
     bf16 (f16) ones when both inputs are bfloat16 (float16) and the output is of
     that dtype or float32 (the products are exact and accumulate in float32, as the
     statement computes: no precision needed) — the cp.async tiles when both
-    operands can be copied 16 bytes at a time, else the register-copy ones;
+    operands can be copied 16 bytes at a time (on ``arch`` sm_90, the warpgroup
+    tiles first, those whose layout allows them), else the register-copy ones;
     empty otherwise."""
     if not task.single:
         return []
@@ -230,6 +256,9 @@ def mma_candidates(task: Task, tuning: bool = False) -> list[MmaConfig]:
         return []
     if SHAPES[tiles[0].shape].packed > 1 and async_problems(c, tiles[0]):
         tiles = list(HALF_REGISTER_TILES[min(reads)])
+    elif SHAPES[tiles[0].shape].packed > 1 and arch.startswith("sm_90"):
+        groups = [w for w in WARPGROUP_TILES[min(reads)] if not warpgroup_problems(c, w)]
+        tiles = groups + tiles
     if pointwise_problems(c, pointwise, SHAPES[tiles[0].shape].packed > 1):
         return []
     return tiles if c.flops >= MIN_FLOPS else []

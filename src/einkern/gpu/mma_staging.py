@@ -35,6 +35,8 @@ from .mma_config import MmaConfig
 
 #: 16-bit elements per 16-byte ``cp.async`` and per ``ldmatrix`` row.
 VECTOR = 8
+#: 16-bit elements per 128-byte line of a swizzled warpgroup-MMA tile.
+SWIZZLE_ELEMENTS = kir.SWIZZLE_LINE // 2
 
 
 @dataclass(frozen=True)
@@ -46,12 +48,30 @@ class Staging:
     along_cols: bool
     ld: int
     width: int = 1
+    #: warpgroup MMA tiles: the 128-byte-swizzled lines of a
+    #: :class:`~einkern.gpu.kir.SharedMatrix` (``ld`` 64), the contiguous
+    #: dimension cut into blocks of 64 of ``lines`` lines each (the other
+    #: dimension's extent)
+    swizzle: bool = False
+    lines: int = 0
 
     def index(self, row: kir.Expr, col: kir.Expr) -> kir.Expr:
         """Shared index of tile element (row, col)."""
+        if self.swizzle:
+            return self._swizzled(col, row) if self.along_cols else self._swizzled(row, col)
         if self.along_cols:
             return E.add(E.mul(row, E.const(self.ld)), col)
         return E.add(E.mul(col, E.const(self.ld)), row)
+
+    def _swizzled(self, u: kir.Expr, v: kir.Expr) -> kir.Expr:
+        """Element (u along the contiguous dimension, v along the other) of a
+        swizzled tile: line ``(u / 64)·lines + v``, its 16-byte chunk ``(u % 64) / 8``
+        stored at chunk ``chunk ^ (line % 8)``."""
+        line = E.add(E.mul(E.div(u, SWIZZLE_ELEMENTS), E.const(self.lines)), v)
+        chunk = E.div(E.mod(u, SWIZZLE_ELEMENTS), VECTOR)
+        swizzled = kir.Op("^", chunk, E.mod(line, 8))
+        index = E.add(E.mul(line, E.const(SWIZZLE_ELEMENTS)), E.mul(swizzled, E.const(VECTOR)))
+        return index if self.width == VECTOR else E.add(index, E.mod(u, VECTOR))
 
     def along_k(self, which: str) -> bool:
         """Whether k is the contiguous dimension of the A (``"a"``: k × columns)
@@ -60,6 +80,8 @@ class Staging:
 
     def elements(self, rows: int, cols: int) -> int:
         """Shared elements of one buffer of a ``rows × cols`` tile."""
+        if self.swizzle:
+            return rows * cols
         return (rows if self.along_cols else cols) * self.ld
 
 
@@ -104,6 +126,8 @@ def staging(c: Contraction | None, config: MmaConfig, which: str) -> Staging:
     rows, cols = (bm, config.k_step) if which == "a" else (config.k_step, bn)
     if SHAPES[config.shape].packed == 1:
         return Staging(True, cols + _padding(cols, config.padding, config.itemsize, which))
+    if SHAPES[config.shape].group > 1 and c is None:  # swizzled: no padding either way
+        return Staging(True, SWIZZLE_ELEMENTS, VECTOR, swizzle=True, lines=rows)
     if c is None:
         both = [
             Staging(o, _sixteen_bit_ld(cols if o else rows, config.padding)) for o in (True, False)
@@ -111,6 +135,9 @@ def staging(c: Contraction | None, config: MmaConfig, which: str) -> Staging:
         return max(both, key=lambda s: s.elements(rows, cols))
     operand, row_group, col_group = tile_groups(c, which)
     along_cols = runs_along_cols(operand, col_group)
+    if SHAPES[config.shape].group > 1:  # warpgroup MMA: swizzled lines, 16-byte copies
+        other = rows if along_cols else cols
+        return Staging(along_cols, SWIZZLE_ELEMENTS, VECTOR, swizzle=True, lines=other)
     width = VECTOR if config.copy == "async" else 1
     return Staging(along_cols, _sixteen_bit_ld(cols if along_cols else rows, config.padding), width)
 

@@ -101,7 +101,7 @@ class CudaTarget:
             # a GETT point's staging has k-step 1 (its k-steps are in the tiling)
             stagings = [replace(s, k_step=1) for s in space["staging"]]
             space["staging"] = tuple(dict.fromkeys([*space["staging"], *stagings]))
-        tiles = mma_candidates(task, tuning=True)
+        tiles = mma_candidates(task, tuning=True, arch=limits.arch)
         if tiles:  # None: the SIMT families
             space["mma"] = (None, *tiles)
         found = []

@@ -1,8 +1,9 @@
-"""bf16/f16 tensor-core tiles on the GPU (16-bit shared tiles, ldmatrix, 16-byte
-cp.async): each configuration of ``CONFIGS`` on GEMM and contraction shapes,
-against torch (cuBLAS / torch.einsum) in the same run.  CUDA events after
-warm-up, L2 flushed (256 MiB written) before every call, median of 20 runs,
-random inputs in [0.5, 1.5); error: max |C - C_fp64| / max |C_fp64|.
+"""bf16/f16 tensor-core tiles on the GPU (warpgroup MMA from swizzled tiles, or
+mma.sync from 16-bit shared tiles by ldmatrix; 16-byte cp.async): each
+configuration of ``CONFIGS`` on GEMM and contraction shapes, against torch
+(cuBLAS / torch.einsum) in the same run.  CUDA events after warm-up, L2
+flushed (256 MiB written) before every call, median of 20 runs, random inputs
+in [0.5, 1.5); error: max |C - C_fp64| / max |C_fp64|.
 
     PYTHONPATH=src python scripts/gpu_half_tiles.py [--default] [NAME-SUBSTRING ...]
 
@@ -29,7 +30,16 @@ def tile(wm, wn, tm, tn, k, stages, copy="async"):
     return MmaConfig("m16n8k16_bf16", wm, wn, tm, tn, k, stages=stages, copy=copy)
 
 
+def warpgroups(warps, tiles_n, stages=4):
+    return MmaConfig("wgmma_k16_bf16", warps, 1, 1, tiles_n, 64, stages=stages, copy="async")
+
+
 CONFIGS = {
+    "wgmma 128x256 s4": warpgroups(8, 32),
+    "wgmma 256x128 s4": warpgroups(16, 16),
+    "wgmma 128x128 s4": warpgroups(8, 16),
+    "wgmma 64x128 s4": warpgroups(4, 16),
+    "wgmma 128x256 s3": warpgroups(8, 32, 3),
     "128x128 w2x4 t4x4 k32 s3": tile(2, 4, 4, 4, 32, 3),
     "128x128 w2x2 t4x8 k32 s4": tile(2, 2, 4, 8, 32, 4),
     "128x256 w2x4 t4x8 k32 s3": tile(2, 4, 4, 8, 32, 3),
@@ -126,7 +136,8 @@ def main() -> None:
             kernel = einkern.compile(text, backend="cuda", **extents)
             default = timed(lambda k=kernel, o=ops, r=result: k(A=o[0], B=o[1], C=r), RUNS)
             err = float((result.double() - exact).abs().max() / exact.abs().max())
-            kinds = sorted({"mma" if "mma.sync" in kernel.source() else "simt"})
+            source = kernel.source()
+            kinds = ["wgmma" if "wgmma." in source else "mma" if "mma.sync" in source else "simt"]
             launches = len(kernel.source().split("__global__")) - 1
             print(
                 f"    {'einkern default':26s} {default:8.3f} ms {flops / default / 1e9:6.1f} TF/s "
@@ -137,7 +148,8 @@ def main() -> None:
             for cname, base in CONFIGS.items():
                 if only_default:
                     break
-                config = MmaConfig.from_values({**base.values(), "shape": f"m16n8k16_{kind}"})
+                shape = base.shape.replace("bf16", kind)
+                config = MmaConfig.from_values({**base.values(), "shape": shape})
                 trouble = problems(task, config)
                 if trouble:
                     print(f"    {cname:26s} refused: {trouble[0]}")

@@ -18,7 +18,7 @@ from conftest import problem_of
 
 from einkern.backends.emulator import emulate, print_emulation_c
 from einkern.backends.verify import verify
-from einkern.gpu import kir, mma_lower
+from einkern.gpu import kir, mma_builder
 from einkern.gpu.cuda_printer import print_cuda
 from einkern.gpu.decision import decide
 from einkern.gpu.mma_lower import MmaConfig, lower_mma, problems
@@ -200,14 +200,14 @@ def test_fragment_registers_in_the_wrong_order_are_caught(operand, monkeypatch):
     problem = half_problem("gemm", "bfloat16", "float32")
     config = CONFIGS["2x2 warps, k32"]("bf16")
     check(problem, config)
-    origins = mma_lower.register_origins
+    origins = mma_builder.register_origins
     wrong = "a" if operand == "a" else "b"
 
     def reversed_origins(layout, k_along_cols):
         found = origins(layout, k_along_cols)
         return found[::-1] if k_along_cols == (wrong == "a") else found
 
-    monkeypatch.setattr(mma_lower, "register_origins", reversed_origins)
+    monkeypatch.setattr(mma_builder, "register_origins", reversed_origins)
     kernel = lower_mma(statement_task(problem, 0), config)
     result = verify(problem, {0: None}, kernels=[kernel])
     assert result.bad_accesses == 0

@@ -1,5 +1,5 @@
 """Tensor-core kernels on Hopper's warpgroup MMA (``wgmma``, sm_90a) for bf16/f16
-contractions: :class:`WarpGroupBuilder`, a variant of :mod:`.mma_lower`'s builder.
+contractions: :class:`WarpGroupBuilder`, a subclass of :class:`~.mma_builder.TileBuilder`.
 
 Kernel shape, for an :class:`~.mma_config.MmaConfig` of a ``wgmma_k16_*`` shape
 (``warps_m`` a multiple of 4, ``warps_n`` = ``tiles_m`` = 1, ``k_step`` 64):
@@ -30,8 +30,8 @@ from dataclasses import replace
 from . import exprs as E
 from . import kir
 from .contraction import Contraction
+from .mma_builder import TileBuilder
 from .mma_config import MmaConfig
-from .mma_lower import _Builder
 from .mma_staging import SWIZZLE_ELEMENTS, LoadCall, staging
 from .mma_warpgroup_text import ATOM, MAX_N, WARPGROUP
 
@@ -65,7 +65,7 @@ def warpgroup_problems(c: Contraction, config: MmaConfig) -> list[str]:
     return found
 
 
-class WarpGroupBuilder(_Builder):
+class WarpGroupBuilder(TileBuilder):
     """The :mod:`.mma_lower` builder with warpgroup MMAs from swizzled shared tiles
     (see the module docstring)."""
 

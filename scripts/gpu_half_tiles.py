@@ -137,11 +137,11 @@ def main() -> None:
             default = timed(lambda k=kernel, o=ops, r=result: k(A=o[0], B=o[1], C=r), RUNS)
             err = float((result.double() - exact).abs().max() / exact.abs().max())
             source = kernel.source()
-            kinds = ["wgmma" if "wgmma." in source else "mma" if "mma.sync" in source else "simt"]
-            launches = len(kernel.source().split("__global__")) - 1
+            used = "wgmma" if "wgmma." in source else "mma" if "mma.sync" in source else "simt"
+            launches = len(source.split("__global__")) - 1
             print(
                 f"    {'einkern default':26s} {default:8.3f} ms {flops / default / 1e9:6.1f} TF/s "
-                f"{t_torch / default:5.2f}x torch  {kinds[0]}, {launches} kernel(s), err {err:.1e}",
+                f"{t_torch / default:5.2f}x torch  {used}, {launches} kernel(s), err {err:.1e}",
                 flush=True,
             )
             summary.append((name, kind, "einkern default", default, t_torch, flops))

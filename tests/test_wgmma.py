@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from test_lowp_mma import ALIGNED, half_problem
+from test_lowp_mma import ALIGNED, check, half_problem
 
 from einkern.backends.verify import verify
 from einkern.gpu import kir
@@ -32,15 +32,6 @@ def tile(warps: int, tiles_n: int, stages: int = 3, kind: str = "bf16") -> MmaCo
 #: Small tiles (the emulator runs every lane): one and two warpgroups, N = 64
 #: and 128, 3 and 4 stages.
 TILES = {"64x64 s3": tile(4, 8), "128x64 s4": tile(8, 8, 4), "64x128 s3": tile(4, 16)}
-
-
-def check(problem, config: MmaConfig, seed: int = 0) -> float:
-    kernel = lower_mma(statement_task(problem, 0), config)
-    result = verify(problem, {0: None}, seed=seed, kernels=[kernel])
-    assert result.bad_accesses == 0, result.errors[:3]
-    out = problem.program.statements[0].output.tensor
-    assert result.max_relative_error <= output_tolerance(problem, out), result
-    return result.max_relative_error
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])

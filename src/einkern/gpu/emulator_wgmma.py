@@ -37,14 +37,17 @@ def sites(kernel: Kernel) -> list[WarpGroupMma]:
     return [n for n in walk(kernel.body) if isinstance(n, WarpGroupMma)]
 
 
+def _capacity(kernel: Kernel) -> int:
+    """Queue entries per block: each site issued four times per warpgroup."""
+    return 4 * len(sites(kernel)) * (kernel.threads // WARPGROUP)
+
+
 def queue_declarations(kernel: Kernel) -> list[str]:
     """The per-block queue of issued, incomplete warpgroup MMAs and each
     warpgroup's count of committed groups (empty: no warpgroup MMA)."""
-    found = sites(kernel)
-    if not found:
+    if not sites(kernel):
         return []
-    groups = kernel.threads // WARPGROUP
-    cap = 4 * len(found) * groups
+    groups, cap = kernel.threads // WARPGROUP, _capacity(kernel)
     q = f"{PREFIX}wq"
     return [
         *(f"int {q}_{f}[{cap}];" for f in QUEUE),
@@ -70,7 +73,7 @@ def issue(printer, section: WarpGroupMma, env: dict[str, str]) -> list[str]:
     check_warpgroup_mma(printer.kernel, section)
     site = sites(printer.kernel).index(section)
     q, it = f"{PREFIX}wq", printer.index_type
-    cap = 4 * len(sites(printer.kernel)) * (printer.kernel.threads // WARPGROUP)
+    cap = _capacity(printer.kernel)
     a = printer.expr(section.a.index, env, it)
     b = printer.expr(section.b.index, env, it)
     return _leader(

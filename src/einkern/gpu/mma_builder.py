@@ -232,19 +232,29 @@ class TileBuilder:
                 stmts.append(kir.If(share, (copy,)) if share is not None else copy)
         return [*stmts, kir.CopyCommit()]
 
+    def tiles_ahead(self) -> int:
+        """How many k-steps ahead the asynchronous pipeline copies: ``stages - 1``
+        (every buffer but the one being read is in flight)."""
+        return self.config.stages - 1
+
+    def landed(self) -> list[kir.Stmt]:
+        """Per thread, before the k-step's barrier: wait until this step's tile
+        has landed (at most ``tiles_ahead() - 1`` younger groups in flight)."""
+        return [kir.CopyWait(self.tiles_ahead() - 1)]
+
     def async_step(self) -> list[kir.Section]:
         """One k-step of the asynchronous pipeline: wait until this step's tiles
         have landed, a barrier (they are visible, and every warp is done with the
-        buffer refilled next), the copies of the tiles ``stages - 1`` steps ahead
-        issued into that buffer, then the fragments and MMAs of this step."""
-        stages = self.config.stages
+        buffer refilled next), the copies of the tiles :meth:`tiles_ahead` steps
+        ahead issued into that buffer, then the fragments and MMAs of this step."""
+        stages, ahead = self.config.stages, self.tiles_ahead()
         step = E.div(kir.Var("kk"), self.bk)
         current = E.mod(step, stages)
-        ahead = E.mod(E.add(step, E.const(stages - 1)), stages)
+        number = E.mod(E.add(step, E.const(ahead)), stages)
         return [
-            kir.PerThread((kir.CopyWait(stages - 2),)),
+            kir.PerThread(tuple(self.landed())),
             kir.Barrier(),
-            kir.PerThread(tuple(self.issue(stages - 1, ahead))),
+            kir.PerThread(tuple(self.issue(ahead, number))),
             *self.multiply(current),
         ]
 
@@ -375,16 +385,21 @@ class TileBuilder:
 
     # -- the kernel -------------------------------------------------------------
 
+    def drain(self) -> list[kir.Section]:
+        """The sections after the k loop that complete everything in flight."""
+        return [kir.PerThread((kir.CopyWait(0),))]
+
     def async_body(self, steps: int) -> list[kir.Section]:
         """The prologue and the k loop of the asynchronous pipeline: the first
-        ``stages - 1`` tiles issued, then :meth:`async_step` per k-step."""
+        :meth:`tiles_ahead` tiles issued, then :meth:`async_step` per k-step,
+        then :meth:`drain`."""
         first: list[kir.Stmt] = []
-        for s in range(self.config.stages - 1):
+        for s in range(self.tiles_ahead()):
             first += self.issue(s, E.const(s), E.const(0))
         return [
             kir.PerThread(tuple(self.prologue() + first)),
             kir.Uniform("kk", 0, steps, self.bk, tuple(self.async_step())),
-            kir.PerThread((kir.CopyWait(0),)),
+            *self.drain(),
         ]
 
     def kernel(self) -> kir.Kernel:

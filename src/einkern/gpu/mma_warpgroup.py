@@ -103,29 +103,17 @@ class WarpGroupBuilder(TileBuilder):
             sections.append(kir.WarpGroupMma(self.shape.name, n, a, b, acc))
         return [*sections, kir.WarpGroupCommit(), kir.WarpGroupWait(1)]
 
-    def async_step(self) -> list[kir.Section]:
-        """One k-step (see the module docstring)."""
-        stages = self.config.stages
-        step = E.div(kir.Var("kk"), self.bk)
-        current = E.mod(step, stages)
-        ahead = E.mod(E.add(step, E.const(stages - 2)), stages)
-        return [
-            kir.PerThread((kir.CopyWait(stages - 3), kir.ProxyFence())),
-            kir.Barrier(),
-            kir.PerThread(tuple(self.issue(stages - 2, ahead))),
-            *self.multiply(current),
-        ]
+    def tiles_ahead(self) -> int:
+        """``stages - 2``: the buffer the MMAs of the step before read stays
+        untouched while their group may still be in flight."""
+        return self.config.stages - 2
 
-    def async_body(self, steps: int) -> list[kir.Section]:
-        first: list[kir.Stmt] = []
-        for s in range(self.config.stages - 2):
-            first += self.issue(s, E.const(s), E.const(0))
-        return [
-            kir.PerThread(tuple(self.prologue() + first)),
-            kir.Uniform("kk", 0, steps, self.bk, tuple(self.async_step())),
-            kir.WarpGroupWait(0),
-            kir.PerThread((kir.CopyWait(0),)),
-        ]
+    def landed(self) -> list[kir.Stmt]:
+        """The wait, then the copies made visible to the tensor cores."""
+        return [*super().landed(), kir.ProxyFence()]
+
+    def drain(self) -> list[kir.Section]:
+        return [kir.WarpGroupWait(0), *super().drain()]
 
     def kernel(self) -> kir.Kernel:
         kernel = super().kernel()

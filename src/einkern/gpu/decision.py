@@ -22,13 +22,14 @@ from dataclasses import dataclass, field, replace
 
 from ..ir.task import Task
 from . import gett, pair, pair_space
+from .block_order import block_order
 from .config import SCALAR_CONFIG, CudaConfig
 from .device import H100, DeviceLimits
 from .lower import preload_applies
 from .mapping import Mapping
 from .mma_family_model import DECISION_COUNT as FAMILY_DECISION_COUNT
 from .mma_family_model import family_candidates
-from .mma_model import mma_candidates
+from .mma_model import mma_bounds, mma_candidates
 from .model import cost_terms, predicted_time
 from .rules import (
     Change,
@@ -236,7 +237,12 @@ def choose(task: Task, limits: DeviceLimits = H100) -> Decision:
             f"family {family} won: {described} against {runner} (predicted, "
             f"a point must be {1 / MARGIN:.3g}× faster){tie}"
         )
-        return Decision(best, ((*proposal.steps, ("model-choice", reason))))
+        steps = (*proposal.steps, ("model-choice", reason))
+        if best.mma is not None and not best.mma.box:
+            group, why = block_order(task, best.mma, limits, mma_bounds(task, best.mma, limits)[2])
+            best = replace(best, mma=replace(best.mma, group_m=group))
+            steps = (*steps, ("block-order", why))
+        return Decision(best, steps)
     reason = (
         f"family rules kept: predicted {rules_time * 1e6:.3g} µs "
         f"({_bound(task, proposal.config, limits)}); runner-up: {described}, not "

@@ -205,6 +205,8 @@ class Mapping:
             data.pop("accumulate")
         if self.mma is None:
             data.pop("mma")
+        elif self.mma.group_m == 1:  # absent when neutral: the form before the field
+            data["mma"].pop("group_m")
         if not self.pair:
             data.pop("pair")
         return json.dumps(data, indent=indent)

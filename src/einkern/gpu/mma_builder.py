@@ -97,15 +97,30 @@ class TileBuilder:
         lane = E.mod(self.tid(), 32)
         return E.div(lane, 4), E.mod(lane, 4)
 
+    def block_tile_coordinates(self, block: kir.Expr) -> tuple[kir.Expr, kir.Expr]:
+        """The M and N tile of ``block`` in its batch: M fastest, in groups of
+        ``group_m`` M tiles (the last group may be shorter) swept across N."""
+        within = E.mod(block, self.tiles_m * self.tiles_n) if self.batches > 1 else block
+        group = min(self.config.group_m, self.tiles_m)
+        if group <= 1 or self.tiles_n == 1:
+            return E.mod(within, self.tiles_m), E.mod(E.div(within, self.tiles_m), self.tiles_n)
+        per_group = group * self.tiles_n
+        first = E.mul(E.div(within, per_group), E.const(group))
+        local = E.mod(within, per_group)
+        size: kir.Expr = E.const(group)
+        if self.tiles_m % group:
+            size = E.minimum(E.sub(E.const(self.tiles_m), first), size)
+            return E.add(first, kir.Op("%", local, size)), kir.Op("/", local, size)
+        return E.add(first, E.mod(local, group)), E.div(local, group)
+
     def prologue(self) -> list[kir.Stmt]:
-        """Block coordinates (M tile fastest, then N, then batch) and the batch's
-        base offsets into every tensor."""
+        """Block coordinates (:meth:`block_tile_coordinates`, then batch) and the
+        batch's base offsets into every tensor."""
         block = kir.BlockIdx()
+        tile_m, tile_n = self.block_tile_coordinates(block)
         body: list[kir.Stmt] = [
-            kir.Assign("row0", E.mul(E.mod(block, self.tiles_m), E.const(self.bm))),
-            kir.Assign(
-                "col0", E.mul(E.mod(E.div(block, self.tiles_m), self.tiles_n), E.const(self.bn))
-            ),
+            kir.Assign("row0", E.mul(tile_m, E.const(self.bm))),
+            kir.Assign("col0", E.mul(tile_n, E.const(self.bn))),
         ]
         flat = E.div(block, self.tiles_m * self.tiles_n)
         coords = self.c.coordinates(self.c.batch, flat) if self.c.batch else {}

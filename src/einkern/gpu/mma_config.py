@@ -20,7 +20,7 @@ STRATEGY = "mma"
 class MmaConfig:
     """A block computes a ``BM × BN`` output tile: ``warps_m × warps_n`` warps, each
     a ``tiles_m × tiles_n`` grid of instruction tiles; K steps by ``k_step``
-    (see :mod:`einkern.gpu.mma_lower`)."""
+    (see :mod:`einkern.gpu.mma_lower`); blocks are ordered by ``group_m``."""
 
     shape: str = "m16n8k4_f64"
     warps_m: int = 4
@@ -42,6 +42,10 @@ class MmaConfig:
     #: product families only (:mod:`einkern.gpu.mma_family`): the block's box of
     #: the output, elements per output index (absent: 1); empty for one contraction
     box: tuple[tuple[str, int], ...] = ()
+    #: block order: consecutive blocks walk down ``group_m`` M tiles, then to the
+    #: next N tile, so the blocks resident at once share A and B panels in L2
+    #: (1: M tile fastest over the whole of M, the order before this field)
+    group_m: int = 1
 
     def block_tile(self) -> tuple[int, int]:
         shape = SHAPES[self.shape]
@@ -73,6 +77,7 @@ class MmaConfig:
             f"{self.stages} stage(s) {copy}"
             + (", 3xTF32" if self.split else "")
             + (", shared-memory epilogue" if self.epilogue == "shared" else "")
+            + (f", blocks in groups of {self.group_m} M tiles" if self.group_m > 1 else "")
         )
 
     def describe_family(self) -> str:
@@ -92,6 +97,8 @@ class MmaConfig:
             data["box"] = [list(pair) for pair in self.box]
         else:
             del data["box"]
+        if self.group_m == 1:
+            del data["group_m"]
         return data
 
     @classmethod
@@ -124,6 +131,8 @@ class MmaConfig:
             wanted = {"shape": str, "copy": str, "epilogue": str, "split": bool}.get(f.name, int)
             if not isinstance(value, wanted) or (wanted is int and isinstance(value, bool)):
                 raise TypeError(f"mma {f.name} {value!r} ({wanted.__name__})")
+        if config.group_m < 1:
+            raise ValueError(f"mma group_m {config.group_m} (a positive number of M tiles)")
         if config.shape not in SHAPES:
             raise ValueError(f"unknown MMA shape {config.shape!r} (one of {', '.join(SHAPES)})")
         return config

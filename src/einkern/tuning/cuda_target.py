@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..backends.cuda.limits import device_limits
+from ..gpu.block_order import with_block_orders
 from ..gpu.config import CudaConfig
 from ..gpu.decision import choose, default_config
 from ..gpu.gett import best_points as best_gett_points
@@ -102,6 +103,7 @@ class CudaTarget:
             stagings = [replace(s, k_step=1) for s in space["staging"]]
             space["staging"] = tuple(dict.fromkeys([*space["staging"], *stagings]))
         tiles = mma_candidates(task, tuning=True, arch=limits.arch)
+        tiles = with_block_orders(task, tiles, limits)
         if tiles:  # None: the SIMT families
             space["mma"] = (None, *tiles)
         found = []

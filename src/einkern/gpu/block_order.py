@@ -1,0 +1,135 @@
+"""The block order of a tensor-core kernel (``MmaConfig.group_m``), chosen by a
+model of the operand panels the resident blocks read from DRAM.
+
+A block of a BM × BN tile reads an A panel (BM rows, all of K) and a B panel (BN
+columns, all of K).  The ``sm_count`` blocks resident at once (one wave) step
+through K at about the same pace, so a panel that several of them read comes
+from DRAM once per wave and from L2 after.  DRAM traffic is therefore about
+Σ over waves of (distinct A panels · A panel bytes + distinct B panels · B panel
+bytes).  With the M tile fastest over the whole of M, a wave spans every A panel
+once M has fewer tiles than the wave has blocks; walking down groups of
+``group_m`` M tiles before moving along N makes the wave a near-square patch of
+tiles and halves that traffic or better on large products.
+
+:func:`block_order` computes the traffic of each order in :data:`GROUPS` for the
+first waves of the grid and keeps the default order unless its re-reads are
+predicted to cost at least :data:`SHARE` of the arithmetic time — below that they
+hide behind the MMAs (measured: DGEMM 2048 and 4096, where grouping did not
+help), above it the order of least traffic wins (bf16 GEMM 8192: +6 %, DGEMM
+8192: +3.5 %; ``docs/tensor_cores.md``, "Block order").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from ..ir.task import Task
+from .contraction import gemm_form
+from .device import DeviceLimits
+from .mma_config import MmaConfig
+from .mma_model import mma_bounds
+
+#: The group sizes considered (1: the M tile fastest over all of M).
+GROUPS = (1, 4, 8, 16)
+#: Re-read DRAM time, as a share of the arithmetic time, from which the order
+#: is changed.
+SHARE = 0.2
+#: Waves evaluated (the traffic of the rest is scaled from theirs).
+WAVES = 8
+
+
+@dataclass(frozen=True)
+class Panels:
+    """The panel grid of a kernel: tiles along M and N, batches, bytes per panel."""
+
+    tiles_m: int
+    tiles_n: int
+    batches: int
+    a_bytes: int
+    b_bytes: int
+
+    def tile(self, block: int, group: int) -> tuple[int, int, int]:
+        """(batch, M tile, N tile) of ``block`` in the order of ``group``; the
+        arithmetic of :meth:`~.mma_builder.TileBuilder.block_tile_coordinates`."""
+        per_batch = self.tiles_m * self.tiles_n
+        batch, within = divmod(block, per_batch)
+        group = min(group, self.tiles_m)
+        if group <= 1 or self.tiles_n == 1:
+            return batch, within % self.tiles_m, within // self.tiles_m % self.tiles_n
+        first = within // (group * self.tiles_n) * group
+        local = within % (group * self.tiles_n)
+        size = min(self.tiles_m - first, group)
+        return batch, first + local % size, local // size
+
+    def traffic(self, group: int, wave: int) -> float:
+        """DRAM bytes of the operand panels over the whole grid in the order of
+        ``group`` with ``wave`` blocks resident at once."""
+        blocks = self.tiles_m * self.tiles_n * self.batches
+        waves = math.ceil(blocks / wave)
+        total = 0
+        for number in range(min(waves, WAVES)):
+            tiles = [
+                self.tile(b, group) for b in range(number * wave, min(blocks, (number + 1) * wave))
+            ]
+            total += len({(z, m) for z, m, _ in tiles}) * self.a_bytes
+            total += len({(z, n) for z, _, n in tiles}) * self.b_bytes
+        return total * waves / min(waves, WAVES)
+
+
+def panels(task: Task, config: MmaConfig) -> Panels:
+    """The panel grid of ``config``'s kernel for ``task`` (a GEMM-form statement)."""
+    c, _ = gemm_form(task)
+    bm, bn = config.block_tile()
+    k = c.size(c.k)
+    problem = task.problem
+    a_item = problem.program.tensor(c.a.tensor).itemsize
+    b_item = problem.program.tensor(c.b.tensor).itemsize
+    return Panels(
+        math.ceil(c.size(c.m) / bm),
+        math.ceil(c.size(c.n) / bn),
+        c.size(c.batch),
+        bm * k * a_item,
+        bn * k * b_item,
+    )
+
+
+def block_order(
+    task: Task, config: MmaConfig, limits: DeviceLimits, arithmetic: float
+) -> tuple[int, str]:
+    """(``group_m``, reason) for ``config``'s kernel of ``task``, whose arithmetic
+    is predicted to take ``arithmetic`` seconds (see the module docstring)."""
+    grid = panels(task, config)
+    seconds = {g: grid.traffic(g, limits.sm_count) / limits.dram_bandwidth for g in GROUPS}
+    default = seconds[1]
+    if default < SHARE * arithmetic:
+        return 1, (
+            f"operand panels re-read from DRAM in {default * 1e6:.3g} µs with the M tile "
+            f"fastest, under {SHARE:g} of the {arithmetic * 1e6:.3g} µs of arithmetic: "
+            "the default order"
+        )
+    best = min(GROUPS, key=lambda g: (seconds[g], g))
+    if best == 1:
+        return (
+            1,
+            "no group of M tiles reads fewer panels than the default order "
+            f"({default * 1e6:.3g} µs)",
+        )
+    return best, (
+        f"operand panels re-read from DRAM in {default * 1e6:.3g} µs with the M tile fastest "
+        f"({default / arithmetic:.2f} of the arithmetic), {seconds[best] * 1e6:.3g} µs with "
+        f"blocks in groups of {best} M tiles"
+    )
+
+
+def with_block_orders(task: Task, tiles: list[MmaConfig], limits: DeviceLimits) -> list[MmaConfig]:
+    """``tiles`` for the tuning space, each followed by its variant in the order
+    :func:`block_order` chooses where that is not the default."""
+    found: list[MmaConfig] = []
+    for tile in tiles:
+        found.append(tile)
+        if not tile.box:
+            group, _ = block_order(task, tile, limits, mma_bounds(task, tile, limits)[2])
+            if group > 1:
+                found.append(replace(tile, group_m=group))
+    return found

@@ -15,8 +15,8 @@ import sys
 from dataclasses import replace
 
 import torch
-from gpu_half_tiles import operands
-from mma_contractions import FLUSH, launcher
+from gpu_half_tiles import operands, program_text
+from mma_contractions import FLUSH, checked
 
 import einkern
 from einkern.backends.cuda import driver
@@ -49,25 +49,6 @@ CASES = [
     ("dgemm 8192", "ij,jk->ik", dict.fromkeys("ijk", 8192), "row", "float64"),
     ("dgemm 2048", "ij,jk->ik", dict.fromkeys("ijk", 2048), "row", "float64"),
 ]
-
-
-def program_text(spec: str, layout: str, dtype: str) -> str:
-    ins, out = spec.split("->")
-    a, b = ins.split(",")
-    dims = sorted(set(spec) - set(",->"))
-    result = "float32" if dtype == "bfloat16" else dtype
-    return "\n".join(
-        [
-            "program order",
-            f"layout {layout}",
-            "dims " + ", ".join(f"e{c}" for c in dims),
-            f"dtype {dtype}",
-            f"tensor A[{','.join('e' + c for c in a)}], B[{','.join('e' + c for c in b)}]",
-            f"tensor C[{','.join('e' + c for c in out)}] {result}",
-            f"C[{','.join(out)}] = A[{','.join(a)}] * B[{','.join(b)}]",
-            "",
-        ]
-    )
 
 
 def round_robin(runs: dict, repeats: int) -> dict[str, float]:
@@ -104,7 +85,7 @@ def main() -> None:
         for c in set(spec.split("->")[0].replace(",", "")):
             flops *= sizes[c]
         exact = torch.einsum(spec, *(o.double() for o in ops))
-        text = program_text(spec, layout, dtype)
+        text = program_text(spec, sizes, dtype, layout, "float32" if dtype == "bfloat16" else dtype)
         task = statement_task(
             make_problem(einkern.load(text), {f"e{c}": v for c, v in sizes.items()}), 0
         )
@@ -119,11 +100,8 @@ def main() -> None:
                 config = replace(base, group_m=group)
                 if problems(task, config):
                     continue
-                run, regs, spills = launcher(lower_mma(task, config, "order"), arch, pointers, "o")
-                result.fill_(float("nan"))
-                run()
-                torch.cuda.synchronize()
-                err = float((result.double() - exact).abs().max() / exact.abs().max())
+                kernel = lower_mma(task, config, "order")
+                run, regs, spills, err = checked(kernel, arch, pointers, result, exact)
                 label = f"{tname} g{group}"
                 print(f"  {name} {label}: regs {regs} spills {spills} err {err:.1e}", flush=True)
                 if err < (1e-2 if dtype == "bfloat16" else 1e-12):

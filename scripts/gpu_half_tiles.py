@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 
 import torch
-from mma_contractions import launcher, timed  # L2 flushed, median
+from mma_contractions import checked, timed  # L2 flushed, median
 
 import einkern
 from einkern.backends.cuda import driver
@@ -68,7 +68,11 @@ CASES = [
 ]
 
 
-def program_text(spec: str, sizes: dict[str, int], dtype: str, layout: str) -> str:
+def program_text(
+    spec: str, sizes: dict[str, int], dtype: str, layout: str, result: str = "float32"
+) -> str:
+    """The one-product program of einsum ``spec`` (inputs ``dtype``, output
+    ``result``); ``sizes`` are bound at make_problem (dims ``e<letter>``)."""
     ins, out = spec.split("->")
     a, b = ins.split(",")
     dims = sorted(set(spec) - set(",->"))
@@ -78,7 +82,7 @@ def program_text(spec: str, sizes: dict[str, int], dtype: str, layout: str) -> s
         "dims " + ", ".join(f"e{c}" for c in dims),
         f"dtype {dtype}",
         f"tensor A[{','.join('e' + c for c in a)}], B[{','.join('e' + c for c in b)}]",
-        f"tensor C[{','.join('e' + c for c in out)}] float32",
+        f"tensor C[{','.join('e' + c for c in out)}] {result}",
         f"C[{','.join(out)}] = A[{','.join(a)}] * B[{','.join(b)}]",
     ]
     return "\n".join(lines) + "\n"
@@ -157,11 +161,7 @@ def main() -> None:
                 try:
                     kernel = lower_mma(task, config, "half_probe")
                     pointers = [ops[0].data_ptr(), ops[1].data_ptr(), result.data_ptr()]
-                    run, regs, spills = launcher(kernel, arch, pointers, "half")
-                    result.fill_(float("nan"))
-                    run()
-                    torch.cuda.synchronize()
-                    err = float((result.double() - exact).abs().max() / exact.abs().max())
+                    run, regs, spills, err = checked(kernel, arch, pointers, result, exact)
                     t = timed(run, RUNS)
                     print(
                         f"    {cname:26s} {t:8.3f} ms {flops / t / 1e9:6.1f} TF/s "

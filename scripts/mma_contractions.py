@@ -53,6 +53,18 @@ def launcher(kernel, arch: str, pointers: list[int], label: str):
     return run, registers, spills
 
 
+def checked(kernel, arch: str, pointers: list[int], result, exact):
+    """(run, registers, spilled stores, error) of :func:`launcher`'s kernel:
+    ``result`` (its output, among ``pointers``) poisoned with NaN, the kernel run
+    once, error = max |result - exact| / max |exact|."""
+    run, registers, spills = launcher(kernel, arch, pointers, kernel.name)
+    result.fill_(float("nan"))
+    run()
+    torch.cuda.synchronize()
+    error = float((result.double() - exact).abs().max() / exact.abs().max())
+    return run, registers, spills, error
+
+
 CONFIGS = {
     "128x128k16s1": MmaConfig("m16n8k4_f64", 4, 4, 2, 4, 16, stages=1),
     "64x128k16s1": MmaConfig("m16n8k4_f64", 2, 4, 2, 4, 16, stages=1),
@@ -122,11 +134,7 @@ def main() -> None:
             try:
                 kernel = lower_mma(task, config, "mma_probe")
                 pointers = [ops[0].data_ptr(), ops[1].data_ptr(), result.data_ptr()]
-                run, regs, spills = launcher(kernel, arch, pointers, "mma")
-                result.fill_(float("nan"))
-                run()
-                torch.cuda.synchronize()
-                err = float((result - ref).abs().max() / ref.abs().max())
+                run, regs, spills, err = checked(kernel, arch, pointers, result, ref)
                 t = timed(run)
                 print(
                     f"    {cname:12s} {t:8.3f} ms {flops / t / 1e9:6.1f} TF/s  "

@@ -70,6 +70,9 @@ def test_every_order_is_a_permutation_of_the_tiles(tiles, group):
     assert sorted(seen) == [(i, j) for i in range(tiles_m) for j in range(tiles_n)]
     if 1 < group < tiles_m and tiles_n > 1:  # the first blocks go down one group
         assert seen[: min(group, tiles_m)] == [(i, 0) for i in range(min(group, tiles_m))]
+    # the traffic model walks the blocks in the order the kernel computes
+    grid = Panels(tiles_m, tiles_n, batches=1, a_bytes=1, b_bytes=1)
+    assert [grid.tile(b, group)[1:] for b in range(tiles_m * tiles_n)] == seen
 
 
 @pytest.mark.parametrize("group", [2, 3, 8])

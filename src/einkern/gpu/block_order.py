@@ -67,14 +67,15 @@ class Panels:
         ``group`` with ``wave`` blocks resident at once."""
         blocks = self.tiles_m * self.tiles_n * self.batches
         waves = math.ceil(blocks / wave)
+        evaluated = min(waves, WAVES)
         total = 0
-        for number in range(min(waves, WAVES)):
+        for number in range(evaluated):
             tiles = [
                 self.tile(b, group) for b in range(number * wave, min(blocks, (number + 1) * wave))
             ]
             total += len({(z, m) for z, m, _ in tiles}) * self.a_bytes
             total += len({(z, n) for z, _, n in tiles}) * self.b_bytes
-        return total * waves / min(waves, WAVES)
+        return total * waves / evaluated
 
 
 def panels(task: Task, config: MmaConfig) -> Panels:

@@ -17,6 +17,7 @@ import torch
 import einkern
 from einkern.backends.cuda import driver
 from einkern.backends.cuda.nvrtc import compile_cubin
+from einkern.backends.cuda.tensor_maps import encoded
 from einkern.gpu.cuda_printer import launch_shape, print_cuda
 from einkern.gpu.mma import SHAPES
 from einkern.gpu.mma_lower import MmaConfig, lower_mma
@@ -37,6 +38,9 @@ SIZES = {"a": 13, "b": 7, "c": 9, "d": 5, "k": 6, "l": 5}
 DEFAULT_SIZES = {"a": 19, "b": 9, "c": 17, "d": 11, "k": 7, "l": 9}
 #: For the 16-bit tiles (16-byte copies): the stride-1 indices l, d multiples of 8.
 HALF_SIZES = {"a": 19, "b": 9, "c": 17, "d": 16, "k": 7, "l": 8}
+#: For the TMA-staged tiles: the stride-1 indices l, d of 64 (a 128-byte line),
+#: b = 16 dividing the M tile, the outer a, c, k partial.
+TMA_SIZES = {"a": 9, "b": 16, "c": 5, "d": 64, "k": 3, "l": 64}
 
 
 def run(config: MmaConfig, dtype: str, sizes: dict[str, int], arch: str, label: str) -> bool:
@@ -60,9 +64,11 @@ def run(config: MmaConfig, dtype: str, sizes: dict[str, int], arch: str, label: 
         )
     out = torch.full(want.shape, float("nan"), dtype=out_type, device="cuda")
     pointers = [a.data_ptr(), b.data_ptr(), out.data_ptr()]
+    arrays = dict(zip([p.name for p in kernel.params if p.is_array], pointers, strict=True))
+    maps = [encoded(m, arrays[m.array]) for m in kernel.maps]  # TMA-staged tiles
     driver.launch(
         loaded.functions["sanitize"], launch.grid, launch.block, pointers, (), 0,
-        "sanitize", launch.dynamic_shared_bytes,
+        "sanitize", launch.dynamic_shared_bytes, maps,
     )  # fmt: skip
     torch.cuda.synchronize()
     error = float((out.double() - want).abs().max() / want.abs().max())
@@ -88,6 +94,8 @@ def main() -> int:
         failures += not run(config, "float32", DEFAULT_SIZES, arch, config.describe())
     for config in WARPGROUP_TILES["bfloat16"] if arch.startswith("sm_90") else ():
         failures += not run(config, "bfloat16", HALF_SIZES, arch, config.describe())
+        staged = replace(config, copy="tma")
+        failures += not run(staged, "bfloat16", TMA_SIZES, arch, staged.describe())
     return 1 if failures else 0
 
 

@@ -4,7 +4,8 @@ tensor-core kernels (m16n8k16 bf16/f16, the first offered tile forced: 16-byte
 cp.async tiles where the operands allow, else the register-copy ones; and the
 default, which takes the former), with host arrays (NumPy float16, torch CPU
 bfloat16), torch CUDA tensors and views starting off 16-byte alignment, against
-the float64 reference within each output's tolerance.  Selected only with
+the float64 reference within each output's tolerance; the default and the
+tuner's warpgroup tiles staged by TMA on several index structures.  Selected only with
 ``pytest -m gpu``."""
 
 from __future__ import annotations
@@ -95,8 +96,39 @@ def test_column_major_operands_on_warpgroup_tiles():
 def test_the_default_takes_the_warpgroup_tiles():
     kernel = einkern.compile(mma_program(*MMA["bf16 gemm 1000, fp32 out"]), backend="cuda")
     source = kernel.source()
-    assert "wgmma.mma_async" in source and "cp.async.cg.shared.global" in source
+    assert "wgmma.mma_async" in source and "cp.async.bulk.tensor" in source
     assert_matches_reference(kernel, seed=6)
+
+
+TMA_PROGRAMS = {
+    "gemm 1000": mma_program("bfloat16", "float32", "ij=ik*kj", 1000),
+    "column gemm 520": "layout column\n" + mma_program("bfloat16", "float32", "ij=ik*kj", 520),
+    "batched": (
+        "dims b = 4, i = 200, j = 192, k = 512\ntensor A[b,i,k], B[b,k,j] bfloat16\n"
+        "tensor C[b,i,j] float32\nC[b,i,j] = A[b,i,k] * B[b,k,j]\n"
+    ),
+    "index groups": (
+        "dims a = 40, b = 16, c = 24, d = 64, k = 6, l = 64\n"
+        "tensor A[a,k,b,l], B[l,c,k,d] float16\ntensor C[a,b,c,d] float16\n"
+        "C[a,b,c,d] = A[a,k,b,l] * B[l,c,k,d]\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TMA_PROGRAMS))
+def test_tma_tiles_on_index_structures(case):
+    """Every TMA-staged warpgroup tile the tuner is offered (K-major and M/N-major
+    operands, batches, groups of several indices, edges), called twice on
+    different arrays (the maps are encoded again for the new addresses)."""
+    program = TMA_PROGRAMS[case]
+    tiles = [t for t in every_tile(program) if t.copy == "tma"]
+    assert tiles
+    for tile in tiles:
+        mappings = {0: {"x": "", "mma": tile.values()}}
+        kernel = einkern.compile(program, backend="cuda", mappings=mappings)
+        assert "cp.async.bulk.tensor" in kernel.source()
+        assert_matches_reference(kernel, seed=8)
+        assert_matches_reference(kernel, seed=9)
 
 
 def test_views_off_alignment_run_from_aligned_copies():
@@ -105,7 +137,7 @@ def test_views_off_alignment_run_from_aligned_copies():
     the rest of the buffers is untouched."""
     program = mma_program(*MMA["bf16 gemm 1024, bf16 out"])
     kernel = einkern.compile(program, backend="cuda")
-    assert "cp.async.cg.shared.global" in kernel.source()
+    assert "cp.async.bulk.tensor" in kernel.source()
     problem = kernel.problem
     host = random_arrays(problem, seed=7, names=problem.program.inputs)
     n = 1024 * 1024

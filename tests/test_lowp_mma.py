@@ -284,12 +284,15 @@ def big_gemm(a: str, out: str, n: int = 1024):
 
 
 def test_the_decision_and_the_tuner_offer_sixteen_bit_tiles():
-    """Offered to the decision and the tuner: the cp.async tiles where both
-    operands can be copied 16 bytes at a time, and the decision takes them; else
+    """Offered to the decision and the tuner: the warpgroup tiles staged by TMA
+    and by cp.async and the cp.async mma.sync tiles where both operands can be
+    copied 16 bytes at a time, and the decision takes the TMA ones; else
     the register-copy tiles, which at their measured rate (slower than the fp32
     SIMT kernels) the decision leaves to the SIMT units."""
     task = big_gemm("bfloat16", "float32")
-    both = [*WARPGROUP_TILES["bfloat16"], *HALF_TILES["bfloat16"]]  # sm_90: wgmma too
+    warpgroup = list(WARPGROUP_TILES["bfloat16"])
+    staged = [replace(t, copy="tma") for t in warpgroup]  # sm_90: wgmma, by TMA and cp.async
+    both = [*staged, *warpgroup, *HALF_TILES["bfloat16"]]
     assert mma_candidates(task) == both
     assert mma_candidates(task, arch="sm_80") == list(HALF_TILES["bfloat16"])
     assert mma_candidates(big_gemm("float16", "float16"), arch="sm_86") == list(
@@ -298,7 +301,7 @@ def test_the_decision_and_the_tuner_offer_sixteen_bit_tiles():
     assert mma_candidates(big_gemm("bfloat16", "float64")) == []  # computes in float64
     assert mma_candidates(big_gemm("bfloat16", "bfloat16", n=64)) == []  # launch-bound
     mapping = decide(task)
-    assert mapping.strategy == "mma" and mapping.mma in WARPGROUP_TILES["bfloat16"]
+    assert mapping.strategy == "mma" and replace(mapping.mma, group_m=1) in staged
     space = {p.name: p.values for p in CudaTarget().parameters(task)}
     offered = set(both) | set(HALF_TUNING_TILES["bfloat16"])
     assert offered <= set(space["mma"])

@@ -238,6 +238,63 @@ def check_load_matrix(kernel: kir.Kernel, section: kir.LoadMatrix) -> None:
         raise ValueError(f"ldmatrix into {section.d.var!r}: not an unsigned thread array")
 
 
+def check_mbarrier(kernel: kir.Kernel, array: str) -> None:
+    """ValueError unless ``array`` is a shared array of mbarriers."""
+    shared = {a.name: a.ctype for a in kernel.shared}
+    if shared.get(array) != kir.MBARRIER:
+        raise ValueError(f"{array!r} is not a shared array of mbarriers ({kir.MBARRIER})")
+
+
+#: Most dimensions of a TMA tensor map, and most elements of a box along one.
+MAP_RANK, MAP_BOX = 5, 256
+
+
+def check_tensor_map(kernel: kir.Kernel, tmap: kir.TensorMap) -> None:
+    """ValueError unless ``tmap`` describes a TMA map the hardware accepts over a
+    global array of ``kernel``: 1 to 5 dimensions, the first contiguous, the other
+    strides multiples of 16 bytes, boxes of 1 to 256 elements, a 128-byte swizzle
+    with boxes 128 bytes wide (or none)."""
+    params = {p.name: p for p in kernel.params if p.is_array}
+    array = params.get(tmap.array)
+    if array is None or array.ctype != tmap.ctype:
+        raise ValueError(f"tensor map {tmap.name!r}: no global {tmap.ctype} array {tmap.array!r}")
+    size = ELEMENT_BYTES[tmap.ctype]
+    if not 1 <= len(tmap.dims) <= MAP_RANK or tmap.dims[0].stride != 1:
+        raise ValueError(
+            f"tensor map {tmap.name!r}: 1 to {MAP_RANK} dimensions, the first contiguous"
+        )
+    for d in tmap.dims:
+        if not 1 <= d.box <= MAP_BOX or d.extent < 1:
+            raise ValueError(f"tensor map {tmap.name!r}: box {d.box} along {d.index}")
+        if d is not tmap.dims[0] and (d.stride * size) % 16:
+            raise ValueError(f"tensor map {tmap.name!r}: stride of {d.index} not 16-byte aligned")
+    if tmap.swizzle not in (0, kir.SWIZZLE_LINE):
+        raise ValueError(f"tensor map {tmap.name!r}: swizzle {tmap.swizzle} (0 or 128)")
+    if tmap.swizzle and tmap.dims[0].box * size != tmap.swizzle:
+        raise ValueError(
+            f"tensor map {tmap.name!r}: swizzled boxes must be {tmap.swizzle} bytes wide"
+        )
+
+
+def check_tensor_copy(kernel: kir.Kernel, s: kir.TensorCopy) -> kir.TensorMap:
+    """The map of ``s`` in ``kernel``, checked with its shared target and mbarrier."""
+    maps = {m.name: m for m in kernel.maps}
+    tmap = maps.get(s.map)
+    if tmap is None:
+        raise ValueError(f"bulk tensor copy of unknown map {s.map!r}")
+    check_tensor_map(kernel, tmap)
+    if len(s.coords) != len(tmap.dims):
+        raise ValueError(f"bulk tensor copy of {s.map!r}: {len(s.coords)} coordinates")
+    shared = {a.name: a for a in kernel.shared}
+    target = shared.get(s.shared)
+    if target is None or target.ctype != tmap.ctype:
+        raise ValueError(f"bulk tensor copy into {s.shared!r}: not a shared {tmap.ctype} array")
+    if tmap.swizzle and target.align % 1024:
+        raise ValueError(f"swizzled bulk tensor copy into {s.shared!r}: align it to 1024 bytes")
+    check_mbarrier(kernel, s.barrier)
+    return tmap
+
+
 def check_identifier(name: str) -> str:
     """``name`` if it is a C identifier no printer or prelude uses; else ValueError."""
     bad = name in _KEYWORDS or call_type(name) is not None or name in _HELPER_NAMES
@@ -285,7 +342,7 @@ def uses_storage(kernel: kir.Kernel) -> bool:
 def kernel_types(kernel: kir.Kernel) -> dict[str, str]:
     """Types of the names every statement may see (scalars and thread variables)."""
     names = [p.name for p in kernel.params] + [s.name for s in kernel.shared]
-    names += [v.name for v in kernel.thread_vars]
+    names += [v.name for v in kernel.thread_vars] + [m.name for m in kernel.maps]
     for name in names:
         check_identifier(name)
     ctypes = [p.ctype for p in kernel.params] + [s.ctype for s in kernel.shared]
@@ -376,6 +433,21 @@ class CText:
 
     def proxy_fence(self) -> list[str]:
         """Lines of a :class:`~kir.ProxyFence`."""
+        raise NotImplementedError
+
+    def barrier_init(self, s: kir.BarrierInit, env: Mapping[str, str]) -> list[str]:
+        raise NotImplementedError
+
+    def barrier_arm(self, s: kir.BarrierArm, env: Mapping[str, str]) -> list[str]:
+        raise NotImplementedError
+
+    def barrier_wait(self, s: kir.BarrierWait, env: Mapping[str, str]) -> list[str]:
+        raise NotImplementedError
+
+    def tensor_copy(
+        self, s: kir.TensorCopy, tmap: kir.TensorMap, env: Mapping[str, str]
+    ) -> list[str]:
+        """Lines of a :class:`~kir.TensorCopy` of map ``tmap`` (checked)."""
         raise NotImplementedError
 
     def loaded(self, info: ArrayInfo, text: str) -> str:
@@ -562,6 +634,19 @@ class CText:
             return self.copy_commit()
         if isinstance(s, kir.ProxyFence):
             return self.proxy_fence()
+        if isinstance(s, kir.BarrierInit | kir.BarrierArm | kir.BarrierWait):
+            check_mbarrier(self.kernel, s.array)
+            if isinstance(s, kir.BarrierInit):
+                if s.count < 1:
+                    raise ValueError(f"mbarrier.init with {s.count} arrivals")
+                return self.barrier_init(s, env)
+            if isinstance(s, kir.BarrierArm):
+                if s.bytes < 0 or s.bytes >= 2**20:
+                    raise ValueError(f"mbarrier.expect_tx of {s.bytes} bytes")
+                return self.barrier_arm(s, env)
+            return self.barrier_wait(s, env)
+        if isinstance(s, kir.TensorCopy):
+            return self.tensor_copy(s, check_tensor_copy(self.kernel, s), env)
         if isinstance(s, kir.CopyWait):
             if s.pending < 0:
                 raise ValueError(f"cp.async.wait_group {s.pending}")

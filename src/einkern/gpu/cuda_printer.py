@@ -57,6 +57,15 @@ from .mma_warpgroup_text import (
     warpgroup_mma_text,
     warpgroup_wait_text,
 )
+from .tma_text import (
+    TMA_HELPER,
+    barrier_arm_text,
+    barrier_init_text,
+    barrier_wait_text,
+    map_parameter,
+    tensor_copy_text,
+    uses_tma,
+)
 
 #: fp32 → tf32 (``cvt.rna``: to nearest, ties away from zero), kept in a float.
 TF32_HELPER = """\
@@ -139,6 +148,18 @@ class CudaText(CText):
 
     def proxy_fence(self) -> list[str]:
         return ['asm volatile("fence.proxy.async.shared::cta;" ::: "memory");']
+
+    def barrier_init(self, s: kir.BarrierInit, env) -> list[str]:
+        return barrier_init_text(self, s, env)
+
+    def barrier_arm(self, s: kir.BarrierArm, env) -> list[str]:
+        return barrier_arm_text(self, s, env)
+
+    def barrier_wait(self, s: kir.BarrierWait, env) -> list[str]:
+        return barrier_wait_text(self, s, env)
+
+    def tensor_copy(self, s: kir.TensorCopy, tmap: kir.TensorMap, env) -> list[str]:
+        return tensor_copy_text(self, s, tmap, env)
 
     def unroll(self, unroll: int) -> list[str]:
         if unroll < 0:
@@ -342,7 +363,7 @@ def print_kernel(kernel: kir.Kernel) -> str:
     printer = CudaText(kernel)
     check_identifier(kernel.name)
     lines = [f"// {line}" for line in kernel.comment.splitlines()]
-    params = ", ".join(_parameter(p) for p in kernel.params)
+    params = ", ".join([*(_parameter(p) for p in kernel.params), *map(map_parameter, kernel.maps)])
     lines += [
         f'extern "C" __global__ void __launch_bounds__({kernel.threads}'
         + (f", {kernel.min_blocks})" if kernel.min_blocks else ")"),
@@ -391,6 +412,8 @@ def print_cuda_module(kernels: Sequence[kir.Kernel]) -> str:
     prelude = [CUDA_PRELUDE]
     if any(uses_warpgroup_mma(k) for k in kernels):
         prelude.append(WGMMA_HELPER)
+    if any(uses_tma(k) for k in kernels):
+        prelude.append(TMA_HELPER)
     if any(uses_storage(k) for k in kernels):
         prelude.append(storage_helpers("__device__ __forceinline__", cuda=True))
     return "\n".join([*prelude, *(print_kernel(k) for k in kernels)])

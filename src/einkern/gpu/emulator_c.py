@@ -45,6 +45,13 @@ Execution model:
   shared memory only when a :class:`~kir.CopyWait` lets its group complete
   (per emulated thread, in commit order), so a missing wait leaves the shared
   element poisoned, as a copy still in flight would;
+* TMA bulk tensor copies and their mbarriers (:class:`~kir.BarrierInit`,
+  :class:`~kir.BarrierArm`, :class:`~kir.TensorCopy`, :class:`~kir.BarrierWait`)
+  are emulated by :mod:`.emulator_tma`: a copy poisons its destination box when
+  issued and lands when the first wait for its mbarrier's phase completes it;
+  hangs, transaction bytes that do not match, copies never waited for,
+  mbarriers used uninitialised and arrivals beyond an mbarrier's count are
+  recorded (the kinds after the third of :data:`KINDS`);
 * every Load/Store/VectorLoad goes through ``ekx_at_T``/``ekx_vload_T``, which
   check the index against the array's size (misalignment too, for vector
   loads); a bad access is recorded and redirected to a per-thread sink holding
@@ -57,7 +64,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..semantics import TO_FLOAT, storage_helpers
-from . import emulator_wgmma, kir
+from . import emulator_tma, emulator_wgmma, kir
 from .ctext import (
     C_LITERAL_MACROS,
     ENTRY_POINT,
@@ -83,7 +90,13 @@ POISON_INT = -0x5EADBEEF  # poison of int shared memory / thread variables
 POISON_LONG = -0x5EADBEEF5EADBEEF  # poison of long long ones
 MAX_ERRORS = 32  # bad accesses recorded per kernel run (all are counted)
 RECORD = 5  # longs per recorded error
-KINDS = ("out of bounds", "misaligned", "too many asynchronous copies in flight")
+KINDS = (
+    "out of bounds",
+    "misaligned",
+    "too many asynchronous copies in flight",
+    *emulator_tma.KINDS,  # from emulator_tma.FIRST_KIND on
+)
+assert KINDS.index(emulator_tma.KINDS[0]) == emulator_tma.FIRST_KIND
 POISON = {
     "float": "EKX_NAN_F",
     "double": "EKX_NAN_D",
@@ -92,6 +105,7 @@ POISON = {
     "ek_bf16": "((ek_bf16)0x7fc0)",  # NaN
     "ek_f16": "((ek_f16)0x7e00)",  # NaN
     "unsigned": "0xffffffffu",  # two 16-bit NaNs (bf16 and f16)
+    kir.MBARRIER: "0xffffffffffffffffULL",  # unused: emulator_tma keeps their state
 }
 #: Suffixes of the access functions of the 16-bit storage types (defined after their
 #: typedefs, only in emulations that have such arrays).
@@ -424,6 +438,22 @@ class EmulationText(CText):
     def proxy_fence(self) -> list[str]:
         return []  # shared memory has one view here
 
+    # -- TMA bulk copies and mbarriers (:mod:`.emulator_tma`) --------------------
+
+    def barrier_init(self, s: kir.BarrierInit, env) -> list[str]:
+        return emulator_tma.init(self, s, env)
+
+    def barrier_arm(self, s: kir.BarrierArm, env) -> list[str]:
+        return emulator_tma.arm(self, s, env)
+
+    def barrier_wait(self, s: kir.BarrierWait, env) -> list[str]:
+        return emulator_tma.wait(self, s, env)
+
+    def tensor_copy(self, s: kir.TensorCopy, tmap: kir.TensorMap, env) -> list[str]:
+        if tmap.ctype not in POISON or tmap.ctype in ("unsigned", kir.MBARRIER):
+            raise ValueError(f"bulk tensor copies of {tmap.ctype} elements are not emulated")
+        return emulator_tma.issue(self, s, tmap, env, POISON[tmap.ctype])
+
     def mma(self, section: kir.Mma) -> list[str]:
         """The warp loop executing one :class:`~kir.Mma` (see the module docstring)."""
         shape = SHAPES[section.shape]
@@ -702,7 +732,16 @@ def emulation_source(kernel: kir.Kernel) -> EmulationSource:
         f"for ({it} {b} = 0; {b} < {kernel.blocks}; ++{b}) {{",
         f"    if (!{PREFIX}ok{' || !' + PREFIX + 'qok' if q_allocate else ''}) continue;",
         f"    {PREFIX}c->block = {b};",
-        *indent([*emulator_wgmma.queue_declarations(kernel), *poison, *q_reset, *code]),
+        *indent(
+            [
+                *emulator_wgmma.queue_declarations(kernel),
+                *emulator_tma.declarations(kernel),
+                *poison,
+                *q_reset,
+                *code,
+                *emulator_tma.block_end(printer),
+            ]
+        ),
         "}",
     ]
     parallel = [

@@ -46,6 +46,7 @@ ELEMENT_BYTES: dict[str, int] = {
     "int": 4,
     "unsigned": 4,  # 32-bit words of two packed 16-bit MMA operands (:class:`LoadMatrix`)
     "long long": 8,
+    "unsigned long long": 8,  # mbarriers (:class:`BarrierInit`)
 }
 
 
@@ -240,6 +241,61 @@ class ProxyFence:
     barrier that hands the tile to the warpgroups."""
 
 
+#: The C type of a shared array of mbarriers (:class:`BarrierInit`...).
+MBARRIER = "unsigned long long"
+
+
+@dataclass(frozen=True)
+class BarrierInit:
+    """``mbarrier.init``: the mbarrier ``array[index]`` (a shared array of
+    :data:`MBARRIER`) starts its phase 0, expecting ``count`` arrivals per phase.
+    Followed by the fences that make the initialisation visible to the other
+    threads (after the next :class:`Barrier`) and to the TMA unit."""
+
+    array: str
+    index: Expr
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class BarrierArm:
+    """``mbarrier.arrive.expect_tx``: one arrival on the mbarrier's current phase,
+    which then also waits for ``bytes`` bytes of :class:`TensorCopy` transactions."""
+
+    array: str
+    index: Expr
+    bytes: int
+
+
+@dataclass(frozen=True)
+class TensorCopy:
+    """``cp.async.bulk.tensor``: the TMA unit copies one box of the tensor map
+    ``map`` (a :class:`TensorMap` of the kernel), starting at ``coords`` (one per
+    map dimension, dimension 0 first; a box reaching past the extents is filled
+    with zeros), into ``shared[shared_index ..]`` in the map's swizzled layout,
+    and completes its bytes on the mbarrier ``barrier[barrier_index]``.  Issued
+    by one thread; the data is visible only to threads that waited
+    (:class:`BarrierWait`) for the phase it completes."""
+
+    map: str
+    coords: tuple[Expr, ...]
+    shared: str
+    shared_index: Expr
+    barrier: str
+    barrier_index: Expr
+
+
+@dataclass(frozen=True)
+class BarrierWait:
+    """``mbarrier.try_wait.parity`` in a loop: the thread waits until the phase of
+    ``array[index]`` with parity ``parity`` (0 or 1) has completed (returns at once
+    when the mbarrier's current phase has the other parity)."""
+
+    array: str
+    index: Expr
+    parity: Expr
+
+
 Stmt = (
     Declare
     | Assign
@@ -252,6 +308,10 @@ Stmt = (
     | CopyCommit
     | CopyWait
     | ProxyFence
+    | BarrierInit
+    | BarrierArm
+    | TensorCopy
+    | BarrierWait
 )
 
 
@@ -455,6 +515,45 @@ class SharedArray:
 
 
 @dataclass(frozen=True)
+class MapDim:
+    """One dimension of a :class:`TensorMap`: it runs along tensor index ``index``
+    (``extent`` elements, ``stride`` elements apart; 1 for dimension 0) and its
+    boxes are ``box`` elements long."""
+
+    index: str
+    extent: int
+    stride: int
+    box: int
+
+
+@dataclass(frozen=True)
+class TensorMap:
+    """A TMA tensor map (``CUtensorMap``) of the global array parameter ``array``:
+    its ``dims`` (dimension 0 first: the contiguous one), boxes of
+    ``dims[i].box`` elements, ``swizzle`` bytes of swizzle (128: the layout of a
+    :class:`SharedMatrix`), zeros past the extents.  The CUDA kernel takes it as a
+    ``__grid_constant__`` parameter ``name`` after the scalars, which the runtime
+    encodes for each call from the array's address; the emulation reads the
+    array through the same description."""
+
+    name: str
+    array: str
+    ctype: str
+    dims: tuple[MapDim, ...]
+    swizzle: int = SWIZZLE_LINE
+
+    def box_elements(self) -> int:
+        count = 1
+        for d in self.dims:
+            count *= d.box
+        return count
+
+    def box_bytes(self) -> int:
+        """Bytes one :class:`TensorCopy` of this map moves (zero-filled ones too)."""
+        return self.box_elements() * ELEMENT_BYTES[self.ctype]
+
+
+@dataclass(frozen=True)
 class Kernel:
     """One ``__global__`` function and its launch shape."""
 
@@ -469,6 +568,8 @@ class Kernel:
     comment: str = ""
     meta: tuple[tuple[str, str], ...] = field(default=())
     min_blocks: int = 0  # __launch_bounds__ minimum blocks per SM (0: none)
+    #: TMA tensor maps, parameters after the scalars (:class:`TensorCopy`)
+    maps: tuple[TensorMap, ...] = ()
 
     def shared_bytes(self) -> int:
         return sum(a.size * ELEMENT_BYTES[a.ctype] for a in self.shared)

@@ -422,7 +422,7 @@ class TileBuilder:
         (na, nb), nc = self.fragment_slots(), self.shape.c.count
         steps = math.ceil(self.K / self.bk) * self.bk
         zero = E.const(0)
-        if cfg.copy == "async":
+        if cfg.copy in ("async", "tma"):
             body: tuple[kir.Section, ...] = (*self.async_body(steps), *epilogue_sections(self))
         else:
             first = self.fetch("a", 0, zero) + self.fetch("b", 0, zero)
@@ -441,7 +441,7 @@ class TileBuilder:
         staged = C_TYPE[INPUT_DTYPE[self.shape.input_type]]
         prefetch = (
             ()
-            if cfg.copy == "async"
+            if cfg.copy in ("async", "tma")
             else (
                 kir.ThreadVar("pre_a", self.ctype, per_thread),
                 kir.ThreadVar("pre_b", self.ctype, math.ceil(self.bk * self.bn / cfg.threads)),

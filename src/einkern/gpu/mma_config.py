@@ -30,7 +30,9 @@ class MmaConfig:
     k_step: int = 16
     padding: int = -1  # extra elements per shared row; -1: conflict-free for 8-byte fragments
     stages: int = 1  # shared buffers per tile (1 or 2 via registers; 2-4 asynchronous)
-    copy: str = "registers"  # global → shared: "registers" (prefetched) or "async" (cp.async)
+    #: global → shared: "registers" (prefetched), "async" (cp.async) or "tma" (bulk
+    #: tensor copies on mbarriers: warpgroup shapes only)
+    copy: str = "registers"
     #: tf32 shapes only: each operand split into a tf32 high and low part and three
     #: MMAs (lo·hi + hi·lo + hi·hi): fp32-level accuracy (3xTF32).
     split: bool = False
@@ -70,7 +72,7 @@ class MmaConfig:
         if self.box:
             return self.describe_family()
         bm, bn = self.block_tile()
-        copy = "cp.async" if self.copy == "async" else "register-prefetched"
+        copy = {"async": "cp.async", "tma": "TMA"}.get(self.copy, "register-prefetched")
         return (
             f"{self.shape} tensor cores, block tile {bm}x{bn}, {self.warps_m}x{self.warps_n} "
             f"warps of {self.tiles_m}x{self.tiles_n} instruction tiles, k-step {self.k_step}, "

@@ -40,6 +40,7 @@ from .mma_builder import INPUT_DTYPE, TileBuilder, statement_params
 from .mma_config import MmaConfig
 from .mma_epilogue import EPILOGUES, shared_epilogue_elements
 from .mma_staging import staging, tile_groups, vector_problems
+from .mma_tma import TmaBuilder, tma_problems
 from .mma_warpgroup import WarpGroupBuilder, warpgroup_problems
 
 __all__ = ["INPUT_DTYPE", "MmaConfig", "lower_mma", "problems", "shared_bytes", "statement_params"]
@@ -67,11 +68,13 @@ def problems(task: Task, config: MmaConfig) -> list[str]:
         found.append("warps and tiles must be positive")
     if config.threads > 1024:
         found.append(f"{config.threads} threads per block")
-    if config.copy not in ("registers", "async"):
-        found.append(f"copy {config.copy!r} (registers or async)")
+    if config.copy not in ("registers", "async", "tma"):
+        found.append(f"copy {config.copy!r} (registers, async or tma)")
+    elif config.copy == "tma" and shape.group == 1:
+        found.append("copy 'tma' stages warpgroup MMA tiles only")
     elif config.copy == "registers" and config.stages not in (1, 2):
         found.append(f"stages {config.stages} (1 or 2 when copying through registers)")
-    elif config.copy == "async" and config.stages not in (2, 3, 4):
+    elif config.copy in ("async", "tma") and config.stages not in (2, 3, 4):
         found.append(f"stages {config.stages} (2 to 4 with asynchronous copies)")
     if config.padding < -1:
         found.append("padding must be >= 0, or -1 (automatic)")
@@ -87,6 +90,8 @@ def problems(task: Task, config: MmaConfig) -> list[str]:
         found += async_problems(c, config)
     if shape.group > 1:
         found += warpgroup_problems(c, config)
+    if shape.group > 1 and config.copy == "tma":
+        found += tma_problems(c, config)
     return found + pointwise_problems(c, pointwise, shape.packed > 1)
 
 
@@ -135,7 +140,9 @@ def lower_mma(task: Task, config: MmaConfig, name: str | None = None) -> kir.Ker
     if trouble:
         raise ValueError("; ".join(trouble))
     c, pointwise = gemm_form(task)
-    builder = WarpGroupBuilder if SHAPES[config.shape].group > 1 else TileBuilder
+    builder: type[TileBuilder] = TileBuilder
+    if SHAPES[config.shape].group > 1:
+        builder = TmaBuilder if config.copy == "tma" else WarpGroupBuilder
     return builder(task, c, config, name or f"einkern_s{task.position}", pointwise).kernel()
 
 
@@ -153,4 +160,6 @@ def shared_bytes(config: MmaConfig, task: Task | None = None) -> int:
     )
     if config.epilogue == "shared":  # accumulators: 8 or 4 bytes
         staged += shared_epilogue_elements(config) * config.accumulator_size
+    if config.copy == "tma":  # an mbarrier per stage
+        staged += 8 * config.stages
     return staged

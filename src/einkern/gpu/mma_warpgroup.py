@@ -42,8 +42,8 @@ K_STEP = SWIZZLE_ELEMENTS
 def warpgroup_problems(c: Contraction, config: MmaConfig) -> list[str]:
     """Why ``config`` (a warpgroup shape) cannot compute contraction ``c``."""
     found = []
-    if config.copy != "async":
-        found.append("warpgroup MMA tiles are copied by cp.async (copy 'async')")
+    if config.copy not in ("async", "tma"):
+        found.append("warpgroup MMA tiles are copied by cp.async or TMA (copy 'async' or 'tma')")
     if config.warps_m % 4 or config.warps_n != 1 or config.tiles_m != 1:
         found.append("warpgroup MMA: warps_m a multiple of 4, warps_n = tiles_m = 1")
     n = 8 * config.tiles_n

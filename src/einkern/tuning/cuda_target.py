@@ -17,6 +17,7 @@ from ..gpu.config import CudaConfig
 from ..gpu.decision import choose, default_config
 from ..gpu.gett import best_points as best_gett_points
 from ..gpu.gett import split_candidates
+from ..gpu.kir import TensorMap
 from ..gpu.mma_model import mma_candidates
 from ..gpu.model import predicted_time
 from ..gpu.space import config_to_mapping, parameters, violation
@@ -35,6 +36,8 @@ class VariantLaunch:
     shared_bytes: int
     buffers: tuple[str, ...]
     scalars: tuple[str, ...]
+    #: TMA tensor maps after the scalars, each with the buffer it describes
+    maps: tuple[tuple[str, TensorMap], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,7 @@ class CudaTarget:
         from ..backends.cuda.nvrtc import compile_cubin
         from ..gpu.cuda_printer import launch_shape, print_cuda_module
         from ..gpu.plan import plan_task
+        from ..gpu.tma_text import map_buffers
 
         limits = device_limits()
         mapping = config_to_mapping(task, _own(config))
@@ -158,6 +162,7 @@ class CudaTarget:
                     shape.dynamic_shared_bytes,
                     launch.buffers,
                     tuple(a.name[2:] for a in shape.arguments if not a.is_array),
+                    map_buffers(launch.kernel, launch.buffers),
                 )
             )
         return CompiledVariant(
@@ -191,6 +196,7 @@ def _measure(problem: Problem, compiled: CompiledVariant, repeats: int, seed: in
     problem in this worker), then time ``repeats`` launches with CUDA events, the L2
     flushed before each."""
     from ..backends.cuda import driver
+    from ..backends.cuda.tensor_maps import map_arguments
     from ..backends.verify import random_inputs
     from ..reference import evaluate, relative_error
     from ..testing import random_scalars
@@ -228,6 +234,7 @@ def _measure(problem: Problem, compiled: CompiledVariant, repeats: int, seed: in
                 0,
                 launch.name,
                 launch.shared_bytes,
+                map_arguments(launch.maps, pointers),
             )
             for launch in compiled.launches
         ]

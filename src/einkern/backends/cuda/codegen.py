@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...gpu.kir import TensorMap
 from ...gpu.mapping import Mapping
 
 
@@ -21,6 +22,8 @@ class KernelSpec:
     block: tuple[int, int, int]
     mapping: Mapping  # the mapping the kernel was lowered under
     shared_bytes: int = 0  # dynamic shared memory of the launch
+    #: TMA tensor maps after the scalars, each with the buffer it describes
+    maps: tuple[tuple[str, TensorMap], ...] = ()
 
 
 @dataclass(frozen=True)

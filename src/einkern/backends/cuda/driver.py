@@ -212,17 +212,30 @@ def launch(
     stream: Any = 0,
     name: str = "kernel",
     shared_bytes: int = 0,
+    maps: Sequence[bytes] = (),
 ) -> None:
-    """``cuLaunchKernel`` with device pointers then ``double`` scalars as parameters
-    and ``shared_bytes`` of dynamic shared memory (opted in above 48 KiB)."""
-    # Every parameter is 8 bytes: one buffer holds them, the table points into it.
+    """``cuLaunchKernel`` with device pointers, then ``double`` scalars, then the
+    128-byte TMA tensor maps ``maps`` (:mod:`.tensor_maps`) as parameters, and
+    ``shared_bytes`` of dynamic shared memory (opted in above 48 KiB)."""
+    # Pointers and scalars are 8 bytes, maps 128 (64-byte aligned): one buffer
+    # holds them, the table points into it.
     count = len(pointers) + len(scalars)
-    buffer = (ctypes.c_uint64 * max(1, count))(
-        *pointers, *(_DOUBLE_BITS.unpack(_DOUBLE.pack(s))[0] for s in scalars)
-    )
-    base = ctypes.addressof(buffer)
-    table = (ctypes.c_void_p * max(1, count))(*range(base, base + 8 * count, 8))
+    words = (*pointers, *(_DOUBLE_BITS.unpack(_DOUBLE.pack(s))[0] for s in scalars))
+    first = -(-8 * count // 64) * 64  # the first map's offset from an aligned base
+    buffer = (ctypes.c_uint8 * (first + 128 * len(maps) + 64 + 8))()
+    base = -(-ctypes.addressof(buffer) // 64) * 64
+    ctypes.memmove(base, struct.pack(f"<{count}Q", *words), 8 * count)
+    for i, tmap in enumerate(maps):
+        if len(tmap) != 128:
+            raise ValueError(f"a tensor map is 128 bytes, not {len(tmap)}")
+        ctypes.memmove(base + first + 128 * i, tmap, 128)
+    offsets = [base + 8 * i for i in range(count)] + [
+        base + first + 128 * i for i in range(len(maps))
+    ]
+    table = (ctypes.c_void_p * max(1, len(offsets)))(*offsets)
     cuda = _cuda()
+    if isinstance(function, cuda.CUkernel):  # a library's kernel (cuda.core's handles)
+        function = check(cuda.cuKernelGetFunction(function), f"cuKernelGetFunction({name})")
     if shared_bytes > 48 * 1024:
         attribute = cuda.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         check(

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import statistics
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,7 @@ from ..temporaries import owned, resolve_views, roots, views
 from . import driver
 from .arrays import READER
 from .nvrtc import CompiledModule, KernelResources, arch_for, compile_cubin
+from .tensor_maps import map_arguments
 
 if TYPE_CHECKING:
     from .codegen import CudaSource
@@ -146,6 +147,7 @@ class CudaExecutable:
                     ),
                     tuple(spec.tensors),
                     tuple(spec.scalars),
+                    spec,
                 )
                 for spec in self.source.kernels
             )
@@ -221,13 +223,33 @@ def _launch(
 ) -> list[float]:
     """Launch (or with ``repeat``, time) every kernel of ``plan`` in order on ``stream``."""
     times = []
-    for kernel, config, tensors, names in plan:
+    for kernel, config, tensors, names, spec in plan:
         arguments = (*(pointers[t] for t in tensors), *(float(scalars[s]) for s in names))
+
+        def go(kernel=kernel, config=config, arguments=arguments, spec=spec) -> None:
+            if not spec.maps:
+                core.launch(stream, config, kernel, *arguments)
+                return
+            # tensor maps are 128-byte parameters cuda.core's launch cannot take
+            driver.launch(
+                kernel.handle,
+                spec.grid,
+                spec.block,
+                [pointers[t] for t in spec.tensors],
+                [float(scalars[s]) for s in spec.scalars],
+                int(stream.handle),
+                spec.name,
+                spec.shared_bytes,
+                map_arguments(spec.maps, pointers),
+            )
+
         try:
             if repeat:
-                times.append(_time(core, stream, config, kernel, arguments, repeat))
+                times.append(_time(stream, go, repeat))
             else:
-                core.launch(stream, config, kernel, *arguments)
+                go()
+        except BackendError:
+            raise
         except Exception as error:  # noqa: BLE001 - cuda.core's CUDAError, reported typed
             raise BackendError(
                 f"launching a kernel on stream {int(stream.handle):#x} failed: {error}",
@@ -294,13 +316,14 @@ def _device_ordinal(infos: Any) -> int:
     return 0
 
 
-def _time(core: Any, stream: Any, config: Any, kernel: Any, arguments: tuple, repeat: int) -> float:
-    options = core.EventOptions(timing_enabled=True)
-    core.launch(stream, config, kernel, *arguments)  # warm-up
+def _time(stream: Any, go: Callable[[], None], repeat: int) -> float:
+    """Median milliseconds of ``go`` (one launch on ``stream``) after a warm-up."""
+    options = driver.core().EventOptions(timing_enabled=True)
+    go()  # warm-up
     samples = []
     for _ in range(repeat):
         start = stream.record(options=options)
-        core.launch(stream, config, kernel, *arguments)
+        go()
         end = stream.record(options=options)
         end.sync()
         samples.append(float(end - start))

@@ -146,6 +146,7 @@ def _spec(launch, position: int, output: str, mapping: Mapping) -> KernelSpec:
     """How to launch ``launch`` (a :class:`einkern.gpu.plan.Launch`), a kernel of
     statement ``position``."""
     from ...gpu.cuda_printer import launch_shape
+    from ...gpu.tma_text import map_buffers
 
     shape = launch_shape(launch.kernel)
     return KernelSpec(
@@ -158,6 +159,7 @@ def _spec(launch, position: int, output: str, mapping: Mapping) -> KernelSpec:
         block=shape.block,
         mapping=mapping,
         shared_bytes=shape.dynamic_shared_bytes,
+        maps=map_buffers(launch.kernel, launch.buffers),
     )
 
 

@@ -1,0 +1,116 @@
+"""TMA staging of the warpgroup-MMA kernels on the GPU (``MmaConfig.copy ==
+"tma"``): einkern's default mapping of each bf16 contraction, its same tile and
+block order staged by 16-byte cp.async instead, and torch (cuBLAS /
+torch.einsum), run round-robin in one process.  CUDA events after warm-up, L2
+flushed (256 MiB written) before every call, median of ``RUNS``, random inputs
+in [0.5, 1.5), float32 output; error: max |C - C_fp64| / max |C_fp64|.
+
+The fixed cases are the earlier sessions' shapes; ``--generated N`` adds N
+contractions drawn from ``--seed`` (GEMMs of random extents, multiples of 8
+from 520 to 8192, and four-index contractions of random index orders), which no
+constant of the model was fitted on.
+
+    PYTHONPATH=src:scripts python scripts/gpu_tma.py [--generated N] [--seed S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+from dataclasses import replace
+
+import torch
+from gpu_block_order import round_robin
+from gpu_half_tiles import operands, program_text
+
+import einkern
+from einkern.backends.cuda import driver
+from einkern.gpu.decision import choose
+from einkern.ir.bind import make_problem
+from einkern.ir.task import statement_task
+
+RUNS = 15
+
+CASES = [
+    ("gemm 8192", "ij,jk->ik", dict.fromkeys("ijk", 8192), "row"),
+    ("gemm 4096", "ij,jk->ik", dict.fromkeys("ijk", 4096), "row"),
+    ("gemm 4096 column", "ij,jk->ik", dict.fromkeys("ijk", 4096), "column"),
+    ("gemm 2048", "ij,jk->ik", dict.fromkeys("ijk", 2048), "row"),
+    ("abkl,klcd->abcd 64", "abkl,klcd->abcd", dict.fromkeys("abcdkl", 64), "row"),
+    ("batched zik,zkj->zij 16x1024", "zik,zkj->zij", dict(z=16, i=1024, j=1024, k=1024), "row"),
+    ("abcf,fde->abcde 32x24", "abcf,fde->abcde", dict(a=32, b=32, c=32, d=24, e=24, f=256), "row"),
+]
+
+
+def generated(count: int, seed: int) -> list[tuple[str, str, dict, str]]:
+    """``count`` contractions from ``seed``: GEMMs and four-index products."""
+    rng = random.Random(seed)
+    cases = []
+    for n in range(count):
+        if n % 2 == 0:
+            sizes = {c: 8 * rng.randint(65, 1024) for c in "ijk"}
+            layout = rng.choice(["row", "column"])
+            label = f"gen gemm {sizes['i']}x{sizes['j']}x{sizes['k']} {layout}"
+            cases.append((label, "ij,jk->ik", sizes, layout))
+            continue
+        a, b = list("abkl"), list("klcd")
+        rng.shuffle(a)
+        rng.shuffle(b)
+        spec = f"{''.join(a)},{''.join(b)}->abcd"
+        sizes = {c: rng.choice([32, 48, 64, 96, 128]) for c in "abcdkl"}
+        extents = "/".join(str(sizes[c]) for c in "abcdkl")
+        cases.append((f"gen {spec} {extents}", spec, sizes, "row"))
+    return cases
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--generated", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("only", nargs="*")
+    args = parser.parse_args()
+    driver.initialize()
+    print(torch.cuda.get_device_name(), "torch", torch.__version__, flush=True)
+    table = []
+    for name, spec, sizes, layout in CASES + generated(args.generated, args.seed):
+        if args.only and not any(o in name for o in args.only):
+            continue
+        ops = operands(spec, sizes, torch.bfloat16, layout)
+        flops = 2.0 * math.prod(sizes[c] for c in set(spec.split("->")[0].replace(",", "")))
+        exact = torch.einsum(spec, *(o.double() for o in ops))
+        text = program_text(spec, sizes, "bfloat16", layout)
+        extents = {f"e{c}": v for c, v in sizes.items()}
+        task = statement_task(make_problem(einkern.load(text), extents), 0)
+        mma = choose(task).config.mma
+        result = torch.empty(exact.shape, dtype=torch.float32, device="cuda")
+        if layout == "column":
+            result = result.t().contiguous().t()
+        runs = {"torch": lambda s=spec, o=ops: torch.einsum(s, *o)}
+        variants = {"default": None}
+        if mma is not None and mma.copy == "tma":
+            variants["cp.async"] = replace(mma, copy="async")
+        picked = "simt" if mma is None else f"{mma.shape} {mma.copy} g{mma.group_m}"
+        for label, config in variants.items():
+            mappings = None if config is None else {0: {"x": "", "mma": config.values()}}
+            kernel = einkern.compile(text, backend="cuda", mappings=mappings, **extents)
+            result.fill_(float("nan"))
+            kernel(A=ops[0], B=ops[1], C=result)
+            torch.cuda.synchronize()
+            err = float((result.double() - exact).abs().max() / exact.abs().max())
+            print(f"  {name} {label}: err {err:.1e}", flush=True)
+            if err < 1e-2:
+                runs[label] = lambda k=kernel, o=ops, r=result: k(A=o[0], B=o[1], C=r)
+        ms = round_robin(runs, RUNS)
+        for label, t in ms.items():
+            ratio = ms["torch"] / t
+            table.append((name, picked, label, t, flops / t / 1e9, ratio))
+            print(f"{name:34s} {label:9s} {t:8.3f} ms {flops / t / 1e9:6.1f} TF/s "
+                  f"{ratio:5.2f}x torch  [{picked}]", flush=True)  # fmt: skip
+    print("\ncase                               variant        ms   TF/s  x torch  default")
+    for name, picked, label, t, rate, ratio in table:
+        print(f"{name:34s} {label:9s} {t:8.3f} {rate:6.1f} {ratio:6.2f}  {picked}")
+
+
+if __name__ == "__main__":
+    main()

@@ -203,6 +203,79 @@ def load_module(cubin: bytes, names: Sequence[str], ordinal: int = 0) -> LoadedM
     return LoadedModule(ordinal, handle, functions)
 
 
+def _parameters(pointers: Sequence[int], scalars: Sequence[float], maps: Sequence[bytes]):
+    """(buffer, table) of a launch's parameters: pointers and ``double`` scalars of
+    8 bytes, then 128-byte TMA tensor maps aligned to 64 bytes, in one buffer the
+    table points into (both must live until the launch call returns)."""
+    count = len(pointers) + len(scalars)
+    words = (*pointers, *(_DOUBLE_BITS.unpack(_DOUBLE.pack(s))[0] for s in scalars))
+    first = -(-8 * count // 64) * 64  # the first map's offset from an aligned base
+    buffer = (ctypes.c_uint8 * (first + 128 * len(maps) + 64 + 8))()
+    base = -(-ctypes.addressof(buffer) // 64) * 64
+    ctypes.memmove(base, struct.pack(f"<{count}Q", *words), 8 * count)
+    for i, tmap in enumerate(maps):
+        if len(tmap) != 128:
+            raise ValueError(f"a tensor map is 128 bytes, not {len(tmap)}")
+        ctypes.memmove(base + first + 128 * i, tmap, 128)
+    offsets = [base + 8 * i for i in range(count)]
+    offsets += [base + first + 128 * i for i in range(len(maps))]
+    table = (ctypes.c_void_p * max(1, len(offsets)))(*offsets)
+    return buffer, table
+
+
+class PreparedLaunch:
+    """One kernel launched by ``cuLaunchKernel`` again and again: the function
+    (of a library's ``CUkernel``, for the current context) and its dynamic shared
+    memory set once, the parameter table kept while the arguments repeat."""
+
+    def __init__(
+        self,
+        function: Any,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        shared_bytes: int = 0,
+        name: str = "kernel",
+    ):
+        cuda = _cuda()
+        if isinstance(function, cuda.CUkernel):  # a library's kernel (cuda.core's handles)
+            function = check(cuda.cuKernelGetFunction(function), f"cuKernelGetFunction({name})")
+        if shared_bytes > 48 * 1024:
+            attribute = cuda.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            check(
+                cuda.cuFuncSetAttribute(function, attribute, shared_bytes),
+                f"cuFuncSetAttribute({name})",
+            )
+        self.function, self.grid, self.block = function, grid, block
+        self.shared_bytes, self.name = shared_bytes, name
+        self._cached: tuple | None = None  # (arguments, buffer, table), replaced whole
+
+    def __call__(
+        self,
+        pointers: Sequence[int],
+        scalars: Sequence[float] = (),
+        maps: Sequence[bytes] = (),
+        stream: Any = 0,
+    ) -> None:
+        key = (tuple(pointers), tuple(scalars), tuple(maps))
+        cached = self._cached
+        if cached is None or cached[0] != key:
+            cached = (key, *_parameters(pointers, scalars, maps))
+            self._cached = cached
+        table = cached[2]
+        check(
+            _cuda().cuLaunchKernel(
+                self.function,
+                *self.grid,
+                *self.block,
+                self.shared_bytes,
+                stream,
+                ctypes.addressof(table),
+                0,
+            ),
+            f"cuLaunchKernel({self.name})",
+        )
+
+
 def launch(
     function: Any,
     grid: tuple[int, int, int],
@@ -217,37 +290,7 @@ def launch(
     """``cuLaunchKernel`` with device pointers, then ``double`` scalars, then the
     128-byte TMA tensor maps ``maps`` (:mod:`.tensor_maps`) as parameters, and
     ``shared_bytes`` of dynamic shared memory (opted in above 48 KiB)."""
-    # Pointers and scalars are 8 bytes, maps 128 (64-byte aligned): one buffer
-    # holds them, the table points into it.
-    count = len(pointers) + len(scalars)
-    words = (*pointers, *(_DOUBLE_BITS.unpack(_DOUBLE.pack(s))[0] for s in scalars))
-    first = -(-8 * count // 64) * 64  # the first map's offset from an aligned base
-    buffer = (ctypes.c_uint8 * (first + 128 * len(maps) + 64 + 8))()
-    base = -(-ctypes.addressof(buffer) // 64) * 64
-    ctypes.memmove(base, struct.pack(f"<{count}Q", *words), 8 * count)
-    for i, tmap in enumerate(maps):
-        if len(tmap) != 128:
-            raise ValueError(f"a tensor map is 128 bytes, not {len(tmap)}")
-        ctypes.memmove(base + first + 128 * i, tmap, 128)
-    offsets = [base + 8 * i for i in range(count)] + [
-        base + first + 128 * i for i in range(len(maps))
-    ]
-    table = (ctypes.c_void_p * max(1, len(offsets)))(*offsets)
-    cuda = _cuda()
-    if isinstance(function, cuda.CUkernel):  # a library's kernel (cuda.core's handles)
-        function = check(cuda.cuKernelGetFunction(function), f"cuKernelGetFunction({name})")
-    if shared_bytes > 48 * 1024:
-        attribute = cuda.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-        check(
-            cuda.cuFuncSetAttribute(function, attribute, shared_bytes),
-            f"cuFuncSetAttribute({name})",
-        )
-    check(
-        cuda.cuLaunchKernel(
-            function, *grid, *block, shared_bytes, stream, ctypes.addressof(table), 0
-        ),
-        f"cuLaunchKernel({name})",
-    )
+    PreparedLaunch(function, grid, block, shared_bytes, name)(pointers, scalars, maps, stream)
 
 
 def synchronize(what: str = "the kernels") -> None:

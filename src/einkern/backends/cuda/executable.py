@@ -148,6 +148,16 @@ class CudaExecutable:
                     tuple(spec.tensors),
                     tuple(spec.scalars),
                     spec,
+                    # tensor maps are 128-byte parameters cuda.core's launch cannot take
+                    driver.PreparedLaunch(
+                        kernels[spec.name].handle,
+                        spec.grid,
+                        spec.block,
+                        spec.shared_bytes,
+                        spec.name,
+                    )
+                    if spec.maps
+                    else None,
                 )
                 for spec in self.source.kernels
             )
@@ -223,25 +233,16 @@ def _launch(
 ) -> list[float]:
     """Launch (or with ``repeat``, time) every kernel of ``plan`` in order on ``stream``."""
     times = []
-    for kernel, config, tensors, names, spec in plan:
+    for kernel, config, tensors, names, spec, prepared in plan:
         arguments = (*(pointers[t] for t in tensors), *(float(scalars[s]) for s in names))
 
-        def go(kernel=kernel, config=config, arguments=arguments, spec=spec) -> None:
-            if not spec.maps:
+        def go(kernel=kernel, config=config, arguments=arguments, spec=spec, prepared=prepared):
+            if prepared is None:
                 core.launch(stream, config, kernel, *arguments)
                 return
-            # tensor maps are 128-byte parameters cuda.core's launch cannot take
-            driver.launch(
-                kernel.handle,
-                spec.grid,
-                spec.block,
-                [pointers[t] for t in spec.tensors],
-                [float(scalars[s]) for s in spec.scalars],
-                int(stream.handle),
-                spec.name,
-                spec.shared_bytes,
-                map_arguments(spec.maps, pointers),
-            )
+            count = len(spec.tensors)
+            maps = map_arguments(spec.maps, pointers)
+            prepared(arguments[:count], arguments[count:], maps, int(stream.handle))
 
         try:
             if repeat:

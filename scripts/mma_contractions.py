@@ -12,7 +12,7 @@ import torch
 import einkern
 from einkern.backends.cuda import driver
 from einkern.backends.cuda.nvrtc import compile_cubin
-from einkern.backends.cuda.tensor_maps import encoded
+from einkern.backends.cuda.tensor_maps import kernel_map_arguments
 from einkern.gpu.cuda_printer import launch_shape, print_cuda
 from einkern.gpu.mma_lower import MmaConfig, lower_mma
 from einkern.ir.bind import make_problem
@@ -45,8 +45,7 @@ def launcher(kernel, arch: str, pointers: list[int], label: str):
     spills = sum(r.spill_stores for r in module.resources)
     function = driver.load_module(module.cubin, [kernel.name]).functions[kernel.name]
     shape = launch_shape(kernel)
-    arrays = dict(zip([p.name for p in kernel.params if p.is_array], pointers, strict=True))
-    maps = [encoded(m, arrays[m.array]) for m in kernel.maps]  # TMA-staged kernels
+    maps = kernel_map_arguments(kernel, pointers)  # TMA-staged kernels
 
     def run():
         driver.launch(

@@ -17,7 +17,7 @@ import torch
 import einkern
 from einkern.backends.cuda import driver
 from einkern.backends.cuda.nvrtc import compile_cubin
-from einkern.backends.cuda.tensor_maps import encoded
+from einkern.backends.cuda.tensor_maps import kernel_map_arguments
 from einkern.gpu.cuda_printer import launch_shape, print_cuda
 from einkern.gpu.mma import SHAPES
 from einkern.gpu.mma_lower import MmaConfig, lower_mma
@@ -64,8 +64,7 @@ def run(config: MmaConfig, dtype: str, sizes: dict[str, int], arch: str, label: 
         )
     out = torch.full(want.shape, float("nan"), dtype=out_type, device="cuda")
     pointers = [a.data_ptr(), b.data_ptr(), out.data_ptr()]
-    arrays = dict(zip([p.name for p in kernel.params if p.is_array], pointers, strict=True))
-    maps = [encoded(m, arrays[m.array]) for m in kernel.maps]  # TMA-staged tiles
+    maps = kernel_map_arguments(kernel, pointers)  # TMA-staged tiles
     driver.launch(
         loaded.functions["sanitize"], launch.grid, launch.block, pointers, (), 0,
         "sanitize", launch.dynamic_shared_bytes, maps,

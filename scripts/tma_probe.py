@@ -12,7 +12,6 @@ median of ``RUNS``.  Measures what the generator would gain before it is built.
 
 from __future__ import annotations
 
-import ctypes
 import sys
 from dataclasses import replace
 
@@ -23,6 +22,8 @@ from mma_contractions import checked
 import einkern
 from einkern.backends.cuda import driver
 from einkern.backends.cuda.nvrtc import compile_cubin
+from einkern.backends.cuda.tensor_maps import encoded
+from einkern.gpu import kir
 from einkern.gpu.decision import choose
 from einkern.gpu.mma_lower import lower_mma
 from einkern.ir.task import statement_task
@@ -60,7 +61,7 @@ __device__ __forceinline__ void tma2(unsigned dst, const ek_tmap *map, int c0, i
   : ACC : "l"(DA), "l"(DB), "r"(1) : "memory")
 
 extern "C" __global__ void __launch_bounds__(256, 1)
-tma_gemm(const __grid_constant__ ek_tmap ta, const __grid_constant__ ek_tmap tb, float *C)
+tma_gemm(float *C, const __grid_constant__ ek_tmap ta, const __grid_constant__ ek_tmap tb)
 {
     extern __shared__ __align__(1024) unsigned char smem[];
     const int tid = threadIdx.x;
@@ -142,23 +143,9 @@ def source(n: int) -> str:
 def tensor_map(pointer: int, inner: int, outer: int, box_inner: int, box_outer: int):
     """The 128-byte TMA descriptor of a row-major bf16 matrix (``outer`` rows of
     ``inner`` elements), boxes of ``box_outer`` rows × ``box_inner`` elements,
-    128-byte swizzle, zero fill."""
-    cuda = driver._cuda()
-    err, tmap = cuda.cuTensorMapEncodeTiled(
-        cuda.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-        cuda.cuuint32_t(2),
-        pointer,
-        [cuda.cuuint64_t(inner), cuda.cuuint64_t(outer)],
-        [cuda.cuuint64_t(inner * 2)],
-        [cuda.cuuint32_t(box_inner), cuda.cuuint32_t(box_outer)],
-        [cuda.cuuint32_t(1), cuda.cuuint32_t(1)],
-        cuda.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-        cuda.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
-        cuda.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-        cuda.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-    )
-    driver.check((err,), "cuTensorMapEncodeTiled")
-    return ctypes.string_at(tmap.getPtr(), 128)
+    128-byte swizzle, zero fill (einkern's encoder)."""
+    dims = (kir.MapDim("i", inner, 1, box_inner), kir.MapDim("o", outer, inner, box_outer))
+    return encoded(kir.TensorMap("probe", "p", "ek_bf16", dims), pointer)
 
 
 def main() -> None:
@@ -173,24 +160,13 @@ def main() -> None:
     print("registers", [r.registers for r in module.resources],
           "spills", [r.spill_stores for r in module.resources], flush=True)  # fmt: skip
     function = driver.load_module(module.cubin, ["tma_gemm"]).functions["tma_gemm"]
-    maps = (ctypes.c_uint8 * 320)()
-    at = (ctypes.addressof(maps) + 63) // 64 * 64
-    ctypes.memmove(at, tensor_map(a.data_ptr(), n, n, BK, BM), 128)
-    ctypes.memmove(at + 128, tensor_map(b.data_ptr(), n, n, 64, BK), 128)
-    out = ctypes.c_uint64(c.data_ptr())
-    table = (ctypes.c_void_p * 3)(at, at + 128, ctypes.addressof(out))
+    maps = [tensor_map(a.data_ptr(), n, n, BK, BM), tensor_map(b.data_ptr(), n, n, 64, BK)]
     shared = STAGES * (BM + BN) * BK * 2 + 8 * STAGES
-    cuda = driver._cuda()
-    attribute = cuda.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-    driver.check(cuda.cuFuncSetAttribute(function, attribute, shared), "attribute")
     blocks = (n // BM) * (n // BN)
+    launch = driver.PreparedLaunch(function, (blocks, 1, 1), (256, 1, 1), shared, "tma_gemm")
 
     def tma():
-        stream = torch.cuda.current_stream().cuda_stream
-        result = cuda.cuLaunchKernel(
-            function, blocks, 1, 1, 256, 1, 1, shared, stream, ctypes.addressof(table), 0
-        )
-        driver.check(result, "cuLaunchKernel(tma_gemm)")
+        launch([c.data_ptr()], (), maps, torch.cuda.current_stream().cuda_stream)
 
     c.fill_(float("nan"))
     tma()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_kir_printers import add, mul, op
 
 from einkern.backends.emulator import EmulationReport, emulate
 from einkern.gpu import kir
@@ -29,21 +30,6 @@ UNINITIALISED = "mbarrier used before its initialisation"
 
 #: Host dtypes of the element types (bfloat16: its bit patterns).
 HOST = {"ek_bf16": np.uint16, "ek_f16": np.float16, "float": np.float32, "double": np.float64}
-
-
-def op(symbol: str, left: kir.Expr, right: kir.Expr) -> kir.Op:
-    return kir.Op(symbol, left, right)
-
-
-def add(*terms: kir.Expr) -> kir.Expr:
-    out = terms[0]
-    for term in terms[1:]:
-        out = op("+", out, term)
-    return out
-
-
-def mul(a: kir.Expr, b: kir.Expr) -> kir.Expr:
-    return op("*", a, b)
 
 
 def div(a: kir.Expr, b: kir.Expr) -> kir.Expr:

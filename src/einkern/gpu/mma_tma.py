@@ -37,15 +37,17 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from ..semantics import C_TYPE
 from . import exprs as E
 from . import kir
 from .contraction import Contraction
+from .ctext import MAP_BOX, MAP_RANK
+from .mma import SHAPES
+from .mma_builder import INPUT_DTYPE
 from .mma_config import MmaConfig
 from .mma_staging import SWIZZLE_ELEMENTS, staging, tile_groups
 from .mma_warpgroup import WarpGroupBuilder
 
-#: Most dimensions and most box elements along one dimension of a tensor map.
-MAP_RANK, MAP_BOX = 5, 256
 #: The shared array of the stages' mbarriers.
 BARRIERS = "Mb"
 
@@ -105,11 +107,12 @@ def operand_map(c: Contraction, config: MmaConfig, which: str) -> kir.TensorMap 
     order = [inner[0], *lines, *inner[1:], *((i, 1) for i in batch)]
     if len(order) > MAP_RANK:
         return f"{name}: {len(order)} indices (a tensor map has at most {MAP_RANK})"
-    odd = [i for i, _ in order[1:] if (2 * operand.stride(i)) % 16]
+    ctype = C_TYPE[INPUT_DTYPE[SHAPES[config.shape].input_type]]
+    size = kir.ELEMENT_BYTES[ctype]
+    odd = [i for i, _ in order[1:] if (size * operand.stride(i)) % 16]
     if odd:
         return f"{name}: strides of {', '.join(odd)} are not multiples of 16 bytes"
     dims = tuple(kir.MapDim(i, c.extent(i), operand.stride(i), box) for i, box in order)
-    ctype = "ek_bf16" if config.shape.endswith("bf16") else "ek_f16"
     return kir.TensorMap(f"tm_{which}", f"p_{name}", ctype, dims)
 
 

@@ -32,7 +32,7 @@ from .nvrtc import CompiledModule, KernelResources, arch_for, compile_cubin
 from .tensor_maps import map_arguments
 
 if TYPE_CHECKING:
-    from .codegen import CudaSource
+    from .codegen import CudaSource, KernelSpec
 
 #: EINKERN_SYNC=1 waits for the kernels after every call (errors at the call that caused them).
 SYNCHRONIZE = os.environ.get("EINKERN_SYNC", "") not in ("", "0")
@@ -133,8 +133,9 @@ class CudaExecutable:
 
     # -- implementation ------------------------------------------------------
 
-    def _plan(self, ordinal: int) -> tuple[tuple[Any, Any, tuple[str, ...], tuple[str, ...]], ...]:
-        """Each kernel with its launch configuration, tensors and scalars, in order."""
+    def _plan(self, ordinal: int) -> tuple[tuple[Any, Any, KernelSpec, Any], ...]:
+        """Each kernel with its launch configuration and specification, in order, and
+        its prepared driver launch when it takes tensor maps (else None)."""
         plan = self._plans.get(ordinal)
         if plan is None:
             core = driver.core()
@@ -145,8 +146,6 @@ class CudaExecutable:
                     core.LaunchConfig(
                         grid=spec.grid, block=spec.block, shmem_size=spec.shared_bytes
                     ),
-                    tuple(spec.tensors),
-                    tuple(spec.scalars),
                     spec,
                     # tensor maps are 128-byte parameters cuda.core's launch cannot take
                     driver.PreparedLaunch(
@@ -233,16 +232,17 @@ def _launch(
 ) -> list[float]:
     """Launch (or with ``repeat``, time) every kernel of ``plan`` in order on ``stream``."""
     times = []
-    for kernel, config, tensors, names, spec, prepared in plan:
-        arguments = (*(pointers[t] for t in tensors), *(float(scalars[s]) for s in names))
+    for kernel, config, spec, prepared in plan:
+        arrays = tuple(pointers[t] for t in spec.tensors)
+        values = tuple(float(scalars[s]) for s in spec.scalars)
 
-        def go(kernel=kernel, config=config, arguments=arguments, spec=spec, prepared=prepared):
+        def go(kernel=kernel, config=config, spec=spec, prepared=prepared, arrays=arrays,
+               values=values) -> None:  # fmt: skip
             if prepared is None:
-                core.launch(stream, config, kernel, *arguments)
-                return
-            count = len(spec.tensors)
-            maps = map_arguments(spec.maps, pointers)
-            prepared(arguments[:count], arguments[count:], maps, int(stream.handle))
+                core.launch(stream, config, kernel, *arrays, *values)
+            else:
+                maps = map_arguments(spec.maps, pointers)
+                prepared(arrays, values, maps, int(stream.handle))
 
         try:
             if repeat:

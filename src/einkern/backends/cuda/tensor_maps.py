@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from ...errors import BackendError
 from ...gpu import kir
+from ...gpu.tma_text import map_buffers
 from . import driver
 
 #: The driver's data type of each element type a map may have.
@@ -60,3 +61,12 @@ def map_arguments(
 ) -> list[bytes]:
     """The encoded maps of a launch, each over its buffer's address in ``pointers``."""
     return [encoded(tmap, pointers[buffer]) for buffer, tmap in maps]
+
+
+def kernel_map_arguments(kernel: kir.Kernel, pointers: Sequence[int]) -> list[bytes]:
+    """The encoded maps of ``kernel`` given the addresses of its array parameters
+    in order (a kernel launched directly, without a launch specification)."""
+    arrays = [p.name for p in kernel.params if p.is_array]
+    return map_arguments(
+        map_buffers(kernel, tuple(arrays)), dict(zip(arrays, pointers, strict=True))
+    )

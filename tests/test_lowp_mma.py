@@ -248,7 +248,7 @@ def test_what_the_sixteen_bit_shapes_refuse():
     assert any("needs bfloat16 inputs" in p for p in problems(other, bf16))
     asynchronous = dataclasses.replace(bf16, stages=2, copy="async")
     odd = problems(statement_task(half_problem("gemm", "bfloat16", "bfloat16"), 0), asynchronous)
-    assert "cp.async of 16-bit tiles: A: extent 70 of k is not a multiple of 8" in odd
+    assert "16-byte cp.async of the tiles: A: extent 70 of k is not a multiple of 8" in odd
     aligned = statement_task(half_problem("gemm", "bfloat16", "bfloat16", ALIGNED["gemm"]), 0)
     assert problems(aligned, asynchronous) == []
     padded = dataclasses.replace(bf16, padding=4)

@@ -126,7 +126,7 @@ def test_unswizzled_tiles_are_caught(monkeypatch):
     problem = half_problem("gemm", "bfloat16", "float32", ALIGNED["gemm"])
     task = statement_task(problem, 0)
 
-    def plain(self, u, v):
+    def plain(self, u, v, single=False):
         line = kir.Op("+", kir.Op("*", kir.Op("/", u, kir.Int(64)), kir.Int(self.lines)), v)
         return kir.Op("+", kir.Op("*", line, kir.Int(64)), kir.Op("%", u, kir.Int(64)))
 

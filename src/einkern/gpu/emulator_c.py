@@ -95,8 +95,10 @@ KINDS = (
     "misaligned",
     "too many asynchronous copies in flight",
     *emulator_tma.KINDS,  # from emulator_tma.FIRST_KIND on
+    *emulator_wgmma.KINDS,  # from emulator_wgmma.FIRST_KIND on
 )
 assert KINDS.index(emulator_tma.KINDS[0]) == emulator_tma.FIRST_KIND
+assert KINDS.index(emulator_wgmma.KINDS[0]) == emulator_wgmma.FIRST_KIND
 POISON = {
     "float": "EKX_NAN_F",
     "double": "EKX_NAN_D",
@@ -144,6 +146,7 @@ static inline void ekx_vload_{s}({ctype} *dst, const {ctype} *base, long long in
 C_PRELUDE = f"""\
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 {C_LITERAL_MACROS}#define EKX_POISON_I ({POISON_INT})
 #define EKX_POISON_LL ({POISON_LONG}LL)
 #define EKX_MAX_ERRORS {MAX_ERRORS}
@@ -183,6 +186,14 @@ static inline float ek_tf32(float x)
     v.f = x;
     if ((v.u & 0x7f800000u) != 0x7f800000u)
         v.u = (v.u + 0x1000u) & 0xffffe000u;
+    return v.f;
+}}
+static inline float ekx_tf32_truncated(float x)
+{{
+    /* a 32-bit word read as tf32 by the tensor cores: the low 13 bits ignored */
+    union {{ float f; unsigned u; }} v;
+    v.f = x;
+    v.u &= 0xffffe000u;
     return v.f;
 }}
 static void ekx_async_push(ekx_ctx *c, long long t, void *dst, double value, int size)

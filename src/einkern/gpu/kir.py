@@ -397,24 +397,27 @@ class LoadMatrix:
     d: Fragment
 
 
-#: Bytes per line of a 128-byte-swizzled :class:`SharedMatrix` (64 16-bit elements).
+#: Bytes per line of a 128-byte-swizzled :class:`SharedMatrix` (64 16-bit or 32
+#: tf32 elements).
 SWIZZLE_LINE = 128
 
 
 @dataclass(frozen=True)
 class SharedMatrix:
     """An operand of a :class:`WarpGroupMma` in shared memory, in the PTX ISA's
-    canonical 128-byte-swizzled layout of 16-bit elements.  The array is a sequence
-    of 128-byte *lines* of 64 elements; 16-byte chunk ``c`` of line ``l`` is stored
-    at chunk ``c ^ (l % 8)`` of that line (lines are grouped in 1024-byte atoms).
+    canonical 128-byte-swizzled layout.  The array is a sequence of 128-byte
+    *lines* of ``L`` elements (64 of 16 bits, 32 of tf32); 16-byte chunk ``c`` of
+    line ``l`` is stored at chunk ``c ^ (l % 8)`` of that line (lines are grouped
+    in 1024-byte atoms).
 
     ``index`` (evaluated by the warpgroup's first thread) is the element where the
-    operand starts.  ``k_major``: element (r, k) of the ``rows × 16`` operand (A:
-    64 × 16; B: n × 16, transposed) lies in line ``r`` from the start, ``2k``
-    bytes in (``stride`` bytes from one 8-line group to the next).  Else (M or N
-    contiguous): element (r, k) lies in line ``k`` (``stride`` from one 8-line
-    group of k to the next), ``2·(r % 64)`` bytes in, plus ``leading`` bytes per
-    64 rows.  The descriptor carries ``leading`` and ``stride`` as they are."""
+    operand starts.  ``k_major``: element (r, k) of the ``rows × k`` operand (A:
+    64 × k; B: n × k, transposed) lies in line ``r`` from the start, ``k``
+    elements in (``stride`` bytes from one 8-line group to the next).  Else (M or
+    N contiguous, 16-bit types only): element (r, k) lies in line ``k``
+    (``stride`` from one 8-line group of k to the next), ``r % L`` elements in,
+    plus ``leading`` bytes per ``L`` rows.  The descriptor carries ``leading`` and
+    ``stride`` as they are."""
 
     shared: str
     index: Expr
@@ -425,20 +428,24 @@ class SharedMatrix:
 
 @dataclass(frozen=True)
 class WarpGroupMma:
-    """``wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{type}.{type}``: every
+    """``wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{type}.{type}``: every
     warpgroup (four consecutive warps from a warp index divisible by 4) adds
-    ``A·B`` to its 64 × ``n`` accumulator tile, reading A (64 × 16) and B (16 ×
-    ``n``) from shared memory.  Lane ``t`` of the group's warp ``w`` holds, in
-    ``d.var[d.first + 4·j + i]``, the element of row ``16·w + r`` and column
+    ``A·B`` to its 64 × ``n`` accumulator tile, reading B (k × ``n``) from shared
+    memory and A (64 × k) from shared memory or, when ``a`` is a
+    :class:`Fragment` (tf32 only), from registers: lane ``t`` of the group's warp
+    ``w`` holds element ``i`` of the instruction's A layout (the m16n8k8 tf32 one)
+    of rows ``16·w ..`` in ``a.var[a.first + i]``.  Lane ``t`` of warp ``w`` holds,
+    in ``d.var[d.first + 4·j + i]``, the accumulator of row ``16·w + r`` and column
     ``8·j + c`` where (r, c) is element ``i`` of the m16n8 accumulator layout
     (``einkern.gpu.mma.C16x8``).  Asynchronous: the operands are read and the
     accumulators written some time before the :class:`WarpGroupWait` that
-    completes its group (:class:`WarpGroupCommit`); a :class:`WarpGroupFence`
-    must precede the first one after the accumulators were touched."""
+    completes its group (:class:`WarpGroupCommit`), so neither the accumulators
+    nor A's registers may change before it; a :class:`WarpGroupFence` must precede
+    the first one after either was written."""
 
     shape: str
     n: int
-    a: SharedMatrix
+    a: SharedMatrix | Fragment
     b: SharedMatrix
     d: Fragment
 

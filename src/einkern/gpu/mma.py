@@ -230,6 +230,21 @@ for _type in ("bf16", "f16"):
     )  # fmt: skip
 
 
+# tf32 on the warpgroup MMA (sm_90a): A from shared memory or (the m16n8k8 tf32
+# layout of each warp's 16 rows) from registers; B from shared memory, both K-major
+# (the instruction cannot transpose 32-bit operands).
+_add(
+    MmaShape(
+        "wgmma_k8_tf32", 16, 8, 8, "tf32", "f32",
+        a=SHAPES["m16n8k8_tf32"].a,
+        b=SHAPES["m16n8k8_tf32"].b,
+        c=C16x8,
+        min_arch=90,
+        group=4,
+    )
+)  # fmt: skip
+
+
 def warp_shapes() -> list[str]:
     """Names of the ``mma.sync`` shapes (one warp per instruction), sorted."""
     return sorted(name for name, shape in SHAPES.items() if shape.group == 1)

@@ -39,11 +39,27 @@ from .mma import SHAPES
 from .mma_builder import INPUT_DTYPE, TileBuilder, statement_params
 from .mma_config import MmaConfig
 from .mma_epilogue import EPILOGUES, shared_epilogue_elements
-from .mma_staging import staging, tile_groups, vector_problems
+from .mma_staging import chunk_elements, staging, tile_groups, vector_problems
 from .mma_tma import TmaBuilder, tma_problems
-from .mma_warpgroup import WarpGroupBuilder, warpgroup_problems
+from .mma_warpgroup import WarpGroupBuilder, oriented, warpgroup_problems
 
-__all__ = ["INPUT_DTYPE", "MmaConfig", "lower_mma", "problems", "shared_bytes", "statement_params"]
+__all__ = [
+    "INPUT_DTYPE",
+    "MmaConfig",
+    "lower_mma",
+    "mma_form",
+    "problems",
+    "shared_bytes",
+    "statement_params",
+]
+
+
+def mma_form(task: Task, config: MmaConfig) -> tuple[Contraction, tuple]:
+    """``task``'s GEMM form as the kernel of ``config`` computes it (A and B
+    exchanged where a tf32 warpgroup tile needs it: :func:`.mma_warpgroup.oriented`)
+    and its pointwise terms; NotAContraction when it has none."""
+    c, pointwise = gemm_form(task)
+    return oriented(c, config), pointwise
 
 
 def problems(task: Task, config: MmaConfig) -> list[str]:
@@ -83,10 +99,10 @@ def problems(task: Task, config: MmaConfig) -> list[str]:
     if config.epilogue not in EPILOGUES:
         found.append(f"epilogue {config.epilogue!r} ({' or '.join(EPILOGUES)})")
     try:
-        c, pointwise = gemm_form(task)
+        c, pointwise = mma_form(task, config)
     except NotAContraction as error:
         return [*found, f"no GEMM form for tensor cores: {error}"]
-    if shape.packed > 1 and config.copy == "async":
+    if (shape.packed > 1 or shape.group > 1) and config.copy == "async":
         found += async_problems(c, config)
     if shape.group > 1:
         found += warpgroup_problems(c, config)
@@ -96,13 +112,16 @@ def problems(task: Task, config: MmaConfig) -> list[str]:
 
 
 def async_problems(c: Contraction, config: MmaConfig) -> list[str]:
-    """Why the 16-bit tiles of ``config`` cannot be copied 16 bytes per ``cp.async``
-    (empty: they can): each operand along the dimension it is staged along."""
-    found = []
+    """Why the 16-bit (or warpgroup tf32) tiles of ``config`` cannot be copied 16
+    bytes per ``cp.async`` (empty: they can): each operand along the dimension it
+    is staged along."""
+    found, width = [], chunk_elements(config)
     for which in ("a", "b"):
         operand, rows, cols = tile_groups(c, which)
         along = cols if staging(c, config, which).along_cols else rows
-        found += [f"cp.async of 16-bit tiles: {p}" for p in vector_problems(c, operand, along)]
+        found += [
+            f"16-byte cp.async of the tiles: {p}" for p in vector_problems(c, operand, along, width)
+        ]
     return found
 
 
@@ -139,7 +158,7 @@ def lower_mma(task: Task, config: MmaConfig, name: str | None = None) -> kir.Ker
     trouble = problems(task, config)
     if trouble:
         raise ValueError("; ".join(trouble))
-    c, pointwise = gemm_form(task)
+    c, pointwise = mma_form(task, config)
     builder: type[TileBuilder] = TileBuilder
     if SHAPES[config.shape].group > 1:
         builder = TmaBuilder if config.copy == "tma" else WarpGroupBuilder
@@ -151,7 +170,7 @@ def shared_bytes(config: MmaConfig, task: Task | None = None) -> int:
     B buffers and the epilogue's tile); without ``task``, a bound over the ways
     16-bit tiles may be laid out."""
     bm, bn = config.block_tile()
-    c = gemm_form(task)[0] if task is not None else None
+    c = mma_form(task, config)[0] if task is not None else None
     a, b = staging(c, config, "a"), staging(c, config, "b")
     staged = (
         config.itemsize

@@ -35,13 +35,13 @@ import math
 from dataclasses import replace
 
 from ..ir.task import Task
-from .contraction import NotAContraction, gemm_form
+from .contraction import Contraction, NotAContraction, gemm_form
 from .device import DeviceLimits
 from .mma import SHAPES
 from .mma_config import MmaConfig
-from .mma_lower import async_problems, pointwise_problems
+from .mma_lower import async_problems, mma_form, pointwise_problems
 from .mma_tma import tma_problems
-from .mma_warpgroup import warpgroup_problems
+from .mma_warpgroup import oriented, warpgroup_problems
 from .terms import L2_OVER_DRAM, Terms
 
 #: Whole-device multiply-add rate (flop/s, FMA = 2) of the generated kernel with
@@ -74,6 +74,14 @@ WARPGROUP_RATES = {(128, 256): 641e12, (256, 128): 613e12, (128, 128): 458e12, (
 #: 4096 1.08, abkl,klcd 1.13, batched 1.07, five generated GEMMs 0.89-1.04;
 #: docs/tensor_cores.md "TMA staging").  The hand-written probe reached 1.20.
 TMA_GAIN = 1.04
+#: tf32 warpgroup tiles (``wgmma_k8_tf32``, cp.async) over the bf16 rate of the
+#: same block tile (the instruction's tf32 peak is half its bf16 one), and TMA
+#: over cp.async for them (in place of :data:`TMA_GAIN`): medians of SGEMM 8192
+#: row-major (A from registers) and with B transposed (both K-major), 128×256,
+#: 256×128 and 128×128 tiles, on an H100 (scripts/gpu_tf32.py, twenty-second
+#: session: cp.async 0.39-0.53 of the bf16 rate, TMA 0.86-1.36 over cp.async).
+TF32_WARPGROUP_SCALE = 0.41
+TF32_TMA_GAIN = 1.2
 MEASURED_SMS = 132
 TILE_OVERHEAD = 16.0
 STORE_EFFICIENCY = 0.4
@@ -99,7 +107,7 @@ WARPGROUP_BASE = MmaConfig("wgmma_k16_bf16", 4, 1, 1, 16, 64, stages=4, copy="as
 
 def mma_bounds(task: Task, config: MmaConfig, limits: DeviceLimits) -> tuple[float, float, float]:
     """(dram, l2, arithmetic) seconds of the tensor-core kernel of ``config``."""
-    c, pointwise = gemm_form(task)
+    c, pointwise = mma_form(task, config)
     shape = SHAPES[config.shape]
     bm, bn = config.block_tile()
     m, n, k, batch = c.size(c.m), c.size(c.n), c.size(c.k), c.size(c.batch)
@@ -111,7 +119,10 @@ def mma_bounds(task: Task, config: MmaConfig, limits: DeviceLimits) -> tuple[flo
         rate = WARPGROUP_RATES.get((bm, bn))
         if rate is None:  # a tuning tile: scaled from the 64 x 128 one by intensity
             rate = WARPGROUP_RATES[64, 128] * tile_rate(config) / tile_rate(WARPGROUP_BASE)
-        per_sm = rate / MEASURED_SMS * (TMA_GAIN if config.copy == "tma" else 1.0)
+        gain = TF32_TMA_GAIN if shape.input_type == "tf32" else TMA_GAIN
+        per_sm = rate / MEASURED_SMS * (gain if config.copy == "tma" else 1.0)
+        if shape.input_type == "tf32":
+            per_sm *= TF32_WARPGROUP_SCALE
     elif config.copy == "async" and shape.packed > 1:
         per_sm = HALF_ASYNC_RATE / MEASURED_SMS * tile_rate(config)
     elif config.copy == "async":
@@ -215,6 +226,15 @@ WARPGROUP_TILES = {
     )
     for dtype, kind in (("bfloat16", "bf16"), ("float16", "f16"))
 }
+#: tf32 on the warpgroup MMA (sm_90 only): the same block tiles, k-step 32 (one
+#: 128-byte line of tf32), 4 stages; A from registers where it is not K-major
+#: (:mod:`einkern.gpu.mma_warpgroup`).
+TF32_WARPGROUP_TILES = (
+    MmaConfig("wgmma_k8_tf32", 8, 1, 1, 32, 32, stages=4, copy="async"),  # 128 x 256
+    MmaConfig("wgmma_k8_tf32", 16, 1, 1, 16, 32, stages=4, copy="async"),  # 256 x 128
+    MmaConfig("wgmma_k8_tf32", 8, 1, 1, 16, 32, stages=4, copy="async"),  # 128 x 128
+    MmaConfig("wgmma_k8_tf32", 4, 1, 1, 16, 32, stages=4, copy="async"),  # 64 x 128
+)
 #: ... and for the others (copied element by element through registers): the tf32
 #: tiles with the m16n8k16 instruction.
 HALF_REGISTER_TILES = {
@@ -261,12 +281,26 @@ def mma_candidates(task: Task, tuning: bool = False, arch: str = "sm_90") -> lis
         c, pointwise = gemm_form(task)
     except NotAContraction:
         return []
+    hopper = arch.startswith("sm_90")
     if SHAPES[tiles[0].shape].packed > 1 and async_problems(c, tiles[0]):
         tiles = list(HALF_REGISTER_TILES[min(reads)])
-    elif SHAPES[tiles[0].shape].packed > 1 and arch.startswith("sm_90"):
-        groups = [w for w in WARPGROUP_TILES[min(reads)] if not warpgroup_problems(c, w)]
-        staged = [replace(w, copy="tma") for w in groups]
-        tiles = [w for w in staged if not tma_problems(c, w)] + groups + tiles
+    elif SHAPES[tiles[0].shape].packed > 1 and hopper:
+        tiles = warpgroup_candidates(c, WARPGROUP_TILES[min(reads)]) + tiles
+    elif SHAPES[tiles[0].shape].input_type == "tf32" and not tiles[0].split and hopper:
+        tiles = warpgroup_candidates(c, TF32_WARPGROUP_TILES) + tiles
     if pointwise_problems(c, pointwise, SHAPES[tiles[0].shape].packed > 1):
         return []
     return tiles if c.flops >= MIN_FLOPS else []
+
+
+def warpgroup_candidates(c: Contraction, tiles: tuple[MmaConfig, ...]) -> list[MmaConfig]:
+    """The warpgroup ``tiles`` that can compute ``c`` (each as
+    :func:`~einkern.gpu.mma_warpgroup.oriented` turns it), staged by TMA where the
+    maps allow, then by 16-byte cp.async where the operands allow."""
+    groups = [
+        w
+        for w in tiles
+        if not warpgroup_problems(oriented(c, w), w) and not async_problems(oriented(c, w), w)
+    ]
+    staged = [replace(w, copy="tma") for w in groups]
+    return [w for w in staged if not tma_problems(oriented(c, w), w)] + groups

@@ -39,6 +39,17 @@ VECTOR = 8
 SWIZZLE_ELEMENTS = kir.SWIZZLE_LINE // 2
 
 
+def line_elements(config: MmaConfig) -> int:
+    """Elements per 128-byte swizzled line of ``config``'s staged type (64 of 16
+    bits, 32 of tf32): a warpgroup tile's k-step and TMA box."""
+    return kir.SWIZZLE_LINE // config.itemsize
+
+
+def chunk_elements(config: MmaConfig) -> int:
+    """Elements per 16-byte chunk (one ``cp.async``) of ``config``'s staged type."""
+    return 16 // config.itemsize
+
+
 @dataclass(frozen=True)
 class Staging:
     """One operand tile in shared memory: ``along_cols`` — its column dimension (A:
@@ -49,29 +60,35 @@ class Staging:
     ld: int
     width: int = 1
     #: warpgroup MMA tiles: the 128-byte-swizzled lines of a
-    #: :class:`~einkern.gpu.kir.SharedMatrix` (``ld`` 64), the contiguous
-    #: dimension cut into blocks of 64 of ``lines`` lines each (the other
-    #: dimension's extent)
+    #: :class:`~einkern.gpu.kir.SharedMatrix` (``ld`` elements per line: 64 of
+    #: 16 bits, 32 of tf32), the contiguous dimension cut into blocks of ``ld``
+    #: of ``lines`` lines each (the other dimension's extent)
     swizzle: bool = False
     lines: int = 0
+    #: elements per 16-byte chunk of a swizzled line (8 of 16 bits, 4 of tf32)
+    chunk: int = VECTOR
 
-    def index(self, row: kir.Expr, col: kir.Expr) -> kir.Expr:
-        """Shared index of tile element (row, col)."""
+    def index(self, row: kir.Expr, col: kir.Expr, single: bool = False) -> kir.Expr:
+        """Shared index of tile element (row, col): the first of a copy's ``width``
+        elements, or (``single``) any element."""
         if self.swizzle:
-            return self._swizzled(col, row) if self.along_cols else self._swizzled(row, col)
+            u, v = (col, row) if self.along_cols else (row, col)
+            return self._swizzled(u, v, single)
         if self.along_cols:
             return E.add(E.mul(row, E.const(self.ld)), col)
         return E.add(E.mul(col, E.const(self.ld)), row)
 
-    def _swizzled(self, u: kir.Expr, v: kir.Expr) -> kir.Expr:
+    def _swizzled(self, u: kir.Expr, v: kir.Expr, single: bool) -> kir.Expr:
         """Element (u along the contiguous dimension, v along the other) of a
-        swizzled tile: line ``(u / 64)·lines + v``, its 16-byte chunk ``(u % 64) / 8``
-        stored at chunk ``chunk ^ (line % 8)``."""
-        line = E.add(E.mul(E.div(u, SWIZZLE_ELEMENTS), E.const(self.lines)), v)
-        chunk = E.div(E.mod(u, SWIZZLE_ELEMENTS), VECTOR)
+        swizzled tile: line ``(u / ld)·lines + v``, its 16-byte chunk ``(u % ld) /
+        chunk`` stored at chunk ``chunk ^ (line % 8)``."""
+        line = E.add(E.mul(E.div(u, self.ld), E.const(self.lines)), v)
+        chunk = E.div(E.mod(u, self.ld), self.chunk)
         swizzled = kir.Op("^", chunk, E.mod(line, 8))
-        index = E.add(E.mul(line, E.const(SWIZZLE_ELEMENTS)), E.mul(swizzled, E.const(VECTOR)))
-        return index if self.width == VECTOR else E.add(index, E.mod(u, VECTOR))
+        index = E.add(E.mul(line, E.const(self.ld)), E.mul(swizzled, E.const(self.chunk)))
+        if self.width == self.chunk and not single:
+            return index
+        return E.add(index, E.mod(u, self.chunk))
 
     def along_k(self, which: str) -> bool:
         """Whether k is the contiguous dimension of the A (``"a"``: k × columns)
@@ -124,10 +141,12 @@ def staging(c: Contraction | None, config: MmaConfig, which: str) -> Staging:
     (for a bound on shared memory)."""
     bm, bn = config.block_tile()
     rows, cols = (bm, config.k_step) if which == "a" else (config.k_step, bn)
-    if SHAPES[config.shape].packed == 1:
+    shape = SHAPES[config.shape]
+    line, chunk = line_elements(config), chunk_elements(config)
+    if shape.group > 1 and c is None:  # swizzled: no padding either way
+        return Staging(True, line, chunk, swizzle=True, lines=rows, chunk=chunk)
+    if shape.packed == 1 and shape.group == 1:
         return Staging(True, cols + _padding(cols, config.padding, config.itemsize, which))
-    if SHAPES[config.shape].group > 1 and c is None:  # swizzled: no padding either way
-        return Staging(True, SWIZZLE_ELEMENTS, VECTOR, swizzle=True, lines=rows)
     if c is None:
         both = [
             Staging(o, _sixteen_bit_ld(cols if o else rows, config.padding)) for o in (True, False)
@@ -135,27 +154,31 @@ def staging(c: Contraction | None, config: MmaConfig, which: str) -> Staging:
         return max(both, key=lambda s: s.elements(rows, cols))
     operand, row_group, col_group = tile_groups(c, which)
     along_cols = runs_along_cols(operand, col_group)
-    if SHAPES[config.shape].group > 1:  # warpgroup MMA: swizzled lines, 16-byte copies
+    if shape.group > 1:  # warpgroup MMA: swizzled lines, 16-byte copies
         other = rows if along_cols else cols
-        return Staging(along_cols, SWIZZLE_ELEMENTS, VECTOR, swizzle=True, lines=other)
+        return Staging(along_cols, line, chunk, swizzle=True, lines=other, chunk=chunk)
     width = VECTOR if config.copy == "async" else 1
     return Staging(along_cols, _sixteen_bit_ld(cols if along_cols else rows, config.padding), width)
 
 
-def vector_problems(c: Contraction, operand: Operand, group: tuple[str, ...]) -> list[str]:
-    """Why ``operand`` cannot be copied 8 elements (16 bytes) at a time along
-    ``group`` (the tile dimension stored contiguously): its stride-1 index must be
-    the group's last, with an extent that 8 divides, and every other stride a
-    multiple of 8 (so every copy starts 16-byte aligned)."""
+def vector_problems(
+    c: Contraction, operand: Operand, group: tuple[str, ...], width: int = VECTOR
+) -> list[str]:
+    """Why ``operand`` cannot be copied ``width`` elements (16 bytes: 8 of 16 bits,
+    4 of 32) at a time along ``group`` (the tile dimension stored contiguously):
+    its stride-1 index must be the group's last, with an extent that ``width``
+    divides, and every other stride a multiple of ``width`` (so every copy starts
+    16-byte aligned)."""
     name = operand.tensor
     if not group or operand.stride(group[-1]) != 1:
         return [f"{name}: its stride-1 index does not run along the staged tile"]
     found = []
-    if c.extent(group[-1]) % VECTOR:
-        found.append(f"{name}: extent {c.extent(group[-1])} of {group[-1]} is not a multiple of 8")
-    odd = [i for i, s in operand.strides if s != 1 and s % VECTOR]
+    extent = c.extent(group[-1])
+    if extent % width:
+        found.append(f"{name}: extent {extent} of {group[-1]} is not a multiple of {width}")
+    odd = [i for i, s in operand.strides if s != 1 and s % width]
     if odd:
-        found.append(f"{name}: strides of {', '.join(odd)} are not multiples of 8 elements")
+        found.append(f"{name}: strides of {', '.join(odd)} are not multiples of {width} elements")
     return found
 
 

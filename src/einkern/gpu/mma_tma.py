@@ -5,7 +5,7 @@ tiles arrive by bulk tensor copies instead of 16-byte ``cp.async`` by every thre
 **Maps.**  Each operand gets one :class:`~.kir.TensorMap` (:func:`operand_map`).
 Its dimension 0 is the operand's stride-1 index, which is the innermost index
 of the tile group stored contiguously in shared memory (:mod:`.mma_staging`);
-its boxes there are 64 elements, one 128-byte swizzled line.  Then come the
+its boxes there are one 128-byte swizzled line (64 16-bit or 32 tf32 elements).  Then come the
 other group's indices, inner to outer, whose boxes make up the line count of
 the tile; then the contiguous group's outer indices and the batch indices,
 boxes of 1.  A group of several indices is a box only when the tile covers its
@@ -18,8 +18,8 @@ extent, which TMA fills with zeros: no guards at the edges.  The outermost
 index of a group needs neither condition (its box is what is left of the tile,
 past its extent too).  Boxes written with
 the 128-byte swizzle land exactly in :class:`~.mma_staging.Staging`'s swizzled
-layout (line ``(u / 64)·lines + v``, chunk ``c ^ (line % 8)``), one copy per 64
-elements of the contiguous dimension.
+layout (line ``(u / L)·lines + v`` for ``L`` elements per line, chunk
+``c ^ (line % 8)``), one copy per line's elements of the contiguous dimension.
 
 **Pipeline.**  Thread 0 initialises one mbarrier per stage, a barrier publishes
 them, and thread 0 issues the first ``stages - 2`` tiles.  Per k-step every
@@ -45,7 +45,7 @@ from .ctext import MAP_BOX, MAP_RANK
 from .mma import SHAPES
 from .mma_builder import INPUT_DTYPE
 from .mma_config import MmaConfig
-from .mma_staging import SWIZZLE_ELEMENTS, staging, tile_groups
+from .mma_staging import line_elements, staging, tile_groups
 from .mma_warpgroup import WarpGroupBuilder
 
 #: The shared array of the stages' mbarriers.
@@ -93,10 +93,11 @@ def operand_map(c: Contraction, config: MmaConfig, which: str) -> kir.TensorMap 
     contiguous, _, other, other_tile = _layout(c, config, which)
     if not contiguous or operand.stride(contiguous[-1]) != 1:
         return f"{name}: its stride-1 index is not the innermost of the tile's contiguous group"
-    inner = group_box(c, contiguous, SWIZZLE_ELEMENTS)
-    if inner is None or inner[0][1] != SWIZZLE_ELEMENTS:
+    line = line_elements(config)
+    inner = group_box(c, contiguous, line)
+    if inner is None or inner[0][1] != line:
         extent = c.extent(contiguous[-1])
-        return f"{name}: extent {extent} of its stride-1 index is not a multiple of 64"
+        return f"{name}: extent {extent} of its stride-1 index is not a multiple of {line}"
     lines = group_box(c, other, other_tile)
     if lines is None:
         return (
@@ -139,11 +140,11 @@ class TmaBuilder(WarpGroupBuilder):
 
     def stage_bytes(self) -> int:
         """Bytes of the A and B tiles of one k-step (zero-filled ones too)."""
-        return sum(2 * self.buffer_size(w) for w in ("a", "b"))
+        return sum(self.config.itemsize * self.buffer_size(w) for w in ("a", "b"))
 
     def copies(self, which: str, number: kir.Expr, kk: kir.Expr) -> list[kir.Stmt]:
         """The bulk copies of the A or B tile at k offset ``kk`` into buffer
-        ``number``: one per 64 elements of the contiguous dimension."""
+        ``number``: one per line's elements (128 bytes) of the contiguous dimension."""
         tmap, layout = self.maps[which], self.staging[which]
         contiguous, extent, other, _ = _layout(self.c, self.config, which)
         _, _, _, _, _, row0, col0 = self._tile(which, kk)
@@ -151,14 +152,14 @@ class TmaBuilder(WarpGroupBuilder):
         flat = E.div(kir.BlockIdx(), self.tiles_m * self.tiles_n)
         batch = self.c.coordinates(self.c.batch, flat) if self.c.batch else {}
         stmts: list[kir.Stmt] = []
-        for q in range(extent // SWIZZLE_ELEMENTS):
-            start = E.add(first, E.const(q * SWIZZLE_ELEMENTS))
+        for q in range(extent // self.line):
+            start = E.add(first, E.const(q * self.line))
             coords = {
                 **batch,
                 **self.c.coordinates(contiguous, start),
                 **self.c.coordinates(other, second),
             }
-            at = E.add(self.buffer(which, number), E.const(q * layout.lines * SWIZZLE_ELEMENTS))
+            at = E.add(self.buffer(which, number), E.const(q * layout.lines * self.line))
             stmts.append(
                 kir.TensorCopy(
                     tmap.name,
@@ -218,7 +219,8 @@ class TmaBuilder(WarpGroupBuilder):
         ]
 
     def drain(self) -> list[kir.Section]:
-        return [kir.WarpGroupWait(0)]
+        first = [kir.Barrier()] if self.registers_a else []  # see WarpGroupBuilder.drain
+        return [*first, kir.WarpGroupWait(0)]
 
     def kernel(self) -> kir.Kernel:
         kernel = super().kernel()

@@ -1,26 +1,37 @@
 """Tensor-core kernels on Hopper's warpgroup MMA (``wgmma``, sm_90a) for bf16/f16
-contractions: :class:`WarpGroupBuilder`, a subclass of :class:`~.mma_builder.TileBuilder`.
+and tf32 contractions: :class:`WarpGroupBuilder`, a subclass of
+:class:`~.mma_builder.TileBuilder`.
 
-Kernel shape, for an :class:`~.mma_config.MmaConfig` of a ``wgmma_k16_*`` shape
-(``warps_m`` a multiple of 4, ``warps_n`` = ``tiles_m`` = 1, ``k_step`` 64):
+Kernel shape, for an :class:`~.mma_config.MmaConfig` of a ``wgmma_*`` shape
+(``warps_m`` a multiple of 4, ``warps_n`` = ``tiles_m`` = 1, ``k_step`` one
+128-byte line: 64 16-bit or 32 tf32 elements):
 
 * the block's ``warps_m / 4`` warpgroups each own 64 rows of the BM × BN output
-  tile; one instruction per warpgroup and 16-wide k-step computes its whole
-  64 × BN share (N = BN = ``8 · tiles_n``, at most 256); each warp's
-  accumulators are the m16n8 layout's, so :mod:`.mma_epilogue` stores them as
-  it stores ``mma.sync`` accumulators (warp ``w`` at rows ``16·w``);
-* the operand tiles are staged by 16-byte ``cp.async`` copies into 128-byte
-  swizzled lines (:class:`~.mma_staging.Staging` with ``swizzle``), each along
-  its operand's own stride-1 index: k-contiguous ("K-major") tiles have one line
-  per row, M- or N-contiguous tiles one line per k in blocks of 64 columns, and
-  the instruction reads them through shared-memory descriptors
-  (:class:`~.kir.SharedMatrix`), transposing the latter;
+  tile; one instruction per warpgroup and instruction k-step (16, or 8 for
+  tf32) computes its whole 64 × BN share (N = BN = ``8 · tiles_n``, at most
+  256); each warp's accumulators are the m16n8 layout's, so
+  :mod:`.mma_epilogue` stores them as it stores ``mma.sync`` accumulators (warp
+  ``w`` at rows ``16·w``);
+* the operand tiles are staged by 16-byte ``cp.async`` copies (or TMA,
+  :mod:`.mma_tma`) into 128-byte swizzled lines (:class:`~.mma_staging.Staging`
+  with ``swizzle``), each along its operand's own stride-1 index: k-contiguous
+  ("K-major") tiles have one line per row, M- or N-contiguous tiles one line
+  per k in blocks of a line's elements, and the instruction reads them through
+  shared-memory descriptors (:class:`~.kir.SharedMatrix`), transposing the
+  latter;
+* tf32 operands cannot be transposed by the instruction, so B must be K-major:
+  where only A is (``ik,kj→ij``: B runs along N), :func:`oriented` exchanges
+  the operands (the tile's rows are then the N group); an A tile that is not
+  K-major is read into registers (the m16n8k8 tf32 layout, rounded to tf32 on
+  the way), the instruction's register form;
 * the pipeline keeps ``stages - 2`` tiles in flight and one group of MMAs: per
   k-step, wait for the tile, ``fence.proxy.async`` (the copies become visible to
   the tensor cores), a barrier, the copies of the tile ``stages - 2`` steps ahead
   into the buffer the MMAs of two steps ago read (each warpgroup waited for them
   before the barrier), the MMAs, commit, and a wait that leaves this step's
-  group in flight.
+  group in flight.  With A in registers the wait for the step before comes
+  instead just before the A fragments are loaded (they are the registers the
+  step before's MMAs read), and a barrier precedes the last wait.
 """
 
 from __future__ import annotations
@@ -30,17 +41,37 @@ from dataclasses import replace
 from . import exprs as E
 from . import kir
 from .contraction import Contraction
+from .mma import SHAPES, coordinates
 from .mma_builder import TileBuilder
 from .mma_config import MmaConfig
-from .mma_staging import SWIZZLE_ELEMENTS, LoadCall, staging
-from .mma_warpgroup_text import ATOM, MAX_N, WARPGROUP
+from .mma_staging import LoadCall, line_elements, staging
+from .mma_warpgroup_text import ATOM, MAX_N, REGISTER_A, WARPGROUP
 
-#: k-step of a warpgroup tile: one 128-byte line of 16-bit elements along k.
-K_STEP = SWIZZLE_ELEMENTS
+
+def _k_major(c: Contraction, config: MmaConfig, which: str) -> bool:
+    return staging(c, config, which).along_k(which)
+
+
+def oriented(c: Contraction, config: MmaConfig) -> Contraction:
+    """``c`` as a warpgroup tile of ``config`` computes it: tf32 operands with B
+    not K-major but A K-major exchanged (A and B, M and N), else ``c``."""
+    if SHAPES[config.shape].input_type != "tf32" or SHAPES[config.shape].group == 1:
+        return c
+    if _k_major(c, config, "b") or not _k_major(c, config, "a"):
+        return c
+    return replace(c, a=c.b, b=c.a, m=c.n, n=c.m)
+
+
+def registers_a(c: Contraction, config: MmaConfig) -> bool:
+    """Whether the warpgroup tile of ``config`` reads A from registers (tf32 with
+    an A tile that is not K-major; ``c`` as :func:`oriented` gives it)."""
+    shape = SHAPES[config.shape]
+    return shape.group > 1 and shape.input_type == "tf32" and not _k_major(c, config, "a")
 
 
 def warpgroup_problems(c: Contraction, config: MmaConfig) -> list[str]:
-    """Why ``config`` (a warpgroup shape) cannot compute contraction ``c``."""
+    """Why ``config`` (a warpgroup shape) cannot compute contraction ``c`` (as
+    :func:`oriented` gives it)."""
     found = []
     if config.copy not in ("async", "tma"):
         found.append("warpgroup MMA tiles are copied by cp.async or TMA (copy 'async' or 'tma')")
@@ -49,25 +80,38 @@ def warpgroup_problems(c: Contraction, config: MmaConfig) -> list[str]:
     n = 8 * config.tiles_n
     if n > MAX_N:
         found.append(f"warpgroup MMA: N = 8·tiles_n = {n} is more than {MAX_N}")
-    if config.k_step != K_STEP:
-        found.append(f"warpgroup MMA: k_step {config.k_step} (one 128-byte line: {K_STEP})")
+    line = line_elements(config)
+    if config.k_step != line:
+        found.append(f"warpgroup MMA: k_step {config.k_step} (one 128-byte line: {line})")
     if config.stages < 3:
         found.append(f"warpgroup MMA: stages {config.stages} (3 or 4)")
     if config.padding != -1:
         found.append("warpgroup MMA tiles are swizzled, not padded (padding -1)")
+    if config.split:
+        found.append("warpgroup MMA: no 3xTF32 (split)")
     bm, bn = config.block_tile()
     for which, extent in (("a", bm), ("b", bn)):
-        if not staging(c, config, which).along_k(which) and extent % SWIZZLE_ELEMENTS:
+        if not _k_major(c, config, which) and extent % line:
             found.append(
                 f"warpgroup MMA: the {which.upper()} tile runs along M or N in shared memory,"
-                f" so its extent {extent} must be a multiple of {SWIZZLE_ELEMENTS}"
+                f" so its extent {extent} must be a multiple of {line}"
             )
+    if SHAPES[config.shape].input_type == "tf32" and not _k_major(c, config, "b"):
+        found.append(
+            "tf32 warpgroup MMA: neither operand's stride-1 index is contracted"
+            " (the instruction reads tf32 operands K-major only)"
+        )
     return found
 
 
 class WarpGroupBuilder(TileBuilder):
     """The :mod:`.mma_lower` builder with warpgroup MMAs from swizzled shared tiles
-    (see the module docstring)."""
+    (see the module docstring); ``c`` as :func:`oriented` gives it."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.line = line_elements(self.config)
+        self.registers_a = registers_a(self.c, self.config)
 
     def _load_calls(self) -> dict[str, list[LoadCall]]:
         return {}  # no ldmatrix: the instruction reads shared memory itself
@@ -78,30 +122,52 @@ class WarpGroupBuilder(TileBuilder):
         layout = self.staging[which]
         k_major = layout.along_k(which)
         group = E.div(kir.ThreadIdx(), WARPGROUP)
+        line = self.line
         start: kir.Expr
-        if k_major:  # line = row (M or N), k along the line: 2 bytes per k
+        if k_major:  # line = row (M or N), k along the line
             start = E.const(ks)
             if which == "a":
-                start = E.add(E.mul(group, E.const(64 * SWIZZLE_ELEMENTS)), start)
+                start = E.add(E.mul(group, E.const(64 * line)), start)
             leading = 16  # unused by the hardware for K-major swizzled operands
-        else:  # line = k within each block of 64 rows (M) or columns (N)
-            start = E.const(ks * SWIZZLE_ELEMENTS)
+        else:  # line = k within each block of a line's rows (M) or columns (N)
+            start = E.const(ks * line)
             if which == "a":  # the warpgroup's block of 64 rows
-                start = E.add(E.mul(group, E.const(layout.lines * SWIZZLE_ELEMENTS)), start)
+                start = E.add(E.mul(group, E.const(layout.lines * 64)), start)
             leading = layout.lines * kir.SWIZZLE_LINE
         index = E.add(self.buffer(which, current), start)
         shared = "As" if which == "a" else "Bs"
         return kir.SharedMatrix(shared, index, k_major, leading, ATOM)
 
+    def a_fragments(self, current: kir.Expr) -> list[kir.Stmt]:
+        """The lane's A registers of every instruction k-step from shared buffer
+        ``current`` (the tf32 m16n8k8 layout of its warp's 16 rows), rounded to tf32."""
+        group, quad = self.lane_group_quad()
+        row0, _ = self.warp_bases()
+        stmts: list[kir.Stmt] = []
+        for step, ks in enumerate(range(0, self.bk, self.shape.k)):
+            for i in range(REGISTER_A):
+                r, col = coordinates(self.shape.a, group, quad, i)
+                at = self.staging["a"].index(E.add(row0, r), E.add(E.const(ks), col), True)
+                value = kir.Load("As", E.add(self.buffer("a", current), at))
+                stmts += self._fragment("fa", step * REGISTER_A + i, value, 0)
+        return stmts
+
     def multiply(self, current: kir.Expr) -> list[kir.Section]:
         """One group of warpgroup MMAs over the k-step from buffer ``current``."""
         n = 8 * self.config.tiles_n
         acc = kir.Fragment("acc", 0)
-        sections: list[kir.Section] = [kir.WarpGroupFence()]
-        for ks in range(0, self.bk, self.shape.k):
-            a, b = self.operand("a", current, ks), self.operand("b", current, ks)
+        sections: list[kir.Section] = []
+        if self.registers_a:  # the step before's MMAs read the registers refilled here
+            sections += [kir.WarpGroupWait(0), kir.PerThread(tuple(self.a_fragments(current)))]
+        sections.append(kir.WarpGroupFence())
+        for step, ks in enumerate(range(0, self.bk, self.shape.k)):
+            a: kir.SharedMatrix | kir.Fragment = kir.Fragment("fa", step * REGISTER_A)
+            if not self.registers_a:
+                a = self.operand("a", current, ks)
+            b = self.operand("b", current, ks)
             sections.append(kir.WarpGroupMma(self.shape.name, n, a, b, acc))
-        return [*sections, kir.WarpGroupCommit(), kir.WarpGroupWait(1)]
+        sections.append(kir.WarpGroupCommit())
+        return sections if self.registers_a else [*sections, kir.WarpGroupWait(1)]
 
     def tiles_ahead(self) -> int:
         """``stages - 2``: the buffer the MMAs of the step before read stays
@@ -113,13 +179,19 @@ class WarpGroupBuilder(TileBuilder):
         return [*super().landed(), kir.ProxyFence()]
 
     def drain(self) -> list[kir.Section]:
-        return [kir.WarpGroupWait(0), *super().drain()]
+        """Every MMA completed; with A in registers after a barrier (each lane's
+        registers are read by the instruction it issued before)."""
+        first = [kir.Barrier()] if self.registers_a else []
+        return [*first, kir.WarpGroupWait(0), *super().drain()]
 
     def kernel(self) -> kir.Kernel:
         kernel = super().kernel()
+        keep = {"fa"} if self.registers_a else set()
+        fragments = kir.ThreadVar("fa", "float", REGISTER_A * (self.bk // self.shape.k))
+        thread_vars = [v for v in kernel.thread_vars if v.name not in ("fa", "fb")]
         return replace(
             kernel,
-            thread_vars=tuple(v for v in kernel.thread_vars if v.name not in ("fa", "fb")),
+            thread_vars=(*thread_vars, *([fragments] if keep else [])),
             shared=tuple(
                 replace(a, align=ATOM) if a.name in ("As", "Bs") else a for a in kernel.shared
             ),

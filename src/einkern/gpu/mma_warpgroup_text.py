@@ -12,7 +12,7 @@ from __future__ import annotations
 from . import kir
 from .mma import SHAPES
 
-#: Instruction N of ``wgmma`` with 16-bit inputs: multiples of 8 up to 256.
+#: Instruction N of ``wgmma``: multiples of 8 up to 256.
 MAX_N = 256
 WARPGROUP = 128  # threads
 ATOM = 1024  # bytes of eight 128-byte swizzled lines: the swizzle repeats with it
@@ -40,12 +40,24 @@ def needs_arch_specific(source: str) -> bool:
     return "wgmma." in source
 
 
+#: Input types of the warpgroup shapes einkern prints.
+INPUT_TYPES = ("bf16", "f16", "tf32")
+#: A's registers per lane of a tf32 instruction from registers (m64nNk8).
+REGISTER_A = 4
+
+
 def check_warpgroup_mma(kernel: kir.Kernel, section: kir.WarpGroupMma) -> None:
     """ValueError unless ``section`` can run in ``kernel``: whole warpgroups, a
-    16-bit warpgroup shape, N a multiple of 8 up to 256, enough accumulators."""
+    bf16/f16/tf32 warpgroup shape, N a multiple of 8 up to 256, enough
+    accumulators (and A registers), tf32 operands K-major."""
     shape = SHAPES.get(section.shape)
-    if shape is None or shape.group != 4 or shape.input_type not in ("bf16", "f16"):
-        raise ValueError(f"{section.shape!r} is not a 16-bit warpgroup MMA shape")
+    if shape is None or shape.group != 4 or shape.input_type not in INPUT_TYPES:
+        raise ValueError(f"{section.shape!r} is not a bf16, f16 or tf32 warpgroup MMA shape")
+    shared = [o for o in (section.a, section.b) if isinstance(o, kir.SharedMatrix)]
+    if isinstance(section.a, kir.Fragment) and shape.input_type != "tf32":
+        raise ValueError("a warpgroup MMA takes A from registers for tf32 only")
+    if shape.input_type == "tf32" and not all(o.k_major for o in shared):
+        raise ValueError("tf32 warpgroup MMA operands in shared memory must be K-major")
     if kernel.threads % WARPGROUP:
         raise ValueError(f"a warpgroup MMA needs whole warpgroups, not {kernel.threads} threads")
     if section.n % 8 or not 8 <= section.n <= MAX_N:
@@ -53,8 +65,11 @@ def check_warpgroup_mma(kernel: kir.Kernel, section: kir.WarpGroupMma) -> None:
     counts = {v.name: v.count for v in kernel.thread_vars}
     if counts.get(section.d.var, 0) < section.d.first + section.n // 2:
         raise ValueError(f"accumulator {section.d.var!r} has fewer than {section.n // 2} registers")
+    a = section.a
+    if isinstance(a, kir.Fragment) and counts.get(a.var, 0) < a.first + REGISTER_A:
+        raise ValueError(f"A fragment {a.var!r} has fewer than {a.first + REGISTER_A} registers")
     aligned = {a.name: a.align for a in kernel.shared}
-    for operand in (section.a, section.b):
+    for operand in shared:
         if operand.leading % 16 or operand.stride % 16:
             raise ValueError("descriptor byte offsets must be multiples of 16")
         if aligned.get(operand.shared, 0) % ATOM:
@@ -79,7 +94,10 @@ def warpgroup_mma_text(printer, section: kir.WarpGroupMma, env: dict[str, str]) 
     shape = SHAPES[section.shape]
     count = section.n // 2
     lines = ["{"]
-    for name, operand in (("ekx_da", section.a), ("ekx_db", section.b)):
+    operands = [("ekx_db", section.b)]
+    if isinstance(section.a, kir.SharedMatrix):
+        operands.insert(0, ("ekx_da", section.a))
+    for name, operand in operands:
         shared = printer.array(operand.shared)
         index = printer.expr(operand.index, env, printer.index_type)
         lines.append(
@@ -87,19 +105,30 @@ def warpgroup_mma_text(printer, section: kir.WarpGroupMma, env: dict[str, str]) 
             f"{operand.leading}u, {operand.stride}u);"
         )
     regs = ", ".join(f"%{i}" for i in range(count))
-    trans_a, trans_b = int(not section.a.k_major), int(not section.b.k_major)
-    kind = shape.input_type
+    kind, a = shape.input_type, section.a
+    if isinstance(a, kir.Fragment):  # four 32-bit registers, then B's descriptor
+        a_text = "{" + ", ".join(f"%{count + i}" for i in range(REGISTER_A)) + "}"
+        ins = [f'"r"(__float_as_uint({a.var}[{a.first + i}]))' for i in range(REGISTER_A)]
+        ins += ['"l"(ekx_db)', '"r"(1)']
+    else:
+        a_text = f"%{count}"
+        ins = ['"l"(ekx_da)', '"l"(ekx_db)', '"r"(1)']
+    b_text, flag = f"%{count + len(ins) - 2}", count + len(ins) - 1
+    # 16-bit operands may be transposed; tf32 ones are K-major (no immediates)
+    trans = ""
+    if isinstance(a, kir.SharedMatrix) and kind != "tf32":
+        trans = f", {int(not a.k_major)}, {int(not section.b.k_major)}"
     body = (
-        f"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{count + 2}, 0;\\n"
-        f"wgmma.mma_async.sync.aligned.m64n{section.n}k16.f32.{kind}.{kind} "
-        f"{{{regs}}}, %{count}, %{count + 1}, p, 1, 1, {trans_a}, {trans_b};\\n}}\\n"
+        f"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{flag}, 0;\\n"
+        f"wgmma.mma_async.sync.aligned.m64n{section.n}k{shape.k}.f32.{kind}.{kind} "
+        f"{{{regs}}}, {a_text}, {b_text}, p, 1, 1{trans};\\n}}\\n"
     )
     d = section.d
     outs = ", ".join(f'"+f"({d.var}[{d.first + i}])' for i in range(count))
     lines += [
         f'    asm volatile("{body}"',
         f"        : {outs}",
-        '        : "l"(ekx_da), "l"(ekx_db), "r"(1) : "memory");',
+        f'        : {", ".join(ins)} : "memory");',
         "}",
     ]
     return lines

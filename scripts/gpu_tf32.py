@@ -2,7 +2,7 @@
 (warpgroup MMA on sm_90 where the model picks it), the earlier ``mma.sync``
 tf32 default tile, chosen warpgroup tiles, and torch (cuBLAS / torch.einsum with
 TF32 on), run round-robin in one process.  CUDA events after warm-up, L2 flushed
-(256 MiB written) before every call, median of ``RUNS``, random float32 inputs
+(256 MiB written) before every call, median of ``gpu_tma.RUNS``, random float32 inputs
 in [0.5, 1.5); error: max |C - C_fp64| / max |C_fp64|.
 
 ``--generated N`` adds N contractions drawn from ``--seed`` (GEMMs of random
@@ -19,9 +19,8 @@ import math
 from dataclasses import replace
 
 import torch
-from gpu_block_order import round_robin
 from gpu_half_tiles import operands, program_text
-from gpu_tma import generated
+from gpu_tma import checked, generated, print_table, timed_rows
 
 import einkern
 from einkern.api import with_precision
@@ -31,7 +30,6 @@ from einkern.gpu.mma_model import TF32_TILES, TF32_WARPGROUP_TILES
 from einkern.ir.bind import make_problem
 from einkern.ir.task import statement_task
 
-RUNS = 15
 CASES = [
     ("sgemm 8192", "ik,kj->ij", dict.fromkeys("ijk", 8192), "row"),
     ("sgemm 8192 nt", "ik,jk->ij", dict.fromkeys("ijk", 8192), "row"),
@@ -89,22 +87,13 @@ def main() -> None:
             except Exception as failure:  # noqa: BLE001 - report and go on
                 print(f"  {name} {label}: {failure}", flush=True)
                 continue
-            result.fill_(float("nan"))
-            kernel(A=ops[0], B=ops[1], C=result)
-            torch.cuda.synchronize()
-            err = float((result.double() - exact).abs().max() / exact.abs().max())
-            print(f"  {name} {label}: err {err:.1e}", flush=True)
-            if err < 5e-3:
-                runs[label] = lambda k=kernel, o=ops, r=result: k(A=o[0], B=o[1], C=r)
-        ms = round_robin(runs, RUNS)
-        for label, t in ms.items():
-            ratio = ms["torch tf32"] / t
-            table.append((name, picked, label, t, flops / t / 1e9, ratio))
-            print(f"{name:34s} {label:16s} {t:8.3f} ms {flops / t / 1e9:6.1f} TF/s "
-                  f"{ratio:5.2f}x torch  [{picked}]", flush=True)  # fmt: skip
-    print("\ncase                               variant               ms   TF/s  x torch")
-    for name, picked, label, t, rate, ratio in table:
-        print(f"{name:34s} {label:16s} {t:8.3f} {rate:6.1f} {ratio:6.2f}  {picked}")
+            run = checked(name, label, kernel, ops, exact, result, 5e-3)
+            if run is not None:
+                runs[label] = run
+        table += timed_rows(name, picked, runs, "torch tf32", flops, 16)
+    print_table(
+        table, 16, "\ncase                               variant               ms   TF/s  x torch"
+    )
 
 
 if __name__ == "__main__":

@@ -60,6 +60,39 @@ def generated(count: int, seed: int) -> list[tuple[str, str, dict, str]]:
     return cases
 
 
+def checked(name: str, label: str, kernel, ops, exact, result, tolerance: float):
+    """Run ``kernel`` once on ``ops`` into ``result`` (filled with NaN first) and
+    print its error against ``exact``; the timed call when within ``tolerance``."""
+    result.fill_(float("nan"))
+    kernel(A=ops[0], B=ops[1], C=result)
+    torch.cuda.synchronize()
+    err = float((result.double() - exact).abs().max() / exact.abs().max())
+    print(f"  {name} {label}: err {err:.1e}", flush=True)
+    if err >= tolerance:
+        return None
+    return lambda k=kernel, o=ops, r=result: k(A=o[0], B=o[1], C=r)
+
+
+def timed_rows(name: str, picked: str, runs: dict, peer: str, flops: float, width: int) -> list:
+    """Time ``runs`` round-robin and print a row per run (labels ``width`` wide),
+    with its ratio to run ``peer``; the rows."""
+    ms = round_robin(runs, RUNS)
+    rows = []
+    for label, t in ms.items():
+        ratio = ms[peer] / t
+        rows.append((name, picked, label, t, flops / t / 1e9, ratio))
+        print(f"{name:34s} {label:{width}s} {t:8.3f} ms {flops / t / 1e9:6.1f} TF/s "
+              f"{ratio:5.2f}x torch  [{picked}]", flush=True)  # fmt: skip
+    return rows
+
+
+def print_table(rows: list, width: int, header: str) -> None:
+    """The summary of :func:`timed_rows`' rows under ``header``."""
+    print(header)
+    for name, picked, label, t, rate, ratio in rows:
+        print(f"{name:34s} {label:{width}s} {t:8.3f} {rate:6.1f} {ratio:6.2f}  {picked}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--generated", type=int, default=0)
@@ -90,22 +123,12 @@ def main() -> None:
         for label, config in variants.items():
             mappings = None if config is None else {0: {"x": "", "mma": config.values()}}
             kernel = einkern.compile(text, backend="cuda", mappings=mappings, **extents)
-            result.fill_(float("nan"))
-            kernel(A=ops[0], B=ops[1], C=result)
-            torch.cuda.synchronize()
-            err = float((result.double() - exact).abs().max() / exact.abs().max())
-            print(f"  {name} {label}: err {err:.1e}", flush=True)
-            if err < 1e-2:
-                runs[label] = lambda k=kernel, o=ops, r=result: k(A=o[0], B=o[1], C=r)
-        ms = round_robin(runs, RUNS)
-        for label, t in ms.items():
-            ratio = ms["torch"] / t
-            table.append((name, picked, label, t, flops / t / 1e9, ratio))
-            print(f"{name:34s} {label:9s} {t:8.3f} ms {flops / t / 1e9:6.1f} TF/s "
-                  f"{ratio:5.2f}x torch  [{picked}]", flush=True)  # fmt: skip
-    print("\ncase                               variant        ms   TF/s  x torch  default")
-    for name, picked, label, t, rate, ratio in table:
-        print(f"{name:34s} {label:9s} {t:8.3f} {rate:6.1f} {ratio:6.2f}  {picked}")
+            run = checked(name, label, kernel, ops, exact, result, 1e-2)
+            if run is not None:
+                runs[label] = run
+        table += timed_rows(name, picked, runs, "torch", flops, 9)
+    header = "\ncase                               variant        ms   TF/s  x torch  default"
+    print_table(table, 9, header)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from test_wgmma import _edit
+from test_wgmma import _edit, assert_sm90a_without_spills
 
 import einkern
 from einkern.api import with_precision
@@ -157,16 +157,12 @@ def test_planted_faults_in_the_register_form_are_caught():
 
 def test_kernels_compile_for_sm90a_without_spills():
     pytest.importorskip("cuda.bindings.nvrtc")
-    from einkern.backends.cuda.nvrtc import compile_cubin
-
     for case in ("a·bᵀ (both K-major)", "a·b (exchanged)"):
         text = PROGRAMS[case].replace("m = 72, n = 136, k = 100", "m = 1000, n = 1024, k = 1024")
         task = statement_task(problem(text), 0)
         for config in TF32_WARPGROUP_TILES:
             for staged in (config, replace(config, copy="tma")):
-                module = compile_cubin(print_cuda(lower_mma(task, staged)), "sm_90")
-                assert module.arch == "sm_90a"
-                assert all(r.spill_stores == 0 and r.spill_loads == 0 for r in module.resources)
+                assert_sm90a_without_spills(print_cuda(lower_mma(task, staged)))
 
 
 def test_the_decision_takes_warpgroup_tf32_for_sgemm():

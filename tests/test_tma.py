@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 from conftest import problem_of
 from test_lowp_mma import check, half_problem
-from test_wgmma import _edit, _error
+from test_wgmma import _edit, _error, assert_sm90a_without_spills
 
 from einkern.gpu import kir
 from einkern.gpu.contraction import gemm_form
@@ -171,8 +171,6 @@ def test_planted_faults_are_caught():
 
 def test_kernels_compile_for_sm90a_without_spills():
     pytest.importorskip("cuda.bindings.nvrtc")
-    from einkern.backends.cuda.nvrtc import compile_cubin
-
     problem = half_problem("gemm", "bfloat16", "bfloat16", dict(m=1000, n=1024, k=1024))
     task = statement_task(problem, 0)
     for config in [*WARPGROUP_TILES["bfloat16"], *TILES.values()]:
@@ -180,9 +178,7 @@ def test_kernels_compile_for_sm90a_without_spills():
         text = print_cuda(lower_mma(task, config))
         assert "cp.async.bulk.tensor.2d" in text and "__grid_constant__ ek_tmap" in text
         assert "cp.async.cg" not in text and "fence.proxy.async.shared::cta" in text
-        module = compile_cubin(text, "sm_90")
-        assert module.arch == "sm_90a"
-        assert all(r.spill_stores == 0 and r.spill_loads == 0 for r in module.resources)
+        assert_sm90a_without_spills(text)
 
 
 def test_the_decision_takes_tma_for_bf16_gemm():

@@ -135,15 +135,21 @@ def test_unswizzled_tiles_are_caught(monkeypatch):
     assert error > 100 * output_tolerance(problem, "C")
 
 
-def test_kernels_compile_for_sm90a_without_spills():
-    pytest.importorskip("cuda.bindings.nvrtc")
+def assert_sm90a_without_spills(text: str) -> None:
+    """CUDA ``text`` compiles for sm_90 as sm_90a (wgmma needs the
+    architecture-specific target), with no spills."""
     from einkern.backends.cuda.nvrtc import compile_cubin
 
+    module = compile_cubin(text, "sm_90")
+    assert module.arch == "sm_90a"
+    assert all(r.spill_stores == 0 and r.spill_loads == 0 for r in module.resources)
+
+
+def test_kernels_compile_for_sm90a_without_spills():
+    pytest.importorskip("cuda.bindings.nvrtc")
     for name in ("gemm", "gemm-column", "four-index"):
         problem = half_problem(name, "bfloat16", "bfloat16", ALIGNED[name])
         for config in [*WARPGROUP_TILES["bfloat16"], *TILES.values()]:
             text = print_cuda(lower_mma(statement_task(problem, 0), config))
             assert "wgmma.mma_async.sync.aligned" in text and "fence.proxy.async" in text
-            module = compile_cubin(text, "sm_90")
-            assert module.arch == "sm_90a"  # wgmma needs the architecture-specific target
-            assert all(r.spill_stores == 0 and r.spill_loads == 0 for r in module.resources)
+            assert_sm90a_without_spills(text)

@@ -297,10 +297,9 @@ def warpgroup_candidates(c: Contraction, tiles: tuple[MmaConfig, ...]) -> list[M
     """The warpgroup ``tiles`` that can compute ``c`` (each as
     :func:`~einkern.gpu.mma_warpgroup.oriented` turns it), staged by TMA where the
     maps allow, then by 16-byte cp.async where the operands allow."""
-    groups = [
-        w
-        for w in tiles
-        if not warpgroup_problems(oriented(c, w), w) and not async_problems(oriented(c, w), w)
+    forms = [(w, oriented(c, w)) for w in tiles]
+    groups = [(w, f) for w, f in forms if not warpgroup_problems(f, w) and not async_problems(f, w)]
+    staged = [
+        replace(w, copy="tma") for w, f in groups if not tma_problems(f, replace(w, copy="tma"))
     ]
-    staged = [replace(w, copy="tma") for w in groups]
-    return [w for w in staged if not tma_problems(oriented(c, w), w)] + groups
+    return staged + [w for w, _ in groups]

@@ -186,12 +186,13 @@ class WarpGroupBuilder(TileBuilder):
 
     def kernel(self) -> kir.Kernel:
         kernel = super().kernel()
-        keep = {"fa"} if self.registers_a else set()
-        fragments = kir.ThreadVar("fa", "float", REGISTER_A * (self.bk // self.shape.k))
         thread_vars = [v for v in kernel.thread_vars if v.name not in ("fa", "fb")]
+        if self.registers_a:  # A's registers of every instruction k-step
+            count = REGISTER_A * (self.bk // self.shape.k)
+            thread_vars.append(kir.ThreadVar("fa", self.ctype, count))
         return replace(
             kernel,
-            thread_vars=(*thread_vars, *([fragments] if keep else [])),
+            thread_vars=tuple(thread_vars),
             shared=tuple(
                 replace(a, align=ATOM) if a.name in ("As", "Bs") else a for a in kernel.shared
             ),

@@ -336,3 +336,16 @@ def test_explain_says_why_the_statements_are_chained(capsys):
     text = capsys.readouterr().out
     assert "// fusion (cuda): 1 kernel(s)" in text
     assert text.count("why: chain: 6 dependent statements") == 6
+
+
+@pytest.mark.parametrize(
+    "text",
+    [  # found by test_fuzz: a 0-dimensional operand in a chain's staged group
+        "dtype float32\ndims n0 = 1, n1 = 1\ntensor T0[n0, n0]\ntensor T1[n0]\ntensor T2[]\n"
+        "tensor T3[]\nT0[i, j] = T1[i] + T1[k] / -T2[] + 1\nT0[i, j] = 1\n",
+        "dims n = 6, m = 5\ntensor A[n, m], B[n, m], s[]\ntensor v[n]\n"
+        "v[i] = A[i,k] * s[]\nB[i, j] = v[i] * s[] + A[i,j]\n",
+    ],
+)
+def test_zero_dimensional_operands_are_read_unstaged(text):
+    _check_planned(text)

@@ -306,8 +306,9 @@ def group_sections(b: KernelBuilder, number: int, group: Group) -> list[kir.Sect
     mapping stages any of its inputs.  A ``blocked`` float group with staged
     inputs sums runs of k-step chunks (:func:`partial_period`) into partials
     (``part``), zeroed at a run's first chunk and added to the accumulators after
-    its last (serial groups: :func:`serial_group`)."""
-    staged = [a for a in group.accesses() if b.mapping.staging_of(str(a)) is not None]
+    its last (serial groups: :func:`serial_group`).  A 0-dimensional access has
+    no tile: it is read where it is used, whatever the mapping says."""
+    staged = [a for a in group.accesses() if a.indices and b.mapping.staging_of(str(a)) is not None]
     if not staged:
         return [kir.PerThread(tuple(serial_group(b, number, group)))]
     if b.mapping.accumulate != "blocked" or b.ctype != "float":

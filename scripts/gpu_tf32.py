@@ -42,6 +42,23 @@ CASES = [
 EXTRA = {"sgemm 8192": [0, 1, 2], "sgemm 8192 nt": [0, 1]}
 
 
+def case(spec: str, sizes: dict, layout: str, precision: str):
+    """A float32 case: (operands, flops, the fp64 result, program text, extents,
+    the decision's tile under ``precision`` as text, an output of the layout)."""
+    ops = operands(spec, sizes, torch.float32, layout)
+    flops = 2.0 * math.prod(sizes[c] for c in set(spec.split("->")[0].replace(",", "")))
+    exact = torch.einsum(spec, *(o.double() for o in ops))
+    text = program_text(spec, sizes, "float32", layout)
+    extents = {f"e{c}": v for c, v in sizes.items()}
+    program = with_precision(einkern.load(text), precision)
+    mma = choose(statement_task(make_problem(program, extents), 0)).config.mma
+    picked = "simt" if mma is None else f"{mma.shape} {mma.block_tile()} {mma.copy}"
+    result = torch.empty(exact.shape, dtype=torch.float32, device="cuda")
+    if layout == "column":
+        result = result.t().contiguous().t()
+    return ops, flops, exact, text, extents, picked, result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--generated", type=int, default=0)
@@ -55,18 +72,7 @@ def main() -> None:
     for name, spec, sizes, layout in CASES + generated(args.generated, args.seed):
         if args.only and not any(o in name for o in args.only):
             continue
-        ops = operands(spec, sizes, torch.float32, layout)
-        flops = 2.0 * math.prod(sizes[c] for c in set(spec.split("->")[0].replace(",", "")))
-        exact = torch.einsum(spec, *(o.double() for o in ops))
-        text = program_text(spec, sizes, "float32", layout)
-        extents = {f"e{c}": v for c, v in sizes.items()}
-        program = with_precision(einkern.load(text), "tf32")
-        task = statement_task(make_problem(program, extents), 0)
-        mma = choose(task).config.mma
-        picked = "simt" if mma is None else f"{mma.shape} {mma.block_tile()} {mma.copy}"
-        result = torch.empty(exact.shape, dtype=torch.float32, device="cuda")
-        if layout == "column":
-            result = result.t().contiguous().t()
+        ops, flops, exact, text, extents, picked, result = case(spec, sizes, layout, "tf32")
         runs = {"torch tf32": lambda s=spec, o=ops: torch.einsum(s, *o)}
         peer = torch.einsum(spec, *ops).double()
         print(

@@ -2,7 +2,8 @@
 extents the tiles do not divide, and every tile shape the decision or the tuner
 offers (fp64 and tf32; bf16 warpgroup tiles on sm_90), run once on the GPU and
 checked against torch.einsum; meant to run under ``compute-sanitizer --tool
-memcheck|racecheck``.  ``bf16``: the warpgroup tiles only.
+memcheck|racecheck``.  ``bf16``: the bf16 warpgroup tiles only; ``tf32``: the
+tf32 and 3xTF32 warpgroup tiles only (cp.async and TMA).
 
     compute-sanitizer --tool racecheck python3 scripts/sanitize_mma.py
 """
@@ -21,7 +22,14 @@ from einkern.backends.cuda.tensor_maps import kernel_map_arguments
 from einkern.gpu.cuda_printer import launch_shape, print_cuda
 from einkern.gpu.mma import SHAPES
 from einkern.gpu.mma_lower import MmaConfig, lower_mma
-from einkern.gpu.mma_model import F64_REGISTER_TILES, F64_TILES, TF32_TILES, WARPGROUP_TILES
+from einkern.gpu.mma_model import (
+    F64_REGISTER_TILES,
+    F64_TILES,
+    SPLIT_WARPGROUP_TILES,
+    TF32_TILES,
+    TF32_WARPGROUP_TILES,
+    WARPGROUP_TILES,
+)
 from einkern.ir.bind import make_problem
 from einkern.ir.task import statement_task
 
@@ -49,7 +57,7 @@ def run(config: MmaConfig, dtype: str, sizes: dict[str, int], arch: str, label: 
     out_type = torch.float32 if dtype == "bfloat16" else torch_type
     program = einkern.load(PROGRAM.format(dtype=dtype, out=str(out_type)[6:]))
     if dtype == "float32":
-        program = replace(program, precision="tf32")
+        program = replace(program, precision="3xtf32" if config.split else "tf32")
     task = statement_task(make_problem(program, sizes), 0)
     s = sizes
     a = torch.randn(s["a"], s["k"], s["b"], s["l"], dtype=torch_type, device="cuda")
@@ -71,7 +79,7 @@ def run(config: MmaConfig, dtype: str, sizes: dict[str, int], arch: str, label: 
     )  # fmt: skip
     torch.cuda.synchronize()
     error = float((out.double() - want).abs().max() / want.abs().max())
-    ok = error < (1e-12 if dtype == "float64" else 5e-3)
+    ok = error < (1e-12 if dtype == "float64" else 1e-5 if config.split else 5e-3)
     print(f"{label}: relative error {error:.1e} {'ok' if ok else 'WRONG'}")
     return ok
 
@@ -81,6 +89,11 @@ def main() -> int:
     arch = driver.device_properties().arch
     failures = 0
     only_bf16 = "bf16" in sys.argv[1:]
+    if "tf32" in sys.argv[1:]:
+        for config in (*TF32_WARPGROUP_TILES, *SPLIT_WARPGROUP_TILES):
+            for staged in (config, replace(config, copy="tma")):
+                failures += not run(staged, "float32", TMA_SIZES, arch, staged.describe())
+        return 1 if failures else 0
     for name, shape in SHAPES.items():
         if only_bf16 or shape.input_type != "f64" or int(arch[3:].rstrip("a")) < shape.min_arch:
             continue

@@ -1,7 +1,9 @@
-"""tf32 warpgroup-MMA kernels (``wgmma_k8_tf32``) on the GPU: every tile the
-tuner offers under ``precision="tf32"``, on operands K-major (shared-memory A),
-with A not K-major (A from registers), exchanged (B not K-major), batched and
-with index groups, at edges; each called twice on fresh arrays."""
+"""tf32 and 3xTF32 warpgroup-MMA kernels (``wgmma_k8_tf32``) on the GPU: every
+tile the tuner offers under ``precision="tf32"`` and ``"3xtf32"``, on operands
+K-major (shared-memory A), with A not K-major (A from registers), exchanged (B
+not K-major), batched and with index groups, at edges; each called twice on
+fresh arrays (3xTF32 within fp32's tolerance).  3xTF32's error on a long
+reduction is within twice torch's fp32 one (cuBLAS, TF32 off)."""
 
 from __future__ import annotations
 
@@ -36,10 +38,11 @@ def tf32(text: str) -> str:
     return "dtype float32\n" + text
 
 
+@pytest.mark.parametrize("precision", ["tf32", "3xtf32"])
 @pytest.mark.parametrize("case", sorted(PROGRAMS))
-def test_every_tf32_warpgroup_tile_matches_the_reference(case):
+def test_every_tf32_warpgroup_tile_matches_the_reference(case, precision):
     text = tf32(PROGRAMS[case])
-    problem = make_problem(with_precision(einkern.load(text), "tf32"), {})
+    problem = make_problem(with_precision(einkern.load(text), precision), {})
     tiles = [
         t
         for t in mma_candidates(statement_task(problem, 0), tuning=True)
@@ -48,7 +51,27 @@ def test_every_tf32_warpgroup_tile_matches_the_reference(case):
     assert tiles
     for tile in tiles:
         mappings = {0: {"x": "", "mma": tile.values()}}
-        kernel = einkern.compile(text, backend="cuda", mappings=mappings, precision="tf32")
+        kernel = einkern.compile(text, backend="cuda", mappings=mappings, precision=precision)
         assert "wgmma.mma_async.sync.aligned" in kernel.source() and ".tf32.tf32" in kernel.source()
         assert_matches_reference(kernel, seed=12)
         assert_matches_reference(kernel, seed=13)
+
+
+def test_3xtf32_is_as_accurate_as_cublas_fp32():
+    torch = pytest.importorskip("torch")
+    n = 4096
+    text = tf32(f"dims m = {n}, n = {n}, k = {n}\ntensor A[m,k], B[k,n], C[m,n]\n")
+    kernel = einkern.compile(text + "C[i,j] = A[i,k] * B[k,j]\n", backend="cuda",
+                             precision="3xtf32")  # fmt: skip
+    assert "wgmma.mma_async" in kernel.source()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    generator = torch.Generator(device="cuda").manual_seed(4)
+    for a, b in (
+        [torch.rand(n, n, device="cuda", generator=generator) + 0.5 for _ in range(2)],
+        [torch.randn(n, n, device="cuda", generator=generator) for _ in range(2)],
+    ):
+        exact = a.double() @ b.double()
+        c = torch.empty(n, n, device="cuda")
+        kernel(A=a, B=b, C=c)
+        ours, cublas = (float((x.double() - exact).abs().max()) for x in (c, a @ b))
+        assert ours <= 2 * cublas, (ours, cublas)

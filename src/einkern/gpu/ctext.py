@@ -171,7 +171,7 @@ def join(a: str | None, b: str | None) -> str | None:
 
 def call_type(func: str) -> str | None:
     """``double`` for a C math function, ``float`` for its ``f`` variant, else None."""
-    if func == "ek_tf32":
+    if func in ("ek_tf32", "ek_tf32_rest"):
         return "float"
     if func in _MATH:
         return "double"

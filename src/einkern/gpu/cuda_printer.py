@@ -67,13 +67,20 @@ from .tma_text import (
     uses_tma,
 )
 
-#: fp32 → tf32 (``cvt.rna``: to nearest, ties away from zero), kept in a float.
+#: fp32 → tf32 (``cvt.rna``: to nearest, ties away from zero), kept in a float;
+#: ``ek_tf32_rest``: the part the tensor cores ignore, rounded so.
 TF32_HELPER = """\
 __device__ __forceinline__ float ek_tf32(float x)
 {
     unsigned u;
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u) : "f"(x));
     return __uint_as_float(u);
+}
+/* what the tensor cores drop of x when they read it as tf32 (its low 13 bits),
+   rounded to tf32: the low part of 3xTF32's operands split in shared memory */
+__device__ __forceinline__ float ek_tf32_rest(float x)
+{
+    return ek_tf32(x - __uint_as_float(__float_as_uint(x) & 0xffffe000u));
 }
 """
 

@@ -32,8 +32,9 @@ Execution model:
   gathered from the lanes' thread variables through the instruction's fragment
   layout tables (``einkern.gpu.mma``, checked on the hardware; bf16/f16
   fragments are words of two 16-bit values, unpacked low half first), the
-  product is computed (exact products, the sum in double, rounded once to the
-  accumulator type) and D is scattered back: a kernel that loads fragments by a wrong layout
+  product is computed (exact products, the sum in double, rounded once to a
+  float64 accumulator, truncated to a float32 one as the tensor cores do) and D
+  is scattered back: a kernel that loads fragments by a wrong layout
   computes a wrong product here, as on a GPU.  The step synchronises the whole
   block, which the instruction does not: a barrier missing only where an MMA
   lies between the read and the overwrite of shared memory is not caught;
@@ -196,6 +197,19 @@ static inline float ekx_tf32_truncated(float x)
     v.u &= 0xffffe000u;
     return v.f;
 }}
+static inline float ekx_toward_zero(double s)
+{{
+    /* a tensor core's float32 accumulation: the exact sum truncated */
+    float f = (float)s;
+    if (fabs((double)f) > fabs(s))
+        f = nextafterf(f, 0.0f);
+    return f;
+}}
+static inline float ek_tf32_rest(float x)
+{{
+    /* what the tensor cores ignore of x, rounded to tf32 */
+    return ek_tf32(x - ekx_tf32_truncated(x));
+}}
 static void ekx_async_push(ekx_ctx *c, long long t, void *dst, double value, int size)
 {{
     int *n = &c->q_count[t];
@@ -289,6 +303,15 @@ class EmulationText(CText):
         super().__init__(kernel)
         self.sites: list[Site] = []
         self.thread_scalars = {v.name for v in kernel.thread_vars if not v.count}
+        self.mma_operands = emulator_wgmma.shared_operands(kernel)
+
+    def stmt(self, s: kir.Stmt, env: dict[str, str]) -> list[str]:
+        """A store into a warpgroup MMA's shared operand marks the thread's writes
+        unfenced (:func:`.emulator_wgmma.unfenced`)."""
+        lines = super().stmt(s, env)
+        if isinstance(s, kir.Store) and s.array in self.mma_operands:
+            lines.append(emulator_wgmma.unfenced(True))
+        return lines
 
     # -- spelling --------------------------------------------------------------
 
@@ -447,7 +470,8 @@ class EmulationText(CText):
         return []
 
     def proxy_fence(self) -> list[str]:
-        return []  # shared memory has one view here
+        # shared memory has one view here; the thread's stores are fenced
+        return [emulator_wgmma.unfenced(False)] if self.mma_operands else []
 
     # -- TMA bulk copies and mbarriers (:mod:`.emulator_tma`) --------------------
 
@@ -508,6 +532,8 @@ class EmulationText(CText):
             ]
         r, c, kk, sum_ = (f"{PREFIX}{x}" for x in ("r", "c", "k", "sum"))
         table = _table_name(shape.name, "c")
+        # fp64 MMAs round to nearest; float32 sums of the tensor cores truncate
+        narrow = "(double)" if acc == "double" else "ekx_toward_zero"
         lines += [
             "    }",
             f"    for (int {lane} = 0; {lane} < 32; ++{lane}) {{",
@@ -517,7 +543,7 @@ class EmulationText(CText):
             f"            double {sum_} = {PREFIX}mc[{r}][{c}];",
             f"            for (int {kk} = 0; {kk} < {k}; ++{kk})",
             f"                {sum_} += {PREFIX}ma[{r}][{kk}] * {PREFIX}mb[{kk}][{c}];",
-            f"            {slot(section.d)} = ({acc}){sum_};",
+            f"            {slot(section.d)} = {narrow}({sum_});",
             "        }",
             "    }",
             "}",

@@ -22,8 +22,10 @@ bounds-checked accessor; a start off 16-byte alignment is recorded as
 ``misaligned`` (the descriptor cannot express it).  tf32 elements read from
 shared memory are truncated to tf32 (their low 13 bits ignored, as the tensor
 cores read a 32-bit word as tf32).  Products are exact, the sum in double,
-rounded once to float, and each lane's accumulators are read and written by
-the m16n8 layout of its warp's 16 rows.
+truncated once to float (the tensor cores round their float32 sums toward
+zero), and each lane's accumulators are read (unless the
+instruction's ``accumulate`` is off) and written by the m16n8 layout of its
+warp's 16 rows.
 
 A from registers (tf32): every lane, as it passes the section, copies its four
 registers into the queue entry its leader made (the leader runs first in the
@@ -38,7 +40,7 @@ from __future__ import annotations
 
 from . import emulator_tma
 from .ctext import PREFIX, indent
-from .kir import ELEMENT_BYTES, SWIZZLE_LINE, Fragment, Kernel, WarpGroupMma, walk
+from .kir import ELEMENT_BYTES, SWIZZLE_LINE, Fragment, Kernel, SharedMatrix, WarpGroupMma, walk
 from .mma import SHAPES
 from .mma_warpgroup_text import REGISTER_A, WARPGROUP, check_warpgroup_mma
 
@@ -48,15 +50,34 @@ QUEUE = ("site", "group", "wg")  # int fields of a queue entry; "a", "b" are lon
 KINDS = (
     "register operand of a warpgroup MMA read before every lane issued it",
     "registers of a warpgroup MMA operand changed before the wait that completes it",
+    "shared operand of a warpgroup MMA written between its issue and its completion",
+    "shared memory stored by a thread and read by a warpgroup MMA without a proxy fence",
 )
 FIRST_KIND = emulator_tma.FIRST_KIND + len(emulator_tma.KINDS)
-UNISSUED, CHANGED = FIRST_KIND, FIRST_KIND + 1
+UNISSUED, CHANGED, WRITTEN, NO_FENCE = (FIRST_KIND + i for i in range(4))
 RA, LANES, LAST = f"{PREFIX}wq_ra", f"{PREFIX}wq_lanes", f"{PREFIX}wq_last"
 
 
 def sites(kernel: Kernel) -> list[WarpGroupMma]:
     """The kernel's warpgroup MMA sections in text order (their queue site ids)."""
     return [n for n in walk(kernel.body) if isinstance(n, WarpGroupMma)]
+
+
+def shared_operands(kernel: Kernel) -> set[str]:
+    """The shared arrays that warpgroup MMAs of ``kernel`` read."""
+    return {o.shared for s in sites(kernel) for o in (s.a, s.b) if isinstance(o, SharedMatrix)}
+
+
+UNFENCED = f"{PREFIX}unfenced"
+
+
+def unfenced(stored: bool) -> str:
+    """The thread's mark of stores into MMA operands since its last proxy fence
+    (set by such a store, cleared by ``fence.proxy.async``): the tensor cores
+    read shared memory through the asynchronous proxy, which sees a thread's
+    stores only after that fence (TMA copies are in that proxy already; a
+    ``cp.async`` tile's fence follows its wait, which this mark does not follow)."""
+    return f"{UNFENCED}[{PREFIX}thread] = {int(stored)};"
 
 
 def _capacity(kernel: Kernel) -> int:
@@ -81,7 +102,9 @@ def queue_declarations(kernel: Kernel) -> list[str]:
     lines = [
         *(f"int {q}_{f}[{cap}];" for f in QUEUE),
         f"long long {q}_a[{cap}], {q}_b[{cap}];",
+        f"unsigned long long {q}_sum[{cap}];",
         f"int {q}_len = 0, {q}_committed[{groups}] = {{0}};",
+        f"char {UNFENCED}[{kernel.threads}] = {{0}};",
     ]
     if _registers(kernel):
         lines += [
@@ -114,14 +137,19 @@ def issue(printer, section: WarpGroupMma, env: dict[str, str]) -> list[str]:
     a = "0" if isinstance(section.a, Fragment) else printer.expr(section.a.index, env, it)
     b = printer.expr(section.b.index, env, it)
     last = f"{LAST}[{PREFIX}g * {len(all_sites)} + {site}]"
+    t = f"{PREFIX}u"
     lines = _leader(
         [
+            f"for (int {t} = 0; {t} < {printer.kernel.threads}; ++{t})",
+            f"    if ({UNFENCED}[{t}]) ekx_record({PREFIX}c, -1, {t}, {NO_FENCE});",
             f"if ({q}_len == {cap}) {{",
             f"    ekx_record({PREFIX}c, -1, {q}_len, 2);",
             *([f"    {last} = -1;"] if registers else []),
             "} else {",
             f"    {q}_site[{q}_len] = {site}; {q}_group[{q}_len] = {q}_committed[{PREFIX}g];",
             f"    {q}_wg[{q}_len] = {PREFIX}g; {q}_a[{q}_len] = {a}; {q}_b[{q}_len] = {b};",
+            *indent(_checksum(printer, section, f"{q}_a[{q}_len]", f"{q}_b[{q}_len]")),
+            f"    {q}_sum[{q}_len] = {SUM};",
             *([f"    {LANES}[{q}_len] = 0; {last} = {q}_len;"] if registers else []),
             f"    ++{q}_len;",
             "}",
@@ -165,7 +193,7 @@ def wait(printer, pending: int) -> list[str]:
             f"int {keep} = 0;",
             f"for (int {n} = 0; {n} < {q}_len; ++{n}) {{",
             f"    if (!({done})) {{",
-            *(f"        {q}_{f}[{keep}] = {q}_{f}[{n}];" for f in (*QUEUE, "a", "b")),
+            *(f"        {q}_{f}[{keep}] = {q}_{f}[{n}];" for f in (*QUEUE, "a", "b", "sum")),
             *(_move_registers(keep, n) if _registers(printer.kernel) else []),
             f"        ++{keep};",
             "        continue;",
@@ -229,6 +257,51 @@ def _register_a(section: WarpGroupMma, count: int) -> list[str]:
     ]
 
 
+SUM = f"{PREFIX}sum"
+
+
+def _elements(operand, rows: int, k_size: int, start: str, size: int, body: list[str]) -> list[str]:
+    """Loops over the (row, k) elements of a shared operand (``rows`` × ``k_size``
+    from element ``start``, ``size`` bytes each) with ``ekx_r``/``ekx_k`` and the
+    swizzled byte offset ``ekx_off`` set, running ``body`` for each."""
+    r, k, off = (f"{PREFIX}{x}" for x in ("r", "k", "off"))
+    offset = _offset(operand.k_major, operand.leading, operand.stride, r, k, size)
+    return [
+        f"for (int {r} = 0; {r} < {rows}; ++{r})",
+        f"    for (int {k} = 0; {k} < {k_size}; ++{k}) {{",
+        f"        long long {off} = ({start}) * {size} + {offset};",
+        f"        {off} ^= (({off} >> 7) & 7) << 4;",
+        *(f"        {line}" for line in body),
+        "    }",
+    ]
+
+
+def _checksum(printer, section: WarpGroupMma, a: str, b: str) -> list[str]:
+    """``ekx_sum``: a hash of the bits of every shared element ``section`` reads
+    (A from start ``a`` unless in registers, B from start ``b``), taken at issue and
+    again at completion: a difference means the operands were written in between
+    (a missing barrier or wait).  Elements out of bounds count as zero (the
+    instruction's reads record them)."""
+    k_size = SHAPES[section.shape].k
+    idx, bits = f"{PREFIX}idx", f"{PREFIX}bits"
+    lines = [f"unsigned long long {SUM} = 1469598103934665603ULL;"]
+    operands = [(section.b, section.n, b)]
+    if not isinstance(section.a, Fragment):
+        operands.insert(0, (section.a, 64, a))
+    for operand, rows, start in operands:
+        info = printer.array(operand.shared)
+        size = ELEMENT_BYTES[info.ctype]
+        body = [
+            f"const long long {idx} = {PREFIX}off / {size};",
+            f"unsigned long long {bits} = 0;",
+            f"if ({idx} >= 0 && {idx} < {info.size}LL)",
+            f"    memcpy(&{bits}, &{info.name}[{idx}], {size});",
+            f"{SUM} = ({SUM} ^ {bits}) * 1099511628211ULL;",
+        ]
+        lines += _elements(operand, rows, k_size, start, size, body)
+    return lines
+
+
 def run(printer, section: WarpGroupMma) -> list[str]:
     """Code executing ``section`` for warpgroup ``ekx_g`` from starts ``ekx_ia``/``ib``
     (run by the warpgroup's first thread: the error records name it)."""
@@ -237,7 +310,11 @@ def run(printer, section: WarpGroupMma) -> list[str]:
     counts = {v.name: max(1, v.count) for v in printer.kernel.thread_vars}
     d, count = section.d, counts[section.d.var]
     wa, wb, r, k, off = (f"{PREFIX}{x}" for x in ("wa", "wb", "r", "k", "off"))
-    lines = [f"double {wa}[64][{k_size}], {wb}[{k_size}][{n}];"]
+    lines = [
+        *_checksum(printer, section, f"{PREFIX}ia", f"{PREFIX}ib"),
+        f"if ({SUM} != {PREFIX}wq_sum[{PREFIX}n]) ekx_record({PREFIX}c, -1, {PREFIX}n, {WRITTEN});",
+        f"double {wa}[64][{k_size}], {wb}[{k_size}][{n}];",
+    ]
     operands = [(wb, section.b, n, f"{PREFIX}ib")]
     if isinstance(section.a, Fragment):
         lines += _register_a(section, counts[section.a.var])
@@ -251,15 +328,9 @@ def run(printer, section: WarpGroupMma) -> list[str]:
         if tf32:  # the tensor cores read the word as tf32: its low 13 bits ignored
             element = f"ekx_tf32_truncated({element})"
         target = f"{name}[{r}][{k}]" if name == wa else f"{name}[{k}][{r}]"
-        offset = _offset(operand.k_major, operand.leading, operand.stride, r, k, size)
         lines += [
             f"if (({start} * {size}) % 16) ekx_record({PREFIX}c, {site}, {start}, 1);",
-            f"for (int {r} = 0; {r} < {rows}; ++{r})",
-            f"    for (int {k} = 0; {k} < {k_size}; ++{k}) {{",
-            f"        long long {off} = {start} * {size} + {offset};",
-            f"        {off} ^= (({off} >> 7) & 7) << 4;",
-            f"        {target} = (double){element};",
-            "    }",
+            *_elements(operand, rows, k_size, start, size, [f"{target} = (double){element};"]),
         ]
     w, lane, j, i, t, row, col, s = (
         f"{PREFIX}{x}" for x in ("w", "lane", "j", "i", "t", "row", "col", "sum")
@@ -273,10 +344,10 @@ def run(printer, section: WarpGroupMma) -> list[str]:
         f"            for (int {i} = 0; {i} < 4; ++{i}) {{",
         f"                const int {row} = 16 * {w} + {lane} / 4 + 8 * ({i} >> 1);",
         f"                const int {col} = 8 * {j} + 2 * ({lane} % 4) + ({i} & 1);",
-        f"                double {s} = {slot};",
+        f"                double {s} = {slot if section.accumulate else '0.0'};",
         f"                for (int {k} = 0; {k} < {k_size}; ++{k})",
         f"                    {s} += {wa}[{row}][{k}] * {wb}[{k}][{col}];",
-        f"                {slot} = (float){s};",
+        f"                {slot} = ekx_toward_zero({s});",
         "            }",
         "    }",
     ]

@@ -441,13 +441,15 @@ class WarpGroupMma:
     accumulators written some time before the :class:`WarpGroupWait` that
     completes its group (:class:`WarpGroupCommit`), so neither the accumulators
     nor A's registers may change before it; a :class:`WarpGroupFence` must precede
-    the first one after either was written."""
+    the first one after either was written.  ``accumulate`` False (the
+    instruction's scale-d 0): ``d`` is set to ``A·B``, its old values ignored."""
 
     shape: str
     n: int
     a: SharedMatrix | Fragment
     b: SharedMatrix
     d: Fragment
+    accumulate: bool = True
 
 
 @dataclass(frozen=True)

@@ -282,6 +282,12 @@ class TileBuilder:
         nc = shape.c.count
         low_a, low_b = na * cfg.tiles_m, nb * cfg.tiles_n
         steps = list(range(0, self.bk, shape.k))
+        # 3xTF32: the step's products summed apart from zero ("part"), then added to
+        # the accumulators in fp32 (the tensor cores truncate as they accumulate)
+        total = "part" if cfg.split else "acc"
+        if cfg.split:
+            zero = [kir.Store("part", E.const(i), kir.Float(0.0)) for i in range(self._parts())]
+            sections.append(kir.PerThread(tuple(zero)))
         if self.half:  # ldmatrix of the next k-step before the MMAs of this one
             sections += self.load_matrices(current, 0, 0, 0)
         for step, ks in enumerate(steps):
@@ -299,12 +305,27 @@ class TileBuilder:
             pairs = [(low_a, 0), (0, low_b), (0, 0)] if cfg.split else [(0, 0)]
             for tm in range(cfg.tiles_m):
                 for tn in range(cfg.tiles_n):
-                    acc = kir.Fragment("acc", (tm * cfg.tiles_n + tn) * nc)
+                    acc = kir.Fragment(total, (tm * cfg.tiles_n + tn) * nc)
                     for da, db in pairs:
                         a = kir.Fragment("fa", slot_a + da + tm * na)
                         b = kir.Fragment("fb", slot_b + db + tn * nb)
                         sections.append(kir.Mma(shape.name, acc, a, b, acc))
+        if cfg.split:
+            sections.append(kir.PerThread(tuple(self.promoted())))
         return sections
+
+    def _parts(self) -> int:
+        """3xTF32: registers of the step sums (as many as accumulators), else 0."""
+        cfg = self.config
+        return cfg.tiles_m * cfg.tiles_n * self.shape.c.count if cfg.split else 0
+
+    def promoted(self) -> list[kir.Stmt]:
+        """3xTF32: a completed step's sums ("part") added to the accumulators,
+        rounded to nearest (empty otherwise)."""
+        return [
+            kir.Store("acc", i, kir.Op("+", kir.Load("acc", i), kir.Load("part", i)))
+            for i in map(E.const, range(self._parts()))
+        ]
 
     def _load_calls(self) -> dict[str, list[LoadCall]]:
         """The ``ldmatrix`` calls of a warp's A and B fragments per instruction k-step."""
@@ -463,6 +484,7 @@ class TileBuilder:
                 kir.ThreadVar("fa", fragment, copies * cfg.tiles_m * na),
                 kir.ThreadVar("fb", fragment, copies * cfg.tiles_n * nb),
                 kir.ThreadVar("acc", self.ctype, cfg.tiles_m * cfg.tiles_n * nc),
+                *([kir.ThreadVar("part", self.ctype, self._parts())] if cfg.split else []),
                 *(kir.ThreadVar(name, it) for name in self.lane_offset_names()),
                 *prefetch,
             ),

@@ -177,6 +177,8 @@ def shared_bytes(config: MmaConfig, task: Task | None = None) -> int:
         * config.stages
         * (a.elements(bm, config.k_step) + b.elements(config.k_step, bn))
     )
+    if config.split and SHAPES[config.shape].group > 1:  # 3xTF32: B's low parts, twice
+        staged += 2 * config.itemsize * b.elements(config.k_step, bn)
     if config.epilogue == "shared":  # accumulators: 8 or 4 bytes
         staged += shared_epilogue_elements(config) * config.accumulator_size
     if config.copy == "tma":  # an mbarrier per stage

@@ -82,6 +82,11 @@ TMA_GAIN = 1.04
 #: session: cp.async 0.39-0.53 of the bf16 rate, TMA 0.86-1.36 over cp.async).
 TF32_WARPGROUP_SCALE = 0.41
 TF32_TMA_GAIN = 1.2
+#: 3xTF32 warpgroup tiles over a third of the tf32 rate of the same tile: SGEMM
+#: 8192 row-major on an H100, TMA (scripts/gpu_3xtf32.py, twenty-third session:
+#: 128×128 76.6 TFLOP/s, 1.02 of a third; 64×128 41.0, 0.59: one warpgroup per
+#: block stores B's low parts and waits for its MMAs alone).
+SPLIT_WARPGROUP_EFFICIENCY = {(128, 128): 1.0, (64, 128): 0.59}
 MEASURED_SMS = 132
 TILE_OVERHEAD = 16.0
 STORE_EFFICIENCY = 0.4
@@ -129,6 +134,8 @@ def mma_bounds(task: Task, config: MmaConfig, limits: DeviceLimits) -> tuple[flo
         per_sm *= ASYNC_GAIN
     if config.split:
         per_sm /= 3
+        if shape.group > 1:
+            per_sm *= SPLIT_WARPGROUP_EFFICIENCY.get((bm, bn), 0.59)
     busiest = math.ceil(blocks / limits.sm_count)
     arithmetic = busiest * 2 * bm * bn * steps / per_sm
     problem = task.problem
@@ -235,6 +242,16 @@ TF32_WARPGROUP_TILES = (
     MmaConfig("wgmma_k8_tf32", 8, 1, 1, 16, 32, stages=4, copy="async"),  # 128 x 128
     MmaConfig("wgmma_k8_tf32", 4, 1, 1, 16, 32, stages=4, copy="async"),  # 64 x 128
 )
+#: 3xTF32 on the warpgroup MMA (sm_90 only): A split in registers, B's low parts
+#: written to two more shared buffers per k-step, each step's products summed in a
+#: second set of accumulators (:mod:`einkern.gpu.mma_warpgroup`).  That second set
+#: leaves the tiles of N = 128: N = 256 needs 256 accumulator registers per thread,
+#: and 256×128 (512 threads, at most 128 registers each) spills.
+SPLIT_WARPGROUP_TILES = tuple(
+    replace(t, split=True)
+    for t in TF32_WARPGROUP_TILES
+    if t.block_tile()[0] <= 128 == t.block_tile()[1]
+)
 #: ... and for the others (copied element by element through registers): the tf32
 #: tiles with the m16n8k16 instruction.
 HALF_REGISTER_TILES = {
@@ -286,8 +303,9 @@ def mma_candidates(task: Task, tuning: bool = False, arch: str = "sm_90") -> lis
         tiles = list(HALF_REGISTER_TILES[min(reads)])
     elif SHAPES[tiles[0].shape].packed > 1 and hopper:
         tiles = warpgroup_candidates(c, WARPGROUP_TILES[min(reads)]) + tiles
-    elif SHAPES[tiles[0].shape].input_type == "tf32" and not tiles[0].split and hopper:
-        tiles = warpgroup_candidates(c, TF32_WARPGROUP_TILES) + tiles
+    elif SHAPES[tiles[0].shape].input_type == "tf32" and hopper:
+        group = SPLIT_WARPGROUP_TILES if tiles[0].split else TF32_WARPGROUP_TILES
+        tiles = warpgroup_candidates(c, group) + tiles
     if pointwise_problems(c, pointwise, SHAPES[tiles[0].shape].packed > 1):
         return []
     return tiles if c.flops >= MIN_FLOPS else []

@@ -109,10 +109,10 @@ def warpgroup_mma_text(printer, section: kir.WarpGroupMma, env: dict[str, str]) 
     if isinstance(a, kir.Fragment):  # four 32-bit registers, then B's descriptor
         a_text = "{" + ", ".join(f"%{count + i}" for i in range(REGISTER_A)) + "}"
         ins = [f'"r"(__float_as_uint({a.var}[{a.first + i}]))' for i in range(REGISTER_A)]
-        ins += ['"l"(ekx_db)', '"r"(1)']
+        ins += ['"l"(ekx_db)', f'"r"({int(section.accumulate)})']
     else:
         a_text = f"%{count}"
-        ins = ['"l"(ekx_da)', '"l"(ekx_db)', '"r"(1)']
+        ins = ['"l"(ekx_da)', '"l"(ekx_db)', f'"r"({int(section.accumulate)})']
     b_text, flag = f"%{count + len(ins) - 2}", count + len(ins) - 1
     # 16-bit operands may be transposed; tf32 ones are K-major (no immediates)
     trans = ""

@@ -72,8 +72,10 @@ def _problem(name: str):
 
 def _check(name: str, config: MmaConfig, seed: int = 0) -> None:
     problem = _problem(name)
-    task = statement_task(problem, 0)
-    kernel = lower_mma(task, config)
+    _check_kernel(problem, lower_mma(statement_task(problem, 0), config), seed)
+
+
+def _check_kernel(problem, kernel, seed: int = 0) -> None:
     arrays = random_arrays(problem, seed)
     scalars = random_scalars(problem, seed)
     want = evaluate(problem, arrays, scalars)
@@ -270,3 +272,20 @@ def test_tf32_kernels_compile_without_spills(split):
         for arch in ("sm_80", "sm_90"):
             module = compile_cubin(print_cuda(kernel), arch)
             assert all(r.spill_stores == 0 for r in module.resources)
+
+
+@pytest.mark.parametrize("extents", [dict(m=64, n=32, k=32), dict(m=40, n=24, k=20)])
+def test_copy_guards_test_the_tile_start_where_the_tile_divides(extents):
+    """Where every tile divides its extent the copies' guards are the same for
+    all threads (on the tiles' starts); at edges they test each element; both
+    match the reference, the second with the tiles past the extents zero-filled."""
+    from einkern.gpu import kir
+
+    config = MmaConfig("m16n8k4_f64", 2, 2, 1, 2, 16, stages=3, copy="async")  # 32 x 32
+    text = f"program t\ndims m, n, k\ndtype float64\n{PROGRAMS['gemm'][0]}\n"
+    problem = problem_of(text, **extents)
+    kernel = lower_mma(statement_task(problem, 0), config)
+    guards = [n.inside for n in kir.walk(kernel.body) if isinstance(n, kir.CopyAsync)]
+    per_thread = [g for g in guards if any(isinstance(x, kir.ThreadIdx) for x in kir.walk(g))]
+    assert guards and (not per_thread) == (extents["m"] % 32 == 0)
+    _check_kernel(problem, kernel)

@@ -40,11 +40,39 @@ def mul(a: kir.Expr, b: kir.Expr) -> kir.Expr:
     return kir.Op("*", a, b)
 
 
+def nonnegative(a: kir.Expr) -> bool:
+    """Whether ``a`` is known to be at least zero: thread and block indices,
+    constants at least zero, and sums, products, quotients and remainders of such
+    (by positive constants for the last two)."""
+    if isinstance(a, kir.ThreadIdx | kir.BlockIdx):
+        return True
+    if isinstance(a, kir.Int):
+        return a.value >= 0
+    if isinstance(a, kir.Op) and a.op in ("+", "*"):
+        return nonnegative(a.left) and nonnegative(a.right)
+    if isinstance(a, kir.Op) and a.op in ("/", "%"):
+        return nonnegative(a.left) and isinstance(a.right, kir.Int) and a.right.value > 0
+    return False
+
+
+def _whole_offset(a: kir.Expr, b: int) -> tuple[kir.Expr, int] | None:
+    """``(x, c)`` where ``a`` is ``x + c`` with ``x`` known non-negative and ``c``
+    a non-negative multiple of ``b`` (then ``a / b = x / b + c / b`` and
+    ``a % b = x % b``: the form a thread's share ``threadIdx + j·threads`` takes)."""
+    if isinstance(a, kir.Op) and a.op == "+" and isinstance(a.right, kir.Int):
+        if a.right.value >= 0 and a.right.value % b == 0 and nonnegative(a.left):
+            return a.left, a.right.value
+    return None
+
+
 def div(a: kir.Expr, b: int) -> kir.Expr:
     if b == 1:
         return a
     if isinstance(a, kir.Int):
         return kir.Int(a.value // b)
+    split = _whole_offset(a, b)
+    if split is not None:
+        return add(div(split[0], b), const(split[1] // b))
     return kir.Op("/", a, kir.Int(b))
 
 
@@ -53,6 +81,9 @@ def mod(a: kir.Expr, b: int) -> kir.Expr:
         return kir.Int(0)
     if isinstance(a, kir.Int):
         return kir.Int(a.value % b)
+    split = _whole_offset(a, b)
+    if split is not None:
+        return mod(split[0], b)
     return kir.Op("%", a, kir.Int(b))
 
 

@@ -47,6 +47,14 @@ def statement_params(task: Task) -> list[kir.Param]:
     return params + [kir.Param(f"s_{s.name}", "double", False) for s in task.program.scalars]
 
 
+def _within(start: kir.Expr, at: kir.Expr, tile: int, size: int) -> kir.Expr:
+    """Whether position ``at`` of a tile of ``tile`` positions from ``start`` (a
+    multiple of ``tile``) is below ``size``: where ``tile`` divides ``size`` the
+    whole tile is in or out, so the test is on ``start`` alone (the same for every
+    thread and element of the tile, computed once)."""
+    return E.less(start if size % tile == 0 else at, E.const(size))
+
+
 class TileBuilder:
     """Builds the kernel IR of one contraction in GEMM form on ``mma.sync`` tiles."""
 
@@ -172,8 +180,8 @@ class TileBuilder:
             index = E.add(kir.Var(base), self.c.offset(operand, coords))
             inside = E.conj(
                 [
-                    E.less(gr, E.const(self.c.size(row_group))),
-                    E.less(gc, E.const(self.c.size(col_group))),
+                    _within(row0, gr, rows, self.c.size(row_group)),
+                    _within(col0, gc, cols, self.c.size(col_group)),
                 ]
             )
             yield j, share, layout.index(r, col), inside, index

@@ -16,16 +16,14 @@ standard normal ones.
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import replace
 
 import torch
 from gpu_half_tiles import operands
 from gpu_tf32 import CASES, case
-from gpu_tma import generated, timed_rows
+from gpu_tma import selected, timed_rows
 
 import einkern
-from einkern.backends.cuda import driver
 from einkern.gpu.mma_model import SPLIT_WARPGROUP_TILES, TF32_TILES
 
 #: Explicit warpgroup tiles timed beside the default on the cases named.
@@ -53,18 +51,10 @@ def signed_errors(spec: str, sizes: dict, layout: str, kernels: dict) -> dict[st
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--generated", type=int, default=0)
-    parser.add_argument("--seed", type=int, default=23)
-    parser.add_argument("only", nargs="*")
-    args = parser.parse_args()
-    driver.initialize()
+    cases = selected(CASES, 23)
     torch.backends.cuda.matmul.allow_tf32 = False  # the peer is cuBLAS fp32
-    print(torch.cuda.get_device_name(), "torch", torch.__version__, flush=True)
     table = []
-    for name, spec, sizes, layout in CASES + generated(args.generated, args.seed):
-        if args.only and not any(o in name for o in args.only):
-            continue
+    for name, spec, sizes, layout in cases:
         ops, flops, exact, text, extents, picked, result = case(spec, sizes, layout, "3xtf32")
         runs = {"torch fp32": lambda s=spec, o=ops: torch.einsum(s, *o)}
         errors = {"torch fp32": error(torch.einsum(spec, *ops), exact)}

@@ -14,17 +14,15 @@ contractions of random index orders), which no constant was fitted on.
 
 from __future__ import annotations
 
-import argparse
 import math
 from dataclasses import replace
 
 import torch
 from gpu_half_tiles import operands, program_text
-from gpu_tma import checked, generated, print_table, timed_rows
+from gpu_tma import checked, print_table, selected, timed_rows
 
 import einkern
 from einkern.api import with_precision
-from einkern.backends.cuda import driver
 from einkern.gpu.decision import choose
 from einkern.gpu.mma_model import TF32_TILES, TF32_WARPGROUP_TILES
 from einkern.ir.bind import make_problem
@@ -60,18 +58,10 @@ def case(spec: str, sizes: dict, layout: str, precision: str):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--generated", type=int, default=0)
-    parser.add_argument("--seed", type=int, default=23)
-    parser.add_argument("only", nargs="*")
-    args = parser.parse_args()
-    driver.initialize()
+    cases = selected(CASES, 23)
     torch.backends.cuda.matmul.allow_tf32 = True
-    print(torch.cuda.get_device_name(), "torch", torch.__version__, flush=True)
     table = []
-    for name, spec, sizes, layout in CASES + generated(args.generated, args.seed):
-        if args.only and not any(o in name for o in args.only):
-            continue
+    for name, spec, sizes, layout in cases:
         ops, flops, exact, text, extents, picked, result = case(spec, sizes, layout, "tf32")
         runs = {"torch tf32": lambda s=spec, o=ops: torch.einsum(s, *o)}
         peer = torch.einsum(spec, *ops).double()

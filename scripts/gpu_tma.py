@@ -60,6 +60,21 @@ def generated(count: int, seed: int) -> list[tuple[str, str, dict, str]]:
     return cases
 
 
+def selected(cases: list, seed: int) -> list:
+    """The command line's cases (``--generated N`` drawn from ``--seed``, default
+    ``seed``, appended to ``cases``; names containing one of the positional
+    arguments, all without them), after the driver is set up and the device named."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--generated", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=seed)
+    parser.add_argument("only", nargs="*")
+    args = parser.parse_args()
+    driver.initialize()
+    print(torch.cuda.get_device_name(), "torch", torch.__version__, flush=True)
+    every = cases + generated(args.generated, args.seed)
+    return [c for c in every if not args.only or any(o in c[0] for o in args.only)]
+
+
 def checked(name: str, label: str, kernel, ops, exact, result, tolerance: float):
     """Run ``kernel`` once on ``ops`` into ``result`` (filled with NaN first) and
     print its error against ``exact``; the timed call when within ``tolerance``."""
@@ -94,17 +109,8 @@ def print_table(rows: list, width: int, header: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--generated", type=int, default=0)
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("only", nargs="*")
-    args = parser.parse_args()
-    driver.initialize()
-    print(torch.cuda.get_device_name(), "torch", torch.__version__, flush=True)
     table = []
-    for name, spec, sizes, layout in CASES + generated(args.generated, args.seed):
-        if args.only and not any(o in name for o in args.only):
-            continue
+    for name, spec, sizes, layout in selected(CASES, 7):
         ops = operands(spec, sizes, torch.bfloat16, layout)
         flops = 2.0 * math.prod(sizes[c] for c in set(spec.split("->")[0].replace(",", "")))
         exact = torch.einsum(spec, *(o.double() for o in ops))

@@ -11,14 +11,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from test_tf32_warpgroup import PROGRAMS, TILES
-from test_wgmma import _edit, assert_sm90a_without_spills
+from test_tf32_warpgroup import PROGRAMS, TILES, _in_loop, assert_tiles_compile
+from test_wgmma import _edit
 
 import einkern
 from einkern.api import with_precision
 from einkern.backends.verify import verify
 from einkern.gpu import kir
-from einkern.gpu.cuda_printer import print_cuda
 from einkern.gpu.decision import choose
 from einkern.gpu.mma_lower import lower_mma, problems
 from einkern.gpu.mma_model import SPLIT_WARPGROUP_TILES, TF32_TILES, mma_candidates
@@ -61,13 +60,6 @@ def _low_parts(kernel):
     )
 
 
-def _loop(kernel, change):
-    def section(s):
-        return replace(s, body=change(list(s.body))) if isinstance(s, kir.Uniform) else s
-
-    return replace(kernel, body=tuple(section(s) for s in kernel.body))
-
-
 GEMM = "dims m = 72, n = 64, k = 200\ntensor A[m,k], B[k,n], C[m,n]\nC[i,j] = A[i,k] * B[k,j]\n"
 
 
@@ -83,16 +75,15 @@ def test_planted_faults_are_caught(config):
         assert isinstance(body[at + 1], kir.Barrier)
         return tuple(body[: at + 1] + body[at + 2 :])
 
-    _, bad, errors = run(p, _loop(kernel, no_barrier))
+    _, bad, errors = run(p, _in_loop(kernel, no_barrier))
     assert bad > 0 and any("between its issue and its completion" in e for e in errors)
 
     def no_fence(body):  # the tensor cores may not see the threads' stores
         stores = body[at].body
         assert isinstance(stores[-1], kir.ProxyFence)
-        body[at] = replace(body[at], body=stores[:-1])
-        return tuple(body)
+        return (*body[:at], replace(body[at], body=stores[:-1]), *body[at + 1 :])
 
-    _, bad, errors = run(p, _loop(kernel, no_fence))
+    _, bad, errors = run(p, _in_loop(kernel, no_fence))
     assert bad > 0 and any("without a proxy fence" in e for e in errors)
 
     size = next(a.size for a in kernel.shared if a.name == "Bl") // 2
@@ -140,13 +131,7 @@ def test_step_sums_keep_fp32_accuracy_over_long_reductions():
 
 
 def test_kernels_compile_for_sm90a_without_spills():
-    pytest.importorskip("cuda.bindings.nvrtc")
-    for case in ("a·bᵀ (both K-major)", "a·b (exchanged)"):
-        text = PROGRAMS[case].replace("m = 72, n = 136, k = 100", "m = 1000, n = 1024, k = 1024")
-        task = statement_task(problem(text), 0)
-        for config in SPLIT_WARPGROUP_TILES:
-            for staged in (config, replace(config, copy="tma")):
-                assert_sm90a_without_spills(print_cuda(lower_mma(task, staged)))
+    assert_tiles_compile(problem, SPLIT_WARPGROUP_TILES)
 
 
 def test_the_decision_takes_warpgroup_3xtf32_for_sgemm():

@@ -155,14 +155,20 @@ def test_planted_faults_in_the_register_form_are_caught():
         assert error > 10 * TF32_TOLERANCE
 
 
-def test_kernels_compile_for_sm90a_without_spills():
+def assert_tiles_compile(make_problem, tiles) -> None:
+    """Every one of ``tiles``, cp.async and TMA, compiles for sm_90a without spills
+    on the two GEMM layouts at 1000 × 1024 × 1024 (``make_problem`` binds a text)."""
     pytest.importorskip("cuda.bindings.nvrtc")
     for case in ("a·bᵀ (both K-major)", "a·b (exchanged)"):
         text = PROGRAMS[case].replace("m = 72, n = 136, k = 100", "m = 1000, n = 1024, k = 1024")
-        task = statement_task(problem(text), 0)
-        for config in TF32_WARPGROUP_TILES:
+        task = statement_task(make_problem(text), 0)
+        for config in tiles:
             for staged in (config, replace(config, copy="tma")):
                 assert_sm90a_without_spills(print_cuda(lower_mma(task, staged)))
+
+
+def test_kernels_compile_for_sm90a_without_spills():
+    assert_tiles_compile(problem, TF32_WARPGROUP_TILES)
 
 
 def test_the_decision_takes_warpgroup_tf32_for_sgemm():

@@ -135,7 +135,8 @@ def mma_bounds(task: Task, config: MmaConfig, limits: DeviceLimits) -> tuple[flo
     if config.split:
         per_sm /= 3
         if shape.group > 1:
-            per_sm *= SPLIT_WARPGROUP_EFFICIENCY.get((bm, bn), 0.59)
+            lowest = min(SPLIT_WARPGROUP_EFFICIENCY.values())  # a tile not measured
+            per_sm *= SPLIT_WARPGROUP_EFFICIENCY.get((bm, bn), lowest)
     busiest = math.ceil(blocks / limits.sm_count)
     arithmetic = busiest * 2 * bm * bn * steps / per_sm
     problem = task.problem
@@ -250,7 +251,7 @@ TF32_WARPGROUP_TILES = (
 SPLIT_WARPGROUP_TILES = tuple(
     replace(t, split=True)
     for t in TF32_WARPGROUP_TILES
-    if t.block_tile()[0] <= 128 == t.block_tile()[1]
+    if t.block_tile() in SPLIT_WARPGROUP_EFFICIENCY
 )
 #: ... and for the others (copied element by element through registers): the tf32
 #: tiles with the m16n8k16 instruction.

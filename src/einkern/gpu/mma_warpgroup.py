@@ -131,8 +131,9 @@ class WarpGroupBuilder(TileBuilder):
         """The descriptor of the A or B operand of instruction k-step ``ks`` from
         shared buffer ``current`` (``which`` "low": B's low parts, from buffer
         ``current`` of ``Bl``); A starts at the warpgroup's 64 rows."""
-        layout = self.staging["b" if which == "low" else which]
-        k_major = layout.along_k("b" if which == "low" else which)
+        staged = "b" if which == "low" else which  # B's low parts lie as B does
+        layout = self.staging[staged]
+        k_major = layout.along_k(staged)
         group = E.div(kir.ThreadIdx(), WARPGROUP)
         line = self.line
         start: kir.Expr
@@ -146,7 +147,7 @@ class WarpGroupBuilder(TileBuilder):
             if which == "a":  # the warpgroup's block of 64 rows
                 start = E.add(E.mul(group, E.const(layout.lines * 64)), start)
             leading = layout.lines * kir.SWIZZLE_LINE
-        index = E.add(self.buffer("b" if which == "low" else which, current), start)
+        index = E.add(self.buffer(staged, current), start)
         shared = {"a": "As", "b": "Bs", "low": "Bl"}[which]
         return kir.SharedMatrix(shared, index, k_major, leading, ATOM)
 

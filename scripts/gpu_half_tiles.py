@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 
+import f64_tile_cases
 import torch
 from mma_contractions import checked, timed  # L2 flushed, median
 
@@ -73,19 +74,7 @@ def program_text(
 ) -> str:
     """The one-product program of einsum ``spec`` (inputs ``dtype``, output
     ``result``); ``sizes`` are bound at make_problem (dims ``e<letter>``)."""
-    ins, out = spec.split("->")
-    a, b = ins.split(",")
-    dims = sorted(set(spec) - set(",->"))
-    lines = [
-        "program probe",
-        f"layout {layout}",
-        "dims " + ", ".join(f"e{c}" for c in dims),
-        f"dtype {dtype}",
-        f"tensor A[{','.join('e' + c for c in a)}], B[{','.join('e' + c for c in b)}]",
-        f"tensor C[{','.join('e' + c for c in out)}] {result}",
-        f"C[{','.join(out)}] = A[{','.join(a)}] * B[{','.join(b)}]",
-    ]
-    return "\n".join(lines) + "\n"
+    return f64_tile_cases.program_text(spec, layout, "=", dtype, result)
 
 
 def operands(spec, sizes, dtype, layout):

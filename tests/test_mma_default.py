@@ -193,3 +193,21 @@ def test_default_tensor_core_kernels_on_the_gpu(name):
     torch.cuda.synchronize()
     got = device["C"].cpu().numpy()
     assert float(np.abs(got - want).max() / np.abs(want).max()) <= 1e-12
+
+
+def test_fp64_tiles_are_ranked_with_their_residency_and_epilogue():
+    """The fp64 tile model (fitted: scripts/fit_f64_tiles.py): one 8-warp
+    128×128 block fits an SM, four 4-warp 64×64 ones; an update's epilogue
+    (the output read and written) costs more than a plain store, and more with
+    fewer resident warps to hide it; every decision tile has a fitted rate."""
+    from einkern.gpu.device import H100
+    from einkern.gpu.mma_model import F64_TILE_EFFICIENCY, f64_resident, mma_bounds
+
+    task = _task("ij=ik*kj", {"i": 6144, "j": 6016, "k": 128}, op="-=")
+    by_shape = {(t.block_tile(), t.threads, t.stages): t for t in F64_TILES}
+    assert f64_resident(task, by_shape[(128, 128), 256, 3], H100) == 1
+    assert f64_resident(task, by_shape[(64, 64), 128, 3], H100) == 4
+    plain = _task("ij=ik*kj", {"i": 6144, "j": 6016, "k": 128})
+    for tile in F64_TILES:
+        assert mma_bounds(task, tile, H100)[2] > mma_bounds(plain, tile, H100)[2]
+    assert set(F64_TILES) == set(F64_TILE_EFFICIENCY)

@@ -107,3 +107,24 @@ def test_shared_epilogue_tiles_compile_without_spills(tile):
         print_cuda(lower(task, config_to_mapping(task, CudaConfig(x="", mma=config)))), "sm_90"
     )
     assert all(r.spill_stores == 0 and r.spill_loads == 0 for r in module.resources)
+
+
+@pytest.mark.parametrize("op", ["+=", "-="])
+def test_an_update_reads_every_output_element_before_it_stores_one(op):
+    """The direct epilogue of an update loads a lane's output elements into its
+    accumulators before its first store: interleaved, each load waits for the
+    store before it (the compiler cannot tell the addresses apart), one DRAM
+    round trip per element.  A plain ``=`` stores without loading."""
+    from einkern.gpu.cuda_printer import print_cuda
+    from einkern.gpu.mma_lower import lower_mma
+
+    spec, sizes, _ = CASES["four-index -="]
+    for tile in F64_TILES:
+        lines = print_cuda(lower_mma(_task(spec, sizes, op=op), tile, "k")).splitlines()
+        loads = [n for n, line in enumerate(lines) if "= p_C[" in line]
+        stores = [n for n, line in enumerate(lines) if line.strip().startswith("p_C[")]
+        assert len(loads) == len(stores) == tile.tiles_m * tile.tiles_n * 4
+        assert max(loads) < min(stores)
+        assert all(f"{op[0]} (" in lines[n] for n in loads)
+    plain = print_cuda(lower_mma(_task(spec, sizes, op="="), F64_TILES[0], "k"))
+    assert "= p_C[" not in plain

@@ -48,17 +48,29 @@ def _factor(b: Any) -> kir.Expr:
     return scale_factor(b.c.sign, b.c.constant, b.c.scale)
 
 
-def _store(b: Any, gm: kir.Expr, gn: kir.Expr, value: kir.Expr) -> kir.Stmt:
-    """``value`` into the output at block row ``gm``, column ``gn`` (guarded),
-    with the statement's pointwise terms (a bias) at that element added."""
+def _target(b: Any, gm: kir.Expr, gn: kir.Expr) -> tuple[dict, kir.Expr, kir.Expr]:
+    """Coordinates, output index and edge guard of block row ``gm``, column ``gn``."""
     c = b.c
     coords = {**c.coordinates(c.m, gm), **c.coordinates(c.n, gn)}
-    for term in b.pointwise:
-        value = E.add(value, pointwise_value(term, coords, term.sign))
     index = E.add(kir.Var("base_c"), c.offset(c.output, coords))
     inside = E.conj([E.less(gm, E.const(b.M)), E.less(gn, E.const(b.N))])
     assert inside is not None
-    return kir.If(inside, (kir.Store(f"p_{c.output.tensor}", index, value, c.op),))
+    return coords, index, inside
+
+
+def _with_pointwise(b: Any, value: kir.Expr, coords: dict) -> kir.Expr:
+    """``value`` with the statement's pointwise terms (a bias) at ``coords`` added."""
+    for term in b.pointwise:
+        value = E.add(value, pointwise_value(term, coords, term.sign))
+    return value
+
+
+def _store(b: Any, gm: kir.Expr, gn: kir.Expr, value: kir.Expr) -> kir.Stmt:
+    """``value`` into the output at block row ``gm``, column ``gn`` (guarded),
+    with the statement's pointwise terms (a bias) at that element added."""
+    coords, index, inside = _target(b, gm, gn)
+    value = _with_pointwise(b, value, coords)
+    return kir.If(inside, (kir.Store(f"p_{b.c.output.tensor}", index, value, b.c.op),))
 
 
 def _shared(b: Any) -> list[kir.Section]:
@@ -110,24 +122,55 @@ def _shared(b: Any) -> list[kir.Section]:
     return sections
 
 
-def _direct(b: Any) -> list[kir.Stmt]:
+def _element(b: Any, tm: int, tn: int, i: int) -> tuple[kir.Expr, kir.Expr, kir.Expr]:
+    """Block row, column and accumulator index of element ``i`` of instruction
+    tile (``tm``, ``tn``) in this lane (the accumulator layout)."""
     shape, cfg = b.shape, b.config
-    nc = shape.c.count
     group, quad = b.lane_group_quad()
     wrow, wcol = b.warp_bases()
+    r, col = coordinates(shape.c, group, quad, i)
+    gm = E.add(kir.Var("row0"), E.add(wrow, E.add(E.const(tm * shape.m), r)))
+    gn = E.add(kir.Var("col0"), E.add(wcol, E.add(E.const(tn * shape.n), col)))
+    return gm, gn, E.const((tm * cfg.tiles_n + tn) * shape.c.count + i)
+
+
+def _loads_first(b: Any) -> bool:
+    """Whether an update (``+=``, ``-=``) reads all of a lane's output elements
+    before it stores any: where the output has the accumulators' type, so that the
+    accumulators can hold the updated values.  Otherwise each element is loaded,
+    updated and stored in turn, and the compiler cannot hoist a load above the
+    store before it (both go through the output's pointer): one DRAM round trip
+    per element (an LU update, K = 128: 17 µs per block of 32 elements)."""
+    if b.c.op == "=":
+        return False
+    dtype = b.task.program.tensor(b.c.output.tensor).dtype
+    return dtype == {8: "float64", 4: "float32"}[b.config.accumulator_size]
+
+
+def _direct(b: Any) -> list[kir.Stmt]:
+    """Each lane's accumulator elements straight to the output (guarded): an
+    update loads every element into its accumulator first (:func:`_loads_first`)."""
+    c, cfg = b.c, b.config
     factor = _factor(b)
-    stmts: list[kir.Stmt] = []
-    for tm in range(cfg.tiles_m):
-        for tn in range(cfg.tiles_n):
-            for i in range(nc):
-                r, col = coordinates(shape.c, group, quad, i)
-                gm = E.add(kir.Var("row0"), E.add(wrow, E.add(E.const(tm * shape.m), r)))
-                gn = E.add(kir.Var("col0"), E.add(wcol, E.add(E.const(tn * shape.n), col)))
-                value = kir.Op(
-                    "*", factor, kir.Load("acc", E.const((tm * cfg.tiles_n + tn) * nc + i))
-                )
-                stmts.append(_store(b, gm, gn, value))
-    return stmts
+    elements = [
+        _element(b, tm, tn, i)
+        for tm in range(cfg.tiles_m)
+        for tn in range(cfg.tiles_n)
+        for i in range(b.shape.c.count)
+    ]
+    if not _loads_first(b):
+        scaled = [(gm, gn, kir.Op("*", factor, kir.Load("acc", a))) for gm, gn, a in elements]
+        return [_store(b, gm, gn, value) for gm, gn, value in scaled]
+    output = f"p_{c.output.tensor}"
+    updates: list[kir.Stmt] = []
+    stores: list[kir.Stmt] = []
+    for gm, gn, a in elements:
+        coords, index, inside = _target(b, gm, gn)
+        value = _with_pointwise(b, kir.Op("*", factor, kir.Load("acc", a)), coords)
+        update = kir.Store("acc", a, kir.Op(c.op[0], kir.Load(output, index), value))
+        updates.append(kir.If(inside, (update,)))
+        stores.append(kir.If(inside, (kir.Store(output, index, kir.Load("acc", a)),)))
+    return updates + stores
 
 
 def epilogue_sections(b: Any) -> list[kir.Section]:

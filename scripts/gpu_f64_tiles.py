@@ -1,0 +1,121 @@
+"""Calibration data for the fp64 tensor-core tile choice: every tile of ``TILES``
+on generated fp64 contractions, against torch (cuBLAS / torch.einsum) in the
+same run.  CUDA events after warm-up, L2 flushed (256 MiB written) before every
+call, median of ``RUNS``, the variants of one case round-robin, random inputs in
+[0.5, 1.5); a variant whose error is above 1e-12 (max |C - C_fp64| / max
+|C_fp64|) is reported and not timed.
+
+The cases are drawn from ``--seed`` (GEMMs of random extents, row- and
+column-major, ``=`` and ``-=``; block-LU updates and panels; four-index
+contractions of random index orders), plus ``--fixed`` (the gemm suite's DGEMM
+and block-LU shapes).  One JSON object per case goes to ``--out``: the case,
+then per tile its median ms, registers and spilled bytes; ``torch`` is the peer's
+time.  ``scripts/fit_f64_tiles.py`` fits the model's constants to such files.
+
+    PYTHONPATH=src:scripts python scripts/gpu_f64_tiles.py --seed 41 --count 40 --out f.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from concurrent.futures import ProcessPoolExecutor
+
+import torch
+from f64_tile_cases import TILES, fixed, generated, task_of
+from gpu_block_order import round_robin
+from mma_contractions import launcher
+
+from einkern.backends.cuda import driver
+from einkern.backends.cuda.nvrtc import compile_cubin
+from einkern.gpu.cuda_printer import print_cuda
+from einkern.gpu.mma_lower import lower_mma, problems
+
+RUNS = 11
+
+
+def _compile(job: tuple[dict, str, str]) -> None:
+    """Lower and compile one (case, tile, arch) into the on-disk cache."""
+    case, name, arch = job
+    task = task_of(case)
+    if not problems(task, TILES[name]):
+        compile_cubin(print_cuda(lower_mma(task, TILES[name], "probe")), arch)
+
+
+def tensor(shape: list[int], layout: str) -> torch.Tensor:
+    """Random float64 values in [0.5, 1.5) stored row- or column-major."""
+    if layout == "column":
+        return (torch.rand(*shape[::-1], device="cuda", dtype=torch.float64) + 0.5).permute(
+            *range(len(shape) - 1, -1, -1)
+        )
+    return torch.rand(*shape, device="cuda", dtype=torch.float64) + 0.5
+
+
+def measure(case: dict, arch: str) -> dict:
+    """Median ms of every tile of ``case`` and of torch, with registers and spills."""
+    spec, sizes, op = case["spec"], case["sizes"], case["op"]
+    ins, out = spec.split("->")
+    a, b = (tensor([sizes[c] for c in t], case["layout"]) for t in ins.split(","))
+    c0 = tensor([sizes[c] for c in out], case["layout"])
+    product = torch.einsum(spec, a, b)
+    exact = c0 - product if op == "-=" else product
+    result = c0.clone()
+    pointers = [a.data_ptr(), b.data_ptr(), result.data_ptr()]
+    if op == "-=":
+        runs = {"torch": lambda: result.sub_(torch.einsum(spec, a, b))}
+        if spec == "ij,jk->ik":
+            runs = {"torch": lambda: result.addmm_(a, b, alpha=-1.0)}
+    else:
+        runs = {"torch": lambda: torch.einsum(spec, a, b)}
+    row = dict(case, tiles={})
+    task = task_of(case)
+    for name, config in TILES.items():
+        if problems(task, config):
+            continue
+        run, registers, spills = launcher(lower_mma(task, config, "probe"), arch, pointers, name)
+        result.copy_(c0) if op == "-=" else result.fill_(float("nan"))
+        run()
+        torch.cuda.synchronize()
+        error = float((result - exact).abs().max() / exact.abs().max())
+        row["tiles"][name] = dict(registers=registers, spills=spills, error=error)
+        if error < 1e-12:
+            runs[name] = run
+    for name, ms in round_robin(runs, RUNS).items():
+        if name == "torch":
+            row["torch"] = ms
+        else:
+            row["tiles"][name]["ms"] = ms
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seed", type=int, default=41)
+    parser.add_argument("--count", type=int, default=40)
+    parser.add_argument("--fixed", action="store_true")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    cases = generated(args.count, args.seed) + (fixed() if args.fixed else [])
+    driver.initialize()
+    arch = driver.device_properties().arch
+    jobs = [(case, name, arch) for case in cases for name in TILES]
+    with ProcessPoolExecutor(os.cpu_count()) as pool:  # NVRTC only: no CUDA in the workers
+        list(pool.map(_compile, jobs, chunksize=4))
+    print(torch.cuda.get_device_name(), "torch", torch.__version__, flush=True)
+    with open(args.out, "a") as f:
+        for case in cases:
+            row = measure(case, arch)
+            row["seed"] = args.seed
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            timed = {n: t["ms"] for n, t in row["tiles"].items() if "ms" in t}
+            best = min(timed, key=timed.get) if timed else "-"
+            print(f"{case['spec']:16s} {json.dumps(case['sizes']):44s} {case['layout']:6s} "
+                  f"{case['op']:2s} torch {row['torch']:8.3f}  best {best} "
+                  f"{timed.get(best, math.nan):8.3f}", flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -53,7 +53,7 @@ def _extent(rng: random.Random, low: int, high: int) -> int:
 def generated(count: int, seed: int) -> list[dict]:
     """``count`` cases from ``seed``: GEMMs of random extents (256-8192,
     log-uniform), row- and column-major, ``=`` and ``-=``; block-LU updates and
-    panels (``-=``, column-major, panel widths 32-256); four-index contractions
+    panels (``=`` or ``-=``, column-major, panel widths 32-256); four-index contractions
     of random index orders (extents 24-128)."""
     rng = random.Random(seed)
     cases: list[dict] = []
@@ -69,7 +69,7 @@ def generated(count: int, seed: int) -> list[dict]:
             n, bs = _extent(rng, 1024, 8192), rng.choice([32, 64, 96, 128, 192, 256])
             width = n - bs if rng.random() < 0.7 else bs
             case = dict(spec="ij,jk->ik", sizes={"i": n, "j": bs, "k": width},
-                        layout="column", op="-=")  # fmt: skip
+                        layout="column", op=rng.choice(["=", "-="]))  # fmt: skip
         else:
             a, b = list("abkl"), list("klcd")
             rng.shuffle(a)
@@ -83,16 +83,17 @@ def generated(count: int, seed: int) -> list[dict]:
 
 
 def fixed() -> list[dict]:
-    """The gemm suite's square DGEMMs and block-LU shapes."""
+    """The gemm suite's square DGEMMs and block-LU shapes (plain products, as the
+    suite times them), and the LU updates as a factorisation applies them (``-=``)."""
     cases = [
         dict(spec="ij,jk->ik", sizes=dict.fromkeys("ijk", n), layout="row", op="=")
         for n in (1024, 2048, 4096, 8192)
     ]
     for bs in (64, 128):
         for n in (2048, 4096, 6144):
-            for width in (n - bs, bs):
+            for width, op in ((n - bs, "="), (bs, "="), (n - bs, "-=")):
                 sizes = {"i": n, "j": bs, "k": width}
-                cases.append(dict(spec="ij,jk->ik", sizes=sizes, layout="column", op="-="))
+                cases.append(dict(spec="ij,jk->ik", sizes=sizes, layout="column", op=op))
     return cases
 
 

@@ -1,11 +1,14 @@
 """Fit the fp64 tile model's constants (``einkern.gpu.mma_model``:
-``F64_TILE_EFFICIENCY``, ``ROUND_LATENCY``, ``EPILOGUE_EXPOSURE``) to the
+``F64_TILE_EFFICIENCY``, ``ROUND_LATENCY``, ``EPILOGUE_EXPOSURE``,
+``COPY_SECTORS_PER_CYCLE``) to the
 measurements of scripts/gpu_f64_tiles.py, and report how well the model as it
 stands and as fitted chooses tiles: per case, the measured time of the tile the
 model ranks first over the best measured tile (geometric mean and worst), the
 cases within 5 % of the best, and Spearman's rank correlation of predicted with
 measured times (mean over cases).  Fits on the rows of ``--fit-seed``, reports
-every seed in the files apart.
+every seed in the files apart.  With the rules' proposal timed (``rules``), it
+also reports the family decision (tensor cores against the rules' SIMT
+proposal) under several margins: the chosen kernel's time over the best.
 
     PYTHONPATH=src:scripts python scripts/fit_f64_tiles.py f64_s41.jsonl f64_s43.jsonl --fit-seed 41
 """
@@ -23,6 +26,8 @@ from scipy.optimize import minimize
 from scipy.stats import spearmanr
 
 from einkern.gpu import mma_model
+from einkern.gpu.config import CudaConfig
+from einkern.gpu.decision import _predict, explain
 from einkern.gpu.device import H100
 from einkern.gpu.model import DEFAULT_CALIBRATION
 from einkern.gpu.terms import Terms
@@ -40,9 +45,10 @@ class Point:
     dram: float
     l2: float
     mmas: float  # seconds of the MMAs at efficiency 1
-    rounds: int
+    rounds: float  # rounds of resident blocks over the residency
     epilogue: float  # seconds of the epilogue traffic at the per-SM bandwidth
     warps: int
+    copies: float  # seconds of the tile copies at one sector per cycle
 
 
 def points(rows: list[dict]) -> list[Point]:
@@ -58,13 +64,14 @@ def points(rows: list[dict]) -> list[Point]:
             busiest = _busiest(task, config)
             resident = mma_model.f64_resident(task, config, H100)
             extra = mma_model._rounds_and_epilogue(task, config, busiest, row["op"] != "=", H100)
-            rounds = math.ceil(busiest / resident)
+            rounds = math.ceil(busiest / resident) / resident  # a round's latency, shared
             warps = min(resident, busiest) * config.threads // 32
             exposed = (8 / warps) ** mma_model.EPILOGUE_EXPOSURE
             epilogue = (extra - rounds * mma_model.ROUND_LATENCY) / exposed
             mmas = (arithmetic - extra) * mma_model.F64_TILE_EFFICIENCY[config]
+            copies = mma_model.copy_seconds(task, config, H100) * mma_model.COPY_SECTORS_PER_CYCLE
             made.append(Point(row["seed"], number, name, measured["ms"] * 1e-3, dram, l2, mmas,
-                              rounds, epilogue, warps))  # fmt: skip
+                              rounds, epilogue, warps, copies))  # fmt: skip
     return made
 
 
@@ -76,11 +83,13 @@ def _busiest(task, config) -> int:
     return math.ceil(blocks / H100.sm_count)
 
 
-def predicted(p: Point, efficiency: dict[str, float], latency: float, exposure: float) -> float:
-    """The model's seconds for ``p`` under the constants (before the SIMT scale)."""
-    arithmetic = p.mmas / efficiency[p.tile] + p.rounds * latency
-    arithmetic += p.epilogue * (8 / p.warps) ** exposure
-    return DEFAULT_CALIBRATION.combine(Terms(p.dram, p.l2, 0.0, arithmetic, 0.0))
+def predicted(p: Point, x: dict[str, float]) -> float:
+    """The model's seconds for ``p`` under the constants ``x`` (tile names to
+    rates, ``latency``, ``exposure``, ``sectors``; before the SIMT scale)."""
+    arithmetic = p.mmas / x[p.tile] + p.rounds * x["latency"]
+    arithmetic += p.epilogue * (8 / p.warps) ** x["exposure"]
+    copies = p.copies / x["sectors"]  # 0 when the rate is infinite
+    return DEFAULT_CALIBRATION.combine(Terms(p.dram, p.l2, copies, arithmetic, 0.0))
 
 
 def report(label: str, data: list[Point], times: list[float]) -> None:
@@ -99,6 +108,32 @@ def report(label: str, data: list[Point], times: list[float]) -> None:
               f"rank correlation {np.nanmean(rhos):.2f}")  # fmt: skip
 
 
+def margins(rows: list[dict], shares: tuple[float, ...] = (0.8, 0.9, 0.95, 1.0)) -> None:
+    """Per seed and margin: the measured time of what the decision would choose
+    (the best-predicted tile when predicted below ``share`` times the rules'
+    proposal, else the proposal) over the best measured kernel."""
+    for share in shares:
+        for seed in sorted({r["seed"] for r in rows}):
+            ratios, tiles = [], 0
+            for row in (r for r in rows if r["seed"] == seed and "rules" in r):
+                task = task_of(row)
+                timed = {n: t["ms"] for n, t in row["tiles"].items() if "ms" in t}
+                if not timed:
+                    continue
+                rules = _predict(task, explain(task).config, H100)
+                tile = min(
+                    timed, key=lambda n: _predict(task, CudaConfig(x="", mma=TILES[n]), H100)
+                )
+                mma = _predict(task, CudaConfig(x="", mma=TILES[tile]), H100)
+                chosen = timed[tile] if mma < share * rules else row["rules"]
+                tiles += mma < share * rules
+                ratios.append(chosen / min(row["rules"], *timed.values()))
+            if ratios:
+                print(f"margin {share:.2f} seed {seed}: chosen / best "
+                      f"{math.exp(np.mean(np.log(ratios))):.3f} (worst {max(ratios):.2f}), "
+                      f"tensor cores in {tiles}/{len(ratios)}")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("files", nargs="+")
@@ -106,24 +141,36 @@ def main() -> None:
     args = parser.parse_args()
     rows = [json.loads(line) for f in args.files for line in open(f)]
     data = points(rows)
-    names = list(TILES)
     now = {t: mma_model.F64_TILE_EFFICIENCY[c] for t, c in TILES.items()}
-    latency, exposure = mma_model.ROUND_LATENCY, mma_model.EPILOGUE_EXPOSURE
-    report("model", data, [predicted(p, now, latency, exposure) for p in data])
+    now.update(latency=mma_model.ROUND_LATENCY, exposure=mma_model.EPILOGUE_EXPOSURE,
+               sectors=mma_model.COPY_SECTORS_PER_CYCLE)  # fmt: skip
+    report("model", data, [predicted(p, now) for p in data])
     fitted = [p for p in data if p.seed == args.fit_seed]
+    # the tiles' rates and the round and epilogue terms without the copies' term,
+    # then the copies' rate alone: fitted together, the two bounds trade places
+    found = _fit(fitted, {**now, "sectors": math.inf}, [n for n in now if n != "sectors"])
+    found = _fit(fitted, {**found, "sectors": now["sectors"]}, ["sectors"])
+    shown = {n: round(float(v * 1e6 if n == "latency" else v), 3) for n, v in found.items()}
+    print(f"fitted (latency in µs): {shown}")
+    report("fitted", data, [predicted(p, found) for p in data])
+    margins(rows)
+
+
+def _fit(data: list[Point], start: dict[str, float], free: list[str]) -> dict[str, float]:
+    """``start`` with the constants ``free`` fitted to ``data`` (Nelder-Mead on the
+    mean squared log error)."""
+    scale = np.array([1e-6 if n == "latency" else 1.0 for n in free])  # latency in µs
+
+    def constants(x: np.ndarray) -> dict[str, float]:
+        return {**start, **dict(zip(free, np.abs(x) * scale, strict=True))}
 
     def loss(x: np.ndarray) -> float:
-        eff = dict(zip(names, x[: len(names)], strict=True))
-        errors = [math.log(predicted(p, eff, x[-2] * 1e-6, x[-1]) / p.ms) for p in fitted]
-        return float(np.mean(np.square(errors)))
+        x_ = constants(x)
+        return float(np.mean([math.log(predicted(p, x_) / p.ms) ** 2 for p in data]))
 
-    start = np.array([*now.values(), latency * 1e6, exposure])
-    best = minimize(loss, start, method="Nelder-Mead", options={"maxiter": 40000, "maxfev": 40000})
-    eff = dict(zip(names, best.x[: len(names)], strict=True))
-    print("fitted:", {n: round(float(v), 3) for n, v in eff.items()},
-          f"ROUND_LATENCY {best.x[-2]:.1f} us, EPILOGUE_EXPOSURE {best.x[-1]:.3f}, "
-          f"mean squared log error {best.fun:.4f}")  # fmt: skip
-    report("fitted", data, [predicted(p, eff, best.x[-2] * 1e-6, best.x[-1]) for p in data])
+    first = np.array([start[n] for n in free]) / scale
+    best = minimize(loss, first, method="Nelder-Mead", options={"maxiter": 40000, "maxfev": 40000})
+    return constants(best.x)
 
 
 if __name__ == "__main__":

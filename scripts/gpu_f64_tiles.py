@@ -9,8 +9,9 @@ The cases are drawn from ``--seed`` (GEMMs of random extents, row- and
 column-major, ``=`` and ``-=``; block-LU updates and panels; four-index
 contractions of random index orders), plus ``--fixed`` (the gemm suite's DGEMM
 and block-LU shapes).  One JSON object per case goes to ``--out``: the case,
-then per tile its median ms, registers and spilled bytes; ``torch`` is the peer's
-time.  ``scripts/fit_f64_tiles.py`` fits the model's constants to such files.
+then per tile its median ms, registers and spilled bytes; ``rules`` is einkern's
+kernel on the rules' (SIMT) proposal, ``torch`` the peer.
+``scripts/fit_f64_tiles.py`` fits the model's constants to such files.
 
     PYTHONPATH=src:scripts python scripts/gpu_f64_tiles.py --seed 41 --count 40 --out f.jsonl
 """
@@ -22,18 +23,32 @@ import json
 import math
 import os
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 
 import torch
-from f64_tile_cases import TILES, fixed, generated, task_of
+from f64_tile_cases import TILES, fixed, generated, program_text, task_of
 from gpu_block_order import round_robin
 from mma_contractions import launcher
 
+import einkern
 from einkern.backends.cuda import driver
 from einkern.backends.cuda.nvrtc import compile_cubin
 from einkern.gpu.cuda_printer import print_cuda
+from einkern.gpu.decision import explain
 from einkern.gpu.mma_lower import lower_mma, problems
 
 RUNS = 11
+
+
+#: ``--unbounded``: the kernels without the ``__launch_bounds__`` residency that
+#: :func:`einkern.gpu.mma_lower.lower_mma` asks for (the registers uncapped).
+UNBOUNDED = False
+
+
+def kernel_of(task, name: str):
+    """The kernel of tile ``name`` for ``task`` (unbounded as :data:`UNBOUNDED` says)."""
+    kernel = lower_mma(task, TILES[name], "probe")
+    return replace(kernel, min_blocks=0) if UNBOUNDED else kernel
 
 
 def _compile(job: tuple[dict, str, str]) -> None:
@@ -41,7 +56,7 @@ def _compile(job: tuple[dict, str, str]) -> None:
     case, name, arch = job
     task = task_of(case)
     if not problems(task, TILES[name]):
-        compile_cubin(print_cuda(lower_mma(task, TILES[name], "probe")), arch)
+        compile_cubin(print_cuda(kernel_of(task, name)), arch)
 
 
 def tensor(shape: list[int], layout: str) -> torch.Tensor:
@@ -53,8 +68,19 @@ def tensor(shape: list[int], layout: str) -> torch.Tensor:
     return torch.rand(*shape, device="cuda", dtype=torch.float64) + 0.5
 
 
+def rules_kernel(case: dict, task, a, b, result):
+    """A call of einkern's kernel of ``case`` on the rules' proposal (the SIMT
+    mapping the decision compares the tiles with)."""
+    text = program_text(case["spec"], case["layout"], case["op"])
+    extents = {f"e{c}": v for c, v in case["sizes"].items()}
+    mappings = {0: explain(task).config.to_json()}
+    kernel = einkern.compile(text, backend="cuda", mappings=mappings, **extents)
+    return lambda: kernel(A=a, B=b, C=result)
+
+
 def measure(case: dict, arch: str) -> dict:
-    """Median ms of every tile of ``case`` and of torch, with registers and spills."""
+    """Median ms of every tile of ``case``, of the rules' proposal and of torch,
+    with registers and spills."""
     spec, sizes, op = case["spec"], case["sizes"], case["op"]
     ins, out = spec.split("->")
     a, b = (tensor([sizes[c] for c in t], case["layout"]) for t in ins.split(","))
@@ -74,7 +100,7 @@ def measure(case: dict, arch: str) -> dict:
     for name, config in TILES.items():
         if problems(task, config):
             continue
-        run, registers, spills = launcher(lower_mma(task, config, "probe"), arch, pointers, name)
+        run, registers, spills = launcher(kernel_of(task, name), arch, pointers, name)
         result.copy_(c0) if op == "-=" else result.fill_(float("nan"))
         run()
         torch.cuda.synchronize()
@@ -82,9 +108,13 @@ def measure(case: dict, arch: str) -> dict:
         row["tiles"][name] = dict(registers=registers, spills=spills, error=error)
         if error < 1e-12:
             runs[name] = run
+    try:
+        runs["rules"] = rules_kernel(case, task, a, b, result)
+    except Exception as error:  # reported, the tiles still timed
+        print(f"  rules' kernel failed: {error}", flush=True)
     for name, ms in round_robin(runs, RUNS).items():
-        if name == "torch":
-            row["torch"] = ms
+        if name in ("torch", "rules"):
+            row[name] = ms
         else:
             row["tiles"][name]["ms"] = ms
     return row
@@ -96,7 +126,10 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=40)
     parser.add_argument("--fixed", action="store_true")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--unbounded", action="store_true")
     args = parser.parse_args()
+    global UNBOUNDED
+    UNBOUNDED = args.unbounded
     cases = generated(args.count, args.seed) + (fixed() if args.fixed else [])
     driver.initialize()
     arch = driver.device_properties().arch

@@ -5,7 +5,9 @@ the GETT generator (:mod:`einkern.gpu.gett`) proposes its points, and the cost
 model (:mod:`einkern.gpu.model`) chooses (:func:`choose`): the rules' proposal
 stays unless a GETT point is predicted at least :data:`MARGIN` times faster
 (the rules' choices were measured near the hardware limit on the workloads they
-were written for, and the model is not yet calibrated on measurements).
+were written for, and most of the model is not yet calibrated on measurements;
+a point of a family whose model is, the fp64 tensor-core tiles, needs only
+:data:`CALIBRATED_MARGIN`).
 
 :func:`explain` applies the rules in order from :func:`start_config` and records
 each applied rule's name and reason; rules of one ``group`` exclude each other
@@ -29,7 +31,7 @@ from .lower import preload_applies
 from .mapping import Mapping
 from .mma_family_model import DECISION_COUNT as FAMILY_DECISION_COUNT
 from .mma_family_model import family_candidates
-from .mma_model import mma_bounds, mma_candidates
+from .mma_model import fitted_efficiency, mma_bounds, mma_candidates
 from .model import cost_terms, predicted_time
 from .rules import (
     Change,
@@ -159,6 +161,18 @@ def explain(task: Task, limits: DeviceLimits = H100, rules: tuple[Rule, ...] = R
 #: A GETT point replaces the rules' proposal when predicted faster than this
 #: share of the proposal's predicted time.
 MARGIN = 0.8
+#: The same for a point of a family whose model is fitted to measurements (the
+#: fp64 tensor-core tiles, ``mma_model.F64_TILE_EFFICIENCY``): predicted faster
+#: at all.  Against the rules' SIMT proposal on 96 measured fp64 contractions
+#: (H100, scripts/gpu_f64_tiles.py and fit_f64_tiles.py, seeds 41 and 43), the
+#: kernels chosen at this margin took 1.162 and 1.116 times the best measured
+#: kernel; at :data:`MARGIN`, 1.246 and 1.189 (docs/tensor_cores.md).
+CALIBRATED_MARGIN = 1.0
+
+
+def _calibrated(config: CudaConfig) -> bool:
+    """Whether ``config``'s family has a model fitted to measurements."""
+    return config.mma is not None and fitted_efficiency(config.mma) > 0
 
 
 def _predict(task: Task, config: CudaConfig, limits: DeviceLimits) -> float:
@@ -200,7 +214,8 @@ def _describe(config: CudaConfig) -> str:
 
 def choose(task: Task, limits: DeviceLimits = H100) -> Decision:
     """The default configuration of ``task``: the rules' proposal, or the best GETT
-    point under the cost model when it is predicted :data:`MARGIN` times faster;
+    point under the cost model when it is predicted :data:`MARGIN` times faster
+    (:data:`CALIBRATED_MARGIN` for a point whose model is fitted to measurements);
     the last step (``model-choice``) says which family won, why, and the runner-up."""
     proposal = explain(task, limits)
     points = gett.candidates(task, limits) + gett.split_candidates(task, limits)
@@ -229,13 +244,29 @@ def choose(task: Task, limits: DeviceLimits = H100) -> Decision:
         f"{len(points)} GETT/split/MMA points of {best_time * 1e6:.3g} µs and up "
         f"(best: {_describe(best)}, {_bound(task, best, limits)})"
     )
-    if best_time < MARGIN * rules_time:
+    margin = MARGIN
+    if best_time >= MARGIN * rules_time:  # a calibrated point at its own margin
+        fitted = [(t, c) for t, _, c in ranked if _calibrated(c)]
+        if fitted and fitted[0][0] < CALIBRATED_MARGIN * rules_time:
+            (best_time, best), margin, tie = fitted[0], CALIBRATED_MARGIN, ""
+            family = _family(best)
+            described = (
+                f"{len(points)} GETT/split/MMA points, the best with a model fitted to "
+                f"measurements at {best_time * 1e6:.3g} µs ({_describe(best)}, "
+                f"{_bound(task, best, limits)})"
+            )
+    if best_time < margin * rules_time:
         runner = f"the rules' proposal at {rules_time * 1e6:.3g} µs"
         if len(ranked) > 1:
             runner += f"; next point {ranked[1][0] * 1e6:.3g} µs ({_family(ranked[1][2])})"
         reason = (
             f"family {family} won: {described} against {runner} (predicted, "
-            f"a point must be {1 / MARGIN:.3g}× faster){tie}"
+            + (
+                f"a point must be {1 / margin:.3g}× faster"
+                if margin < 1
+                else "a point of a fitted model need only be faster"
+            )
+            + f"){tie}"
         )
         steps = (*proposal.steps, ("model-choice", reason))
         if best.mma is not None and not best.mma.box:

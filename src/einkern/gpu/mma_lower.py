@@ -32,9 +32,12 @@ declaration order, ``s_<scalar>`` doubles), so the runtime launches them alike.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..ir.task import Task
 from . import kir
 from .contraction import Contraction, NotAContraction, gemm_form
+from .device import H100, DeviceLimits
 from .mma import SHAPES
 from .mma_builder import INPUT_DTYPE, TileBuilder, statement_params
 from .mma_config import MmaConfig
@@ -162,7 +165,39 @@ def lower_mma(task: Task, config: MmaConfig, name: str | None = None) -> kir.Ker
     builder: type[TileBuilder] = TileBuilder
     if SHAPES[config.shape].group > 1:
         builder = TmaBuilder if config.copy == "tma" else WarpGroupBuilder
-    return builder(task, c, config, name or f"einkern_s{task.position}", pointwise).kernel()
+    kernel = builder(task, c, config, name or f"einkern_s{task.position}", pointwise).kernel()
+    if SHAPES[config.shape].input_type == "f64" and config.copy == "async":
+        most = H100.registers_per_sm // (BOUND_REGISTERS * config.threads)
+        resident = min(f64_resident(task, config), most)
+        kernel = replace(kernel, min_blocks=resident) if resident > 1 else kernel
+    return kernel
+
+
+#: The fewest registers per thread that the launch bounds of :func:`lower_mma`
+#: leave an fp64 kernel (ptxas refused a small tile's fp64 MMA under a bound of 56).
+BOUND_REGISTERS = 128
+
+
+#: Registers per thread of the fp64 tiles: ``1.6 ·`` the accumulators' ``+ 24``
+#: (ptxas, 96 kernels per tile without launch bounds: the 4×4-instruction tiles
+#: 182-254, median 208-232; the 2×4 ones 96-184, median 128).
+F64_REGISTER_SLOPE, F64_REGISTER_BASE = 1.6, 24
+
+
+def f64_resident(task: Task, config: MmaConfig, limits: DeviceLimits = H100) -> int:
+    """Blocks of an fp64 tile resident per SM, as the cost model assumes: by
+    threads, by the estimated registers (:data:`F64_REGISTER_SLOPE`) and by shared
+    memory (1 KiB of it reserved per block).  :func:`lower_mma` asks ptxas for
+    that many (``__launch_bounds__``), which caps the registers: a 2×4-tile kernel
+    of 256 threads past 128 registers ran one block per SM and up to 1.55× slower
+    (H100, LU updates; scripts/gpu_f64_tiles.py ``--bounded``)."""
+    accumulators = 2 * config.tiles_m * config.tiles_n * SHAPES[config.shape].c.count
+    registers = min(255, int(F64_REGISTER_SLOPE * accumulators + F64_REGISTER_BASE))
+    registers = -(-registers // 8) * 8  # allocated per warp in units of 256
+    threads = config.threads
+    by_shared = limits.shared_per_sm // (shared_bytes(config, task) + 1024)
+    by_registers = limits.registers_per_sm // (registers * threads)
+    return max(1, min(limits.max_threads_per_sm // threads, by_registers, by_shared, 32))
 
 
 def shared_bytes(config: MmaConfig, task: Task | None = None) -> int:

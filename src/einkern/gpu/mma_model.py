@@ -39,7 +39,8 @@ from .contraction import Contraction, NotAContraction, gemm_form
 from .device import DeviceLimits
 from .mma import SHAPES
 from .mma_config import MmaConfig
-from .mma_lower import async_problems, mma_form, pointwise_problems, shared_bytes
+from .mma_lower import async_problems, f64_resident, mma_form, pointwise_problems
+from .mma_staging import sector_efficiency
 from .mma_tma import tma_problems
 from .mma_warpgroup import oriented, warpgroup_problems
 from .terms import L2_OVER_DRAM, Terms
@@ -110,6 +111,12 @@ def tile_rate(config: MmaConfig) -> float:
 WARPGROUP_BASE = MmaConfig("wgmma_k16_bf16", 4, 1, 1, 16, 64, stages=4, copy="async")
 
 
+def fitted_efficiency(config: MmaConfig) -> float:
+    """The fitted rate of ``config``'s tile (:data:`F64_TILE_EFFICIENCY`, whatever
+    its block order), 0 for a tile without one."""
+    return F64_TILE_EFFICIENCY.get(replace(config, group_m=1), 0.0)
+
+
 def mma_bounds(task: Task, config: MmaConfig, limits: DeviceLimits) -> tuple[float, float, float]:
     """(dram, l2, arithmetic) seconds of the tensor-core kernel of ``config``."""
     c, pointwise = mma_form(task, config)
@@ -130,8 +137,8 @@ def mma_bounds(task: Task, config: MmaConfig, limits: DeviceLimits) -> tuple[flo
             per_sm *= TF32_WARPGROUP_SCALE
     elif config.copy == "async" and shape.packed > 1:
         per_sm = HALF_ASYNC_RATE / MEASURED_SMS * tile_rate(config)
-    elif config in F64_TILE_EFFICIENCY:  # fitted per tile, with the rounds and epilogue
-        per_sm = KERNEL_RATE["f64"] * ASYNC_GAIN / MEASURED_SMS * F64_TILE_EFFICIENCY[config]
+    elif fitted_efficiency(config):  # fitted per tile, with the rounds and epilogue
+        per_sm = KERNEL_RATE["f64"] * ASYNC_GAIN / MEASURED_SMS * fitted_efficiency(config)
     elif config.copy == "async":
         per_sm *= ASYNC_GAIN
     if config.split:
@@ -141,7 +148,7 @@ def mma_bounds(task: Task, config: MmaConfig, limits: DeviceLimits) -> tuple[flo
             per_sm *= SPLIT_WARPGROUP_EFFICIENCY.get((bm, bn), lowest)
     busiest = math.ceil(blocks / limits.sm_count)
     arithmetic = busiest * 2 * bm * bn * steps / per_sm
-    if config in F64_TILE_EFFICIENCY:
+    if fitted_efficiency(config):
         arithmetic += _rounds_and_epilogue(task, config, busiest, c.op != "=", limits)
     problem = task.problem
     a_bytes, b_bytes, c_bytes = (
@@ -159,24 +166,12 @@ def mma_bounds(task: Task, config: MmaConfig, limits: DeviceLimits) -> tuple[flo
     return dram, l2, arithmetic
 
 
-def f64_resident(task: Task, config: MmaConfig, limits: DeviceLimits) -> int:
-    """Blocks of an fp64 tile resident per SM: by threads, by the estimated
-    registers (:data:`F64_REGISTER_SLOPE`) and by shared memory (1 KiB of it
-    reserved per block)."""
-    accumulators = 2 * config.tiles_m * config.tiles_n * SHAPES[config.shape].c.count
-    registers = min(255, int(F64_REGISTER_SLOPE * accumulators + F64_REGISTER_BASE))
-    registers = -(-registers // 8) * 8  # allocated per warp in units of 256
-    threads = config.threads
-    by_shared = limits.shared_per_sm // (shared_bytes(config, task) + 1024)
-    by_registers = limits.registers_per_sm // (registers * threads)
-    return max(1, min(limits.max_threads_per_sm // threads, by_registers, by_shared, 32))
-
-
 def _rounds_and_epilogue(
     task: Task, config: MmaConfig, busiest: int, update: bool, limits: DeviceLimits
 ) -> float:
     """Seconds an fp64 tile's SM spends besides its MMAs: :data:`ROUND_LATENCY`
-    per round of resident blocks, and the output traffic of its blocks'
+    per round of resident blocks, shared by the blocks of a round (one fills its
+    pipeline while the others compute), and the output traffic of its blocks'
     epilogues that too few resident warps leave exposed
     (:data:`EPILOGUE_EXPOSURE`)."""
     resident = f64_resident(task, config, limits)
@@ -185,45 +180,65 @@ def _rounds_and_epilogue(
     warps = min(resident, busiest) * config.threads // 32
     exposed = (8 / warps) ** EPILOGUE_EXPOSURE
     epilogue = busiest * tile_bytes * (2 if update else 1) * limits.sm_count / limits.dram_bandwidth
-    return math.ceil(busiest / resident) * ROUND_LATENCY + epilogue * exposed
+    return math.ceil(busiest / resident) * ROUND_LATENCY / resident + epilogue * exposed
 
 
 def mma_terms(task: Task, config: MmaConfig, limits: DeviceLimits) -> Terms:
-    """:func:`mma_bounds` as the model's :class:`~einkern.gpu.model.Terms`."""
+    """:func:`mma_bounds` as the model's :class:`~einkern.gpu.model.Terms`, with
+    the fp64 tiles' copies (:func:`copy_seconds`) as the ``lsu`` term."""
     scale = SIMT_MODEL_SCALE[SHAPES[config.shape].input_type]
     dram, l2, arithmetic = (t * scale for t in mma_bounds(task, config, limits))
-    return Terms(dram, l2, 0.0, arithmetic, 0.0)
+    lsu = copy_seconds(task, config, limits) * scale if fitted_efficiency(config) else 0.0
+    return Terms(dram, l2, lsu, arithmetic, 0.0)
+
+
+def copy_seconds(task: Task, config: MmaConfig, limits: DeviceLimits) -> float:
+    """Seconds the busiest SM spends on its tile copies: the 32-byte sectors they
+    touch (each operand's tile over its :func:`~.mma_staging.sector_efficiency`)
+    at :data:`COPY_SECTORS_PER_CYCLE`."""
+    c, _ = mma_form(task, config)
+    bm, bn = config.block_tile()
+    blocks = math.ceil(c.size(c.m) / bm) * math.ceil(c.size(c.n) / bn) * c.size(c.batch)
+    steps = math.ceil(c.size(c.k) / config.k_step)
+    per_step = sum(
+        elements * config.itemsize / 32 / sector_efficiency(c, config, which)
+        for which, elements in (("a", bm * config.k_step), ("b", bn * config.k_step))
+    )
+    sectors = math.ceil(blocks / limits.sm_count) * steps * per_step
+    return sectors / (COPY_SECTORS_PER_CYCLE * limits.clock_hz)
 
 
 #: The tile shapes the decision offers for fp64: cp.async pipelines of 8 and 4
-#: warps, with their rate over ``KERNEL_RATE · ASYNC_GAIN`` (the 128×128 8-warp
-#: tile's DGEMM 4096 rate) fitted with :data:`ROUND_LATENCY` and
-#: :data:`EPILOGUE_EXPOSURE` to 528 measurements (66 generated and gemm-suite fp64
-#: contractions × 8 tiles, H100, scripts/gpu_f64_tiles.py seed 41;
-#: scripts/fit_f64_tiles.py; docs/tensor_cores.md "Choosing the fp64 tile").
-#: The tiles above 48 KiB of shared memory launch through the opt-in attribute.
+#: warps, with their MMAs' rate over ``KERNEL_RATE · ASYNC_GAIN`` (the 128×128
+#: 8-warp tile's DGEMM 4096 rate), fitted with :data:`ROUND_LATENCY`,
+#: :data:`EPILOGUE_EXPOSURE` and then :data:`COPY_SECTORS_PER_CYCLE` to 576
+#: measurements (72 generated and gemm-suite fp64 contractions × 8 tiles, H100,
+#: scripts/gpu_f64_tiles.py seed 41; scripts/fit_f64_tiles.py; held out: seed 43;
+#: docs/tensor_cores.md "Choosing the fp64 tile").  The tiles above 48 KiB of
+#: shared memory launch through the opt-in attribute.
 F64_TILE_EFFICIENCY = {
-    MmaConfig("m16n8k4_f64", 2, 4, 4, 4, 16, stages=3, copy="async"): 0.911,  # 128x128, 8 warps
-    MmaConfig("m16n8k4_f64", 2, 4, 2, 4, 16, stages=3, copy="async"): 0.917,  # 64x128
-    MmaConfig("m16n8k4_f64", 4, 2, 2, 4, 16, stages=3, copy="async"): 0.937,  # 128x64
-    MmaConfig("m16n8k4_f64", 2, 2, 2, 4, 16, stages=4, copy="async"): 0.817,  # 64x64, 4 warps
-    MmaConfig("m16n8k4_f64", 2, 2, 4, 4, 16, stages=3, copy="async"): 0.886,  # 128x64
-    MmaConfig("m16n8k4_f64", 2, 2, 2, 8, 16, stages=3, copy="async"): 0.914,  # 64x128
-    MmaConfig("m16n8k4_f64", 2, 2, 2, 4, 16, stages=3, copy="async"): 0.838,  # 64x64
-    MmaConfig("m16n8k4_f64", 2, 4, 4, 4, 16, stages=4, copy="async"): 0.890,  # 128x128
+    MmaConfig("m16n8k4_f64", 2, 4, 4, 4, 16, stages=3, copy="async"): 1.066,  # 128x128, 8 warps
+    MmaConfig("m16n8k4_f64", 2, 4, 2, 4, 16, stages=3, copy="async"): 0.922,  # 64x128
+    MmaConfig("m16n8k4_f64", 4, 2, 2, 4, 16, stages=3, copy="async"): 0.936,  # 128x64
+    MmaConfig("m16n8k4_f64", 2, 2, 2, 4, 16, stages=4, copy="async"): 0.797,  # 64x64, 4 warps
+    MmaConfig("m16n8k4_f64", 2, 2, 4, 4, 16, stages=3, copy="async"): 0.989,  # 128x64
+    MmaConfig("m16n8k4_f64", 2, 2, 2, 8, 16, stages=3, copy="async"): 0.99,  # 64x128
+    MmaConfig("m16n8k4_f64", 2, 2, 2, 4, 16, stages=3, copy="async"): 0.793,  # 64x64
+    MmaConfig("m16n8k4_f64", 2, 4, 4, 4, 16, stages=4, copy="async"): 1.033,  # 128x128
 }
 F64_TILES = tuple(F64_TILE_EFFICIENCY)
 #: Seconds a round of resident blocks pays besides its MMAs (filling the
-#: pipeline, draining the accumulators), fitted with :data:`F64_TILE_EFFICIENCY`.
-ROUND_LATENCY = 10.7e-6
+#: pipeline, draining the accumulators), over the blocks resident together,
+#: fitted with :data:`F64_TILE_EFFICIENCY`.
+ROUND_LATENCY = 9.4e-6
+#: Sectors per cycle at which an SM's fp64 tile copies (8-byte ``cp.async``)
+#: proceed, fitted after :data:`F64_TILE_EFFICIENCY`: the copies of gathered
+#: operands (a sector per element) made four-index contractions run 1.9× slower
+#: than the model without this term predicted.
+COPY_SECTORS_PER_CYCLE = 1.296
 #: The epilogue's output traffic (read too for an update) that no other block's
 #: MMAs hide: all of it at 8 resident warps, times ``(8 / warps) ** exposure``.
-EPILOGUE_EXPOSURE = 1.345
-#: Registers per thread of the fp64 tiles: ``1.6 ·`` the accumulators' ``+ 24``
-#: (ptxas, 96 kernels per tile: the 4×4-instruction tiles 182-254, median
-#: 208-232; the 2×4 ones 96-174, median 128).
-F64_REGISTER_SLOPE, F64_REGISTER_BASE = 1.6, 24
-
+EPILOGUE_EXPOSURE = 1.866
 #: The register-prefetched one-stage tiles (within 48 KiB; DGEMM 4096 at 38.1
 #: TFLOP/s for 128×128): the tuner's space has them beside :data:`F64_TILES`.
 F64_REGISTER_TILES = (

@@ -256,3 +256,37 @@ def lane_offset(pattern: tuple[tuple[int, int], ...], along_k: bool, ld: int) ->
     for j in range(len(offsets) - 2, -1, -1):
         chosen = kir.Select(kir.Op("==", matrix, E.const(j)), E.const(offsets[j]), chosen)
     return E.add(E.mul(row, E.const(ld)), chosen)
+
+
+def sector_efficiency(c: Contraction, config: MmaConfig, which: str) -> float:
+    """Share of the 32-byte sectors that one warp's copy of the A or B tile touches
+    which it uses: the first 32 copies of the tile, walked as the copy loop walks
+    them (consecutive threads along the operand's contiguous index where it is the
+    last of the column group, else along the rows), from the tile at the origin.
+    1 for a copy along a contiguous run of at least a warp's bytes; 0.25 for a
+    gather whose eight-byte elements each land in a sector of their own."""
+    operand, row_group, col_group = tile_groups(c, which)
+    bm, bn = config.block_tile()
+    rows, cols = (bm, config.k_step) if which == "a" else (config.k_step, bn)
+    width = staging(c, config, which).width
+    along_cols = runs_along_cols(operand, col_group)
+    sectors: set[int] = set()
+    for t in range(32):
+        r, col = ((t // (cols // width), t % (cols // width) * width) if along_cols
+                  else (t % (rows // width) * width, t // (rows // width)))  # fmt: skip
+        coords = {**_digits(c, row_group, r), **_digits(c, col_group, col)}
+        first = sum(operand.stride(i) * v for i, v in coords.items()) * config.itemsize
+        last = first + (width - 1) * config.itemsize
+        sectors.update(range(first // 32, last // 32 + 1))
+    return 32 * width * config.itemsize / (32 * len(sectors))
+
+
+def _digits(c: Contraction, group: tuple[str, ...], flat: int) -> dict[str, int]:
+    """Each index's coordinate from the group's flat coordinate (as
+    :meth:`Contraction.coordinates`, on integers)."""
+    found: dict[str, int] = {}
+    for index in reversed(group):
+        extent = c.extent(index)
+        found[index] = flat % extent if index != group[0] else flat
+        flat //= extent
+    return found

@@ -41,13 +41,15 @@ RUNS = 11
 
 
 #: ``--unbounded``: the kernels without the ``__launch_bounds__`` residency that
-#: :func:`einkern.gpu.mma_lower.lower_mma` asks for (the registers uncapped).
-UNBOUNDED = False
+#: :func:`einkern.gpu.mma_lower.lower_mma` asks for (the registers uncapped);
+#: ``--early-copies``: every tile issues its copies before its MMAs.
+UNBOUNDED = EARLY = False
 
 
 def kernel_of(task, name: str):
-    """The kernel of tile ``name`` for ``task`` (unbounded as :data:`UNBOUNDED` says)."""
-    kernel = lower_mma(task, TILES[name], "probe")
+    """The kernel of tile ``name`` for ``task`` (as :data:`UNBOUNDED` and
+    :data:`EARLY` say)."""
+    kernel = lower_mma(task, TILES[name], "probe", late_copies=False if EARLY else None)
     return replace(kernel, min_blocks=0) if UNBOUNDED else kernel
 
 
@@ -127,9 +129,10 @@ def main() -> None:
     parser.add_argument("--fixed", action="store_true")
     parser.add_argument("--out", required=True)
     parser.add_argument("--unbounded", action="store_true")
+    parser.add_argument("--early-copies", action="store_true")
     args = parser.parse_args()
-    global UNBOUNDED
-    UNBOUNDED = args.unbounded
+    global UNBOUNDED, EARLY
+    UNBOUNDED, EARLY = args.unbounded, args.early_copies
     cases = generated(args.count, args.seed) + (fixed() if args.fixed else [])
     driver.initialize()
     arch = driver.device_properties().arch

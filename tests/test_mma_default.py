@@ -257,3 +257,20 @@ def test_a_point_of_a_fitted_model_wins_when_predicted_faster(monkeypatch):
     monkeypatch.setattr(decision, "CALIBRATED_MARGIN", decision.MARGIN)
     kept = decision.choose(task)
     assert kept.config.mma is None and "rules kept" in dict(kept.steps)["model-choice"]
+
+
+def test_one_block_per_sm_kernels_issue_their_copies_after_a_quarter_of_the_mmas():
+    """The 128×128 tiles (one block per SM) issue a k-step's copies after the
+    MMAs of its first instruction k-step (of four); tiles of several blocks per
+    SM issue them before any MMA.  Emulated above against the reference, both."""
+    from einkern.gpu.cuda_printer import print_cuda
+    from einkern.gpu.device import H100
+    from einkern.gpu.mma_lower import f64_resident, lower_mma
+
+    task = _task("ij=ik*kj", dict.fromkeys("ijk", 1024))
+    for tile in F64_TILES:
+        text = print_cuda(lower_mma(task, tile, "k"))
+        loop = text[text.index("for (int kk") :]
+        before = loop[: loop.index("cp.async.ca")].count("mma.sync")
+        late = f64_resident(task, tile, H100) == 1
+        assert before == (tile.tiles_m * tile.tiles_n if late else 0), tile

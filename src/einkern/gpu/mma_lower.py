@@ -156,8 +156,12 @@ def _sixteen_bit_problems(task: Task, shape: str, wanted: str, config: MmaConfig
     return found
 
 
-def lower_mma(task: Task, config: MmaConfig, name: str | None = None) -> kir.Kernel:
-    """The kernel IR of ``task`` on tensor cores (ValueError when it cannot)."""
+def lower_mma(
+    task: Task, config: MmaConfig, name: str | None = None, late_copies: bool | None = None
+) -> kir.Kernel:
+    """The kernel IR of ``task`` on tensor cores (ValueError when it cannot);
+    ``late_copies`` overrides where an fp64 tile issues its copies (default: late
+    at one block per SM, see :func:`f64_resident`)."""
     trouble = problems(task, config)
     if trouble:
         raise ValueError("; ".join(trouble))
@@ -165,12 +169,14 @@ def lower_mma(task: Task, config: MmaConfig, name: str | None = None) -> kir.Ker
     builder: type[TileBuilder] = TileBuilder
     if SHAPES[config.shape].group > 1:
         builder = TmaBuilder if config.copy == "tma" else WarpGroupBuilder
-    kernel = builder(task, c, config, name or f"einkern_s{task.position}", pointwise).kernel()
-    if SHAPES[config.shape].input_type == "f64" and config.copy == "async":
-        most = H100.registers_per_sm // (BOUND_REGISTERS * config.threads)
-        resident = min(f64_resident(task, config), most)
-        kernel = replace(kernel, min_blocks=resident) if resident > 1 else kernel
-    return kernel
+    name = name or f"einkern_s{task.position}"
+    if SHAPES[config.shape].input_type != "f64" or config.copy != "async":
+        return builder(task, c, config, name, pointwise).kernel()
+    most = H100.registers_per_sm // (BOUND_REGISTERS * config.threads)
+    resident = min(f64_resident(task, config), most)
+    late = resident == 1 if late_copies is None else late_copies
+    kernel = builder(task, c, config, name, pointwise, late_copies=late).kernel()
+    return replace(kernel, min_blocks=resident) if resident > 1 else kernel
 
 
 #: The fewest registers per thread that the launch bounds of :func:`lower_mma`
@@ -190,7 +196,8 @@ def f64_resident(task: Task, config: MmaConfig, limits: DeviceLimits = H100) -> 
     memory (1 KiB of it reserved per block).  :func:`lower_mma` asks ptxas for
     that many (``__launch_bounds__``), which caps the registers: a 2×4-tile kernel
     of 256 threads past 128 registers ran one block per SM and up to 1.55× slower
-    (H100, LU updates; scripts/gpu_f64_tiles.py ``--bounded``)."""
+    (H100, LU updates; scripts/gpu_f64_tiles.py ``--unbounded``).  A kernel of
+    one block per SM issues its copies late (``TileBuilder.late_copies``)."""
     accumulators = 2 * config.tiles_m * config.tiles_n * SHAPES[config.shape].c.count
     registers = min(255, int(F64_REGISTER_SLOPE * accumulators + F64_REGISTER_BASE))
     registers = -(-registers // 8) * 8  # allocated per warp in units of 256

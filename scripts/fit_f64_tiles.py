@@ -44,10 +44,7 @@ class Point:
     ms: float
     dram: float
     l2: float
-    mmas: float  # seconds of the MMAs at efficiency 1
-    rounds: float  # rounds of resident blocks over the residency
-    epilogue: float  # seconds of the epilogue traffic at the per-SM bandwidth
-    warps: int
+    parts: mma_model.F64Parts
     copies: float  # seconds of the tile copies at one sector per cycle
 
 
@@ -60,34 +57,19 @@ def points(rows: list[dict]) -> list[Point]:
             if "ms" not in measured:
                 continue
             config = TILES[name]
-            dram, l2, arithmetic = mma_model.mma_bounds(task, config, H100)
-            busiest = _busiest(task, config)
-            resident = mma_model.f64_resident(task, config, H100)
-            extra = mma_model._rounds_and_epilogue(task, config, busiest, row["op"] != "=", H100)
-            rounds = math.ceil(busiest / resident) / resident  # a round's latency, shared
-            warps = min(resident, busiest) * config.threads // 32
-            exposed = (8 / warps) ** mma_model.EPILOGUE_EXPOSURE
-            epilogue = (extra - rounds * mma_model.ROUND_LATENCY) / exposed
-            mmas = (arithmetic - extra) * mma_model.F64_TILE_EFFICIENCY[config]
+            dram, l2, _ = mma_model.mma_bounds(task, config, H100)
+            parts = mma_model.f64_parts(task, mma_model.mma_form(task, config)[0], config, H100)
             copies = mma_model.copy_seconds(task, config, H100) * mma_model.COPY_SECTORS_PER_CYCLE
-            made.append(Point(row["seed"], number, name, measured["ms"] * 1e-3, dram, l2, mmas,
-                              rounds, epilogue, warps, copies))  # fmt: skip
+            made.append(
+                Point(row["seed"], number, name, measured["ms"] * 1e-3, dram, l2, parts, copies)
+            )
     return made
-
-
-def _busiest(task, config) -> int:
-    """Blocks on the busiest SM."""
-    c, _ = mma_model.mma_form(task, config)
-    bm, bn = config.block_tile()
-    blocks = math.ceil(c.size(c.m) / bm) * math.ceil(c.size(c.n) / bn) * c.size(c.batch)
-    return math.ceil(blocks / H100.sm_count)
 
 
 def predicted(p: Point, x: dict[str, float]) -> float:
     """The model's seconds for ``p`` under the constants ``x`` (tile names to
     rates, ``latency``, ``exposure``, ``sectors``; before the SIMT scale)."""
-    arithmetic = p.mmas / x[p.tile] + p.rounds * x["latency"]
-    arithmetic += p.epilogue * (8 / p.warps) ** x["exposure"]
+    arithmetic = mma_model.f64_arithmetic(p.parts, x[p.tile], x["latency"], x["exposure"])
     copies = p.copies / x["sectors"]  # 0 when the rate is infinite
     return DEFAULT_CALIBRATION.combine(Terms(p.dram, p.l2, copies, arithmetic, 0.0))
 

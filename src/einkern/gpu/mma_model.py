@@ -32,7 +32,7 @@ calls :func:`mma_terms` for tensor-core mappings.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ..ir.task import Task
 from .contraction import Contraction, NotAContraction, gemm_form
@@ -137,8 +137,6 @@ def mma_bounds(task: Task, config: MmaConfig, limits: DeviceLimits) -> tuple[flo
             per_sm *= TF32_WARPGROUP_SCALE
     elif config.copy == "async" and shape.packed > 1:
         per_sm = HALF_ASYNC_RATE / MEASURED_SMS * tile_rate(config)
-    elif fitted_efficiency(config):  # fitted per tile, with the rounds and epilogue
-        per_sm = KERNEL_RATE["f64"] * ASYNC_GAIN / MEASURED_SMS * fitted_efficiency(config)
     elif config.copy == "async":
         per_sm *= ASYNC_GAIN
     if config.split:
@@ -146,10 +144,9 @@ def mma_bounds(task: Task, config: MmaConfig, limits: DeviceLimits) -> tuple[flo
         if shape.group > 1:
             lowest = min(SPLIT_WARPGROUP_EFFICIENCY.values())  # a tile not measured
             per_sm *= SPLIT_WARPGROUP_EFFICIENCY.get((bm, bn), lowest)
-    busiest = math.ceil(blocks / limits.sm_count)
-    arithmetic = busiest * 2 * bm * bn * steps / per_sm
-    if fitted_efficiency(config):
-        arithmetic += _rounds_and_epilogue(task, config, busiest, c.op != "=", limits)
+    arithmetic = _busiest(blocks, limits) * 2 * bm * bn * steps / per_sm
+    if fitted_efficiency(config):  # fitted per tile, with the rounds and the epilogue
+        arithmetic = f64_arithmetic(f64_parts(task, c, config, limits), fitted_efficiency(config))
     problem = task.problem
     a_bytes, b_bytes, c_bytes = (
         problem.numel(t) * problem.program.tensor(t).itemsize
@@ -166,21 +163,15 @@ def mma_bounds(task: Task, config: MmaConfig, limits: DeviceLimits) -> tuple[flo
     return dram, l2, arithmetic
 
 
-def _rounds_and_epilogue(
-    task: Task, config: MmaConfig, busiest: int, update: bool, limits: DeviceLimits
-) -> float:
-    """Seconds an fp64 tile's SM spends besides its MMAs: :data:`ROUND_LATENCY`
-    per round of resident blocks, shared by the blocks of a round (one fills its
-    pipeline while the others compute), and the output traffic of its blocks'
-    epilogues that too few resident warps leave exposed
-    (:data:`EPILOGUE_EXPOSURE`)."""
-    resident = f64_resident(task, config, limits)
+def _busiest(blocks: int, limits: DeviceLimits) -> int:
+    """Blocks on the busiest SM."""
+    return math.ceil(blocks / limits.sm_count)
+
+
+def _blocks(c: Contraction, config: MmaConfig) -> int:
+    """Blocks of ``config``'s kernel for contraction ``c``."""
     bm, bn = config.block_tile()
-    tile_bytes = bm * bn * task.program.tensor(task.statement.output.tensor).itemsize
-    warps = min(resident, busiest) * config.threads // 32
-    exposed = (8 / warps) ** EPILOGUE_EXPOSURE
-    epilogue = busiest * tile_bytes * (2 if update else 1) * limits.sm_count / limits.dram_bandwidth
-    return math.ceil(busiest / resident) * ROUND_LATENCY / resident + epilogue * exposed
+    return math.ceil(c.size(c.m) / bm) * math.ceil(c.size(c.n) / bn) * c.size(c.batch)
 
 
 def mma_terms(task: Task, config: MmaConfig, limits: DeviceLimits) -> Terms:
@@ -198,13 +189,12 @@ def copy_seconds(task: Task, config: MmaConfig, limits: DeviceLimits) -> float:
     at :data:`COPY_SECTORS_PER_CYCLE`."""
     c, _ = mma_form(task, config)
     bm, bn = config.block_tile()
-    blocks = math.ceil(c.size(c.m) / bm) * math.ceil(c.size(c.n) / bn) * c.size(c.batch)
     steps = math.ceil(c.size(c.k) / config.k_step)
     per_step = sum(
         elements * config.itemsize / 32 / sector_efficiency(c, config, which)
         for which, elements in (("a", bm * config.k_step), ("b", bn * config.k_step))
     )
-    sectors = math.ceil(blocks / limits.sm_count) * steps * per_step
+    sectors = _busiest(_blocks(c, config), limits) * steps * per_step
     return sectors / (COPY_SECTORS_PER_CYCLE * limits.clock_hz)
 
 
@@ -241,6 +231,52 @@ COPY_SECTORS_PER_CYCLE = 1.296
 #: The epilogue's output traffic (read too for an update) that no other block's
 #: MMAs hide: all of it at 8 resident warps, times ``(8 / warps) ** exposure``.
 EPILOGUE_EXPOSURE = 1.866
+
+
+@dataclass(frozen=True)
+class F64Parts:
+    """What an fp64 tile's arithmetic term is made of, before the fitted
+    constants weigh it (:func:`f64_arithmetic`; scripts/fit_f64_tiles.py fits
+    them to these parts)."""
+
+    mmas: float  # seconds of the busiest SM's MMAs at KERNEL_RATE · ASYNC_GAIN
+    rounds: float  # rounds of resident blocks, over the blocks resident together
+    epilogue: float  # seconds of its blocks' output traffic at its share of DRAM
+    warps: int  # warps resident together
+
+
+def f64_parts(task: Task, c: Contraction, config: MmaConfig, limits: DeviceLimits) -> F64Parts:
+    """The :class:`F64Parts` of ``config``'s kernel for ``task`` (in GEMM form ``c``)."""
+    resident = f64_resident(task, config, limits)
+    busiest = _busiest(_blocks(c, config), limits)
+    bm, bn = config.block_tile()
+    steps = math.ceil(c.size(c.k) / config.k_step) * config.k_step
+    per_sm = KERNEL_RATE["f64"] * ASYNC_GAIN / MEASURED_SMS
+    tile_bytes = bm * bn * task.program.tensor(c.output.tensor).itemsize
+    traffic = busiest * tile_bytes * (1 if c.op == "=" else 2)  # an update reads too
+    return F64Parts(
+        mmas=busiest * 2 * bm * bn * steps / per_sm,
+        rounds=math.ceil(busiest / resident) / resident,
+        epilogue=traffic * limits.sm_count / limits.dram_bandwidth,
+        warps=min(resident, busiest) * config.threads // 32,
+    )
+
+
+def f64_arithmetic(
+    parts: F64Parts,
+    efficiency: float,
+    latency: float = ROUND_LATENCY,
+    exposure: float = EPILOGUE_EXPOSURE,
+) -> float:
+    """Seconds of an fp64 tile's arithmetic term: its MMAs at ``efficiency``
+    (:data:`F64_TILE_EFFICIENCY`), ``latency`` per round of resident blocks shared
+    by the blocks of a round (one fills its pipeline while the others compute),
+    and the epilogue traffic that too few resident warps leave exposed (all of it
+    at 8 warps, times ``(8 / warps) ** exposure``)."""
+    exposed = parts.epilogue * (8 / parts.warps) ** exposure
+    return parts.mmas / efficiency + parts.rounds * latency + exposed
+
+
 #: The register-prefetched one-stage tiles (within 48 KiB; DGEMM 4096 at 38.1
 #: TFLOP/s for 128×128): the tuner's space has them beside :data:`F64_TILES`.
 F64_REGISTER_TILES = (

@@ -17,6 +17,7 @@ from .mma_config import MmaConfig
 from .mma_epilogue import epilogue_sections, shared_epilogue_elements
 from .mma_staging import (
     LoadCall,
+    copy_position,
     lane_offset,
     load_calls,
     register_origins,
@@ -172,12 +173,7 @@ class TileBuilder:
         total = rows * cols // width
         base = "base_a" if which == "a" else "base_b"
         for j, e, share in E.thread_shares(total, threads):
-            if fastest_col:
-                r, col = E.div(e, cols // width), E.mod(e, cols // width)
-                col = E.mul(col, E.const(width)) if width > 1 else col
-            else:
-                r, col = E.mod(e, rows // width), E.div(e, rows // width)
-                r = E.mul(r, E.const(width)) if width > 1 else r
+            r, col = copy_position(e, rows, cols, width, fastest_col)
             gr, gc = E.add(row0, r), E.add(col0, col)
             coords = {**self.c.coordinates(row_group, gr), **self.c.coordinates(col_group, gc)}
             index = E.add(kir.Var(base), self.c.offset(operand, coords))

@@ -272,21 +272,25 @@ def sector_efficiency(c: Contraction, config: MmaConfig, which: str) -> float:
     along_cols = runs_along_cols(operand, col_group)
     sectors: set[int] = set()
     for t in range(32):
-        r, col = ((t // (cols // width), t % (cols // width) * width) if along_cols
-                  else (t % (rows // width) * width, t // (rows // width)))  # fmt: skip
-        coords = {**_digits(c, row_group, r), **_digits(c, col_group, col)}
-        first = sum(operand.stride(i) * v for i, v in coords.items()) * config.itemsize
+        r, col = copy_position(E.const(t), rows, cols, width, along_cols)
+        coords = {**c.coordinates(row_group, r), **c.coordinates(col_group, col)}
+        offset = c.offset(operand, coords)  # constants fold: an integer
+        assert isinstance(offset, kir.Int)
+        first = offset.value * config.itemsize
         last = first + (width - 1) * config.itemsize
         sectors.update(range(first // 32, last // 32 + 1))
     return 32 * width * config.itemsize / (32 * len(sectors))
 
 
-def _digits(c: Contraction, group: tuple[str, ...], flat: int) -> dict[str, int]:
-    """Each index's coordinate from the group's flat coordinate (as
-    :meth:`Contraction.coordinates`, on integers)."""
-    found: dict[str, int] = {}
-    for index in reversed(group):
-        extent = c.extent(index)
-        found[index] = flat % extent if index != group[0] else flat
-        flat //= extent
-    return found
+def copy_position(
+    e: kir.Expr, rows: int, cols: int, width: int, along_cols: bool
+) -> tuple[kir.Expr, kir.Expr]:
+    """Row and column in a ``rows`` × ``cols`` tile of copy number ``e`` (each of
+    ``width`` elements): consecutive copies along the columns where ``along_cols``
+    (the operand's contiguous index is the column group's last), else along the
+    rows."""
+    if along_cols:
+        r, col = E.div(e, cols // width), E.mod(e, cols // width)
+        return r, (E.mul(col, E.const(width)) if width > 1 else col)
+    r, col = E.mod(e, rows // width), E.div(e, rows // width)
+    return (E.mul(r, E.const(width)) if width > 1 else r), col

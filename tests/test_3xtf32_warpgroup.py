@@ -12,16 +12,14 @@ from dataclasses import replace
 
 import pytest
 from test_tf32_warpgroup import PROGRAMS, TILES, _in_loop, assert_tiles_compile
+from test_tf32_warpgroup import problem as tf32_problem
+from test_tf32_warpgroup import run as tf32_run
 from test_wgmma import _edit
 
-import einkern
-from einkern.api import with_precision
-from einkern.backends.verify import verify
 from einkern.gpu import kir
 from einkern.gpu.decision import choose
 from einkern.gpu.mma_lower import lower_mma, problems
 from einkern.gpu.mma_model import SPLIT_WARPGROUP_TILES, TF32_TILES, mma_candidates
-from einkern.ir.bind import make_problem
 from einkern.ir.task import statement_task
 from einkern.semantics import tolerance
 
@@ -30,12 +28,11 @@ SPLIT = [replace(t, split=True) for t in TILES]
 
 
 def problem(text: str):
-    return make_problem(with_precision(einkern.load("dtype float32\n" + text), "3xtf32"), {})
+    return tf32_problem(text, "3xtf32")
 
 
 def run(p, kernel):
-    result = verify(p, {0: None}, seed=5, kernels=[kernel])
-    return result.max_relative_error, result.bad_accesses, [str(e) for e in result.errors]
+    return tf32_run(p, kernel, seed=5)
 
 
 @pytest.mark.parametrize("case", sorted(PROGRAMS))

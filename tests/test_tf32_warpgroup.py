@@ -50,8 +50,9 @@ PROGRAMS = {
 }
 
 
-def problem(text: str):
-    return make_problem(with_precision(einkern.load("dtype float32\n" + text), "tf32"), {})
+def problem(text: str, precision: str = "tf32"):
+    """The float32 program ``text`` under ``precision``."""
+    return make_problem(with_precision(einkern.load("dtype float32\n" + text), precision), {})
 
 
 def run(p, kernel, seed: int = 3):

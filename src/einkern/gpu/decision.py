@@ -163,10 +163,10 @@ def explain(task: Task, limits: DeviceLimits = H100, rules: tuple[Rule, ...] = R
 MARGIN = 0.8
 #: The same for a point of a family whose model is fitted to measurements (the
 #: fp64 tensor-core tiles, ``mma_model.F64_TILE_EFFICIENCY``): predicted faster
-#: at all.  Against the rules' SIMT proposal on 96 measured fp64 contractions
+#: at all.  Against the rules' SIMT proposal on 102 measured fp64 contractions
 #: (H100, scripts/gpu_f64_tiles.py and fit_f64_tiles.py, seeds 41 and 43), the
-#: kernels chosen at this margin took 1.162 and 1.116 times the best measured
-#: kernel; at :data:`MARGIN`, 1.246 and 1.189 (docs/tensor_cores.md).
+#: kernels chosen at this margin took 1.093 and 1.051 times the best measured
+#: kernel; at :data:`MARGIN`, 1.158 and 1.051 (docs/tensor_cores.md).
 CALIBRATED_MARGIN = 1.0
 
 

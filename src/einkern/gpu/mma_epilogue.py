@@ -140,7 +140,8 @@ def _loads_first(b: Any) -> bool:
     accumulators can hold the updated values.  Otherwise each element is loaded,
     updated and stored in turn, and the compiler cannot hoist a load above the
     store before it (both go through the output's pointer): one DRAM round trip
-    per element (an LU update, K = 128: 17 µs per block of 32 elements)."""
+    per element.  Loads first, update kernels ran 1.13× faster on geometric mean
+    (336 fp64 (case, tile) pairs on an H100; docs/tensor_cores.md)."""
     if b.c.op == "=":
         return False
     dtype = b.task.program.tensor(b.c.output.tensor).dtype

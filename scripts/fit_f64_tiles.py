@@ -94,26 +94,28 @@ def margins(rows: list[dict], shares: tuple[float, ...] = (0.8, 0.9, 0.95, 1.0))
     """Per seed and margin: the measured time of what the decision would choose
     (the best-predicted tile when predicted below ``share`` times the rules'
     proposal, else the proposal) over the best measured kernel."""
+    cases = []  # (seed, rules' prediction, best tile's prediction, its time, rules' time, best)
+    for row in (r for r in rows if "rules" in r):
+        task = task_of(row)
+        timed = {n: t["ms"] for n, t in row["tiles"].items() if "ms" in t}
+        if not timed:
+            continue
+        predicted = {n: _predict(task, CudaConfig(x="", mma=TILES[n]), H100) for n in timed}
+        tile = min(predicted, key=predicted.__getitem__)
+        rules = _predict(task, explain(task).config, H100)
+        best = min(row["rules"], *timed.values())
+        cases.append((row["seed"], rules, predicted[tile], timed[tile], row["rules"], best))
     for share in shares:
-        for seed in sorted({r["seed"] for r in rows}):
-            ratios, tiles = [], 0
-            for row in (r for r in rows if r["seed"] == seed and "rules" in r):
-                task = task_of(row)
-                timed = {n: t["ms"] for n, t in row["tiles"].items() if "ms" in t}
-                if not timed:
-                    continue
-                rules = _predict(task, explain(task).config, H100)
-                tile = min(
-                    timed, key=lambda n: _predict(task, CudaConfig(x="", mma=TILES[n]), H100)
-                )
-                mma = _predict(task, CudaConfig(x="", mma=TILES[tile]), H100)
-                chosen = timed[tile] if mma < share * rules else row["rules"]
-                tiles += mma < share * rules
-                ratios.append(chosen / min(row["rules"], *timed.values()))
-            if ratios:
-                print(f"margin {share:.2f} seed {seed}: chosen / best "
-                      f"{math.exp(np.mean(np.log(ratios))):.3f} (worst {max(ratios):.2f}), "
-                      f"tensor cores in {tiles}/{len(ratios)}")  # fmt: skip
+        for seed in sorted({case[0] for case in cases}):
+            chosen = [
+                (tile_ms if mma < share * rules else rules_ms) / best
+                for s, rules, mma, tile_ms, rules_ms, best in cases
+                if s == seed
+            ]
+            tiles = sum(mma < share * rules for s, rules, mma, *_ in cases if s == seed)
+            print(f"margin {share:.2f} seed {seed}: chosen / best "
+                  f"{math.exp(np.mean(np.log(chosen))):.3f} (worst {max(chosen):.2f}), "
+                  f"tensor cores in {tiles}/{len(chosen)}")  # fmt: skip
 
 
 def main() -> None:

@@ -124,6 +124,8 @@ def main() -> None:
     parser.add_argument("--fit-seed", type=int, default=41)
     args = parser.parse_args()
     rows = [json.loads(line) for f in args.files for line in open(f)]
+    for row in rows:  # variants of a tile (NAME/u of gpu_f64_tiles.py) are A/B data only
+        row["tiles"] = {n: t for n, t in row["tiles"].items() if n in TILES}
     data = points(rows)
     now = {t: mma_model.F64_TILE_EFFICIENCY[c] for t, c in TILES.items()}
     now.update(latency=mma_model.ROUND_LATENCY, exposure=mma_model.EPILOGUE_EXPOSURE,

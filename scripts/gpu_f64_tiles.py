@@ -42,22 +42,32 @@ RUNS = 11
 
 #: ``--unbounded``: the kernels without the ``__launch_bounds__`` residency that
 #: :func:`einkern.gpu.mma_lower.lower_mma` asks for (the registers uncapped);
-#: ``--early-copies``: every tile issues its copies before its MMAs.
-UNBOUNDED = EARLY = False
+#: ``--early-copies``: every tile issues its copies before its MMAs;
+#: ``--uncarried-too``: every tile also as ``NAME/u``, its fragments not carried
+#: across the k-step's barrier (``TileBuilder.carried``), in the same round robin.
+UNBOUNDED = EARLY = UNCARRIED = False
 
 
 def kernel_of(task, name: str):
     """The kernel of tile ``name`` for ``task`` (as :data:`UNBOUNDED` and
-    :data:`EARLY` say)."""
-    kernel = lower_mma(task, TILES[name], "probe", late_copies=False if EARLY else None)
+    :data:`EARLY` say; a name ending in ``/u``: its fragments not carried)."""
+    tile, _, variant = name.partition("/")
+    carried = False if variant == "u" else None
+    late = False if EARLY else None
+    kernel = lower_mma(task, TILES[tile], "probe", late_copies=late, carried=carried)
     return replace(kernel, min_blocks=0) if UNBOUNDED else kernel
+
+
+def variants() -> list[str]:
+    """The tile names timed per case (with ``/u`` ones for ``--uncarried-too``)."""
+    return [v for name in TILES for v in ([name, f"{name}/u"] if UNCARRIED else [name])]
 
 
 def _compile(job: tuple[dict, str, str]) -> None:
     """Lower and compile one (case, tile, arch) into the on-disk cache."""
     case, name, arch = job
     task = task_of(case)
-    if not problems(task, TILES[name]):
+    if not problems(task, TILES[name.partition("/")[0]]):
         compile_cubin(print_cuda(kernel_of(task, name)), arch)
 
 
@@ -99,8 +109,8 @@ def measure(case: dict, arch: str) -> dict:
         runs = {"torch": lambda: torch.einsum(spec, a, b)}
     row = dict(case, tiles={})
     task = task_of(case)
-    for name, config in TILES.items():
-        if problems(task, config):
+    for name in variants():
+        if problems(task, TILES[name.partition("/")[0]]):
             continue
         run, registers, spills = launcher(kernel_of(task, name), arch, pointers, name)
         result.copy_(c0) if op == "-=" else result.fill_(float("nan"))
@@ -130,13 +140,14 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--unbounded", action="store_true")
     parser.add_argument("--early-copies", action="store_true")
+    parser.add_argument("--uncarried-too", action="store_true")
     args = parser.parse_args()
-    global UNBOUNDED, EARLY
-    UNBOUNDED, EARLY = args.unbounded, args.early_copies
+    global UNBOUNDED, EARLY, UNCARRIED
+    UNBOUNDED, EARLY, UNCARRIED = args.unbounded, args.early_copies, args.uncarried_too
     cases = generated(args.count, args.seed) + (fixed() if args.fixed else [])
     driver.initialize()
     arch = driver.device_properties().arch
-    jobs = [(case, name, arch) for case in cases for name in TILES]
+    jobs = [(case, name, arch) for case in cases for name in variants()]
     with ProcessPoolExecutor(os.cpu_count()) as pool:  # NVRTC only: no CUDA in the workers
         list(pool.map(_compile, jobs, chunksize=4))
     print(torch.cuda.get_device_name(), "torch", torch.__version__, flush=True)

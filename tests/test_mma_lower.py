@@ -44,6 +44,10 @@ PROGRAMS = {
         "layout column\ntensor A[m,k], B[k,n], C[n,m], D[m,n]\nC[j,i] -= D[i,j] + A[i,x] * B[x,j]",
         dict(m=33, n=17, k=9),
     ),
+    "gemm-column-even": (
+        "layout column\ntensor A[m,k], B[k,n], C[m,n]\nC[i,j] = A[i,k] * B[k,j]",
+        dict(m=48, n=40, k=36),
+    ),
     "six-index-out": (
         "tensor A[a,b,c,k], B[k,d,e,f], C[f,a,d,b,e,c]\nC[u,p,s,q,t,r] = A[p,q,r,x] * B[x,s,t,u]",
         dict(a=3, b=4, c=2, d=3, e=2, f=5, k=6),
@@ -95,6 +99,70 @@ def test_default_tiles_any_index_structure(name):
 def test_every_shape_and_tile(config):
     for name in ("four-index", "update-scaled"):
         _check(name, CONFIGS[config], seed=3)
+
+
+@pytest.mark.parametrize("carried", [True, False])
+@pytest.mark.parametrize(
+    "name", ["gemm", "gemm-column", "gemm-column-even", "batched", "subtract", "four-index"]
+)
+def test_fragments_carried_across_the_barrier(name, carried):
+    """fp64 tiles whose next fragments are loaded after the k-step's barrier
+    (``TileBuilder.carried``), and the same tiles without, on every layout: 2, 3
+    and 4 stages, k-steps of 2 and 4 instruction k-steps, partial tiles."""
+    problem = _problem(name)
+    task = statement_task(problem, 0)
+    for config in (
+        MmaConfig("m16n8k4_f64", 2, 2, 1, 2, 16, stages=3, copy="async"),
+        MmaConfig("m16n8k4_f64", 1, 2, 2, 1, 8, stages=2, copy="async"),
+        MmaConfig("m16n8k8_f64", 2, 1, 1, 2, 16, stages=4, copy="async"),
+    ):
+        _check_kernel(problem, lower_mma(task, config, carried=carried), seed=7)
+
+
+def test_carried_fragments_need_an_even_number_of_instruction_steps():
+    """Two fragment slots alternate, so a k-step of one instruction k-step (or
+    an odd number) keeps its fragments within the step; 16-bit and 3xTF32 tiles
+    never carry.  The tiles carry where the registers allow (``f64_carries``):
+    the 4x4-instruction tiles, not the 2x4 ones at two blocks of 256 threads."""
+    from einkern.gpu.mma_builder import TileBuilder
+    from einkern.gpu.mma_lower import f64_carries, mma_form
+    from einkern.gpu.mma_model import F64_TILES
+
+    task = statement_task(_problem("gemm"), 0)
+    for config, want in (
+        (MmaConfig("m16n8k4_f64", 2, 2, 1, 2, 16, stages=3, copy="async"), True),
+        (MmaConfig("m16n8k4_f64", 2, 2, 1, 2, 4, stages=3, copy="async"), False),
+        (MmaConfig("m16n8k8_f64", 2, 2, 1, 2, 24, stages=3, copy="async"), False),
+    ):
+        c, _ = mma_form(task, config)
+        assert TileBuilder(task, c, config, "k", carried=True).carried is want
+    carried = {(t.tiles_m, t.tiles_n, t.threads): f64_carries(t, 1) for t in F64_TILES}
+    assert carried[4, 4, 256] and carried[4, 4, 128]
+    assert not f64_carries(MmaConfig("m16n8k4_f64", 2, 4, 2, 4, 16), 2)
+
+
+def test_fp64_tiles_are_staged_along_the_operands_contiguous_runs():
+    """fp64 operands lie in shared memory contiguous along their own stride-1
+    index and are copied 16 bytes at a time (``cp.async.cg``) where the extents
+    and strides allow; otherwise 8 bytes, the same layout."""
+    from einkern.gpu.mma_lower import mma_form
+    from einkern.gpu.mma_staging import staging
+
+    config = MmaConfig("m16n8k4_f64", 2, 2, 1, 2, 16, stages=3, copy="async")
+    even = statement_task(_problem("gemm-column-even"), 0)
+    c, _ = mma_form(even, config)
+    a, b = staging(c, config, "a"), staging(c, config, "b")
+    assert (a.along_cols, a.width, a.ld % 16) == (False, 2, 4)  # A: m contiguous
+    assert (b.along_cols, b.width, b.ld % 16) == (False, 2, 4)  # B: k contiguous
+    text = print_cuda(lower_mma(even, config))
+    assert "cp.async.cg.shared.global [%0], [%1], 16" in text and "cp.async.ca" not in text
+    odd = statement_task(_problem("gemm-column"), 0)  # m = 33, k = 9: no 16-byte pairs
+    c, _ = mma_form(odd, config)
+    assert staging(c, config, "a").width == staging(c, config, "b").width == 1
+    assert "cp.async.cg" not in print_cuda(lower_mma(odd, config))
+    row = statement_task(_problem("gemm"), 0)
+    c, _ = mma_form(row, config)
+    assert staging(c, config, "a").along_cols and staging(c, config, "b").along_cols
 
 
 @pytest.mark.parametrize("epilogue", ["direct", "shared"])
@@ -157,18 +225,28 @@ def test_mma_kernels_compile_without_spills(config):
 
 
 @pytest.mark.parametrize(
-    ("stages", "barrier", "copy"), [(1, 0, "registers"), (2, 1, "registers"), (3, 0, "async")]
+    ("stages", "barrier", "copy", "carried"),
+    [
+        (1, 0, "registers", False),
+        (2, 1, "registers", False),
+        (3, 0, "async", False),
+        (3, 0, "async", True),
+        (3, 1, "async", True),
+        (2, 1, "async", True),
+    ],
 )
-def test_a_dropped_barrier_is_caught(stages, barrier, copy):
+def test_a_dropped_barrier_is_caught(stages, barrier, copy, carried):
     """Without the barrier between filling a shared buffer and reading it, warps
     read what other warps have not stored yet: the emulator's result must be
-    wrong (or an access flagged)."""
+    wrong (or an access flagged).  A kernel whose fragments are carried across
+    the k-step's barrier has one before the loop as well (the first fragments)."""
     from einkern.backends.emulator import count_barriers, drop_barrier
 
     problem = _problem("gemm")
     task = statement_task(problem, 0)
-    kernel = lower_mma(task, MmaConfig("m16n8k4_f64", 2, 2, 1, 1, 8, stages=stages, copy=copy))
-    assert count_barriers(kernel) == (1 if copy == "async" else 2)
+    config = MmaConfig("m16n8k4_f64", 2, 2, 1, 1, 8, stages=stages, copy=copy)
+    kernel = lower_mma(task, config, carried=carried)
+    assert count_barriers(kernel) == (1 if copy == "async" and not carried else 2)
     arrays = random_arrays(problem, 1)
     want = evaluate(problem, arrays)["C"]
     given = {f"p_{k}": v.copy() for k, v in arrays.items()}

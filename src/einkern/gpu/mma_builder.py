@@ -48,6 +48,17 @@ def statement_params(task: Task) -> list[kir.Param]:
     return params + [kir.Param(f"s_{s.name}", "double", False) for s in task.program.scalars]
 
 
+#: Thread variables of :meth:`TileBuilder.carried_step`: the shared buffer read
+#: this k-step, the one read next, and the one the k-step's copies fill.
+STAGE_VARS = ("stage", "stage_next", "stage_fill")
+
+
+def _wrapped(value: kir.Expr, stages: int) -> kir.Expr:
+    """``value % stages`` for ``0 <= value < 2·stages``, by a comparison."""
+    over = kir.Op(">=", value, E.const(stages))
+    return kir.Select(over, E.sub(value, E.const(stages)), value)
+
+
 def _within(start: kir.Expr, at: kir.Expr, tile: int, size: int) -> kir.Expr:
     """Whether position ``at`` of a tile of ``tile`` positions from ``start`` (a
     multiple of ``tile``) is below ``size``: where ``tile`` divides ``size`` the
@@ -67,6 +78,7 @@ class TileBuilder:
         name: str,
         pointwise: tuple[Pointwise, ...] = (),
         late_copies: bool = False,
+        carried: bool = False,
     ):
         self.task, self.c, self.config, self.name = task, c, config, name
         #: the k-step's copies issued after a quarter of its MMAs (:meth:`async_step`)
@@ -86,6 +98,11 @@ class TileBuilder:
         self.staging = {w: staging(c, config, w) for w in ("a", "b")}
         self.lda, self.ldb = self.staging["a"].ld, self.staging["b"].ld
         self.calls = self._load_calls() if self.half else {}
+        groups = self.bk // self.shape.k
+        #: fragments carried across the k-step's barrier (:meth:`carried_step`):
+        #: fp64/tf32 fragments by the layout formulas, an even number of
+        #: instruction k-steps per k-step (two fragment slots alternate)
+        self.carried = carried and not self.half and not config.split and groups % 2 == 0
         #: each operand's distinct ldmatrix call patterns (one lane offset each)
         self.patterns = {
             which: list(dict.fromkeys(c.pattern for c in calls))
@@ -295,6 +312,63 @@ class TileBuilder:
         steps = count // per_step
         return max(1, round(steps / 4)) * per_step
 
+    def carried_step(self) -> list[kir.Section]:
+        """One k-step of the asynchronous pipeline whose first fragments the step
+        before loaded (:attr:`carried`).  Instruction k-step ``s`` loads the
+        fragments of ``s + 1`` into the other slot, then issues its MMAs; the last
+        one waits until the next tile has landed, passes the barrier and loads the
+        next tile's first fragments before its own MMAs, so every warp has MMAs to
+        issue as it leaves the barrier, and nobody reads this step's buffer after
+        it (the copies of the next step may refill it).  The copies of the tile
+        :meth:`tiles_ahead` steps ahead go first, or after a quarter of the MMAs
+        (:attr:`late_copies`).  Buffer numbers are counters (``stage``, and
+        ``stage_next``, ``stage_fill`` derived from it), not ``kk / k_step % stages``
+        (a chain of some twenty dependent instructions before every barrier)."""
+        stages, ahead = self.config.stages, self.tiles_ahead()
+        stage, following, fill = (kir.Var(v) for v in STAGE_VARS)
+        na, nb = self.fragment_slots()
+        low_a, low_b = na * self.config.tiles_m, nb * self.config.tiles_n
+        steps = list(range(0, self.bk, self.shape.k))
+        groups: list[list[kir.Section]] = []
+        for step, _ in enumerate(steps):
+            slot = step % 2
+            if step + 1 < len(steps):
+                other = 1 - slot
+                loads = self._fragments(stage, steps[step + 1], other * low_a, other * low_b)
+                group: list[kir.Section] = [kir.PerThread(tuple(loads))]
+            else:  # the next tile's first fragments go to slot 0 (len(steps) is even)
+                group = [
+                    kir.PerThread(tuple(self.landed())),
+                    kir.Barrier(),
+                    kir.PerThread(tuple(self._fragments(following, 0))),
+                ]
+            groups.append(group + self.products(slot * low_a, slot * low_b))
+        cut = max(1, round(len(steps) / 4)) if self.late_copies else 0
+        counters = kir.PerThread(
+            (
+                kir.Assign("stage_next", _wrapped(E.add(stage, E.const(1)), stages)),
+                kir.Assign("stage_fill", _wrapped(E.add(stage, E.const(ahead)), stages)),
+            )
+        )
+        copies = kir.PerThread(tuple(self.issue(ahead, fill)))
+        body = [s for group in groups[:cut] for s in group] + [copies]
+        body += [s for group in groups[cut:] for s in group]
+        return [counters, *body, kir.PerThread((kir.Assign("stage", following),))]
+
+    def products(self, slot_a: int, slot_b: int) -> list[kir.Section]:
+        """The warp's MMAs of one instruction k-step on the fragments from
+        ``slot_a`` and ``slot_b`` (no 3xTF32 parts)."""
+        cfg, nc = self.config, self.shape.c.count
+        na, nb = self.fragment_slots()
+        sections: list[kir.Section] = []
+        for tm in range(cfg.tiles_m):
+            for tn in range(cfg.tiles_n):
+                acc = kir.Fragment("acc", (tm * cfg.tiles_n + tn) * nc)
+                a = kir.Fragment("fa", slot_a + tm * na)
+                b = kir.Fragment("fb", slot_b + tn * nb)
+                sections.append(kir.Mma(self.shape.name, acc, a, b, acc))
+        return sections
+
     def multiply(self, current: kir.Expr) -> list[kir.Section]:
         """Fragments from shared buffer ``current`` and the warp's MMAs, per
         instruction k-step."""
@@ -404,9 +478,12 @@ class TileBuilder:
                 )
         return sections
 
-    def _fragments(self, current: kir.Expr, ks: int) -> list[kir.Stmt]:
+    def _fragments(
+        self, current: kir.Expr, ks: int, slot_a: int = 0, slot_b: int = 0
+    ) -> list[kir.Stmt]:
         """fp64/tf32 fragments of instruction k-step ``ks`` loaded from shared
-        buffer ``current`` by the layout formulas."""
+        buffer ``current`` by the layout formulas, into the fragment registers
+        from ``slot_a`` (A) and ``slot_b`` (B) on."""
         shape, cfg = self.shape, self.config
         na, nb = shape.a.count, shape.b.count
         group, quad = self.lane_group_quad()
@@ -416,16 +493,20 @@ class TileBuilder:
             for i in range(na):
                 r, col = coordinates(shape.a, group, quad, i)
                 row = E.add(wrow, E.add(E.const(tm * shape.m), r))
-                at = E.add(E.mul(row, E.const(self.lda)), E.add(E.const(ks), col))
+                at = self.staging["a"].index(row, E.add(E.const(ks), col), single=True)
                 at = E.add(self.buffer("a", current), at)
-                frags += self._fragment("fa", tm * na + i, kir.Load("As", at), na * cfg.tiles_m)
+                frags += self._fragment(
+                    "fa", slot_a + tm * na + i, kir.Load("As", at), na * cfg.tiles_m
+                )
         for tn in range(cfg.tiles_n):
             for i in range(nb):
                 r, col = coordinates(shape.b, group, quad, i)
                 column = E.add(wcol, E.add(E.const(tn * shape.n), col))
-                at = E.add(E.mul(E.add(E.const(ks), r), E.const(self.ldb)), column)
+                at = self.staging["b"].index(E.add(E.const(ks), r), column, single=True)
                 at = E.add(self.buffer("b", current), at)
-                frags += self._fragment("fb", tn * nb + i, kir.Load("Bs", at), nb * cfg.tiles_n)
+                frags += self._fragment(
+                    "fb", slot_b + tn * nb + i, kir.Load("Bs", at), nb * cfg.tiles_n
+                )
         return frags
 
     def _fragment(self, var: str, slot: int, value: kir.Expr, low: int) -> list[kir.Stmt]:
@@ -454,6 +535,16 @@ class TileBuilder:
         first: list[kir.Stmt] = []
         for s in range(self.tiles_ahead()):
             first += self.issue(s, E.const(s), E.const(0))
+        if self.carried:
+            zero = E.const(0)
+            return [
+                kir.PerThread(tuple(self.prologue() + first)),
+                kir.PerThread((*self.landed(), kir.Assign("stage", zero))),
+                kir.Barrier(),
+                kir.PerThread(tuple(self._fragments(zero, 0))),
+                kir.Uniform("kk", 0, steps, self.bk, tuple(self.carried_step())),
+                *self.drain(),
+            ]
         return [
             kir.PerThread(tuple(self.prologue() + first)),
             kir.Uniform("kk", 0, steps, self.bk, tuple(self.async_step())),
@@ -479,7 +570,7 @@ class TileBuilder:
             )
         per_thread = math.ceil(self.bm * self.bk / cfg.threads)
         # 3xTF32 keeps high and low parts; 16-bit fragments two k-steps
-        copies = 2 if cfg.split or (self.half and self.bk > self.shape.k) else 1
+        copies = 2 if cfg.split or self.carried or (self.half and self.bk > self.shape.k) else 1
         fragment = "unsigned" if self.half else self.ctype  # ldmatrix: packed words
         staged = C_TYPE[INPUT_DTYPE[self.shape.input_type]]
         prefetch = (
@@ -508,6 +599,7 @@ class TileBuilder:
                 kir.ThreadVar("acc", self.ctype, cfg.tiles_m * cfg.tiles_n * nc),
                 *([kir.ThreadVar("part", self.ctype, self._parts())] if cfg.split else []),
                 *(kir.ThreadVar(name, it) for name in self.lane_offset_names()),
+                *(kir.ThreadVar(name, "int") for name in (STAGE_VARS if self.carried else ())),
                 *prefetch,
             ),
             shared=(

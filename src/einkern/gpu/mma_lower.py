@@ -157,11 +157,17 @@ def _sixteen_bit_problems(task: Task, shape: str, wanted: str, config: MmaConfig
 
 
 def lower_mma(
-    task: Task, config: MmaConfig, name: str | None = None, late_copies: bool | None = None
+    task: Task,
+    config: MmaConfig,
+    name: str | None = None,
+    late_copies: bool | None = None,
+    carried: bool | None = None,
 ) -> kir.Kernel:
     """The kernel IR of ``task`` on tensor cores (ValueError when it cannot);
     ``late_copies`` overrides where an fp64 tile issues its copies (default: late
-    at one block per SM, see :func:`f64_resident`)."""
+    at one block per SM, see :func:`f64_resident`); ``carried`` whether an fp64
+    tile carries fragments across the k-step's barrier (default: where the
+    registers allow, :func:`f64_carries`)."""
     trouble = problems(task, config)
     if trouble:
         raise ValueError("; ".join(trouble))
@@ -175,7 +181,8 @@ def lower_mma(
     most = H100.registers_per_sm // (BOUND_REGISTERS * config.threads)
     resident = min(f64_resident(task, config), most)
     late = resident == 1 if late_copies is None else late_copies
-    kernel = builder(task, c, config, name, pointwise, late_copies=late).kernel()
+    carry = f64_carries(config, resident) if carried is None else carried
+    kernel = builder(task, c, config, name, pointwise, late_copies=late, carried=carry).kernel()
     return replace(kernel, min_blocks=resident) if resident > 1 else kernel
 
 
@@ -190,6 +197,24 @@ BOUND_REGISTERS = 128
 F64_REGISTER_SLOPE, F64_REGISTER_BASE = 1.6, 24
 
 
+def f64_registers(config: MmaConfig) -> int:
+    """Estimated registers per thread of an fp64 tile (:data:`F64_REGISTER_SLOPE`)."""
+    accumulators = 2 * config.tiles_m * config.tiles_n * SHAPES[config.shape].c.count
+    return min(255, int(F64_REGISTER_SLOPE * accumulators + F64_REGISTER_BASE))
+
+
+def f64_carries(config: MmaConfig, resident: int) -> bool:
+    """Whether an fp64 tile carries its fragments across the k-step's barrier
+    (``TileBuilder.carried``): where the second slot of fragments (two registers
+    per fp64 element) fits beside the estimated registers under the launch
+    bound of ``resident`` blocks.  The 2×4-instruction tiles at two blocks of 256
+    threads (128 registers) spilled with it; the 4×4 ones did not."""
+    shape = SHAPES[config.shape]
+    fragments = config.tiles_m * shape.a.count + config.tiles_n * shape.b.count
+    bound = min(255, H100.registers_per_sm // (resident * config.threads))
+    return f64_registers(config) + 2 * fragments <= bound
+
+
 def f64_resident(task: Task, config: MmaConfig, limits: DeviceLimits = H100) -> int:
     """Blocks of an fp64 tile resident per SM, as the cost model assumes: by
     threads, by the estimated registers (:data:`F64_REGISTER_SLOPE`) and by shared
@@ -198,9 +223,7 @@ def f64_resident(task: Task, config: MmaConfig, limits: DeviceLimits = H100) -> 
     of 256 threads past 128 registers ran one block per SM and up to 1.55× slower
     (H100, LU updates; scripts/gpu_f64_tiles.py ``--unbounded``).  A kernel of
     one block per SM issues its copies late (``TileBuilder.late_copies``)."""
-    accumulators = 2 * config.tiles_m * config.tiles_n * SHAPES[config.shape].c.count
-    registers = min(255, int(F64_REGISTER_SLOPE * accumulators + F64_REGISTER_BASE))
-    registers = -(-registers // 8) * 8  # allocated per warp in units of 256
+    registers = -(-f64_registers(config) // 8) * 8  # allocated per warp in units of 256
     threads = config.threads
     by_shared = limits.shared_per_sm // (shared_bytes(config, task) + 1024)
     by_registers = limits.registers_per_sm // (registers * threads)

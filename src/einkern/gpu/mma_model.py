@@ -200,37 +200,39 @@ def copy_seconds(task: Task, config: MmaConfig, limits: DeviceLimits) -> float:
 
 #: The tile shapes the decision offers for fp64: cp.async pipelines of 8 and 4
 #: warps, with their MMAs' rate over ``KERNEL_RATE · ASYNC_GAIN`` (the 128×128
-#: 8-warp tile's DGEMM 4096 rate), fitted with :data:`ROUND_LATENCY`,
-#: :data:`EPILOGUE_EXPOSURE` and then :data:`COPY_SECTORS_PER_CYCLE` to 576
-#: measurements (72 generated and gemm-suite fp64 contractions × 8 tiles, H100,
-#: scripts/gpu_f64_tiles.py seed 41; scripts/fit_f64_tiles.py; held out: seed 43;
-#: docs/tensor_cores.md "Choosing the fp64 tile"); the two 128×128 tiles then
-#: times their same-run gain from late copies (1.036, 1.043: they run one block
-#: per SM, ``mma_lower.lower_mma``).  The tiles above 48 KiB of shared memory
-#: launch through the opt-in attribute.
+#: 8-warp tile's DGEMM 4096 rate before the twenty-fifth session), fitted with
+#: :data:`ROUND_LATENCY`, :data:`EPILOGUE_EXPOSURE` and then
+#: :data:`COPY_SECTORS_PER_CYCLE` to 576 measurements (72 generated and
+#: gemm-suite fp64 contractions × 8 tiles, H100, scripts/gpu_f64_tiles.py seed
+#: 41; scripts/fit_f64_tiles.py; held out: seed 43; docs/tensor_cores.md
+#: "Choosing the fp64 tile" and "Fragments across the barrier"), on kernels with
+#: fragments carried across the k-step's barrier where the registers allow
+#: (``TileBuilder.carried``) and 16-byte copies along the operands' own
+#: contiguous runs (``mma_staging.f64_staging``).  The tiles above 48 KiB of
+#: shared memory launch through the opt-in attribute.
 F64_TILE_EFFICIENCY = {
-    MmaConfig("m16n8k4_f64", 2, 4, 4, 4, 16, stages=3, copy="async"): 1.104,  # 128x128, 8 warps
-    MmaConfig("m16n8k4_f64", 2, 4, 2, 4, 16, stages=3, copy="async"): 0.922,  # 64x128
-    MmaConfig("m16n8k4_f64", 4, 2, 2, 4, 16, stages=3, copy="async"): 0.936,  # 128x64
-    MmaConfig("m16n8k4_f64", 2, 2, 2, 4, 16, stages=4, copy="async"): 0.797,  # 64x64, 4 warps
-    MmaConfig("m16n8k4_f64", 2, 2, 4, 4, 16, stages=3, copy="async"): 0.989,  # 128x64
-    MmaConfig("m16n8k4_f64", 2, 2, 2, 8, 16, stages=3, copy="async"): 0.99,  # 64x128
-    MmaConfig("m16n8k4_f64", 2, 2, 2, 4, 16, stages=3, copy="async"): 0.793,  # 64x64
-    MmaConfig("m16n8k4_f64", 2, 4, 4, 4, 16, stages=4, copy="async"): 1.077,  # 128x128
+    MmaConfig("m16n8k4_f64", 2, 4, 4, 4, 16, stages=3, copy="async"): 1.223,  # 128x128, 8 warps
+    MmaConfig("m16n8k4_f64", 2, 4, 2, 4, 16, stages=3, copy="async"): 1.017,  # 64x128
+    MmaConfig("m16n8k4_f64", 4, 2, 2, 4, 16, stages=3, copy="async"): 1.027,  # 128x64
+    MmaConfig("m16n8k4_f64", 2, 2, 2, 4, 16, stages=4, copy="async"): 1.084,  # 64x64, 4 warps
+    MmaConfig("m16n8k4_f64", 2, 2, 4, 4, 16, stages=3, copy="async"): 1.166,  # 128x64
+    MmaConfig("m16n8k4_f64", 2, 2, 2, 8, 16, stages=3, copy="async"): 1.148,  # 64x128
+    MmaConfig("m16n8k4_f64", 2, 2, 2, 4, 16, stages=3, copy="async"): 1.031,  # 64x64
+    MmaConfig("m16n8k4_f64", 2, 4, 4, 4, 16, stages=4, copy="async"): 1.217,  # 128x128
 }
 F64_TILES = tuple(F64_TILE_EFFICIENCY)
 #: Seconds a round of resident blocks pays besides its MMAs (filling the
 #: pipeline, draining the accumulators), over the blocks resident together,
 #: fitted with :data:`F64_TILE_EFFICIENCY`.
-ROUND_LATENCY = 9.4e-6
-#: Sectors per cycle at which an SM's fp64 tile copies (8-byte ``cp.async``)
-#: proceed, fitted after :data:`F64_TILE_EFFICIENCY`: the copies of gathered
+ROUND_LATENCY = 0.538e-6
+#: Sectors per cycle at which an SM's fp64 tile copies (8- or 16-byte
+#: ``cp.async``) proceed, fitted after :data:`F64_TILE_EFFICIENCY`: the copies of gathered
 #: operands (a sector per element) made four-index contractions run 1.9× slower
 #: than the model without this term predicted.
-COPY_SECTORS_PER_CYCLE = 1.296
+COPY_SECTORS_PER_CYCLE = 1.572
 #: The epilogue's output traffic (read too for an update) that no other block's
 #: MMAs hide: all of it at 8 resident warps, times ``(8 / warps) ** exposure``.
-EPILOGUE_EXPOSURE = 1.866
+EPILOGUE_EXPOSURE = 1.557
 
 
 @dataclass(frozen=True)

@@ -69,7 +69,9 @@ def points(rows: list[dict]) -> list[Point]:
 def predicted(p: Point, x: dict[str, float]) -> float:
     """The model's seconds for ``p`` under the constants ``x`` (tile names to
     rates, ``latency``, ``exposure``, ``sectors``; before the SIMT scale)."""
-    arithmetic = mma_model.f64_arithmetic(p.parts, x[p.tile], x["latency"], x["exposure"])
+    arithmetic = mma_model.f64_arithmetic(
+        p.parts, x[p.tile], x["latency"], x["exposure"], x["lone"]
+    )
     copies = p.copies / x["sectors"]  # 0 when the rate is infinite
     return DEFAULT_CALIBRATION.combine(Terms(p.dram, p.l2, copies, arithmetic, 0.0))
 
@@ -129,6 +131,7 @@ def main() -> None:
     data = points(rows)
     now = {t: mma_model.F64_TILE_EFFICIENCY[c] for t, c in TILES.items()}
     now.update(latency=mma_model.ROUND_LATENCY, exposure=mma_model.EPILOGUE_EXPOSURE,
+               lone=mma_model.LONE_BLOCK_EXPONENT,
                sectors=mma_model.COPY_SECTORS_PER_CYCLE)  # fmt: skip
     report("model", data, [predicted(p, now) for p in data])
     fitted = [p for p in data if p.seed == args.fit_seed]

@@ -220,6 +220,30 @@ def test_fp64_tiles_are_ranked_with_their_residency_and_epilogue():
         assert lower_mma(task, tile).min_blocks == (resident if resident > 1 else 0)
 
 
+def test_a_tile_left_fewer_blocks_than_its_residency_runs_slower():
+    """Where a problem gives an SM fewer blocks than a tile's residency, the
+    model slows the tile's MMAs by ``idle ** LONE_BLOCK_EXPONENT``: DGEMM 1024 has
+    128 blocks of 128×64 (one per SM where two fit) and 256 of 64×64 4-warp
+    ones; DGEMM 4096 fills both."""
+    from einkern.gpu import mma_model
+    from einkern.gpu.device import H100
+    from einkern.gpu.mma_lower import mma_form
+
+    by_shape = {(t.block_tile(), t.threads, t.stages): t for t in F64_TILES}
+    lone, shared = by_shape[(128, 64), 256, 3], by_shape[(64, 64), 128, 4]
+    small = _task("ij=ik*kj", dict.fromkeys("ijk", 1024))
+    large = _task("ij=ik*kj", dict.fromkeys("ijk", 4096))
+
+    def parts(task, tile):
+        return mma_model.f64_parts(task, mma_form(task, tile)[0], tile, H100)
+
+    assert parts(small, lone).idle == 2.0 and parts(large, lone).idle == 1.0
+    assert parts(small, shared).idle < parts(small, lone).idle
+    assert mma_model.LONE_BLOCK_EXPONENT > 0
+    fast = mma_model.f64_arithmetic(parts(small, lone), 1.0, lone=0.0)
+    assert mma_model.f64_arithmetic(parts(small, lone), 1.0) > fast
+
+
 def test_tile_copies_are_charged_by_the_sectors_they_touch():
     """A copy along the operand's contiguous run uses whole sectors; a gather
     whose consecutive threads walk a strided index touches a sector per element

@@ -211,28 +211,35 @@ def copy_seconds(task: Task, config: MmaConfig, limits: DeviceLimits) -> float:
 #: contiguous runs (``mma_staging.f64_staging``).  The tiles above 48 KiB of
 #: shared memory launch through the opt-in attribute.
 F64_TILE_EFFICIENCY = {
-    MmaConfig("m16n8k4_f64", 2, 4, 4, 4, 16, stages=3, copy="async"): 1.223,  # 128x128, 8 warps
-    MmaConfig("m16n8k4_f64", 2, 4, 2, 4, 16, stages=3, copy="async"): 1.017,  # 64x128
-    MmaConfig("m16n8k4_f64", 4, 2, 2, 4, 16, stages=3, copy="async"): 1.027,  # 128x64
-    MmaConfig("m16n8k4_f64", 2, 2, 2, 4, 16, stages=4, copy="async"): 1.084,  # 64x64, 4 warps
-    MmaConfig("m16n8k4_f64", 2, 2, 4, 4, 16, stages=3, copy="async"): 1.166,  # 128x64
-    MmaConfig("m16n8k4_f64", 2, 2, 2, 8, 16, stages=3, copy="async"): 1.148,  # 64x128
-    MmaConfig("m16n8k4_f64", 2, 2, 2, 4, 16, stages=3, copy="async"): 1.031,  # 64x64
-    MmaConfig("m16n8k4_f64", 2, 4, 4, 4, 16, stages=4, copy="async"): 1.217,  # 128x128
+    MmaConfig("m16n8k4_f64", 2, 4, 4, 4, 16, stages=3, copy="async"): 1.213,  # 128x128, 8 warps
+    MmaConfig("m16n8k4_f64", 2, 4, 2, 4, 16, stages=3, copy="async"): 1.059,  # 64x128
+    MmaConfig("m16n8k4_f64", 4, 2, 2, 4, 16, stages=3, copy="async"): 1.069,  # 128x64
+    MmaConfig("m16n8k4_f64", 2, 2, 2, 4, 16, stages=4, copy="async"): 1.112,  # 64x64, 4 warps
+    MmaConfig("m16n8k4_f64", 2, 2, 4, 4, 16, stages=3, copy="async"): 1.192,  # 128x64
+    MmaConfig("m16n8k4_f64", 2, 2, 2, 8, 16, stages=3, copy="async"): 1.174,  # 64x128
+    MmaConfig("m16n8k4_f64", 2, 2, 2, 4, 16, stages=3, copy="async"): 1.082,  # 64x64
+    MmaConfig("m16n8k4_f64", 2, 4, 4, 4, 16, stages=4, copy="async"): 1.207,  # 128x128
 }
 F64_TILES = tuple(F64_TILE_EFFICIENCY)
 #: Seconds a round of resident blocks pays besides its MMAs (filling the
 #: pipeline, draining the accumulators), over the blocks resident together,
 #: fitted with :data:`F64_TILE_EFFICIENCY`.
-ROUND_LATENCY = 0.538e-6
+ROUND_LATENCY = 0.134e-6
 #: Sectors per cycle at which an SM's fp64 tile copies (8- or 16-byte
 #: ``cp.async``) proceed, fitted after :data:`F64_TILE_EFFICIENCY`: the copies of gathered
 #: operands (a sector per element) made four-index contractions run 1.9× slower
 #: than the model without this term predicted.
-COPY_SECTORS_PER_CYCLE = 1.572
+COPY_SECTORS_PER_CYCLE = 1.571
 #: The epilogue's output traffic (read too for an update) that no other block's
 #: MMAs hide: all of it at 8 resident warps, times ``(8 / warps) ** exposure``.
-EPILOGUE_EXPOSURE = 1.557
+EPILOGUE_EXPOSURE = 1.386
+#: How much slower a tile's MMAs run when the problem leaves an SM fewer blocks
+#: than the tile's residency (``idle`` = resident / blocks, to this power): a
+#: lone block's barriers and pipeline fill are not covered by another's MMAs
+#: (DGEMM 1024: the 128×64 8-warp tile, one block per SM where two fit, ran
+#: 1.27× the 64×64 4-warp tile's time at two blocks per SM; the model without
+#: this term had them equal).
+LONE_BLOCK_EXPONENT = 0.258
 
 
 @dataclass(frozen=True)
@@ -245,6 +252,7 @@ class F64Parts:
     rounds: float  # rounds of resident blocks, over the blocks resident together
     epilogue: float  # seconds of its blocks' output traffic at its share of DRAM
     warps: int  # warps resident together
+    idle: float = 1.0  # resident slots over the busiest SM's blocks (1: all filled)
 
 
 def f64_parts(task: Task, c: Contraction, config: MmaConfig, limits: DeviceLimits) -> F64Parts:
@@ -261,6 +269,7 @@ def f64_parts(task: Task, c: Contraction, config: MmaConfig, limits: DeviceLimit
         rounds=math.ceil(busiest / resident) / resident,
         epilogue=traffic * limits.sm_count / limits.dram_bandwidth,
         warps=min(resident, busiest) * config.threads // 32,
+        idle=resident / max(1, min(resident, busiest)),
     )
 
 
@@ -269,14 +278,18 @@ def f64_arithmetic(
     efficiency: float,
     latency: float = ROUND_LATENCY,
     exposure: float = EPILOGUE_EXPOSURE,
+    lone: float = LONE_BLOCK_EXPONENT,
 ) -> float:
     """Seconds of an fp64 tile's arithmetic term: its MMAs at ``efficiency``
-    (:data:`F64_TILE_EFFICIENCY`), ``latency`` per round of resident blocks shared
-    by the blocks of a round (one fills its pipeline while the others compute),
-    and the epilogue traffic that too few resident warps leave exposed (all of it
-    at 8 warps, times ``(8 / warps) ** exposure``)."""
+    (:data:`F64_TILE_EFFICIENCY`), slower by ``idle ** lone`` where the problem
+    leaves the busiest SM fewer blocks than the tile's residency, ``latency`` per
+    round of resident blocks shared by the blocks of a round (one fills its
+    pipeline while the others compute), and the epilogue traffic that too few
+    resident warps leave exposed (all of it at 8 warps, times ``(8 / warps) **
+    exposure``)."""
     exposed = parts.epilogue * (8 / parts.warps) ** exposure
-    return parts.mmas / efficiency + parts.rounds * latency + exposed
+    mmas = parts.mmas / efficiency * parts.idle**lone
+    return mmas + parts.rounds * latency + exposed
 
 
 #: The register-prefetched one-stage tiles (within 48 KiB; DGEMM 4096 at 38.1

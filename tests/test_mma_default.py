@@ -78,6 +78,10 @@ def test_only_fp64_binary_contractions_have_tile_candidates():
     assert mma_candidates(_task("ij=ik*kj", dict.fromkeys("ijk", 512))) == list(F64_TILES)
     assert mma_candidates(_task("ij=ik*kj", dict.fromkeys("ijk", 512), "float32")) == []
     assert mma_candidates(_task("ij=ik*kj", dict.fromkeys("ijk", 64))) == []  # launch-bound
+    # an N (or M) side below an instruction tile's: mostly padding (a GEMV, N = 4)
+    assert mma_candidates(_task("i=ik*k", {"i": 8192, "k": 8192})) == []
+    assert mma_candidates(_task("ij=ik*kj", {"i": 8192, "j": 4, "k": 8192})) == []
+    assert mma_candidates(_task("ij=ik*kj", {"i": 8192, "j": 8, "k": 8192})) == list(F64_TILES)
     ternary = problem_of(
         "dims n\ntensor A[n,n], B[n,n], D[n,n], C[n,n]\nC[i,j] = A[i,k] * B[k,l] * D[l,j]\n", n=512
     )
@@ -242,6 +246,33 @@ def test_a_tile_left_fewer_blocks_than_its_residency_runs_slower():
     assert mma_model.LONE_BLOCK_EXPONENT > 0
     fast = mma_model.f64_arithmetic(parts(small, lone), 1.0, lone=0.0)
     assert mma_model.f64_arithmetic(parts(small, lone), 1.0) > fast
+
+
+def test_explain_says_how_the_fp64_k_loop_is_built():
+    """The decision's ``mma-pipeline`` step: DGEMM 4096 on the 128×128 tile (one
+    block per SM) carries fragments and copies late, 16 bytes along each
+    operand's run; a gathered four-index operand is copied 8 bytes."""
+    dgemm = choose(_task("ij=ik*kj", dict.fromkeys("ijk", 4096)))
+    why = dict(dgemm.steps)["mma-pipeline"]
+    assert "1 block(s) per SM" in why and "fragments carried" in why
+    assert "after a quarter" in why and why.count("16-byte copies") == 2
+    column = choose(
+        statement_task(
+            problem_of(
+                "program t\ndims m, n, k\ndtype float64\nlayout column\n"
+                "tensor A[m,k], B[k,n], C[m,n]\nC[i,j] = A[i,l] * B[l,j]\n",
+                m=4096,
+                n=4032,
+                k=64,
+            ),
+            0,
+        )
+    )
+    assert "A staged along i, 16-byte" in dict(column.steps)["mma-pipeline"]
+    sizes = {"a": 24, "b": 48, "c": 72, "d": 64, "k": 64, "l": 64}
+    gathered = choose(_task("abcd=balk*cdkl", sizes))  # B's stride-1 l is not K's last
+    assert gathered.config.mma is not None
+    assert "B staged along l,k, 8-byte copies" in dict(gathered.steps)["mma-pipeline"]
 
 
 def test_tile_copies_are_charged_by_the_sectors_they_touch():

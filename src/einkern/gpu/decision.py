@@ -31,6 +31,7 @@ from .lower import preload_applies
 from .mapping import Mapping
 from .mma_family_model import DECISION_COUNT as FAMILY_DECISION_COUNT
 from .mma_family_model import family_candidates
+from .mma_lower import f64_pipeline
 from .mma_model import fitted_efficiency, mma_bounds, mma_candidates
 from .model import cost_terms, predicted_time
 from .rules import (
@@ -273,6 +274,9 @@ def choose(task: Task, limits: DeviceLimits = H100) -> Decision:
             group, why = block_order(task, best.mma, limits, mma_bounds(task, best.mma, limits)[2])
             best = replace(best, mma=replace(best.mma, group_m=group))
             steps = (*steps, ("block-order", why))
+            pipeline = f64_pipeline(task, best.mma)
+            if pipeline is not None:
+                steps = (*steps, ("mma-pipeline", pipeline))
         return Decision(best, steps)
     reason = (
         f"family rules kept: predicted {rules_time * 1e6:.3g} µs "

@@ -186,6 +186,33 @@ def lower_mma(
     return replace(kernel, min_blocks=resident) if resident > 1 else kernel
 
 
+def f64_pipeline(task: Task, config: MmaConfig) -> str | None:
+    """How :func:`lower_mma` builds the k loop of an fp64 cp.async tile, for
+    ``--explain`` (None for other tiles): whether fragments are carried across
+    the barrier, where the copies go, and each operand's copy width and the
+    dimension it is staged along."""
+    if SHAPES[config.shape].input_type != "f64" or config.copy != "async" or problems(task, config):
+        return None
+    most = H100.registers_per_sm // (BOUND_REGISTERS * config.threads)
+    resident = min(f64_resident(task, config), most)
+    c, _ = mma_form(task, config)
+    builder = TileBuilder(task, c, config, "k", carried=f64_carries(config, resident))
+    parts = [
+        f"{resident} block(s) per SM",
+        "fragments carried across the k-step's barrier"
+        if builder.carried
+        else "fragments loaded after the barrier (no registers or instruction steps to carry)",
+        "copies after a quarter of the MMAs" if resident == 1 else "copies before the MMAs",
+    ]
+    for which in ("a", "b"):
+        layout = builder.staging[which]
+        rows, cols = (c.m, c.k) if which == "a" else (c.k, c.n)
+        along = cols if layout.along_cols else rows
+        width = layout.width * config.itemsize
+        parts.append(f"{which.upper()} staged along {','.join(along)}, {width}-byte copies")
+    return "; ".join(parts)
+
+
 #: The fewest registers per thread that the launch bounds of :func:`lower_mma`
 #: leave an fp64 kernel (ptxas refused a small tile's fp64 MMA under a bound of 56).
 BOUND_REGISTERS = 128

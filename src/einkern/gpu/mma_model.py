@@ -307,6 +307,11 @@ F64_REGISTER_TILES = (
 #: which is faster (H100: a 4096×64×64 product, 3.4e7 flops, ran 0.065 ms on
 #: DMMA against 0.059 ms on the SIMT default; DGEMM 256 has 3.4e7 too).
 MIN_FLOPS = 1 << 26
+#: Fewest M and N positions for which tensor cores are offered (an instruction
+#: tile's N side): below, most of every MMA multiplies padding.  A GEMV
+#: (8192², fp64: N = 1) was predicted within a few per cent of its lanes kernel
+#: by one fit of the tile constants, through 64 to 128 times its arithmetic.
+MIN_TILE_SIDE = 8
 
 
 #: The tile shapes offered for float32 when the program's precision allows tf32
@@ -425,6 +430,8 @@ def mma_candidates(task: Task, tuning: bool = False, arch: str = "sm_90") -> lis
         group = SPLIT_WARPGROUP_TILES if tiles[0].split else TF32_WARPGROUP_TILES
         tiles = warpgroup_candidates(c, group) + tiles
     if pointwise_problems(c, pointwise, SHAPES[tiles[0].shape].packed > 1):
+        return []
+    if min(c.size(c.m), c.size(c.n)) < MIN_TILE_SIDE:
         return []
     return tiles if c.flops >= MIN_FLOPS else []
 

@@ -272,9 +272,10 @@ def choose(task: Task, limits: DeviceLimits = H100) -> Decision:
         steps = (*proposal.steps, ("model-choice", reason))
         if best.mma is not None and not best.mma.box:
             group, why = block_order(task, best.mma, limits, mma_bounds(task, best.mma, limits)[2])
-            best = replace(best, mma=replace(best.mma, group_m=group))
+            tile = replace(best.mma, group_m=group)
+            best = replace(best, mma=tile)
             steps = (*steps, ("block-order", why))
-            pipeline = f64_pipeline(task, best.mma)
+            pipeline = f64_pipeline(task, tile)
             if pipeline is not None:
                 steps = (*steps, ("mma-pipeline", pipeline))
         return Decision(best, steps)

@@ -174,6 +174,12 @@ def _blocks(c: Contraction, config: MmaConfig) -> int:
     return math.ceil(c.size(c.m) / bm) * math.ceil(c.size(c.n) / bn) * c.size(c.batch)
 
 
+def mma_blocks(task: Task, config: MmaConfig) -> int:
+    """Blocks of the tensor-core kernel of ``config`` for ``task`` (one per block
+    tile of the GEMM form, per batch)."""
+    return _blocks(mma_form(task, config)[0], config)
+
+
 def mma_terms(task: Task, config: MmaConfig, limits: DeviceLimits) -> Terms:
     """:func:`mma_bounds` as the model's :class:`~einkern.gpu.model.Terms`, with
     the fp64 tiles' copies (:func:`copy_seconds`) as the ``lsu`` term."""

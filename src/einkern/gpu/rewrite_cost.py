@@ -14,6 +14,7 @@ from ..ir.task import statement_task
 from .decision import decide
 from .device import H100, DeviceLimits
 from .mapping import Mapping
+from .mma_model import mma_blocks
 from .model import predicted_time
 from .transpose import STRATEGY as TRANSPOSE
 from .transpose import predicted_transpose_time
@@ -58,6 +59,8 @@ class CudaRewriteModel:
             mapping = self.mapping(problem, position)
         except EinkernError:
             return 2**62
+        if mapping.mma is not None and not mapping.mma.box:  # one block per GEMM tile
+            return mma_blocks(statement_task(problem, position), mapping.mma)
         return math.prod(
             math.ceil(problem.index_size(statement, d) / mapping.tile_of(d).tile)
             for d in statement.parallel_indices

@@ -12,8 +12,10 @@ stay valid) and for each:
    own predicted time by :data:`MARGIN` (the model is rough; a rewrite adds
    launches and traffic it must clearly repay).  ``split_k`` is a candidate
    only when the statement's default mapping has fewer blocks than the GPU has
-   SMs: it takes ``S = ceil(2 · SMs / blocks)`` slices (two waves of blocks),
-   at most one per 128 summed terms.
+   SMs: it takes ``S = ceil(2 · SMs / blocks)`` slices (two waves of blocks) of
+   the longest summed index, at most one per 128 terms of its sum (all of the
+   sum's indices counted: ``dncf,nic->idf`` sums 131 × 83 terms) and at most
+   the index's extent.
 
 Every choice, taken or not, leaves a line in :attr:`RewritePlan.notes`.
 """
@@ -27,7 +29,7 @@ from typing import Protocol
 
 from .nodes import Problem
 from .rewrite import Rewrite, RewriteError, split_products
-from .rewrite_k import longest_index, split_k
+from .rewrite_k import longest_index, split_k, split_k_target
 from .rewrite_ttgt import ttgt
 from .task import statement_task
 
@@ -130,24 +132,36 @@ def _candidates(
         statement = problem.program.statements[position]
         index = longest_index(problem, statement)
         size = 0 if index is None else problem.index_size(statement, index)
+        terms = 0 if index is None else summed_terms(problem, position, index)
         # the cheap reasons first: the blocks need the statement's mapping decided
-        blocks = model.blocks(problem, position) if size >= 2 * MIN_SLICE else 0
+        blocks = model.blocks(problem, position) if terms >= 2 * MIN_SLICE else 0
         if index is None:
             skipped.append("split_k: no sum to split")
-        elif size < 2 * MIN_SLICE:
-            skipped.append(f"split_k: the sum over {index} ({size}) is too short to split")
+        elif terms < 2 * MIN_SLICE:
+            skipped.append(f"split_k: the sum over {index} ({terms} terms) is too short to split")
         elif blocks >= model.sm_count:
             skipped.append(f"split_k: {blocks} blocks already fill {model.sm_count} SMs")
         else:
-            slices = min(math.ceil(2 * model.sm_count / max(blocks, 1)), size // MIN_SLICE)
+            wanted = math.ceil(2 * model.sm_count / max(blocks, 1))
+            slices = min(wanted, size, terms // MIN_SLICE)
             if slices < 2:
-                skipped.append(f"split_k: the sum over {index} ({size}) is too short to split")
+                short = f"the sum over {index} ({terms} terms) is too short to split"
+                skipped.append(f"split_k: {short}")
             else:
                 try:
                     found.append(split_k(problem, position, slices, index))
                 except RewriteError as error:
                     skipped.append(f"split_k: {error.message}")
     return found, skipped
+
+
+def summed_terms(problem: Problem, position: int, index: str) -> int:
+    """Terms of the outer sum of statement ``position`` that sums over ``index``
+    (the product of its indices' extents): a slice of a split over ``index`` sums
+    this many over the slice count, whatever the index's own extent."""
+    statement = problem.program.statements[position]
+    node, _ = split_k_target(statement, index)
+    return math.prod(problem.index_size(statement, i) for i in node.indices)
 
 
 def _best(

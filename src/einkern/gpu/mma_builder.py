@@ -96,7 +96,6 @@ class TileBuilder:
         self.ctype = "double" if self.shape.input_type == "f64" else "float"
         self.half = self.shape.packed > 1  # 16-bit tiles, fragments by ldmatrix
         self.staging = {w: staging(c, config, w) for w in ("a", "b")}
-        self.lda, self.ldb = self.staging["a"].ld, self.staging["b"].ld
         self.calls = self._load_calls() if self.half else {}
         groups = self.bk // self.shape.k
         #: fragments carried across the k-step's barrier (:meth:`carried_step`):
@@ -330,7 +329,7 @@ class TileBuilder:
         low_a, low_b = na * self.config.tiles_m, nb * self.config.tiles_n
         steps = list(range(0, self.bk, self.shape.k))
         groups: list[list[kir.Section]] = []
-        for step, _ in enumerate(steps):
+        for step in range(len(steps)):
             slot = step % 2
             if step + 1 < len(steps):
                 other = 1 - slot
@@ -355,18 +354,26 @@ class TileBuilder:
         body += [s for group in groups[cut:] for s in group]
         return [counters, *body, kir.PerThread((kir.Assign("stage", following),))]
 
-    def products(self, slot_a: int, slot_b: int) -> list[kir.Section]:
+    def products(
+        self,
+        slot_a: int,
+        slot_b: int,
+        total: str = "acc",
+        pairs: tuple[tuple[int, int], ...] = ((0, 0),),
+    ) -> list[kir.Section]:
         """The warp's MMAs of one instruction k-step on the fragments from
-        ``slot_a`` and ``slot_b`` (no 3xTF32 parts)."""
+        ``slot_a`` and ``slot_b`` into ``total``: per instruction tile, one MMA
+        per ``pairs`` entry (offsets of the A and B fragments: 3xTF32's parts)."""
         cfg, nc = self.config, self.shape.c.count
         na, nb = self.fragment_slots()
         sections: list[kir.Section] = []
         for tm in range(cfg.tiles_m):
             for tn in range(cfg.tiles_n):
-                acc = kir.Fragment("acc", (tm * cfg.tiles_n + tn) * nc)
-                a = kir.Fragment("fa", slot_a + tm * na)
-                b = kir.Fragment("fb", slot_b + tn * nb)
-                sections.append(kir.Mma(self.shape.name, acc, a, b, acc))
+                acc = kir.Fragment(total, (tm * cfg.tiles_n + tn) * nc)
+                for da, db in pairs:
+                    a = kir.Fragment("fa", slot_a + da + tm * na)
+                    b = kir.Fragment("fb", slot_b + db + tn * nb)
+                    sections.append(kir.Mma(self.shape.name, acc, a, b, acc))
         return sections
 
     def multiply(self, current: kir.Expr) -> list[kir.Section]:
@@ -375,7 +382,6 @@ class TileBuilder:
         sections: list[kir.Section] = []
         shape, cfg = self.shape, self.config
         na, nb = self.fragment_slots()
-        nc = shape.c.count
         low_a, low_b = na * cfg.tiles_m, nb * cfg.tiles_n
         steps = list(range(0, self.bk, shape.k))
         # 3xTF32: the step's products summed apart from zero ("part"), then added to
@@ -398,14 +404,8 @@ class TileBuilder:
             else:
                 sections.append(kir.PerThread(tuple(self._fragments(current, ks))))
             # 3xTF32: the small products first (lo·hi, hi·lo), then hi·hi
-            pairs = [(low_a, 0), (0, low_b), (0, 0)] if cfg.split else [(0, 0)]
-            for tm in range(cfg.tiles_m):
-                for tn in range(cfg.tiles_n):
-                    acc = kir.Fragment(total, (tm * cfg.tiles_n + tn) * nc)
-                    for da, db in pairs:
-                        a = kir.Fragment("fa", slot_a + da + tm * na)
-                        b = kir.Fragment("fb", slot_b + db + tn * nb)
-                        sections.append(kir.Mma(shape.name, acc, a, b, acc))
+            pairs = ((low_a, 0), (0, low_b), (0, 0)) if cfg.split else ((0, 0),)
+            sections += self.products(slot_a, slot_b, total, pairs)
         if cfg.split:
             sections.append(kir.PerThread(tuple(self.promoted())))
         return sections

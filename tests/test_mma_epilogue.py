@@ -74,9 +74,22 @@ def test_shared_bytes_count_the_epilogue_tile():
     task = _task(*COMPUTE_BOUND["dgemm 1024"])
     for config in SHARED:
         kernel = lower(task, config_to_mapping(task, CudaConfig(x="", mma=config)))
-        assert kernel.shared_bytes() == shared_bytes(config)
+        assert kernel.shared_bytes() == shared_bytes(config, task) <= shared_bytes(config)
         direct = dataclasses.replace(config, epilogue="direct")
-        assert shared_bytes(config) > shared_bytes(direct)
+        assert shared_bytes(config, task) > shared_bytes(direct, task)
+
+
+def test_shared_bytes_without_a_task_bound_every_fp64_layout():
+    """Without a task the fp64 tiles' shared memory is a bound over the two ways an
+    operand may lie (``f64_staging``): a 128×64 tile with B stored k-contiguous
+    (column-major B) takes more than with B n-contiguous."""
+    tile = MmaConfig("m16n8k4_f64", 2, 2, 4, 4, 16, stages=3, copy="async")
+    row = _task("ij=ik*kj", {"i": 1024, "j": 1024, "k": 1024})
+    column_b = _task("ij=ik*jk", {"i": 1024, "j": 1024, "k": 1024})
+    assert shared_bytes(tile, row) < shared_bytes(tile, column_b) <= shared_bytes(tile)
+    for task in (row, column_b):
+        kernel = lower(task, config_to_mapping(task, CudaConfig(x="", mma=tile)))
+        assert kernel.shared_bytes() == shared_bytes(tile, task)
 
 
 def test_the_tuner_offers_the_shared_epilogue_and_the_default_does_not():

@@ -260,7 +260,7 @@ def f64_resident(task: Task, config: MmaConfig, limits: DeviceLimits = H100) -> 
 def shared_bytes(config: MmaConfig, task: Task | None = None) -> int:
     """Shared memory per block of the kernel of ``config`` for ``task`` (the A and
     B buffers and the epilogue's tile); without ``task``, a bound over the ways
-    16-bit tiles may be laid out."""
+    fp64 and 16-bit tiles may be laid out."""
     bm, bn = config.block_tile()
     c = mma_form(task, config)[0] if task is not None else None
     a, b = staging(c, config, "a"), staging(c, config, "b")

@@ -152,8 +152,14 @@ def staging(c: Contraction | None, config: MmaConfig, which: str) -> Staging:
     if shape.group > 1 and c is None:  # swizzled: no padding either way
         return Staging(True, line, chunk, swizzle=True, lines=rows, chunk=chunk)
     if shape.packed == 1 and shape.group == 1:
-        if c is not None and config.itemsize == 8:
+        if config.itemsize == 8 and c is not None:
             return f64_staging(c, config, which)
+        if config.itemsize == 8:  # without a contraction: the larger orientation
+            both = [
+                Staging(o, run + _padding(run, config.padding, 8, which))
+                for o, run in ((True, cols), (False, rows))
+            ]
+            return max(both, key=lambda s: s.elements(rows, cols))
         return Staging(True, cols + _padding(cols, config.padding, config.itemsize, which))
     if c is None:
         both = [

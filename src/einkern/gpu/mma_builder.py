@@ -308,8 +308,12 @@ class TileBuilder:
         4.3 % faster on geometric mean with them late, 52 cases on an H100; tiles of
         two blocks per SM, where the other block covers them, ±1 %)."""
         per_step = 1 + self.config.tiles_m * self.config.tiles_n
-        steps = count // per_step
-        return max(1, round(steps / 4)) * per_step
+        return self._late_steps(count // per_step) * per_step
+
+    def _late_steps(self, steps: int) -> int:
+        """Instruction k-steps (of ``steps``) whose MMAs go before late copies:
+        the first quarter, at least one (:meth:`_late_cut`)."""
+        return max(1, round(steps / 4))
 
     def carried_step(self) -> list[kir.Section]:
         """One k-step of the asynchronous pipeline whose first fragments the step
@@ -342,7 +346,7 @@ class TileBuilder:
                     kir.PerThread(tuple(self._fragments(following, 0))),
                 ]
             groups.append(group + self.products(slot * low_a, slot * low_b))
-        cut = max(1, round(len(steps) / 4)) if self.late_copies else 0
+        cut = self._late_steps(len(steps)) if self.late_copies else 0
         counters = kir.PerThread(
             (
                 kir.Assign("stage_next", _wrapped(E.add(stage, E.const(1)), stages)),

@@ -178,12 +178,22 @@ def lower_mma(
     name = name or f"einkern_s{task.position}"
     if SHAPES[config.shape].input_type != "f64" or config.copy != "async":
         return builder(task, c, config, name, pointwise).kernel()
-    most = H100.registers_per_sm // (BOUND_REGISTERS * config.threads)
-    resident = min(f64_resident(task, config), most)
-    late = resident == 1 if late_copies is None else late_copies
-    carry = f64_carries(config, resident) if carried is None else carried
+    resident, late, carry = f64_loop(task, config)
+    late = late if late_copies is None else late_copies
+    carry = carry if carried is None else carried
     kernel = builder(task, c, config, name, pointwise, late_copies=late, carried=carry).kernel()
     return replace(kernel, min_blocks=resident) if resident > 1 else kernel
+
+
+def f64_loop(task: Task, config: MmaConfig) -> tuple[int, bool, bool]:
+    """How :func:`lower_mma` builds an fp64 cp.async tile's k loop by default:
+    (blocks per SM it asks ptxas for, copies late, fragments carried).  The
+    residency is :func:`f64_resident` within what :data:`BOUND_REGISTERS` allows;
+    one block per SM issues its copies late; fragments are carried where the
+    registers allow (:func:`f64_carries`)."""
+    most = H100.registers_per_sm // (BOUND_REGISTERS * config.threads)
+    resident = min(f64_resident(task, config), most)
+    return resident, resident == 1, f64_carries(config, resident)
 
 
 def f64_pipeline(task: Task, config: MmaConfig) -> str | None:
@@ -193,16 +203,15 @@ def f64_pipeline(task: Task, config: MmaConfig) -> str | None:
     dimension it is staged along."""
     if SHAPES[config.shape].input_type != "f64" or config.copy != "async" or problems(task, config):
         return None
-    most = H100.registers_per_sm // (BOUND_REGISTERS * config.threads)
-    resident = min(f64_resident(task, config), most)
+    resident, late, carry = f64_loop(task, config)
     c, _ = mma_form(task, config)
-    builder = TileBuilder(task, c, config, "k", carried=f64_carries(config, resident))
+    builder = TileBuilder(task, c, config, "k", carried=carry)
     parts = [
         f"{resident} block(s) per SM",
         "fragments carried across the k-step's barrier"
         if builder.carried
         else "fragments loaded after the barrier (no registers or instruction steps to carry)",
-        "copies after a quarter of the MMAs" if resident == 1 else "copies before the MMAs",
+        "copies after a quarter of the MMAs" if late else "copies before the MMAs",
     ]
     for which in ("a", "b"):
         layout = builder.staging[which]

@@ -144,9 +144,11 @@ def mma_bounds(task: Task, config: MmaConfig, limits: DeviceLimits) -> tuple[flo
         if shape.group > 1:
             lowest = min(SPLIT_WARPGROUP_EFFICIENCY.values())  # a tile not measured
             per_sm *= SPLIT_WARPGROUP_EFFICIENCY.get((bm, bn), lowest)
-    arithmetic = _busiest(blocks, limits) * 2 * bm * bn * steps / per_sm
-    if fitted_efficiency(config):  # fitted per tile, with the rounds and the epilogue
-        arithmetic = f64_arithmetic(f64_parts(task, c, config, limits), fitted_efficiency(config))
+    efficiency = fitted_efficiency(config)
+    if efficiency:  # fitted per tile, with the rounds and the epilogue
+        arithmetic = f64_arithmetic(f64_parts(task, c, config, limits), efficiency)
+    else:
+        arithmetic = _busiest(blocks, limits) * 2 * bm * bn * steps / per_sm
     problem = task.problem
     a_bytes, b_bytes, c_bytes = (
         problem.numel(t) * problem.program.tensor(t).itemsize

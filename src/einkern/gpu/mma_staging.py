@@ -31,6 +31,7 @@ registers into ``ldmatrix`` calls.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import exprs as E
@@ -141,10 +142,18 @@ def tile_groups(c: Contraction, which: str) -> tuple[Operand, tuple[str, ...], t
     return (c.a, c.m, c.k) if which == "a" else (c.b, c.k, c.n)
 
 
+def _larger(rows: int, cols: int, lead: Callable[[int], int]) -> Staging:
+    """The larger of the two ways a ``rows × cols`` tile may lie, its row length
+    ``lead(run)`` for a contiguous run of ``run`` elements (a bound on shared
+    memory where the contraction is not known)."""
+    both = [Staging(o, lead(cols if o else rows)) for o in (True, False)]
+    return max(both, key=lambda s: s.elements(rows, cols))
+
+
 def staging(c: Contraction | None, config: MmaConfig, which: str) -> Staging:
     """How the A or B tile of ``config`` lies in shared memory (see the module
-    docstring); ``c`` None: the 16-bit tile the larger of its two orientations
-    (for a bound on shared memory)."""
+    docstring); ``c`` None: an fp64 or 16-bit tile the larger of its two
+    orientations (for a bound on shared memory)."""
     bm, bn = config.block_tile()
     rows, cols = (bm, config.k_step) if which == "a" else (config.k_step, bn)
     shape = SHAPES[config.shape]
@@ -155,17 +164,10 @@ def staging(c: Contraction | None, config: MmaConfig, which: str) -> Staging:
         if config.itemsize == 8 and c is not None:
             return f64_staging(c, config, which)
         if config.itemsize == 8:  # without a contraction: the larger orientation
-            both = [
-                Staging(o, run + _padding(run, config.padding, 8, which))
-                for o, run in ((True, cols), (False, rows))
-            ]
-            return max(both, key=lambda s: s.elements(rows, cols))
+            return _larger(rows, cols, lambda run: run + _padding(run, config.padding, 8, which))
         return Staging(True, cols + _padding(cols, config.padding, config.itemsize, which))
     if c is None:
-        both = [
-            Staging(o, _sixteen_bit_ld(cols if o else rows, config.padding)) for o in (True, False)
-        ]
-        return max(both, key=lambda s: s.elements(rows, cols))
+        return _larger(rows, cols, lambda run: _sixteen_bit_ld(run, config.padding))
     operand, row_group, col_group = tile_groups(c, which)
     along_cols = runs_along_cols(operand, col_group)
     if shape.group > 1:  # warpgroup MMA: swizzled lines, 16-byte copies

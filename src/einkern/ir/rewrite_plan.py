@@ -142,16 +142,13 @@ def _candidates(
         elif blocks >= model.sm_count:
             skipped.append(f"split_k: {blocks} blocks already fill {model.sm_count} SMs")
         else:
-            wanted = math.ceil(2 * model.sm_count / max(blocks, 1))
-            slices = min(wanted, size, terms // MIN_SLICE)
-            if slices < 2:
-                short = f"the sum over {index} ({terms} terms) is too short to split"
-                skipped.append(f"split_k: {short}")
-            else:
-                try:
-                    found.append(split_k(problem, position, slices, index))
-                except RewriteError as error:
-                    skipped.append(f"split_k: {error.message}")
+            # at least 2: blocks < SMs, terms >= 2·MIN_SLICE, and the longest index
+            # of a sum of that many terms is at least 2 long
+            slices = min(math.ceil(2 * model.sm_count / max(blocks, 1)), size, terms // MIN_SLICE)
+            try:
+                found.append(split_k(problem, position, slices, index))
+            except RewriteError as error:
+                skipped.append(f"split_k: {error.message}")
     return found, skipped
 
 

@@ -1,6 +1,6 @@
 """Fit the fp64 tile model's constants (``einkern.gpu.mma_model``:
 ``F64_TILE_EFFICIENCY``, ``ROUND_LATENCY``, ``EPILOGUE_EXPOSURE``,
-``COPY_SECTORS_PER_CYCLE``) to the
+``LONE_BLOCK_EXPONENT``, ``COPY_SECTORS_PER_CYCLE``) to the
 measurements of scripts/gpu_f64_tiles.py, and report how well the model as it
 stands and as fitted chooses tiles: per case, the measured time of the tile the
 model ranks first over the best measured tile (geometric mean and worst), the
@@ -68,7 +68,7 @@ def points(rows: list[dict]) -> list[Point]:
 
 def predicted(p: Point, x: dict[str, float]) -> float:
     """The model's seconds for ``p`` under the constants ``x`` (tile names to
-    rates, ``latency``, ``exposure``, ``sectors``; before the SIMT scale)."""
+    rates, ``latency``, ``exposure``, ``lone``, ``sectors``; before the SIMT scale)."""
     arithmetic = mma_model.f64_arithmetic(
         p.parts, x[p.tile], x["latency"], x["exposure"], x["lone"]
     )

@@ -10,12 +10,15 @@ stay valid) and for each:
    compared with its ``ttgt`` and ``split_k`` candidates: the candidate whose
    kernels' predicted times sum lowest is taken when it beats the statement's
    own predicted time by :data:`MARGIN` (the model is rough; a rewrite adds
-   launches and traffic it must clearly repay).  ``split_k`` is a candidate
-   only when the statement's default mapping has fewer blocks than the GPU has
-   SMs: it takes ``S = ceil(2 · SMs / blocks)`` slices (two waves of blocks) of
-   the longest summed index, at most one per 128 terms of its sum (all of the
-   sum's indices counted: ``dncf,nic->idf`` sums 131 × 83 terms) and at most
-   the index's extent.
+   launches and traffic it must clearly repay).  ``split_k`` slices the longest
+   summed index, never more than its extent (:func:`split_slices`): when the
+   statement's default mapping has fewer blocks than the GPU has SMs, into
+   ``S = ceil(2 · SMs / blocks)`` slices (two waves of blocks), at most one per
+   128 terms of its sum (all of the sum's indices counted: ``dncf,nic->idf``
+   sums 131 × 83 terms); and when its blocks make fewer than
+   :data:`DEEP_WAVES` waves, also into up to :data:`DEEP_SLICES` slices of at
+   least :data:`DEEP_SLICE` terms each (a long sum onto a few hundred blocks:
+   the slices' own kernel may then take wider tiles).
 
 Every choice, taken or not, leaves a line in :attr:`RewritePlan.notes`.
 """
@@ -43,6 +46,13 @@ REWRITES = ("split_products", "split_k", "ttgt")
 MARGIN = 0.6
 #: Fewest summed terms per split-K slice.
 MIN_SLICE = 128
+#: The deep split-K candidate: for a statement whose blocks make fewer than
+#: DEEP_WAVES waves on the GPU, up to DEEP_SLICES slices of at least DEEP_SLICE
+#: terms each (docs/rewrites.md: measured on the contractions suite's seed 2,
+#: where 24 slices beat 3 and 8 on every long sum onto few blocks).
+DEEP_WAVES = 8
+DEEP_SLICES = 24
+DEEP_SLICE = 1024
 
 
 class CostModel(Protocol):
@@ -139,17 +149,39 @@ def _candidates(
             skipped.append("split_k: no sum to split")
         elif terms < 2 * MIN_SLICE:
             skipped.append(f"split_k: the sum over {index} ({terms} terms) is too short to split")
-        elif blocks >= model.sm_count:
-            skipped.append(f"split_k: {blocks} blocks already fill {model.sm_count} SMs")
+        elif not (counts := split_slices(blocks, model.sm_count, size, terms)):
+            waves = DEEP_WAVES * model.sm_count
+            skipped.append(
+                f"split_k: {blocks} blocks already make {DEEP_WAVES} waves on {model.sm_count} SMs"
+                if blocks >= waves
+                else f"split_k: {blocks} blocks fill {model.sm_count} SMs, and the sum over "
+                f"{index} ({terms} terms) is too short for slices of {DEEP_SLICE} terms"
+            )
         else:
-            # at least 2: blocks < SMs, terms >= 2·MIN_SLICE, and the longest index
-            # of a sum of that many terms is at least 2 long
-            slices = min(math.ceil(2 * model.sm_count / max(blocks, 1)), size, terms // MIN_SLICE)
-            try:
-                found.append(split_k(problem, position, slices, index))
-            except RewriteError as error:
-                skipped.append(f"split_k: {error.message}")
+            for slices in counts:
+                try:
+                    found.append(split_k(problem, position, slices, index))
+                except RewriteError as error:
+                    skipped.append(f"split_k: {error.message}")
     return found, skipped
+
+
+def split_slices(blocks: int, sm_count: int, size: int, terms: int) -> tuple[int, ...]:
+    """The split-K slice counts worth predicting for a sum of ``terms`` terms
+    whose longest index is ``size`` long, under a mapping of ``blocks`` blocks:
+    two waves' worth when the blocks leave SMs idle, and the deep count when the
+    blocks make fewer than :data:`DEEP_WAVES` waves (module docstring); each at
+    least 2, distinct."""
+    counts: list[int] = []
+    if blocks < sm_count:
+        fill = min(math.ceil(2 * sm_count / max(blocks, 1)), size, terms // MIN_SLICE)
+        if fill >= 2:
+            counts.append(fill)
+    if blocks < DEEP_WAVES * sm_count:
+        deep = min(DEEP_SLICES, size, terms // DEEP_SLICE)
+        if deep >= 2 and deep not in counts:
+            counts.append(deep)
+    return tuple(counts)
 
 
 def summed_terms(problem: Problem, position: int, index: str) -> int:
@@ -186,10 +218,12 @@ def _best(
             f"{label}: {best.name}: predicted {seconds * 1e6:.3g} us against "
             f"{direct * 1e6:.3g} us direct ({others}): {best.reason}"
         )
-        # the same rewrite of the whole program (its temporaries named apart there)
+        # the same rewrite of the whole program (its temporaries named apart there):
+        # the candidate of that name and reason (split_k may offer two slice counts)
         found, _ = _candidates(problem, position, model, (best.name,))
-        if found:
-            return found[0]
+        same = [c for c in found if c.reason == best.reason] or found[:1]
+        if same:
+            return same[0]
         notes[-1] = f"{label}: direct: {best.name} applies to the statement alone only"
         return None
     notes.append(

@@ -35,6 +35,11 @@ class DeviceLimits:
     #: DRAM latency under load: with the bandwidth, the bytes an SM must keep in
     #: flight to stream at full speed (Little's law; H100 about 600 ns).
     dram_latency: float = 600e-9
+    #: An SM takes in at most one thread block per this many seconds, whatever the
+    #: block does (H100: einkern's transpose of 2 × 2 … 9 × 31-element tiles,
+    #: 0.24 to 8.4 million blocks, ran at 0.60 ns a block over its 132 SMs, within
+    #: 4 % across sizes and types; docs/rewrites.md, "Transposes").
+    block_seconds: float = 79e-9
 
 
 H100 = DeviceLimits(

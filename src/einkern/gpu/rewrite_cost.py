@@ -46,7 +46,7 @@ class CudaRewriteModel:
                 return math.inf
             task = statement_task(problem, position)
             if mapping.strategy == TRANSPOSE:  # the general model takes it for uncoalesced
-                total += predicted_transpose_time(task, self.limits.dram_bandwidth)
+                total += predicted_transpose_time(task, self.limits)
             else:
                 total += predicted_time(task, mapping, self.limits)
         return total

@@ -35,6 +35,7 @@ from ..semantics import C_TYPE
 from . import exprs as E
 from . import kir
 from .builder import KernelBuilder
+from .device import DeviceLimits
 from .mapping import Mapping, ParallelTile
 
 STRATEGY = "transpose"
@@ -198,13 +199,28 @@ def _params(b: KernelBuilder, statement: Statement, source: Access) -> tuple[kir
 BANDWIDTH_FRACTION = 0.8
 
 
-def predicted_transpose_time(task: Task, dram_bandwidth: float) -> float:
-    """Seconds for a transpose at :data:`BANDWIDTH_FRACTION` of ``dram_bandwidth``
-    (bytes/s): the input read, the output written (and read, for an update)."""
+def predicted_transpose_time(task: Task, limits: DeviceLimits) -> float:
+    """Seconds for a transpose on ``limits``: its bytes (the input read, the
+    output written, and read for an update) at :data:`BANDWIDTH_FRACTION` of the
+    DRAM bandwidth, or its blocks at the GPU's rate of taking blocks in, whichever
+    is longer.  Short stride-1 indices make many blocks: a 3 × 4 tile in a
+    16 × 16 block moves 12 elements, and 2.8 million such blocks took 1.69 ms on
+    an H100 where the bytes alone take 0.09 ms (docs/rewrites.md, "Transposes")."""
     statement = task.statement
     problem = task.problem
     passes = 1 if statement.op == "=" else 2
     moved = problem.nbytes(statement.output.tensor) * passes + sum(
         problem.nbytes(a.tensor) for a in statement.reads() if a != statement.output
     )
-    return moved / (dram_bandwidth * BANDWIDTH_FRACTION)
+    seconds = moved / (limits.dram_bandwidth * BANDWIDTH_FRACTION)
+    mapping = transpose_mapping(task)
+    if mapping is None:
+        return seconds
+    blocks = math.prod(
+        math.ceil(problem.index_size(statement, t.index) / t.tile) for t in mapping.parallel
+    ) * math.prod(
+        problem.index_size(statement, i)
+        for i in statement.output.indices
+        if i not in {t.index for t in mapping.parallel}
+    )
+    return max(seconds, blocks * limits.block_seconds / limits.sm_count)

@@ -345,6 +345,29 @@ def test_register_estimate_counts_the_unrolled_k_step():
     assert chosen.registers <= 168 and chosen.spill_stores == 0, chosen
 
 
+def test_no_gett_point_stages_more_than_its_limit_per_thread(monkeypatch):
+    """``wateik,kgoawe->aotiwg`` (the contractions suite's c2_055, fp32): its best
+    predicted point copied 131 elements a thread per k-step, compiled to 5.3 KB of
+    stack and ran at 32× its predicted time (H100).  Points over the limit are not
+    offered; lifting the limit brings them back."""
+    from einkern.gpu.model import staged_per_thread
+
+    sizes = {"a": 33, "w": 54, "t": 5, "i": 7, "g": 12, "o": 9, "k": 7, "e": 5}
+    problem = program("aotiwg", "wateik", "kgoawe", sizes, "float32")
+    task = task_of(problem)
+
+    def staged(points):
+        return [staged_per_thread(task, config_to_mapping(task, c)) for c in points]
+
+    limit = gett.STAGED_PER_THREAD
+    offered = staged(gett.candidates(task))
+    assert offered and max(offered) <= limit
+    gett._candidates.cache_clear()
+    monkeypatch.setattr(gett, "STAGED_PER_THREAD", 10**9)
+    assert max(staged(gett.candidates(task))) > 2 * limit
+    gett._candidates.cache_clear()
+
+
 # ---- the choice and its explanation ---------------------------------------------------
 
 

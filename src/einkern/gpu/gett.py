@@ -31,7 +31,15 @@ from .config import CudaConfig, GettTiling, StagingConfig
 from .device import H100, DeviceLimits
 from .lower import compute_dtype, preload_applies
 from .normalize import reduction_of
-from .space import chunk_fits, lane_index, roles, spreads, vector_runs, violation
+from .space import (
+    chunk_fits,
+    config_to_mapping,
+    lane_index,
+    roles,
+    spreads,
+    vector_runs,
+    violation,
+)
 from .staging import natural_order
 
 #: Block tile of the first (stored) group and of the second, in elements.
@@ -175,6 +183,16 @@ def tilings(task: Task) -> list[GettTiling]:
     return sorted(found, key=lambda g: (g.tiles, g.k))
 
 
+#: Staged elements a GETT thread may copy per k-step (summed over the operands);
+#: points with more are not offered.  On the GETT points measured for 29 cases of
+#: the contractions suite's seed 2 (H100), measured over predicted time was 0.8 up
+#: to 16 elements, 1.0 at 16–32, 1.25 at 32–48, 1.5–2 at 48–96 and 5–14 above (the
+#: prefetch array spills, and the model does not charge the copies' index
+#: arithmetic); ``wateik,kgoawe->aotiwg`` at 131 elements a thread ran in 5.6 ms
+#: against 0.17 ms predicted.  Chosen on seed 2 (docs/gpu.md).
+STAGED_PER_THREAD = 32
+
+
 def candidates(task: Task, limits: DeviceLimits = H100) -> list[CudaConfig]:
     """The valid GETT points of ``task`` (empty when :func:`gett_applies` is false)."""
     return list(_candidates(task, limits))
@@ -182,6 +200,8 @@ def candidates(task: Task, limits: DeviceLimits = H100) -> list[CudaConfig]:
 
 @functools.lru_cache(maxsize=256)
 def _candidates(task: Task, limits: DeviceLimits) -> tuple[CudaConfig, ...]:
+    from .model import staged_per_thread  # staging geometry, not ranking
+
     if not gett_applies(task):
         return ()
     statement = task.statement
@@ -205,6 +225,8 @@ def _candidates(task: Task, limits: DeviceLimits) -> tuple[CudaConfig, ...]:
                 preload=preload,
                 gett=tiling,
             )
+            if staged_per_thread(task, config_to_mapping(task, config)) > STAGED_PER_THREAD:
+                continue
             if violation(task, config, limits) is None:
                 found.append(config)
     return tuple(found)

@@ -124,6 +124,14 @@ def _operand_values(task: Task, mapping: Mapping) -> int:
     return PRODUCTS_IN_FLIGHT * largest
 
 
+def staged_per_thread(task: Task, mapping: Mapping) -> int:
+    """Elements each thread copies into shared memory per step of the main
+    reduction (and, with prefetch, holds in registers for the next), summed over
+    the staged accesses."""
+    threads = max(1, mapping.threads)
+    return sum(math.ceil(e / threads) for _, e in _staged_elements(task, mapping))
+
+
 def estimated_registers(task: Task, mapping: Mapping) -> int:
     words = 2 if compute_dtype(task) == "float64" else 1
     groups = max(1, len(reduction_of(task.statement).groups))
@@ -131,9 +139,7 @@ def estimated_registers(task: Task, mapping: Mapping) -> int:
     operands = _operand_values(task, mapping)
     prefetch = 0
     if mapping.prefetch:
-        threads = max(1, mapping.threads)
-        prefetch = sum(math.ceil(e / threads) for _, e in _staged_elements(task, mapping))
-        prefetch = max(8, min(prefetch, 64))
+        prefetch = max(8, min(staged_per_thread(task, mapping), 64))
     # a reduction thread's independent accumulators, and the runs it has in flight
     count = mapping.accumulators if mapping.reduction_threads else 1
     runs = 0

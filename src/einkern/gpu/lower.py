@@ -656,9 +656,7 @@ def check_mapping(
                     f"boundary 'exact' but tile {tile.tile} does not divide "
                     f"{tile.index} = {problem.index_size(statement, tile.index)}"
                 )
-    blocks = math.prod(
-        math.ceil(problem.index_size(statement, d) / mapping.tile_of(d).tile) for d in parallel
-    )
+    blocks = mapping.blocks(problem, statement)
     if blocks > 2**31 - 1:
         problems.append(f"{blocks} blocks exceed the grid limit")
     if max_shared_bytes is None:

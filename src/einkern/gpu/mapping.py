@@ -39,11 +39,16 @@ Vocabulary (Treduda §3.1, MAGMA Table 4.2, R-Stream §4):
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 from ..errors import EinkernError
 from .mma_config import STRATEGY as MMA
 from .mma_config import MmaConfig
+
+if TYPE_CHECKING:
+    from ..ir.nodes import Problem, Statement
 
 BOUNDARY_POLICIES = ("guard", "redirect", "exact", "pad")
 ACCUMULATIONS = ("plain", "blocked", "wide")
@@ -170,6 +175,14 @@ class Mapping:
         for tile in self.parallel:
             total *= tile.per_thread
         return total
+
+    def blocks(self, problem: Problem, statement: Statement) -> int:
+        """Thread blocks of ``statement``'s kernel under this mapping: one per block
+        tile of its output (an index not listed has tile 1)."""
+        return math.prod(
+            math.ceil(problem.index_size(statement, d) / self.tile_of(d).tile)
+            for d in statement.parallel_indices
+        )
 
     def tile_of(self, index: str) -> ParallelTile:
         for tile in self.parallel:

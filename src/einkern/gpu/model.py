@@ -248,9 +248,7 @@ def cost_terms(task: Task, mapping: Mapping, limits: DeviceLimits = H100) -> Ter
     statement = task.statement
     dtype = compute_dtype(task)
     sizes = {i: problem.index_size(statement, i) for i in statement.indices}
-    blocks = math.prod(
-        math.ceil(sizes[d] / mapping.tile_of(d).tile) for d in statement.parallel_indices
-    )
+    blocks = mapping.blocks(problem, statement)
     outputs = math.prod(sizes[d] for d in statement.parallel_indices)
     padded = blocks * math.prod(mapping.tile_of(d).tile for d in statement.parallel_indices)
     memory = _memory_traffic(task, mapping, blocks, limits)

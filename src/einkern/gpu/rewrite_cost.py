@@ -61,7 +61,4 @@ class CudaRewriteModel:
             return 2**62
         if mapping.mma is not None and not mapping.mma.box:  # one block per GEMM tile
             return mma_blocks(statement_task(problem, position), mapping.mma)
-        return math.prod(
-            math.ceil(problem.index_size(statement, d) / mapping.tile_of(d).tile)
-            for d in statement.parallel_indices
-        )
+        return mapping.blocks(problem, statement)

@@ -216,11 +216,5 @@ def predicted_transpose_time(task: Task, limits: DeviceLimits) -> float:
     mapping = transpose_mapping(task)
     if mapping is None:
         return seconds
-    blocks = math.prod(
-        math.ceil(problem.index_size(statement, t.index) / t.tile) for t in mapping.parallel
-    ) * math.prod(
-        problem.index_size(statement, i)
-        for i in statement.output.indices
-        if i not in {t.index for t in mapping.parallel}
-    )
+    blocks = mapping.blocks(problem, statement)
     return max(seconds, blocks * limits.block_seconds / limits.sm_count)

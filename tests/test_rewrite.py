@@ -20,8 +20,9 @@ from einkern.gpu.decision import decide
 from einkern.ir.bind import make_problem
 from einkern.ir.nodes import Problem
 from einkern.ir.rewrite import Rewrite, RewriteError, split_products
-from einkern.ir.rewrite_k import slice_count, split_k
+from einkern.ir.rewrite_k import slice_count, split_choices, split_k
 from einkern.ir.rewrite_plan import (
+    DEEP_LADDER,
     DEEP_SLICE,
     DEEP_SLICES,
     DEEP_WAVES,
@@ -165,8 +166,13 @@ def test_split_k_matches_reference(k: int, slices: int, layout: str, dtype: str,
     problem = problem_of(LONG.format(k=k, layout=layout, dtype=dtype, op=op))
     rewrite = split_k(problem, 0, slices)
     count, divides = slice_count(k, slices)
-    views = [t for t in rewrite.problem.program.tensors if t.view_of is not None]
-    assert len(views) == 2
+    program = rewrite.problem.program
+    views = {t.name: t for t in program.tensors if t.view_of is not None}
+    bases = ["A", "B"] if divides else ["k0_A_p", "k0_B_p"]
+    assert sorted(t.view_of for t in views.values()) == sorted([*bases, "C", "k0_P"])
+    # the partial sums are summed through flat views: one index along C's memory
+    last = program.statements[-1]
+    assert views[last.output.tensor].view_of == "C" and len(last.output.indices) == 1
     padded = [t for t in rewrite.problem.program.temporaries if t.endswith(("A_p", "B_p"))]
     assert bool(padded) == (not divides)
     run_cpu(rewrite)
@@ -307,17 +313,38 @@ def test_plan_splits_a_sum_over_several_short_indices_on_tensor_cores() -> None:
     assert not [r for r in plan_rewrites(small, "cuda").rewrites if r.name == "split_k"]
 
 
-def test_split_slices_offer_two_waves_and_a_deep_count() -> None:
-    # few blocks: two waves' worth, bounded by the extent and 128 terms per slice
-    assert split_slices(16, 132, 131, 131 * 83) == (17, 10)
-    assert split_slices(16, 132, 5, 131 * 83)[0] == 5
-    # blocks that fill the SMs but make few waves: only the deep count
-    assert split_slices(280, 132, 82953, 82953) == (DEEP_SLICES,)
-    assert split_slices(280, 132, 9, 82953) == (9,)
+def test_split_slices_offer_two_waves_and_a_deep_ladder() -> None:
+    # few blocks: two waves' worth (at most one slice per 128 terms), then the deep
+    # counts, each bounded by one slice per DEEP_SLICE terms
+    assert split_slices(16, 132, 131 * 83) == (17, 10)
+    assert split_slices(16, 132, 1 << 20) == (17, DEEP_SLICES, *DEEP_LADDER)
+    # blocks that fill the SMs but make few waves: only the deep counts
+    assert split_slices(280, 132, 82953) == (DEEP_SLICES, 81)
     # too many waves, or too short a sum for slices of DEEP_SLICE terms: none
-    assert split_slices(DEEP_WAVES * 132, 132, 82953, 82953) == ()
-    assert split_slices(280, 132, 1533, 2 * DEEP_SLICE - 1) == ()
-    assert split_slices(280, 132, 1533, 2 * DEEP_SLICE) == (2,)
+    assert split_slices(DEEP_WAVES * 132, 132, 82953) == ()
+    assert split_slices(280, 132, 2 * DEEP_SLICE - 1) == ()
+    assert split_slices(280, 132, 2 * DEEP_SLICE) == (2,)
+
+
+def test_split_choices_prefer_a_dividing_count_of_any_summed_index() -> None:
+    """A count dividing some summed index's extent (a free view) within
+    FREE_FACTOR of the wanted one, the nearest; padding only when none is."""
+    text = (
+        "dims a=4, b=5, c={c}, d={d}\ntensor A[a,c,d], B[c,d,b], C[a,b]\n"
+        "C[i,j] = A[i,c,d]*B[c,d,j]\n"
+    )
+    problem = problem_of(text.format(c=211, d=44))  # 211 is prime, 44 = 4·11
+    statement = problem.program.statements[0]
+    assert split_choices(problem, statement, 24) == (("d", 22),)
+    assert split_choices(problem, statement, 200) == (("c", 211),)  # the whole index
+    assert split_choices(problem, statement, 11) == (("d", 11),)
+    # the longest index's own nearest count is offered too
+    longer = problem_of(text.format(c=473, d=48))  # 473 = 11·43
+    assert split_choices(longer, longer.program.statements[0], 22) == (("d", 24), ("c", 43))
+    prime = problem_of(text.format(c=211, d=1))
+    assert split_choices(prime, prime.program.statements[0], 24) == (("c", 24),)  # padded
+    assert "padded" in split_k(prime, 0, 24, "c").reason
+    assert "views (free)" in split_k(problem, 0, 22, "d").reason
 
 
 def test_plan_splits_a_long_sum_onto_a_few_hundred_blocks() -> None:

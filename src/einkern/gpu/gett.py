@@ -247,8 +247,10 @@ SPLIT_BLOCKS = (
     (8, 2, 2, 2),
     (4, 4, 2, 2),
 )
-#: Reductions of at least this many terms get ``split`` points.
-SPLIT_TERMS = 1024
+#: Reductions of at least this many terms get ``split`` points (64: the sum of
+#: split-K's partial sums, often a hundred terms onto a few thousand outputs,
+#: runs latency-bound with one thread per output; docs/rewrites.md).
+SPLIT_TERMS = 64
 #: ``lanes`` points: reduction threads (the fastest digits), output blocks
 #: (threads along x, along y, register tile along x, y), independent accumulators.
 LANE_SPLITS = (8, 16, 32, 64, 128, 256)
@@ -296,14 +298,16 @@ def _split_candidates(task: Task, limits: DeviceLimits) -> tuple[CudaConfig, ...
     y = max(others, key=lambda i: size[i]) if others else ""
     preload = False if preload_applies(statement) else None
     found = _split_points(task, (x, y, preload), SPLIT_BLOCKS, SPLITS, (None,), terms, limits)
-    if lane_index(task) is not None:
-        # widest runs and most accumulators first
+    lane = lane_index(task)
+    if lane is not None:
+        # widest runs and most accumulators first; no more lanes than the lane index
+        # has terms, rounded up to a power of two (the others would idle)
         lanes = [
             (run, count) for run in (vector_runs(task), 1) for count in reversed(LANE_ACCUMULATORS)
         ]
-        found += _split_points(
-            task, (x, y, preload), LANE_BLOCKS, LANE_SPLITS, lanes, terms, limits
-        )
+        along = 1 << (size[lane] - 1).bit_length()
+        splits = [s for s in LANE_SPLITS if s <= along]
+        found += _split_points(task, (x, y, preload), LANE_BLOCKS, splits, lanes, terms, limits)
     return tuple(found)
 
 

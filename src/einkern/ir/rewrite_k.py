@@ -65,6 +65,46 @@ def slice_count(size: int, wanted: int) -> tuple[int, bool]:
     return wanted, False
 
 
+#: A slice count that divides an index's extent is taken for ``wanted`` slices when
+#: within this factor of it; padding (copies of the operands) only when none is.
+FREE_FACTOR = 4
+
+
+def split_choices(
+    problem: Problem, statement: Statement, wanted: int
+) -> tuple[tuple[str, int], ...]:
+    """``(index, slices)`` pairs for about ``wanted`` partial sums of the outer sum
+    over the statement's longest summed index: of that sum's indices, the slice
+    count dividing an index's extent (a free view) within :data:`FREE_FACTOR` of
+    ``wanted`` that is nearest to it (a longer index on ties), and the nearest such
+    count of the longest index when that is another; when no count divides, the
+    longest index, padded, in ``min(wanted, extent)`` slices."""
+    longest = longest_index(problem, statement)
+    if longest is None:
+        raise RewriteError("split-K needs a sum whose other indices are output indices")
+    node, _ = split_k_target(statement, longest)
+    options: list[tuple[float, int, str, int]] = []
+    for index in node.indices:
+        size = problem.index_size(statement, index)
+        for count in _divisors(size):
+            ratio = abs(math.log(count / wanted))
+            if ratio <= math.log(FREE_FACTOR):
+                options.append((round(ratio, 9), -size, index, count))
+    if not options:
+        return ((longest, min(wanted, problem.index_size(statement, longest))),)
+    found = [min(options)[2:]]
+    along = [o for o in options if o[2] == longest]
+    if along:
+        found.append(min(along)[2:])
+    return tuple(dict.fromkeys(found))
+
+
+def _divisors(size: int) -> list[int]:
+    """The divisors of ``size`` from 2 up (``size`` itself: the whole index)."""
+    small = [d for d in range(2, math.isqrt(size) + 1) if size % d == 0]
+    return sorted({*small, *(size // d for d in small), size} - {1})
+
+
 def split_k(problem: Problem, position: int, slices: int, index: str | None = None) -> Rewrite:
     """Split the sum over ``index`` (default: the longest summed index) of statement
     ``position`` into ``slices`` partial sums."""
@@ -113,17 +153,70 @@ def split_k(problem: Problem, position: int, slices: int, index: str | None = No
     )
     bound = tuple(i for i in node.indices if i != index) + (k,)
     edit.statements.append(_statement(Access(partial, tuple(dims)), "=", Sum(bound, body), extents))
-    rhs = _substitute(statement.rhs, node, Sum((s,), Access(partial, tuple(dims))))
-    edit.statements.append(_statement(statement.output, statement.op, rhs, extents))
+    if node is statement.rhs and tuple(free) == statement.output.indices:
+        edit.statements.append(
+            _flat_sum(problem, statement, partial, (s, extents[s]), dims, names, edit, extents)
+        )
+    else:
+        rhs = _substitute(statement.rhs, node, Sum((s,), Access(partial, tuple(dims))))
+        edit.statements.append(_statement(statement.output, statement.op, rhs, extents))
     how = (
         f"{index} = {count}·{inner} split by views (free)"
-        if divides and not any(t.view_of is None for t in edit.tensors[:-1])
+        if divides and not any(t.view_of is None and t.name != partial for t in edit.tensors)
         else f"{index} over {size} padded to {count}·{inner} (copies of its operands)"
     )
     reason = f"the sum over {index} ({size} terms) in {count} partial sums: {how}"
     return Rewrite(
         "split_k", position, len(edit.statements), reason, _apply(problem, position, edit), problem
     )
+
+
+def _flat_sum(
+    problem: Problem,
+    statement: Statement,
+    partial: str,
+    pair: tuple[str, str],
+    dims: list[str],
+    names: _Names,
+    edit: _Edit,
+    extents: dict[str, str],
+) -> Statement:
+    """The sum of the partial sums when the statement is nothing but the split sum
+    and the partials hold the output's indices in its order: through views of the
+    output and the partials with those indices as one (``C_f[o] = sum[s] P_f[s,o]``),
+    so that the sum's kernel runs along the outputs' memory however short the
+    output's own stride-1 extent is (a tiny one left most threads idle)."""
+    program = problem.program
+    output = program.tensor(statement.output.tensor)
+    s, slices = pair
+    flat = names.fresh("o")
+    size = math.prod(problem.index_size(statement, i) for i in statement.output.indices)
+    extents[flat] = edit.extent(names, "F", size)
+    partial_dims = [s, flat] if dims[0] == s else [flat, s]
+    out_view = names.fresh(f"{output.name}_f")
+    partial_view = names.fresh("P_f")
+    edit.tensors.append(
+        Tensor(
+            out_view,
+            (extents[flat],),
+            output.dtype,
+            output.layout,
+            temporary=True,
+            view_of=output.name,
+        )
+    )
+    edit.tensors.append(
+        Tensor(
+            partial_view,
+            tuple(slices if d == s else extents[flat] for d in partial_dims),
+            _tensor(program, edit, partial).dtype,
+            output.layout,
+            temporary=True,
+            view_of=partial,
+        )
+    )
+    total = Sum((s,), Access(partial_view, tuple(partial_dims)))
+    return _statement(Access(out_view, (flat,)), statement.op, total, extents)
 
 
 def _split_view(

@@ -32,7 +32,7 @@ from typing import Protocol
 
 from .nodes import Problem
 from .rewrite import Rewrite, RewriteError, split_products
-from .rewrite_k import longest_index, split_k, split_k_target
+from .rewrite_k import longest_index, split_choices, split_k, split_k_target
 from .rewrite_ttgt import ttgt
 from .task import statement_task
 
@@ -53,6 +53,10 @@ MIN_SLICE = 128
 DEEP_WAVES = 8
 DEEP_SLICES = 24
 DEEP_SLICE = 1024
+#: Larger deep counts, tried beside DEEP_SLICES: a sum onto very few outputs
+#: wants hundreds of slices, and the split kernel's blocks (of its own, often
+#: wider, tiles) are not the direct kernel's (docs/rewrites.md).
+DEEP_LADDER = (96, 384)
 
 
 class CostModel(Protocol):
@@ -141,7 +145,6 @@ def _candidates(
     if "split_k" in allowed:
         statement = problem.program.statements[position]
         index = longest_index(problem, statement)
-        size = 0 if index is None else problem.index_size(statement, index)
         terms = 0 if index is None else summed_terms(problem, position, index)
         # the cheap reasons first: the blocks need the statement's mapping decided
         blocks = model.blocks(problem, position) if terms >= 2 * MIN_SLICE else 0
@@ -149,7 +152,7 @@ def _candidates(
             skipped.append("split_k: no sum to split")
         elif terms < 2 * MIN_SLICE:
             skipped.append(f"split_k: the sum over {index} ({terms} terms) is too short to split")
-        elif not (counts := split_slices(blocks, model.sm_count, size, terms)):
+        elif not (counts := split_slices(blocks, model.sm_count, terms)):
             waves = DEEP_WAVES * model.sm_count
             skipped.append(
                 f"split_k: {blocks} blocks already make {DEEP_WAVES} waves on {model.sm_count} SMs"
@@ -158,29 +161,34 @@ def _candidates(
                 f"{index} ({terms} terms) is too short for slices of {DEEP_SLICE} terms"
             )
         else:
-            for slices in counts:
+            chosen = dict.fromkeys(o for c in counts for o in split_choices(problem, statement, c))
+            for where, slices in chosen:
                 try:
-                    found.append(split_k(problem, position, slices, index))
+                    found.append(split_k(problem, position, slices, where))
                 except RewriteError as error:
                     skipped.append(f"split_k: {error.message}")
     return found, skipped
 
 
-def split_slices(blocks: int, sm_count: int, size: int, terms: int) -> tuple[int, ...]:
-    """The split-K slice counts worth predicting for a sum of ``terms`` terms
-    whose longest index is ``size`` long, under a mapping of ``blocks`` blocks:
-    two waves' worth when the blocks leave SMs idle, and the deep count when the
-    blocks make fewer than :data:`DEEP_WAVES` waves (module docstring); each at
-    least 2, distinct."""
+def split_slices(blocks: int, sm_count: int, terms: int) -> tuple[int, ...]:
+    """The split-K slice counts worth predicting for a sum of ``terms`` terms under
+    a mapping of ``blocks`` blocks: two waves' worth when the blocks leave SMs idle;
+    when the blocks make fewer than :data:`DEEP_WAVES` waves, :data:`DEEP_SLICES`
+    and the counts of :data:`DEEP_LADDER`, with slices of at least
+    :data:`DEEP_SLICE` terms (module docstring); each at least
+    2, distinct.  :func:`~.rewrite_k.split_choices` then picks indices and counts near
+    each."""
     counts: list[int] = []
     if blocks < sm_count:
-        fill = min(math.ceil(2 * sm_count / max(blocks, 1)), size, terms // MIN_SLICE)
+        fill = min(math.ceil(2 * sm_count / max(blocks, 1)), terms // MIN_SLICE)
         if fill >= 2:
             counts.append(fill)
     if blocks < DEEP_WAVES * sm_count:
-        deep = min(DEEP_SLICES, size, terms // DEEP_SLICE)
-        if deep >= 2 and deep not in counts:
-            counts.append(deep)
+        most = terms // DEEP_SLICE
+        for wanted in (DEEP_SLICES, *DEEP_LADDER):
+            deep = min(wanted, most)
+            if deep >= 2 and deep not in counts:
+                counts.append(deep)
     return tuple(counts)
 
 

@@ -1,7 +1,8 @@
 """The CUDA cost of a rewritten program's statements, for the rewrite plan
 (:mod:`einkern.ir.rewrite_plan`): each statement's kernel under its default
 mapping (the decision algorithm's), its time predicted by :mod:`.model` (a
-transpose's by :func:`.transpose.predicted_transpose_time`)."""
+transpose's by :func:`.transpose.predicted_transpose_time`), plus
+:data:`KERNEL_SECONDS` per kernel."""
 
 from __future__ import annotations
 
@@ -18,6 +19,11 @@ from .mma_model import mma_blocks
 from .model import predicted_time
 from .transpose import STRATEGY as TRANSPOSE
 from .transpose import predicted_transpose_time
+
+#: Each kernel's launch and drain beside its predicted run time: a rewrite's two to
+#: five kernels pay it several times, which decides small problems (a 512³ DGEMM
+#: split in two, a 30 µs contraction in three by TTGT: docs/rewrites.md).
+KERNEL_SECONDS = 2e-6
 
 
 @dataclass
@@ -38,7 +44,7 @@ class CudaRewriteModel:
         return self._mappings[key]
 
     def time(self, problem: Problem, positions: range) -> float:
-        total = 0.0
+        total = KERNEL_SECONDS * len(positions)
         for position in positions:
             try:
                 mapping = self.mapping(problem, position)

@@ -131,6 +131,7 @@ def split_k(problem: Problem, position: int, slices: int, index: str | None = No
     extents[k] = edit.extent(names, "K", inner)
     written = _written(program)
     renamed: dict[str, Access] = {}
+    copied = False
     for access in accesses(node.body):
         if index not in access.indices or str(access) in renamed:
             continue
@@ -139,6 +140,7 @@ def split_k(problem: Problem, position: int, slices: int, index: str | None = No
         source = access
         if not divides or program.storage(access.tensor) in written:
             source = _padded_copy(problem, statement, access, index, count * inner, names, edit)
+            copied = True
         renamed[str(access)] = _split_view(
             program, edit, names, source, index, (s, k), (extents[s], extents[k])
         )
@@ -155,14 +157,14 @@ def split_k(problem: Problem, position: int, slices: int, index: str | None = No
     edit.statements.append(_statement(Access(partial, tuple(dims)), "=", Sum(bound, body), extents))
     if node is statement.rhs and tuple(free) == statement.output.indices:
         edit.statements.append(
-            _flat_sum(problem, statement, partial, (s, extents[s]), dims, names, edit, extents)
+            _flat_sum(problem, statement, partial, s, dims, names, edit, extents)
         )
     else:
         rhs = _substitute(statement.rhs, node, Sum((s,), Access(partial, tuple(dims))))
         edit.statements.append(_statement(statement.output, statement.op, rhs, extents))
     how = (
         f"{index} = {count}·{inner} split by views (free)"
-        if divides and not any(t.view_of is None and t.name != partial for t in edit.tensors)
+        if divides and not copied
         else f"{index} over {size} padded to {count}·{inner} (copies of its operands)"
     )
     reason = f"the sum over {index} ({size} terms) in {count} partial sums: {how}"
@@ -175,7 +177,7 @@ def _flat_sum(
     problem: Problem,
     statement: Statement,
     partial: str,
-    pair: tuple[str, str],
+    s: str,
     dims: list[str],
     names: _Names,
     edit: _Edit,
@@ -188,7 +190,6 @@ def _flat_sum(
     output's own stride-1 extent is (a tiny one left most threads idle)."""
     program = problem.program
     output = program.tensor(statement.output.tensor)
-    s, slices = pair
     flat = names.fresh("o")
     size = math.prod(problem.index_size(statement, i) for i in statement.output.indices)
     extents[flat] = edit.extent(names, "F", size)
@@ -208,7 +209,7 @@ def _flat_sum(
     edit.tensors.append(
         Tensor(
             partial_view,
-            tuple(slices if d == s else extents[flat] for d in partial_dims),
+            tuple(extents[d] for d in partial_dims),
             _tensor(program, edit, partial).dtype,
             output.layout,
             temporary=True,

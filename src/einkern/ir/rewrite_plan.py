@@ -178,9 +178,8 @@ def split_slices(blocks: int, sm_count: int, terms: int) -> tuple[int, ...]:
     a mapping of ``blocks`` blocks: two waves' worth when the blocks leave SMs idle;
     when the blocks make fewer than :data:`DEEP_WAVES` waves, :data:`DEEP_SLICES`
     and the counts of :data:`DEEP_LADDER`, with slices of at least
-    :data:`DEEP_SLICE` terms (module docstring); each at least
-    2, distinct.  :func:`~.rewrite_k.split_choices` then picks indices and counts near
-    each."""
+    :data:`DEEP_SLICE` terms (module docstring); each at least 2, distinct.
+    :func:`~.rewrite_k.split_choices` then picks indices and counts near each."""
     counts: list[int] = []
     if blocks < sm_count:
         fill = min(math.ceil(2 * sm_count / max(blocks, 1)), terms // MIN_SLICE)

@@ -301,8 +301,11 @@ def test_a_point_of_a_fitted_model_wins_when_predicted_faster(monkeypatch):
     """The gemm suite's block-LU update 6144 × 6080 × 64: the fp64 tiles' fitted
     model predicts a tile faster than the rules' SIMT proposal, though not 1.25×
     faster; at the calibrated margin the tile is chosen, with the margin named in
-    the explanation; at the general margin the rules stay."""
+    the explanation; at the general margin the rules stay.  (The general margin
+    is held at 0.8 here: at today's 0.9 the tile wins without the calibrated one.)"""
     from einkern.gpu import decision
+
+    monkeypatch.setattr(decision, "MARGIN", 0.8)
 
     task = _task("ij=il*lj", {"i": 6080, "j": 6144, "l": 64})
     chosen = decision.choose(task)
@@ -330,3 +333,32 @@ def test_one_block_per_sm_kernels_issue_their_copies_after_a_quarter_of_the_mmas
         before = loop[: re.search(r"cp\.async\.c[ag]", loop).start()].count("mma.sync")
         late = f64_resident(task, tile, H100) == 1
         assert before == (tile.tiles_m * tile.tiles_n if late else 0), tile
+
+
+def test_an_output_tile_that_fills_no_sector_costs_four_times_its_bytes():
+    """sd_t_d2 statements whose M group's fastest index (from t2) is the output's
+    slowest: every element of a block's output tile lands in a sector of its own
+    (efficiency 0.25; H100: 4.9 ms for the best tile against 1.5 predicted, and
+    SIMT 1.5 ms); when the output's contiguous index is the N group's fastest, the
+    tile fills its sectors.  The tensor-core model charges the difference, and the
+    decision leaves the scattered statement on the SIMT units."""
+    from einkern.gpu.contraction import gemm_form
+    from einkern.gpu.device import H100
+    from einkern.gpu.mma_model import mma_bounds
+    from einkern.gpu.mma_staging import output_sector_efficiency
+
+    sizes = dict.fromkeys(["a", "b", "c", "d", "e", "f", "g"], 24)
+    # row-major: M = (a, b, d) and N = (c, e, f), d and f their fastest indices
+    scattered = _task("dfbeca=gabd*gcef", sizes, op="-=")  # a contiguous: in neither
+    gathered = _task("cefabd=gabd*gcef", sizes, op="-=")  # d contiguous: M's fastest
+    for tile in F64_TILES[:4]:
+        bm, bn = tile.block_tile()
+        c, _ = gemm_form(scattered)
+        assert output_sector_efficiency(c, bm, bn, 8) == 0.25
+        assert output_sector_efficiency(gemm_form(gathered)[0], bm, bn, 8) == 1.0
+        assert mma_bounds(scattered, tile, H100)[0] > 3 * mma_bounds(gathered, tile, H100)[0]
+    from einkern.bench.suites.ccsdt import kernel_program, load_kernels
+
+    (d2_2,) = [k for k in load_kernels() if k.name == "sd_t_d2_2"]
+    task = statement_task(einkern.make_problem(einkern.load(kernel_program(d2_2, 24)), {}), 0)
+    assert choose(task).config.mma is None  # a tensor-core tile without the term

@@ -15,7 +15,10 @@ mappings on one scale.
 * **dram**: the tensors read once and the output written once (read too for an
   update), the output's stores at ``STORE_EFFICIENCY`` of the bandwidth: the
   accumulator layout stores two adjacent elements per lane, rows apart (a
-  memory-bound 6-index contraction stored at about 1.2 TB/s of 3.0);
+  memory-bound 6-index contraction stored at about 1.2 TB/s of 3.0); the output's
+  bytes count once per sector its block tiles touch
+  (:func:`~.mma_staging.output_sector_efficiency`: 4× where the tile's M and N
+  groups each step the output by more than a sector);
 * **l2**: A read once per N tile and B once per M tile.
 
 The SIMT model's predictions are off its kernels' times by a factor per type:
@@ -40,7 +43,7 @@ from .device import DeviceLimits
 from .mma import SHAPES
 from .mma_config import MmaConfig
 from .mma_lower import async_problems, f64_resident, mma_form, pointwise_problems
-from .mma_staging import sector_efficiency
+from .mma_staging import output_sector_efficiency, sector_efficiency
 from .mma_tma import tma_problems
 from .mma_warpgroup import oriented, warpgroup_problems
 from .terms import L2_OVER_DRAM, Terms
@@ -150,10 +153,12 @@ def mma_bounds(task: Task, config: MmaConfig, limits: DeviceLimits) -> tuple[flo
     else:
         arithmetic = _busiest(blocks, limits) * 2 * bm * bn * steps / per_sm
     problem = task.problem
-    a_bytes, b_bytes, c_bytes = (
+    a_bytes, b_bytes, output_bytes = (
         problem.numel(t) * problem.program.tensor(t).itemsize
         for t in (c.a.tensor, c.b.tensor, c.output.tensor)
     )
+    # the output's sectors a block tile touches but does not fill (read and written)
+    c_bytes = output_bytes / output_sector_efficiency(c, bm, bn, config.itemsize)
     reads = a_bytes + b_bytes + (c_bytes if c.op != "=" else 0)
     reads += sum(  # a bias: each pointwise factor once
         problem.numel(t) * problem.program.tensor(t).itemsize
@@ -270,7 +275,12 @@ def f64_parts(task: Task, c: Contraction, config: MmaConfig, limits: DeviceLimit
     bm, bn = config.block_tile()
     steps = math.ceil(c.size(c.k) / config.k_step) * config.k_step
     per_sm = KERNEL_RATE["f64"] * ASYNC_GAIN / MEASURED_SMS
-    tile_bytes = bm * bn * task.program.tensor(c.output.tensor).itemsize
+    tile_bytes = (
+        bm
+        * bn
+        * task.program.tensor(c.output.tensor).itemsize
+        / (output_sector_efficiency(c, bm, bn, config.itemsize))
+    )
     traffic = busiest * tile_bytes * (1 if c.op == "=" else 2)  # an update reads too
     return F64Parts(
         mmas=busiest * 2 * bm * bn * steps / per_sm,

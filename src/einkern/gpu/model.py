@@ -16,7 +16,8 @@ default mapping's choice among candidates (:mod:`einkern.gpu.decision`).
   plus the staged tiles' copies and their stores to shared memory;
 * ``arithmetic``: flops over the peak of the dtype;
 * ``latency``: one reduction chain per thread cannot run faster than the chain,
-  once per wave of blocks.
+  and a staged block not faster than its barrier-separated chunks
+  (:data:`STEP_CYCLES` each), once per wave of blocks.
 
 Throughput terms are divided by an efficiency from occupancy (threads,
 registers, shared memory per SM) and wave quantisation (the last partial wave of
@@ -55,6 +56,15 @@ RUN_OVERHEAD = 64
 #: Reduction steps whose loads a thread keeps in flight without separate
 #: accumulators (nvcc unrolls short loop bodies and hoists their loads).
 COMPILER_STEPS = 2
+
+#: Cycles a staged block spends per chunk of its reduction whatever its tile:
+#: the two barriers, the shared-memory store and the first reads after it, and
+#: the prefetched loads' hand-over.  Fitted on 567 points of 36 cases measured
+#: on an H100 (SGEMM and DGEMM n = 256 … 2048 and 28 contractions of seed 2;
+#: docs/gpu.md#the-cost-of-a-chunk): SGEMM n = 256 with one output per thread
+#: ran 10.1 / 12.5 / 23.0 / 30.1 µs at k-steps of 32 / 16 / 8 / 4 where the
+#: model without the term predicted 6.6–6.9 µs for all four.
+STEP_CYCLES = 400
 
 
 def occupancy(
@@ -270,8 +280,10 @@ def cost_terms(task: Task, mapping: Mapping, limits: DeviceLimits = H100) -> Ter
     efficiency, waves = _efficiency(mapping, blocks, resident, limits)
     busiest = min(resident, math.ceil(blocks / limits.sm_count))
     dram /= _streaming(task, mapping, busiest * mapping.threads, limits)
-    # a dependent FMA chain, 4 cycles per step, once per wave of blocks
-    latency = waves * chain * 4 / limits.clock_hz
+    # a dependent FMA chain, 4 cycles per step, and the staged chunks' fixed
+    # cost, once per wave of blocks
+    cycles = chain * 4 + staged_chunks(task, mapping) * STEP_CYCLES
+    latency = waves * cycles / limits.clock_hz
     factor = 1.0
     if mapping.preload_output:
         factor = PRELOAD_FACTOR[products_per_output(statement) >= 3]
@@ -284,6 +296,26 @@ def cost_terms(task: Task, mapping: Mapping, limits: DeviceLimits = H100) -> Ter
         efficiency,
         factor,
     )
+
+
+def staged_chunks(task: Task, mapping: Mapping) -> int:
+    """The barrier-separated chunks a block of a staged mapping walks through
+    (every reduction group's k-steps; an index without one steps by 1); 0
+    when nothing is staged."""
+    if not mapping.staged:
+        return 0
+    problem = task.problem
+    statement = task.statement
+    total = 0
+    for group in reduction_of(statement).groups:
+        total += math.prod(
+            -(
+                -problem.index_size(statement, i)
+                // mapping.step_of(i, problem.index_size(statement, i))
+            )
+            for i in group.indices
+        )
+    return total
 
 
 def _efficiency(

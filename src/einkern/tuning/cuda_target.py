@@ -14,7 +14,7 @@ import numpy as np
 from ..backends.cuda.limits import device_limits
 from ..gpu.block_order import with_block_orders
 from ..gpu.config import CudaConfig
-from ..gpu.decision import choose, default_config
+from ..gpu.decision import choose, default_config, explain
 from ..gpu.gett import best_points as best_gett_points
 from ..gpu.gett import split_candidates
 from ..gpu.kir import TensorMap
@@ -80,12 +80,14 @@ class CudaTarget:
 
     def parameters(self, task: Task) -> tuple[Parameter, ...]:
         """The space's candidate values, each list extended by the default
-        configuration's value when it lies outside (e.g. a register tile covering
-        a whole extent of 12), so that the default is a point of the space; for a
-        binary contraction also ``gett`` (None: the rules' family) with the model's
-        best GETT points, for a long sum ``split`` (None: one thread per output)
-        with its best split points (and ``lanes``, None: the slowest thread digits,
-        when one of them has it), whose values the other lists gain in the same
+        configuration's and the rules' proposal's values when they lie outside (e.g.
+        a register tile covering a whole extent of 12), so that both are points of
+        the space (a tensor-core default adds ``mma`` and leaves the SIMT
+        parameters it lacks optional); for a binary contraction also ``gett``
+        (None: the rules' family) with the model's best GETT points, for a long
+        sum ``split`` (None: one thread per output) with its best split points
+        (and ``lanes``, None: the slowest thread digits, when one of them has
+        it), whose values the other lists gain in the same
         way, and for an fp64 contraction ``mma`` (None: SIMT) with the tensor-core
         tile shapes."""
         default = default_config(task, device_limits())[0]
@@ -94,7 +96,8 @@ class CudaTarget:
             split_candidates(task, limits),
             key=lambda c: predicted_time(task, config_to_mapping(task, c), limits),
         )[:2]
-        points = [default, *best_gett_points(task, limits, count=2), *splits]
+        rules = explain(task, limits).config  # kept where the model's point is the default
+        points = [default, rules, *best_gett_points(task, limits, count=2), *splits]
         space = dict(parameters(task))
         if any(p.split for p in points):  # None: one thread per output element
             space["split"] = (None, 8, 32, 128)
@@ -109,11 +112,15 @@ class CudaTarget:
         tiles = with_block_orders(task, tiles, limits)
         if tiles:  # None: the SIMT families
             space["mma"] = (None, *tiles)
+        if any(p.mma is not None for p in points):  # a product family's default
+            space.setdefault("mma", (None,))
         found = []
         for name, values in space.items():
             for point in points:
                 value = point.values().get(name)
-                if value is not None and value not in values:
+                if value is None and point.mma is not None and None not in values:
+                    values = (*values, None)  # a tensor-core point leaves SIMT ones out
+                elif value is not None and value not in values:
                     values = (*values, value)
             found.append(Parameter(name, values))
         return tuple(found)

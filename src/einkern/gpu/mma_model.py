@@ -275,12 +275,8 @@ def f64_parts(task: Task, c: Contraction, config: MmaConfig, limits: DeviceLimit
     bm, bn = config.block_tile()
     steps = math.ceil(c.size(c.k) / config.k_step) * config.k_step
     per_sm = KERNEL_RATE["f64"] * ASYNC_GAIN / MEASURED_SMS
-    tile_bytes = (
-        bm
-        * bn
-        * task.program.tensor(c.output.tensor).itemsize
-        / (output_sector_efficiency(c, bm, bn, config.itemsize))
-    )
+    itemsize = task.program.tensor(c.output.tensor).itemsize
+    tile_bytes = bm * bn * itemsize / output_sector_efficiency(c, bm, bn, config.itemsize)
     traffic = busiest * tile_bytes * (1 if c.op == "=" else 2)  # an update reads too
     return F64Parts(
         mmas=busiest * 2 * bm * bn * steps / per_sm,

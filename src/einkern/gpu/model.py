@@ -304,18 +304,12 @@ def staged_chunks(task: Task, mapping: Mapping) -> int:
     when nothing is staged."""
     if not mapping.staged:
         return 0
-    problem = task.problem
     statement = task.statement
-    total = 0
-    for group in reduction_of(statement).groups:
-        total += math.prod(
-            -(
-                -problem.index_size(statement, i)
-                // mapping.step_of(i, problem.index_size(statement, i))
-            )
-            for i in group.indices
-        )
-    return total
+    size = {i: task.problem.index_size(statement, i) for i in statement.indices}
+    return sum(
+        math.prod(-(-size[i] // mapping.step_of(i, size[i])) for i in group.indices)
+        for group in reduction_of(statement).groups
+    )
 
 
 def _efficiency(

@@ -12,8 +12,9 @@ from conftest import problem_of
 from test_lowp_mma import check, half_problem
 
 from einkern.backends.verify import verify
+from einkern.gpu import block_order as orders
 from einkern.gpu import kir
-from einkern.gpu.block_order import Panels, with_block_orders
+from einkern.gpu.block_order import Panels, Partners, sector_partners, with_block_orders
 from einkern.gpu.contraction import contraction_of
 from einkern.gpu.decision import choose
 from einkern.gpu.device import H100
@@ -151,3 +152,44 @@ def test_the_traffic_model_counts_distinct_panels():
     # one wave of 132 blocks, M fastest: all 64 A panels and 3 B panels
     assert grid.traffic(1, 132) == pytest.approx((64 * 2 + 3 * 4) * 2048 / 132, rel=0.1)
     assert grid.traffic(16, 132) < 0.6 * grid.traffic(1, 132)
+
+
+@pytest.mark.parametrize("group", [1, 4, 8, 16])
+@pytest.mark.parametrize(("axis", "distance"), [("m", 3), ("m", 30), ("m", 17), ("n", 2), ("n", 9)])
+def test_the_launch_distance_of_sector_partners_follows_the_order(group, axis, distance):
+    """Where the first tile's partner ``distance`` tiles along M or N is launched,
+    found by walking the order (Panels.tile) and by Partners.launch_distance."""
+    grid = Panels(tiles_m=70, tiles_n=15, batches=1, a_bytes=1, b_bytes=1)
+    target = (0, distance, 0) if axis == "m" else (0, 0, distance)
+    walked = next(b for b in range(70 * 15) if grid.tile(b, group) == target)
+    assert Partners(axis, distance, 1.0).launch_distance(grid, group) == walked
+
+
+# the output's contiguous index m is the slowest of the M group (m, r, q, k):
+# a 128-row tile writes one element per sector, its partners 30 M tiles away
+SCATTERED = (
+    "program s\ndims nm, nr, nq, nw, nk, ns\n"
+    "tensor A[nm,nr,nq,nw,nk], B[nw,ns], C[nk,nr,nq,ns,nm]\n"
+    "C[k,r,q,s,m] = A[m,r,q,w,k] * B[w,s]\n"
+)
+
+
+def test_an_order_that_splits_sector_partners_is_not_chosen(monkeypatch):
+    """mrqwk,ws->krqsm (H100: 333 µs in the default order, 565 µs in groups of 4 M
+    tiles): the operand panels alone would have the blocks grouped; the partial
+    output sectors that grouping leaves unmerged keep the default order."""
+    extents = {"nm": 7, "nr": 8, "nq": 10, "nw": 477, "nk": 16, "ns": 951}
+    task = statement_task(problem_of(SCATTERED, **extents), 0)
+    tile = MmaConfig("m16n8k4_f64", 4, 2, 2, 4, 16, stages=3, copy="async")
+    partners = sector_partners(task, tile)
+    assert partners is not None and partners.axis == "m" and partners.distance == 30
+    arithmetic = orders.mma_bounds(task, tile, H100)[2]
+    group, why = orders.block_order(task, tile, H100, arithmetic)
+    assert group == 1 and "30 apart along M" in why
+    monkeypatch.setattr(orders, "output_merge", lambda *args: 0.0)
+    assert orders.block_order(task, tile, H100, arithmetic)[0] > 1
+
+
+def test_tiles_that_fill_their_sectors_have_no_partners():
+    task = _gemm_task(4096, "float64")
+    assert sector_partners(task, MmaConfig("m16n8k4_f64", 2, 4, 4, 4, 16)) is None

@@ -17,6 +17,14 @@ predicted to cost at least :data:`SHARE` of the arithmetic time — below that t
 hide behind the MMAs (measured: DGEMM 2048 and 4096, where grouping did not
 help), above it the order of least traffic wins (bf16 GEMM 8192: +6 %, DGEMM
 8192: +3.5 %; ``docs/tensor_cores.md``, "Block order").
+
+The output counts too (:func:`output_merge`).  Where a block's tile does not
+fill the 32-byte sectors of the output (its contiguous index runs across tiles
+of M or N), L2 merges the partial sectors of blocks that are resident together;
+an order that launches those blocks a wave or more apart writes every partial
+sector separately.  Measured (H100, twenty-ninth session): ``mrqwk,ws->krqsm``
+333 µs in the default order against 565 µs in groups of 4 M tiles, whose
+sector partners are 30 M tiles apart.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from .contraction import gemm_form
 from .device import DeviceLimits
 from .mma_config import MmaConfig
 from .mma_model import mma_bounds
+from .mma_staging import output_sector_efficiency
 
 #: The group sizes considered (1: the M tile fastest over all of M).
 GROUPS = (1, 4, 8, 16)
@@ -37,6 +46,12 @@ GROUPS = (1, 4, 8, 16)
 SHARE = 0.2
 #: Waves evaluated (the traffic of the rest is scaled from theirs).
 WAVES = 8
+#: Output sector efficiency from which a tile counts as filling its sectors.
+FILLED = 0.9
+#: DRAM bytes a partial sector costs per byte of it that L2 did not merge: the
+#: sector written and fetched again for the next write (the measured cost of the
+#: ``mrqwk,ws->krqsm`` and ``vmipqg,qpe->giemv`` cases is higher, 2.8-3.4).
+PARTIAL_COST = 2.0
 
 
 @dataclass(frozen=True)
@@ -78,6 +93,55 @@ class Panels:
         return total * waves / evaluated
 
 
+@dataclass(frozen=True)
+class Partners:
+    """Where the output's sector partners of a tile lie: ``axis`` ``"m"`` or
+    ``"n"``, ``distance`` tiles along it at most; ``extra`` the DRAM bytes of
+    the partial sectors when they are not merged."""
+
+    axis: str
+    distance: int
+    extra: float
+
+    def launch_distance(self, grid: Panels, group: int) -> int:
+        """Blocks launched between the first tile and its farthest partner in the
+        order of ``group`` (the arithmetic of :meth:`Panels.tile`)."""
+        size = min(group, grid.tiles_m)
+        if size <= 1 or grid.tiles_n == 1:
+            return self.distance if self.axis == "m" else self.distance * grid.tiles_m
+        if self.axis == "n":
+            return self.distance * size
+        groups, within = divmod(self.distance, size)
+        return groups * size * grid.tiles_n + within
+
+
+def sector_partners(task: Task, config: MmaConfig) -> Partners | None:
+    """The output sectors ``config``'s tiles share with other tiles (None where a
+    tile fills its sectors or they are shared across batches only)."""
+    c, _ = gemm_form(task)
+    bm, bn = config.block_tile()
+    itemsize = task.problem.program.tensor(c.output.tensor).itemsize
+    efficiency = output_sector_efficiency(c, bm, bn, itemsize)
+    index = c.output.contiguous()
+    if efficiency >= FILLED or index is None or index in c.batch:
+        return None
+    axis, group, tile = ("m", c.m, bm) if index in c.m else ("n", c.n, bn)
+    inner = math.prod(c.extent(i) for i in group[group.index(index) + 1 :])
+    per_sector = min(32 // itemsize, c.extent(index))
+    distance = math.ceil((per_sector - 1) * inner / tile)
+    output_bytes = task.problem.numel(c.output.tensor) * itemsize
+    extra = output_bytes * (1 / efficiency - 1) * PARTIAL_COST
+    return Partners(axis, distance, extra)
+
+
+def output_merge(partners: Partners | None, grid: Panels, group: int, wave: int) -> float:
+    """DRAM bytes of the output's partial sectors that the order of ``group`` keeps
+    L2 from merging (0 where the partners are launched within ``wave`` blocks)."""
+    if partners is None or partners.launch_distance(grid, group) < wave:
+        return 0.0
+    return partners.extra
+
+
 def panels(task: Task, config: MmaConfig) -> Panels:
     """The panel grid of ``config``'s kernel for ``task`` (a GEMM-form statement)."""
     c, _ = gemm_form(task)
@@ -101,7 +165,12 @@ def block_order(
     """(``group_m``, reason) for ``config``'s kernel of ``task``, whose arithmetic
     is predicted to take ``arithmetic`` seconds (see the module docstring)."""
     grid = panels(task, config)
-    seconds = {g: grid.traffic(g, limits.sm_count) / limits.dram_bandwidth for g in GROUPS}
+    partners = sector_partners(task, config)
+    wave = limits.sm_count
+    seconds = {
+        g: (grid.traffic(g, wave) + output_merge(partners, grid, g, wave)) / limits.dram_bandwidth
+        for g in GROUPS
+    }
     default = seconds[1]
     if default < SHARE * arithmetic:
         return 1, (
@@ -110,16 +179,23 @@ def block_order(
             "the default order"
         )
     best = min(GROUPS, key=lambda g: (seconds[g], g))
+    split = ""
+    if partners is not None:
+        split = (
+            f"; output sectors shared with tiles {partners.distance} apart along "
+            f"{partners.axis.upper()}, merged in L2 only by orders that launch them "
+            f"within a wave"
+        )
     if best == 1:
         return (
             1,
-            "no group of M tiles reads fewer panels than the default order "
-            f"({default * 1e6:.3g} µs)",
+            "no group of M tiles reads fewer panels and output sectors than the default "
+            f"order ({default * 1e6:.3g} µs){split}",
         )
     return best, (
-        f"operand panels re-read from DRAM in {default * 1e6:.3g} µs with the M tile fastest "
-        f"({default / arithmetic:.2f} of the arithmetic), {seconds[best] * 1e6:.3g} µs with "
-        f"blocks in groups of {best} M tiles"
+        f"operand panels and output sectors from DRAM in {default * 1e6:.3g} µs with the M "
+        f"tile fastest ({default / arithmetic:.2f} of the arithmetic), "
+        f"{seconds[best] * 1e6:.3g} µs with blocks in groups of {best} M tiles{split}"
     )
 
 

@@ -93,11 +93,13 @@ TF32_TMA_GAIN = 1.2
 SPLIT_WARPGROUP_EFFICIENCY = {(128, 128): 1.0, (64, 128): 0.59}
 MEASURED_SMS = 132
 TILE_OVERHEAD = 16.0
+#: Share of the DRAM bandwidth the epilogue's stores reach, through registers
+#: or through shared memory (``MmaConfig.epilogue``): the shared-memory epilogue
+#: was estimated at 0.9 until measured, and ran no faster (H100, twenty-ninth
+#: session: 165 pairs of fp64 tiles that differ in the epilogue alone, 54 drawn
+#: contractions of seeds 43 and 2, direct over shared 0.997 on geometric mean,
+#: 0.63-1.46 per pair).
 STORE_EFFICIENCY = 0.4
-#: The same through the shared-memory epilogue (``MmaConfig.epilogue``), whose
-#: stores are whole rows along the output's contiguous index: an estimate, not
-#: measured yet (a copy kernel's stores reach about 0.9 of the bandwidth).
-SHARED_STORE_EFFICIENCY = 0.9
 #: The SIMT model's predicted over measured time, per tensor-core input type (the
 #: SIMT kernels it is compared with: fp64 for f64, fp32 for tf32).
 SIMT_MODEL_SCALE = {"f64": 0.76, "tf32": 1.09, "bf16": 1.09, "f16": 1.09}  # 16-bit: fp32 SIMT
@@ -116,8 +118,9 @@ WARPGROUP_BASE = MmaConfig("wgmma_k16_bf16", 4, 1, 1, 16, 64, stages=4, copy="as
 
 def fitted_efficiency(config: MmaConfig) -> float:
     """The fitted rate of ``config``'s tile (:data:`F64_TILE_EFFICIENCY`, whatever
-    its block order), 0 for a tile without one."""
-    return F64_TILE_EFFICIENCY.get(replace(config, group_m=1), 0.0)
+    its block order and epilogue: see :data:`STORE_EFFICIENCY`), 0 for a tile
+    without one."""
+    return F64_TILE_EFFICIENCY.get(replace(config, group_m=1, epilogue="direct"), 0.0)
 
 
 def mma_bounds(task: Task, config: MmaConfig, limits: DeviceLimits) -> tuple[float, float, float]:
@@ -164,8 +167,7 @@ def mma_bounds(task: Task, config: MmaConfig, limits: DeviceLimits) -> tuple[flo
         problem.numel(t) * problem.program.tensor(t).itemsize
         for t in {o.tensor for p in pointwise for o in p.factors}
     )
-    stores = SHARED_STORE_EFFICIENCY if config.epilogue == "shared" else STORE_EFFICIENCY
-    dram = (reads + c_bytes / stores) / limits.dram_bandwidth
+    dram = (reads + c_bytes / STORE_EFFICIENCY) / limits.dram_bandwidth
     l2 = (a_bytes * tiles_n + b_bytes * tiles_m) / (L2_OVER_DRAM * limits.dram_bandwidth)
     return dram, l2, arithmetic
 

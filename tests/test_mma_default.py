@@ -335,17 +335,20 @@ def test_one_block_per_sm_kernels_issue_their_copies_after_a_quarter_of_the_mmas
         assert before == (tile.tiles_m * tile.tiles_n if late else 0), tile
 
 
-def test_an_output_tile_that_fills_no_sector_costs_four_times_its_bytes():
-    """sd_t_d2 statements whose M group's fastest index (from t2) is the output's
-    slowest: every element of a block's output tile lands in a sector of its own
-    (efficiency 0.25; H100: 4.9 ms for the best tile against 1.5 predicted, and
-    SIMT 1.5 ms); when the output's contiguous index is the N group's fastest, the
-    tile fills its sectors.  The tensor-core model charges the difference, and the
-    decision leaves the scattered statement on the SIMT units."""
-    from einkern.gpu.contraction import gemm_form
+def test_an_output_tile_that_fills_no_sector_costs_four_times_its_bytes(monkeypatch):
+    """sd_t_d2 statements in the GEMM form of the operands' strides, whose M
+    group's fastest index (from t2) is the output's slowest: every element of a
+    block's output tile lands in a sector of its own (efficiency 0.25; H100: 4.9
+    ms for the best tile against 1.5 predicted, and SIMT 1.5 ms); when the
+    output's contiguous index is the N group's fastest, the tile fills its
+    sectors.  The tensor-core model charges the difference, and the decision
+    leaves the scattered statement on the SIMT units."""
+    from einkern.gpu import contraction
+    from einkern.gpu.contraction import gemm_form, output_sector_efficiency
+
+    monkeypatch.setattr(contraction, "group_order", lambda group, *args: group)
     from einkern.gpu.device import H100
     from einkern.gpu.mma_model import mma_bounds
-    from einkern.gpu.mma_staging import output_sector_efficiency
 
     sizes = dict.fromkeys(["a", "b", "c", "d", "e", "f", "g"], 24)
     # row-major: M = (a, b, d) and N = (c, e, f), d and f their fastest indices
@@ -362,3 +365,28 @@ def test_an_output_tile_that_fills_no_sector_costs_four_times_its_bytes():
     (d2_2,) = [k for k in load_kernels() if k.name == "sd_t_d2_2"]
     task = statement_task(einkern.make_problem(einkern.load(kernel_program(d2_2, 24)), {}), 0)
     assert choose(task).config.mma is None  # a tensor-core tile without the term
+
+
+def test_the_gemm_form_moves_the_outputs_contiguous_index_into_the_tile():
+    """sd_t_d2_2 at T = 24: t3's contiguous index h2 is the slowest of the M group
+    by t2's strides (t2's own contiguous index is the summed p7), so the GEMM form
+    makes h2 the M group's fastest and every fp64 tile fills its output sectors
+    (0.25 in the operands' order)."""
+    from einkern.bench.suites.ccsdt import kernel_program, load_kernels
+    from einkern.gpu import contraction
+    from einkern.gpu.contraction import gemm_form, output_sector_efficiency
+
+    (d2_2,) = [k for k in load_kernels() if k.name == "sd_t_d2_2"]
+    task = statement_task(einkern.make_problem(einkern.load(kernel_program(d2_2, 24)), {}), 0)
+    c, _ = gemm_form(task)
+    assert c.output.contiguous() == "h2" == c.m[-1]
+    for tile in F64_TILES[:4]:
+        assert output_sector_efficiency(c, *tile.block_tile(), 8) == 1.0
+    before = contraction.group_order
+    try:
+        contraction.group_order = lambda group, *args: group
+        old, _ = gemm_form(task)
+    finally:
+        contraction.group_order = before
+    assert output_sector_efficiency(old, *F64_TILES[0].block_tile(), 8) == 0.25
+    assert (old.m, old.n) != (c.m, c.n)

@@ -48,6 +48,12 @@ PROGRAMS = {
         "layout column\ntensor A[m,k], B[k,n], C[m,n]\nC[i,j] = A[i,k] * B[k,j]",
         dict(m=48, n=40, k=36),
     ),
+    # the output's contiguous index p is the slowest of the N group by B's strides
+    "output-contiguous-moved": (
+        "tensor A[l,x,v], B[p,v,w,n,x,a], C[n,l,w,a,v,p]\n"
+        "C[n,l,w,a,v,p] = A[l,x,v] * B[p,v,w,n,x,a]",
+        dict(l=9, x=3, v=3, p=5, w=4, n=4, a=4),
+    ),
     "six-index-out": (
         "tensor A[a,b,c,k], B[k,d,e,f], C[f,a,d,b,e,c]\nC[u,p,s,q,t,r] = A[p,q,r,x] * B[x,s,t,u]",
         dict(a=3, b=4, c=2, d=3, e=2, f=5, k=6),
@@ -186,6 +192,22 @@ def test_groups_and_orders():
     assert (c.batch, set(c.m), set(c.n), set(c.k)) == ((), {"p", "q"}, {"r", "s"}, {"x", "y"})
     assert c.m[-1] == "q" and c.k[-1] == "y"  # A[p,x,q,y]: y has stride 1, then q
     assert c.flops == 2 * 6 * 5 * 7 * 3 * 4 * 3
+
+
+def test_the_outputs_contiguous_index_moves_next_to_the_operands_run():
+    """lxv,pvwnxa->nlwavp: by B's strides N is (p, w, n, a), whose slowest index
+    p is C's contiguous one (a 64-wide tile stores one element per sector); the
+    GEMM form moves p next to B's run (a) and the tile fills more sectors."""
+    from dataclasses import replace
+
+    from einkern.gpu.contraction import group_order, output_sector_efficiency
+
+    c = contraction_of(statement_task(_problem("output-contiguous-moved"), 0))
+    assert c.n == ("w", "n", "p", "a") and c.m == ("l",)
+    assert group_order(("p", "w", "n", "a"), c.b, c.output, dict(c.extents), 8) == c.n
+    moved = output_sector_efficiency(c, 9, 64, 8)
+    kept = output_sector_efficiency(replace(c, n=("p", "w", "n", "a")), 9, 64, 8)
+    assert kept == 0.25 and moved >= 1.25 * kept
 
 
 @pytest.mark.parametrize(

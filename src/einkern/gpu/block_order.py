@@ -33,11 +33,10 @@ import math
 from dataclasses import dataclass, replace
 
 from ..ir.task import Task
-from .contraction import gemm_form
+from .contraction import gemm_form, output_sector_efficiency
 from .device import DeviceLimits
 from .mma_config import MmaConfig
 from .mma_model import mma_bounds
-from .mma_staging import output_sector_efficiency
 
 #: The group sizes considered (1: the M tile fastest over all of M).
 GROUPS = (1, 4, 8, 16)

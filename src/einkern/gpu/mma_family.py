@@ -104,7 +104,7 @@ def family_of(task: Task) -> Family:
     for number, term in enumerate(terms):
         parts = split_term(*term)
         try:
-            contraction = term_contraction(task, *parts)
+            contraction = term_contraction(task, *parts, output_order=False)
         except NotAContraction:
             point = pointwise_term(task, *parts)
             if point is None:

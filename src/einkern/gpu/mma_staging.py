@@ -31,11 +31,8 @@ registers into ``ldmatrix`` calls.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import numpy as np
 
 from . import exprs as E
 from . import kir
@@ -342,28 +339,3 @@ def copy_position(
         return r, (E.mul(col, E.const(width)) if width > 1 else col)
     r, col = E.mod(e, rows // width), E.div(e, rows // width)
     return (E.mul(r, E.const(width)) if width > 1 else r), col
-
-
-@functools.lru_cache(maxsize=1024)
-def output_sector_efficiency(c: Contraction, bm: int, bn: int, itemsize: int) -> float:
-    """Share of the 32-byte sectors of the output that a block's ``bm`` × ``bn``
-    tile (at the origin, one batch coordinate) touches which it uses.  L2 merges
-    the partial sectors of one block's stores, so what counts is whether the tile
-    covers whole sectors along some index: 1 where the M or N group's fastest
-    index runs along the output's contiguous one for 4 elements or more (8-byte
-    types), 0.25 where every element lands in a sector of its own (the ``sd_t_d2``
-    statements at T = 24, whose M group's fastest index is the output's slowest:
-    4.9 ms against 1.5 predicted, H100)."""
-    parts = []
-    for group, size in ((c.m, bm), (c.n, bn)):
-        flat = np.arange(min(size, c.size(group)))
-        offset = np.zeros_like(flat)
-        inner = 1
-        for index in reversed(group):
-            coordinate = flat // inner if index == group[0] else (flat // inner) % c.extent(index)
-            offset += coordinate * c.output.stride(index)
-            inner *= c.extent(index)
-        parts.append(offset)
-    offsets = parts[0][:, None] + parts[1][None, :]
-    sectors = np.unique(offsets * itemsize // 32).size
-    return float(offsets.size * itemsize / (32 * sectors))

@@ -48,8 +48,10 @@ WAVES = 8
 #: Output sector efficiency from which a tile counts as filling its sectors.
 FILLED = 0.9
 #: DRAM bytes a partial sector costs per byte of it that L2 did not merge: the
-#: sector written and fetched again for the next write (the measured cost of the
-#: ``mrqwk,ws->krqsm`` and ``vmipqg,qpe->giemv`` cases is higher, 2.8-3.4).
+#: sector written and fetched again for the next write.  Measured higher in the
+#: ``mrqwk,ws->krqsm`` and ``vmipqg,qpe->giemv`` cases: the time the grouped
+#: order lost is 3.3-3.5 times the partial sectors' extra bytes at the copy
+#: bandwidth.
 PARTIAL_COST = 2.0
 
 

@@ -15,7 +15,7 @@ from einkern.backends.verify import verify
 from einkern.gpu import block_order as orders
 from einkern.gpu import contraction, kir
 from einkern.gpu.block_order import Panels, Partners, sector_partners, with_block_orders
-from einkern.gpu.contraction import contraction_of
+from einkern.gpu.contraction import contraction_of, gemm_form
 from einkern.gpu.decision import choose
 from einkern.gpu.device import H100
 from einkern.gpu.mma_builder import TileBuilder
@@ -184,7 +184,7 @@ def test_an_order_that_splits_sector_partners_is_not_chosen(monkeypatch):
     extents = {"nm": 7, "nr": 8, "nq": 10, "nw": 477, "nk": 16, "ns": 951}
     task = statement_task(problem_of(SCATTERED, **extents), 0)
     tile = MmaConfig("m16n8k4_f64", 4, 2, 2, 4, 16, stages=3, copy="async")
-    partners = sector_partners(task, tile)
+    partners = sector_partners(task, gemm_form(task)[0], tile)
     assert partners is not None and partners.axis == "m" and partners.distance == 30
     arithmetic = orders.mma_bounds(task, tile, H100)[2]
     group, why = orders.block_order(task, tile, H100, arithmetic)
@@ -195,4 +195,5 @@ def test_an_order_that_splits_sector_partners_is_not_chosen(monkeypatch):
 
 def test_tiles_that_fill_their_sectors_have_no_partners():
     task = _gemm_task(4096, "float64")
-    assert sector_partners(task, MmaConfig("m16n8k4_f64", 2, 4, 4, 4, 16)) is None
+    tile = MmaConfig("m16n8k4_f64", 2, 4, 4, 4, 16)
+    assert sector_partners(task, gemm_form(task)[0], tile) is None

@@ -367,7 +367,7 @@ def test_an_output_tile_that_fills_no_sector_costs_four_times_its_bytes(monkeypa
     assert choose(task).config.mma is None  # a tensor-core tile without the term
 
 
-def test_the_gemm_form_moves_the_outputs_contiguous_index_into_the_tile():
+def test_the_gemm_form_moves_the_outputs_contiguous_index_into_the_tile(monkeypatch):
     """sd_t_d2_2 at T = 24: t3's contiguous index h2 is the slowest of the M group
     by t2's strides (t2's own contiguous index is the summed p7), so the GEMM form
     makes h2 the M group's fastest and every fp64 tile fills its output sectors
@@ -382,11 +382,7 @@ def test_the_gemm_form_moves_the_outputs_contiguous_index_into_the_tile():
     assert c.output.contiguous() == "h2" == c.m[-1]
     for tile in F64_TILES[:4]:
         assert output_sector_efficiency(c, *tile.block_tile(), 8) == 1.0
-    before = contraction.group_order
-    try:
-        contraction.group_order = lambda group, *args: group
-        old, _ = gemm_form(task)
-    finally:
-        contraction.group_order = before
+    monkeypatch.setattr(contraction, "group_order", lambda group, *args: group)
+    old, _ = gemm_form(task)
     assert output_sector_efficiency(old, *F64_TILES[0].block_tile(), 8) == 0.25
     assert (old.m, old.n) != (c.m, c.n)

@@ -33,7 +33,7 @@ import math
 from dataclasses import dataclass, replace
 
 from ..ir.task import Task
-from .contraction import gemm_form, output_sector_efficiency
+from .contraction import Contraction, gemm_form, output_sector_efficiency
 from .device import DeviceLimits
 from .mma_config import MmaConfig
 from .mma_model import mma_bounds
@@ -116,10 +116,10 @@ class Partners:
         return groups * size * grid.tiles_n + within
 
 
-def sector_partners(task: Task, config: MmaConfig) -> Partners | None:
-    """The output sectors ``config``'s tiles share with other tiles (None where a
-    tile fills its sectors or they are shared across batches only)."""
-    c, _ = gemm_form(task)
+def sector_partners(task: Task, c: Contraction, config: MmaConfig) -> Partners | None:
+    """The output sectors ``config``'s tiles share with other tiles in ``task``'s
+    GEMM form ``c`` (None where a tile fills its sectors or they are shared
+    across batches only)."""
     bm, bn = config.block_tile()
     itemsize = task.problem.program.tensor(c.output.tensor).itemsize
     efficiency = output_sector_efficiency(c, bm, bn, itemsize)
@@ -143,9 +143,8 @@ def output_merge(partners: Partners | None, grid: Panels, group: int, wave: int)
     return partners.extra
 
 
-def panels(task: Task, config: MmaConfig) -> Panels:
-    """The panel grid of ``config``'s kernel for ``task`` (a GEMM-form statement)."""
-    c, _ = gemm_form(task)
+def panels(task: Task, c: Contraction, config: MmaConfig) -> Panels:
+    """The panel grid of ``config``'s kernel for ``task`` (GEMM form ``c``)."""
     bm, bn = config.block_tile()
     k = c.size(c.k)
     problem = task.problem
@@ -165,8 +164,9 @@ def block_order(
 ) -> tuple[int, str]:
     """(``group_m``, reason) for ``config``'s kernel of ``task``, whose arithmetic
     is predicted to take ``arithmetic`` seconds (see the module docstring)."""
-    grid = panels(task, config)
-    partners = sector_partners(task, config)
+    c, _ = gemm_form(task)
+    grid = panels(task, c, config)
+    partners = sector_partners(task, c, config)
     wave = limits.sm_count
     seconds = {
         g: (grid.traffic(g, wave) + output_merge(partners, grid, g, wave)) / limits.dram_bandwidth

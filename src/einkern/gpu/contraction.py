@@ -291,8 +291,6 @@ def term_contraction(
     def ordered(group, by: Operand) -> tuple[str, ...]:
         return tuple(sorted(group, key=lambda i: -by.stride(i)))
 
-    sizes = dict(extents)
-    itemsize = problem.program.tensor(out.tensor).itemsize
     k_by = a if a.contiguous() in summed else b if b.contiguous() in summed else a
     m, n = ordered((ia & ic) - ib, a), ordered((ib & ic) - ia, b)
     found = Contraction(
@@ -309,12 +307,15 @@ def term_contraction(
         n=n,
         k=ordered(set(summed), k_by),
     )
-    return _output_ordered(found, sizes, itemsize) if output_order else found
+    if not output_order:
+        return found
+    return _output_ordered(found, problem.program.tensor(out.tensor).itemsize)
 
 
-def _output_ordered(c: Contraction, sizes: dict[str, int], itemsize: int) -> Contraction:
+def _output_ordered(c: Contraction, itemsize: int) -> Contraction:
     """``c`` with :func:`group_order` applied to M and N where that raises the
     output sector efficiency of a ``SECTOR_TILE`` tile by ``SECTOR_GAIN``."""
+    sizes = dict(c.extents)
     moved = replace(
         c,
         m=group_order(c.m, c.a, c.output, sizes, itemsize),

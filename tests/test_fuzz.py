@@ -27,9 +27,12 @@ from einkern.lang.limits import MAX_EXPRESSION_DEPTH, MAX_IR_DEPTH, MAX_NESTING
 from einkern.reference import evaluate
 
 ROOT = Path(__file__).resolve().parent.parent
-#: Seconds the longest any one input may take (a hang guard): check, emit cpu and
-#: emit cuda of the largest example (ccsdt_triples.ein: 27 statements, 378 candidate
-#: groups priced by the CUDA model) take 9-10 s on a 2-core machine.
+#: Processor seconds the longest any one input may take (a hang guard, not a
+#: benchmark): check, emit cpu and emit cuda of the largest example
+#: (ccsdt_triples.ein: 27 statements, 378 candidate groups priced by the CUDA model)
+#: take 9-10 s on a 2-core machine. Processor time of this process, not wall time:
+#: the test command runs one worker per core, and a worker that waits for a core
+#: has not hung.
 SLOW = 15.0
 
 
@@ -310,11 +313,11 @@ def test_check_of_800_statements_and_802_extents_completes(tmp_path, capsys):
 
     path = tmp_path / "long.ein"
     path.write_text(_chain(800))
-    start = time.perf_counter()
+    start = time.process_time()
     assert main(["check", str(path)]) == 0
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     out = capsys.readouterr().out
-    assert elapsed < 60, f"{elapsed:.1f} s (a hang guard, not a benchmark)"
+    assert elapsed < 60, f"{elapsed:.1f} processor s (a hang guard, not a benchmark)"
     assert "dependences: 799 (799 flow; --dependences lists them)" in out
     assert "dependence flow" not in out
 

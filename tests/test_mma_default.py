@@ -345,10 +345,10 @@ def test_an_output_tile_that_fills_no_sector_costs_four_times_its_bytes(monkeypa
     leaves the scattered statement on the SIMT units."""
     from einkern.gpu import contraction
     from einkern.gpu.contraction import gemm_form, output_sector_efficiency
-
-    monkeypatch.setattr(contraction, "group_order", lambda group, *args: group)
     from einkern.gpu.device import H100
     from einkern.gpu.mma_model import mma_bounds
+
+    monkeypatch.setattr(contraction, "group_order", lambda group, *args: group)
 
     sizes = dict.fromkeys(["a", "b", "c", "d", "e", "f", "g"], 24)
     # row-major: M = (a, b, d) and N = (c, e, f), d and f their fastest indices

@@ -200,14 +200,28 @@ def block_order(
     )
 
 
+def batch_contiguous(c: Contraction) -> bool:
+    """Whether a tensor of GEMM form ``c`` has a batch index as its contiguous index
+    (its sectors hold elements of several batches)."""
+    return any(o.contiguous() in c.batch for o in (c.a, c.b, c.output) if c.batch)
+
+
 def with_block_orders(task: Task, tiles: list[MmaConfig], limits: DeviceLimits) -> list[MmaConfig]:
     """``tiles`` for the tuning space, each followed by its variant in the order
-    :func:`block_order` chooses where that is not the default."""
+    :func:`block_order` chooses where that is not the default, and by its variant
+    with the batch fastest across blocks (``batch_inner``) where a tensor's
+    contiguous index is a batch index: measured, not modelled (docs/tensor_cores.md
+    "Batch indices in a contiguous index")."""
     found: list[MmaConfig] = []
+    inner: bool | None = None  # a product family's tiles have no GEMM form
     for tile in tiles:
         found.append(tile)
         if not tile.box:
             group, _ = block_order(task, tile, limits, mma_bounds(task, tile, limits)[2])
             if group > 1:
                 found.append(replace(tile, group_m=group))
+            if inner is None:
+                inner = batch_contiguous(gemm_form(task)[0])
+            if inner:
+                found.append(replace(tile, batch_inner=True))
     return found

@@ -218,8 +218,10 @@ class Mapping:
             data.pop("accumulate")
         if self.mma is None:
             data.pop("mma")
-        elif self.mma.group_m == 1:  # absent when neutral: the form before the field
-            data["mma"].pop("group_m")
+        else:  # absent when neutral: the form before the fields
+            for name, neutral in (("group_m", 1), ("batch_inner", False)):
+                if data["mma"].get(name) == neutral:
+                    data["mma"].pop(name)
         if not self.pair:
             data.pop("pair")
         return json.dumps(data, indent=indent)

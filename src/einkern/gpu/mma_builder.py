@@ -125,10 +125,19 @@ class TileBuilder:
         lane = E.mod(self.tid(), 32)
         return E.div(lane, 4), E.mod(lane, 4)
 
-    def block_tile_coordinates(self, block: kir.Expr) -> tuple[kir.Expr, kir.Expr]:
-        """The M and N tile of ``block`` in its batch: M fastest, in groups of
-        ``group_m`` M tiles (the last group may be shorter) swept across N."""
-        within = E.mod(block, self.tiles_m * self.tiles_n) if self.batches > 1 else block
+    def block_split(self, block: kir.Expr) -> tuple[kir.Expr, kir.Expr]:
+        """(the block's number within its batch, its batch): the batch slowest, or
+        fastest with ``batch_inner``."""
+        if self.batches == 1:
+            return block, E.const(0)
+        if self.config.batch_inner:
+            return E.div(block, self.batches), E.mod(block, self.batches)
+        tiles = self.tiles_m * self.tiles_n
+        return E.mod(block, tiles), E.div(block, tiles)
+
+    def block_tile_coordinates(self, within: kir.Expr) -> tuple[kir.Expr, kir.Expr]:
+        """The M and N tile of block number ``within`` of its batch: M fastest, in
+        groups of ``group_m`` M tiles (the last group may be shorter) swept across N."""
         group = min(self.config.group_m, self.tiles_m)
         if group <= 1 or self.tiles_n == 1:
             return E.mod(within, self.tiles_m), E.mod(E.div(within, self.tiles_m), self.tiles_n)
@@ -144,13 +153,12 @@ class TileBuilder:
     def prologue(self) -> list[kir.Stmt]:
         """Block coordinates (:meth:`block_tile_coordinates`, then batch) and the
         batch's base offsets into every tensor."""
-        block = kir.BlockIdx()
-        tile_m, tile_n = self.block_tile_coordinates(block)
+        within, flat = self.block_split(kir.BlockIdx())
+        tile_m, tile_n = self.block_tile_coordinates(within)
         body: list[kir.Stmt] = [
             kir.Assign("row0", E.mul(tile_m, E.const(self.bm))),
             kir.Assign("col0", E.mul(tile_n, E.const(self.bn))),
         ]
-        flat = E.div(block, self.tiles_m * self.tiles_n)
         coords = self.c.coordinates(self.c.batch, flat) if self.c.batch else {}
         for name, operand in (
             ("base_a", self.c.a),

@@ -48,6 +48,11 @@ class MmaConfig:
     #: next N tile, so the blocks resident at once share A and B panels in L2
     #: (1: M tile fastest over the whole of M, the order before this field)
     group_m: int = 1
+    #: block order across batches: consecutive blocks walk the batch first (the
+    #: same M and N tile of neighbouring batches resident together), so that an
+    #: operand or output whose contiguous index is a batch index has its 32-byte
+    #: sectors used by blocks that run at the same time (False: the batch slowest)
+    batch_inner: bool = False
 
     def block_tile(self) -> tuple[int, int]:
         shape = SHAPES[self.shape]
@@ -80,6 +85,7 @@ class MmaConfig:
             + (", 3xTF32" if self.split else "")
             + (", shared-memory epilogue" if self.epilogue == "shared" else "")
             + (f", blocks in groups of {self.group_m} M tiles" if self.group_m > 1 else "")
+            + (", batch fastest across blocks" if self.batch_inner else "")
         )
 
     def describe_family(self) -> str:
@@ -101,6 +107,8 @@ class MmaConfig:
             del data["box"]
         if self.group_m == 1:
             del data["group_m"]
+        if not self.batch_inner:
+            del data["batch_inner"]
         return data
 
     @classmethod
@@ -130,7 +138,13 @@ class MmaConfig:
             if f.name == "box":
                 continue
             value = getattr(config, f.name)
-            wanted = {"shape": str, "copy": str, "epilogue": str, "split": bool}.get(f.name, int)
+            wanted = {
+                "shape": str,
+                "copy": str,
+                "epilogue": str,
+                "split": bool,
+                "batch_inner": bool,
+            }.get(f.name, int)
             if not isinstance(value, wanted) or (wanted is int and isinstance(value, bool)):
                 raise TypeError(f"mma {f.name} {value!r} ({wanted.__name__})")
         if config.group_m < 1:

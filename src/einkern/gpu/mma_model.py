@@ -120,7 +120,8 @@ def fitted_efficiency(config: MmaConfig) -> float:
     """The fitted rate of ``config``'s tile (:data:`F64_TILE_EFFICIENCY`, whatever
     its block order and epilogue: see :data:`STORE_EFFICIENCY`), 0 for a tile
     without one."""
-    return F64_TILE_EFFICIENCY.get(replace(config, group_m=1, epilogue="direct"), 0.0)
+    neutral = replace(config, group_m=1, batch_inner=False, epilogue="direct")
+    return F64_TILE_EFFICIENCY.get(neutral, 0.0)
 
 
 def mma_bounds(task: Task, config: MmaConfig, limits: DeviceLimits) -> tuple[float, float, float]:
@@ -196,6 +197,49 @@ def mma_terms(task: Task, config: MmaConfig, limits: DeviceLimits) -> Terms:
     dram, l2, arithmetic = (t * scale for t in mma_bounds(task, config, limits))
     lsu = copy_seconds(task, config, limits) * scale if fitted_efficiency(config) else 0.0
     return Terms(dram, l2, lsu, arithmetic, 0.0)
+
+
+#: What a tensor whose contiguous index is a batch index costs the direct
+#: tensor-core kernel, per byte of the 32-byte sectors it fills (its bytes times
+#: ``min(batch extent, 32 / itemsize)``; an output's twice: partial sectors
+#: written and fetched again), over the copy bandwidth, on the SIMT model's scale.
+#: A block tile never spans the batch, so each sector holds elements of several
+#: batches, used by blocks launched a batch of tiles apart.  Fitted on 23
+#: compute-bound fp64 contractions of seeds 2, 41 and 43 with such a tensor (H100,
+#: thirty-first session): their direct kernels ran 1.2-4.4x their prediction, the
+#: same contractions by TTGT (whose GEMM has the batch outermost) 1.03-1.47x.  The
+#: rewrite plan adds it to the direct kernel's time, so it takes TTGT for 10
+#: contractions of those seeds (same-run A/B: 1.42x faster on geometric mean, one
+#: of them 0.52x).  The decision among tiles and families does not use it: added
+#: there too, it moved 11 tiles and families to points that ran 0.2-0.5x as fast
+#: (and 7 others 1.4-3x faster; the model of those small batched products is poor
+#: either way).  docs/tensor_cores.md "Batch indices in a contiguous index".
+BATCH_SECTOR_COST = 2.0
+
+
+def batch_sector_seconds(task: Task, config: MmaConfig, limits: DeviceLimits) -> float:
+    """Seconds the direct kernel of ``config`` loses to the sectors of tensors whose
+    contiguous index is a batch index (:data:`BATCH_SECTOR_COST`), on the SIMT
+    model's scale; 0 without one, and where the blocks of neighbouring batches are
+    launched one after the other (one tile per batch, or ``batch_inner``)."""
+    c, _ = mma_form(task, config)
+    program = task.problem.program
+    bm, bn = config.block_tile()
+    tiles = math.ceil(c.size(c.m) / bm) * math.ceil(c.size(c.n) / bn)
+    total = 0.0
+    for operand in (c.a, c.b, c.output):
+        index = operand.contiguous()
+        if index is None or index not in c.batch:
+            continue
+        inner = math.prod(c.extent(i) for i in c.batch[c.batch.index(index) + 1 :])
+        if inner * (1 if config.batch_inner else tiles) <= 1:  # neighbours launched together
+            continue
+        itemsize = program.tensor(operand.tensor).itemsize
+        waste = min(c.size((index,)), max(1, 32 // itemsize))
+        passes = 2 if operand is c.output else 1
+        total += task.problem.numel(operand.tensor) * itemsize * waste * passes
+    scale = SIMT_MODEL_SCALE[SHAPES[config.shape].input_type]
+    return BATCH_SECTOR_COST * total / limits.dram_bandwidth * scale
 
 
 def copy_seconds(task: Task, config: MmaConfig, limits: DeviceLimits) -> float:

@@ -2,7 +2,9 @@
 (:mod:`einkern.ir.rewrite_plan`): each statement's kernel under its default
 mapping (the decision algorithm's), its time predicted by :mod:`.model` (a
 transpose's by :func:`.transpose.predicted_transpose_time`), plus
-:data:`KERNEL_SECONDS` per kernel."""
+:data:`KERNEL_SECONDS` per kernel, plus for a tensor-core kernel the sectors it
+shares across batches (:func:`.mma_model.batch_sector_seconds`: what TTGT's
+GEMM, with the batch outermost, does not pay)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from ..ir.task import statement_task
 from .decision import decide
 from .device import H100, DeviceLimits
 from .mapping import Mapping
-from .mma_model import mma_blocks
+from .mma_model import batch_sector_seconds, mma_blocks
 from .model import predicted_time
 from .transpose import STRATEGY as TRANSPOSE
 from .transpose import predicted_transpose_time
@@ -55,7 +57,26 @@ class CudaRewriteModel:
                 total += predicted_transpose_time(task, self.limits)
             else:
                 total += predicted_time(task, mapping, self.limits)
+            if mapping.mma is not None and not mapping.mma.box:
+                total += batch_sector_seconds(task, mapping.mma, self.limits)
         return total
+
+    def details(self, problem: Problem, position: int) -> str:
+        """The sectors a tensor-core kernel shares across batches, when it does."""
+        try:
+            mapping = self.mapping(problem, position)
+        except EinkernError:
+            return ""
+        if mapping.mma is None or mapping.mma.box:
+            return ""
+        task = statement_task(problem, position)
+        seconds = batch_sector_seconds(task, mapping.mma, self.limits)
+        if not seconds:
+            return ""
+        return (
+            f"{seconds * 1e6:.3g} us of it for sectors shared across batches: a batch index "
+            "is a tensor's contiguous index"
+        )
 
     def blocks(self, problem: Problem, position: int) -> int:
         """Blocks of the default kernel (a huge number when no mapping fits: the

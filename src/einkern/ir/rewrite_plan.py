@@ -78,6 +78,11 @@ class CostModel(Protocol):
         """Thread blocks of statement ``position``'s default kernel."""
         ...
 
+    def details(self, problem: Problem, position: int) -> str:
+        """What the predicted time of statement ``position`` includes beyond its
+        kernel's own model, in words for the plan's notes ("" when nothing)."""
+        ...
+
 
 @dataclass(frozen=True)
 class RewritePlan:
@@ -220,13 +225,15 @@ def _best(
             notes.append(f"{label}: direct: no candidate ({'; '.join(skipped)})")
         return None
     direct = model.time(alone, range(1))
+    details = model.details(alone, 0)
+    details = f" ({details})" if details else ""
     timed = [(model.time(c.problem, range(c.count)), c) for c in candidates]
     seconds, best = min(timed, key=lambda pair: pair[0])
     others = ", ".join(f"{c.name} {t * 1e6:.3g} us" for t, c in timed)
     if seconds < MARGIN * direct:
         notes.append(
             f"{label}: {best.name}: predicted {seconds * 1e6:.3g} us against "
-            f"{direct * 1e6:.3g} us direct ({others}): {best.reason}"
+            f"{direct * 1e6:.3g} us direct{details} ({others}): {best.reason}"
         )
         # the same rewrite of the whole program (its temporaries named apart there):
         # the candidate of that name and reason (split_k may offer two slice counts)
@@ -237,7 +244,7 @@ def _best(
         notes[-1] = f"{label}: direct: {best.name} applies to the statement alone only"
         return None
     notes.append(
-        f"{label}: direct: predicted {direct * 1e6:.3g} us, no rewrite "
+        f"{label}: direct: predicted {direct * 1e6:.3g} us{details}, no rewrite "
         f"{MARGIN:.0%} of that or less ({others})" + (f"; {'; '.join(skipped)}" if skipped else "")
     )
     return None

@@ -211,9 +211,10 @@ def mma_terms(task: Task, config: MmaConfig, limits: DeviceLimits) -> Terms:
 #: rewrite plan adds it to the direct kernel's time, so it takes TTGT for 10
 #: contractions of those seeds (same-run A/B: 1.42x faster on geometric mean, one
 #: of them 0.52x).  The decision among tiles and families does not use it: added
-#: there too, it moved 11 tiles and families to points that ran 0.2-0.5x as fast
-#: (and 7 others 1.4-3x faster; the model of those small batched products is poor
-#: either way).  docs/tensor_cores.md "Batch indices in a contiguous index".
+#: there too, it changed the tile or family of 15 contractions of seeds 2, 41, 43
+#: and 47, of which 7 ran 0.2-0.46x as fast and 7 1.4-3x faster (mostly small
+#: batched products, where the model is poor either way).  docs/tensor_cores.md
+#: "Batch indices in a contiguous index".
 BATCH_SECTOR_COST = 2.0
 
 

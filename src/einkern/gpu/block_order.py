@@ -203,7 +203,7 @@ def block_order(
 def batch_contiguous(c: Contraction) -> bool:
     """Whether a tensor of GEMM form ``c`` has a batch index as its contiguous index
     (its sectors hold elements of several batches)."""
-    return any(o.contiguous() in c.batch for o in (c.a, c.b, c.output) if c.batch)
+    return any(o.contiguous() in c.batch for o in (c.a, c.b, c.output))
 
 
 def with_block_orders(task: Task, tiles: list[MmaConfig], limits: DeviceLimits) -> list[MmaConfig]:

@@ -236,7 +236,7 @@ def batch_sector_seconds(task: Task, config: MmaConfig, limits: DeviceLimits) ->
         if inner * (1 if config.batch_inner else tiles) <= 1:  # neighbours launched together
             continue
         itemsize = program.tensor(operand.tensor).itemsize
-        waste = min(c.size((index,)), max(1, 32 // itemsize))
+        waste = min(c.extent(index), max(1, 32 // itemsize))
         passes = 2 if operand is c.output else 1
         total += task.problem.numel(operand.tensor) * itemsize * waste * passes
     scale = SIMT_MODEL_SCALE[SHAPES[config.shape].input_type]

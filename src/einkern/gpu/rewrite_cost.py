@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from ..errors import EinkernError
 from ..ir.nodes import Problem
-from ..ir.task import statement_task
+from ..ir.task import Task, statement_task
 from .decision import decide
 from .device import H100, DeviceLimits
 from .mapping import Mapping
@@ -57,9 +57,15 @@ class CudaRewriteModel:
                 total += predicted_transpose_time(task, self.limits)
             else:
                 total += predicted_time(task, mapping, self.limits)
-            if mapping.mma is not None and not mapping.mma.box:
-                total += batch_sector_seconds(task, mapping.mma, self.limits)
+            total += self._sectors(task, mapping)
         return total
+
+    def _sectors(self, task: Task, mapping: Mapping) -> float:
+        """:func:`.mma_model.batch_sector_seconds` of a tensor-core kernel (0 for
+        other kernels and product families)."""
+        if mapping.mma is None or mapping.mma.box:
+            return 0.0
+        return batch_sector_seconds(task, mapping.mma, self.limits)
 
     def details(self, problem: Problem, position: int) -> str:
         """The sectors a tensor-core kernel shares across batches, when it does."""
@@ -67,10 +73,7 @@ class CudaRewriteModel:
             mapping = self.mapping(problem, position)
         except EinkernError:
             return ""
-        if mapping.mma is None or mapping.mma.box:
-            return ""
-        task = statement_task(problem, position)
-        seconds = batch_sector_seconds(task, mapping.mma, self.limits)
+        seconds = self._sectors(statement_task(problem, position), mapping)
         if not seconds:
             return ""
         return (

@@ -65,7 +65,7 @@ def compile(  # noqa: A001 - the public name is the point
     ``kernel.tuning_sources`` says which was used.  ``rewrite``: let the plan
     step rewrite statements into several kernels with temporaries when the cost
     model says it pays (``True``), never (``False``), or only the rewrites named
-    (``"split_products"``, ``"split_k"``, ``"ttgt"``; docs/rewrites.md);
+    (``"split_products"``, ``"split_k"``, ``"ttgt"``, ``"relayout"``; docs/rewrites.md);
     ``kernel.rewrites.explain()`` says what was chosen and why.  Rewrites are off
     when ``mappings`` or ``tune`` are given (they name the program's own
     statements).  Compilation is cached on disk, so a second compile of the same

@@ -147,9 +147,9 @@ def _step(
     tuning_db: Any,
     precision: str = "fp32",
 ) -> Step:
-    # a pairwise step may be rewritten (split-K, TTGT) where the model says it pays;
+    # a pairwise step may be rewritten (split-K, TTGT, relayout) where the model says it pays;
     # a step over three or more operands is the one loop nest optimize=False asks for
-    rewrite = ("split_k", "ttgt") if len(operands) <= 2 else False
+    rewrite = ("split_k", "ttgt", "relayout") if len(operands) <= 2 else False
     kernel = compile_program(
         einsum_program(operands, output),
         backend=backend.name,

@@ -258,6 +258,26 @@ def copy_seconds(task: Task, config: MmaConfig, limits: DeviceLimits) -> float:
     return sectors / (COPY_SECTORS_PER_CYCLE * limits.clock_hz)
 
 
+#: How many times more the rewrite plan counts a tensor-core kernel's tile copies
+#: (the ``lsu`` term of :func:`mma_terms`) besides the model's own combination,
+#: where they overlap the MMAs but for a quarter.  Fitted on an H100 (thirty-second
+#: session; docs/rewrites.md "``relayout``"): 31 compute-bound fp64 contractions of
+#: seeds 2, 41 and 43, 23 of them with an operand gathered one element per sector,
+#: each run as it is, with either operand relaid (``relayout``) and by TTGT.  The
+#: model's log error over 249 such kernels fell from 0.209 to 0.192 with the copies
+#: counted once more (0.5: 0.195, 2: 0.196); on 53 contractions, the plan with it
+#: changed 18 (1.28x faster on geometric mean, two slower by TTGT: 0.52 and 0.77x),
+#: without it 7 (1.5x, none slower).  The decision among tiles does not use it.
+COPY_EXPOSURE = 1.0
+
+
+def exposed_copy_seconds(task: Task, config: MmaConfig, limits: DeviceLimits) -> float:
+    """Seconds the rewrite plan adds to the kernel of ``config`` for its tile copies
+    (:data:`COPY_EXPOSURE` times the ``lsu`` term of :func:`mma_terms`: 0 for a
+    tile without a fitted rate)."""
+    return COPY_EXPOSURE * mma_terms(task, config, limits).lsu
+
+
 #: The tile shapes the decision offers for fp64: cp.async pipelines of 8 and 4
 #: warps, with their MMAs' rate over ``KERNEL_RATE · ASYNC_GAIN`` (the 128×128
 #: 8-warp tile's DGEMM 4096 rate before the twenty-fifth session), fitted with

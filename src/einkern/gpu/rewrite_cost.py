@@ -17,7 +17,7 @@ from ..ir.task import Task, statement_task
 from .decision import decide
 from .device import H100, DeviceLimits
 from .mapping import Mapping
-from .mma_model import batch_sector_seconds, mma_blocks
+from .mma_model import batch_sector_seconds, exposed_copy_seconds, mma_blocks
 from .model import predicted_time
 from .transpose import STRATEGY as TRANSPOSE
 from .transpose import predicted_transpose_time
@@ -57,29 +57,46 @@ class CudaRewriteModel:
                 total += predicted_transpose_time(task, self.limits)
             else:
                 total += predicted_time(task, mapping, self.limits)
-            total += self._sectors(task, mapping)
+            total += sum(self._extra(task, mapping))
         return total
 
-    def _sectors(self, task: Task, mapping: Mapping) -> float:
-        """:func:`.mma_model.batch_sector_seconds` of a tensor-core kernel (0 for
-        other kernels and product families)."""
+    def _extra(self, task: Task, mapping: Mapping) -> tuple[float, float]:
+        """A tensor-core kernel's :func:`.mma_model.batch_sector_seconds` and
+        :func:`.mma_model.exposed_copy_seconds` (0 for other kernels and product
+        families)."""
         if mapping.mma is None or mapping.mma.box:
-            return 0.0
-        return batch_sector_seconds(task, mapping.mma, self.limits)
+            return 0.0, 0.0
+        return (
+            batch_sector_seconds(task, mapping.mma, self.limits),
+            exposed_copy_seconds(task, mapping.mma, self.limits),
+        )
+
+    def tensor_cores(self, problem: Problem, position: int) -> bool:
+        """Whether the default kernel of statement ``position`` is a tensor-core
+        kernel other than a product family (False when no mapping fits)."""
+        try:
+            mapping = self.mapping(problem, position)
+        except EinkernError:
+            return False
+        return mapping.mma is not None and not mapping.mma.box
 
     def details(self, problem: Problem, position: int) -> str:
-        """The sectors a tensor-core kernel shares across batches, when it does."""
+        """What a tensor-core kernel's time includes beyond its own model: the
+        sectors it shares across batches, when it does, and its copies."""
         try:
             mapping = self.mapping(problem, position)
         except EinkernError:
             return ""
-        seconds = self._sectors(statement_task(problem, position), mapping)
-        if not seconds:
-            return ""
-        return (
-            f"{seconds * 1e6:.3g} us of it for sectors shared across batches: a batch index "
-            "is a tensor's contiguous index"
-        )
+        sectors, copies = self._extra(statement_task(problem, position), mapping)
+        parts = []
+        if sectors:
+            parts.append(
+                f"{sectors * 1e6:.3g} us of it for sectors shared across batches: a batch "
+                "index is a tensor's contiguous index"
+            )
+        if copies:
+            parts.append(f"{copies * 1e6:.3g} us of it for its tile copies beside the MMAs")
+        return "; ".join(parts)
 
     def blocks(self, problem: Problem, position: int) -> int:
         """Blocks of the default kernel (a huge number when no mapping fits: the

@@ -68,6 +68,12 @@ class Rewrite:
     reason: str
     problem: Problem
     original: Problem
+    variant: str = ""  # which of a rewrite's candidates (e.g. "of B"), for the notes
+
+    @property
+    def label(self) -> str:
+        """The name, with the variant when there is one."""
+        return f"{self.name} {self.variant}" if self.variant else self.name
 
     def __str__(self) -> str:
         return f"statement {self.position}: {self.name} ({self.count} statements): {self.reason}"

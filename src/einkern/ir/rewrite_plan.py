@@ -19,7 +19,13 @@ stay valid) and for each:
    counts of :data:`DEEP_LADDER`, at most one per :data:`DEEP_SLICE` terms (a
    long sum onto few blocks: the slices' own kernel may take wider tiles).
    :func:`~.rewrite_k.split_choices` turns each into an index of the sum and a
-   count that divides its extent, or padding.
+   count that divides its extent, or padding.  ``relayout`` copies one operand
+   into the order its tiles read best (:mod:`.rewrite_layout`); it is offered
+   only where the statement's kernel is a tensor-core kernel, and kept only
+   where the copy's reader is one too (:meth:`CostModel.tensor_cores`): the SIMT
+   kernels stage each operand along its own contiguous index already, and their
+   model misjudged the copy (H100: of 11 float32 contractions it would have
+   rewritten, 5 ran 0.1-0.64x as fast; docs/rewrites.md).
 
 Every choice, taken or not, leaves a line in :attr:`RewritePlan.notes`.
 """
@@ -34,11 +40,12 @@ from typing import Protocol
 from .nodes import Problem
 from .rewrite import Rewrite, RewriteError, split_products
 from .rewrite_k import longest_index, split_choices, split_k, split_k_target
+from .rewrite_layout import OPERANDS, relayout
 from .rewrite_ttgt import ttgt
 from .task import statement_task
 
 #: The rewrites there are, by name.
-REWRITES = ("split_products", "split_k", "ttgt")
+REWRITES = ("split_products", "split_k", "ttgt", "relayout")
 #: A candidate must be predicted this much faster than the statement (ratio):
 #: a rewrite adds launches and traffic it must clearly repay.  0.85 since the
 #: twenty-seventh session (0.6 before, when the split plans' predictions were
@@ -76,6 +83,11 @@ class CostModel(Protocol):
 
     def blocks(self, problem: Problem, position: int) -> int:
         """Thread blocks of statement ``position``'s default kernel."""
+        ...
+
+    def tensor_cores(self, problem: Problem, position: int) -> bool:
+        """Whether statement ``position``'s default kernel runs on the tensor cores
+        (a product family's does not count: it stages boxes of its own)."""
         ...
 
     def details(self, problem: Problem, position: int) -> str:
@@ -150,6 +162,8 @@ def _candidates(
             found.append(ttgt(problem, position))
         except RewriteError as error:
             skipped.append(f"ttgt: {error.message}")
+    if "relayout" in allowed:
+        found.extend(_relayouts(problem, position, model, skipped))
     if "split_k" in allowed:
         statement = problem.program.statements[position]
         index = longest_index(problem, statement)
@@ -176,6 +190,27 @@ def _candidates(
                 except RewriteError as error:
                     skipped.append(f"split_k: {error.message}")
     return found, skipped
+
+
+def _relayouts(
+    problem: Problem, position: int, model: CostModel, skipped: list[str]
+) -> list[Rewrite]:
+    """The ``relayout`` candidates of statement ``position`` (module docstring)."""
+    copies: list[Rewrite] = []
+    for operand in OPERANDS:
+        try:
+            copies.append(relayout(problem, position, operand))
+        except RewriteError as error:
+            skipped.append(f"relayout: {error.message}")
+    if not copies:
+        return []
+    if not model.tensor_cores(problem, position):
+        skipped.append("relayout: the statement's kernel is not a tensor-core kernel")
+        return []
+    kept = [c for c in copies if model.tensor_cores(c.problem, c.count - 1)]
+    if len(kept) < len(copies):
+        skipped.append("relayout: a copy's reader would not run on the tensor cores")
+    return kept
 
 
 def split_slices(blocks: int, sm_count: int, terms: int) -> tuple[int, ...]:
@@ -229,10 +264,10 @@ def _best(
     details = f" ({details})" if details else ""
     timed = [(model.time(c.problem, range(c.count)), c) for c in candidates]
     seconds, best = min(timed, key=lambda pair: pair[0])
-    others = ", ".join(f"{c.name} {t * 1e6:.3g} us" for t, c in timed)
+    others = ", ".join(f"{c.label} {t * 1e6:.3g} us" for t, c in timed)
     if seconds < MARGIN * direct:
         notes.append(
-            f"{label}: {best.name}: predicted {seconds * 1e6:.3g} us against "
+            f"{label}: {best.label}: predicted {seconds * 1e6:.3g} us against "
             f"{direct * 1e6:.3g} us direct{details} ({others}): {best.reason}"
         )
         # the same rewrite of the whole program (its temporaries named apart there):

@@ -197,11 +197,13 @@ def _relayouts(
 ) -> list[Rewrite]:
     """The ``relayout`` candidates of statement ``position`` (module docstring)."""
     copies: list[Rewrite] = []
+    refused: dict[str, None] = {}  # the same reason once, whichever operand gave it
     for operand in OPERANDS:
         try:
             copies.append(relayout(problem, position, operand))
         except RewriteError as error:
-            skipped.append(f"relayout: {error.message}")
+            refused[f"relayout: {error.message}"] = None
+    skipped.extend(refused)
     if not copies:
         return []
     if not model.tensor_cores(problem, position):

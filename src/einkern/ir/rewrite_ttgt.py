@@ -55,16 +55,16 @@ def _parts(statement: Statement) -> tuple[int, list[Expr], Sum, Access, Access]:
     that is one binary contraction (else RewriteError)."""
     terms = signed_terms(statement.rhs)
     if len(terms) != 1:
-        raise RewriteError("TTGT needs a statement of one term")
+        raise RewriteError("a binary contraction needs a statement of one term")
     sign, term = terms[0]
     factors = product_factors(term)
     sums = [f for f in factors if isinstance(f, Sum)]
     others = [f for f in factors if not isinstance(f, Sum)]
     if len(sums) != 1 or any(accesses(f) for f in others):
-        raise RewriteError("TTGT needs one sum of a product of two tensors")
+        raise RewriteError("a binary contraction needs one sum of a product of two tensors")
     found = _product_operands(sums[0])
     if found is None or len(found[0]) != 2:
-        raise RewriteError("TTGT needs one sum of a product of exactly two tensors")
+        raise RewriteError("a binary contraction needs one sum of a product of exactly two tensors")
     tensors, inner = found
     return sign, others + inner, sums[0], tensors[0], tensors[1]
 
@@ -75,12 +75,12 @@ def groups_of(program: Program, statement: Statement) -> dict[str, list[str]]:
     _, _, node, a, b = _parts(statement)
     out = statement.output
     if len(set(out.indices)) != len(out.indices):
-        raise RewriteError("TTGT of an output with a repeated index (a diagonal)")
+        raise RewriteError("a binary contraction into an output with a repeated index (a diagonal)")
     ia, ib, ic = set(a.indices), set(b.indices), set(out.indices)
     if set(node.indices) != (ia & ib) - ic or not ic <= ia | ib or (ia | ib) - ic - (ia & ib):
-        raise RewriteError("TTGT needs every summed index in both operands, no other")
+        raise RewriteError("a binary contraction sums indices of both operands only")
     if not node.indices:
-        raise RewriteError("TTGT of a product with no summed index")
+        raise RewriteError("a binary contraction needs a summed index")
     order = memory_order(program.tensor(out.tensor), out.indices)
     return {
         "batch": [i for i in order if i in ia and i in ib],

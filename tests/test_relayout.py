@@ -112,8 +112,8 @@ def test_the_plan_relays_a_gathered_operand_of_a_tensor_core_kernel() -> None:
     chosen = plan_rewrites(problem, "cuda")
     assert [r.label for r in chosen.rewrites] == ["relayout of A"]
     assert "tile copies beside the MMAs" in " ".join(chosen.explain())
-    without = plan_rewrites(problem, "cuda", ("split_products", "split_k", "ttgt"))
-    assert [r.name for r in without.rewrites] != ["relayout"]
+    # without it the plan keeps the direct kernel (TTGT is not predicted to pay)
+    assert not plan_rewrites(problem, "cuda", ("split_products", "split_k", "ttgt")).rewrites
 
 
 def test_the_copies_counted_again_are_what_makes_it_pay(monkeypatch) -> None:

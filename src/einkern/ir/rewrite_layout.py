@@ -16,7 +16,7 @@ and its output: only one transpose is added, and the contraction's own kernel
 
 from __future__ import annotations
 
-from .nodes import Access, Problem, Tensor
+from .nodes import Access, Problem, Program, Tensor
 from .rewrite import (
     Rewrite,
     RewriteError,
@@ -39,13 +39,16 @@ def target_order(problem: Problem, position: int, operand: int) -> tuple[str, ..
     program = problem.program
     statement = program.statements[position]
     _, _, _, a, b = _parts(statement)
-    groups = groups_of(program, statement)
-    other = b if operand == 0 else a
-    free = "M" if operand == 0 else "N"
-    summed = [
-        i for i in memory_order(program.tensor(other.tensor), other.indices) if i in groups["K"]
-    ]
-    return (*groups["batch"], *groups[free], *summed)
+    return _order(program, groups_of(program, statement), b if operand == 0 else a, operand)
+
+
+def _order(
+    program: Program, groups: dict[str, list[str]], other: Access, operand: int
+) -> tuple[str, ...]:
+    """:func:`target_order` from the statement's index groups and the other operand."""
+    held = memory_order(program.tensor(other.tensor), other.indices)
+    summed = [i for i in held if i in groups["K"]]
+    return (*groups["batch"], *groups["M" if operand == 0 else "N"], *summed)
 
 
 def relayout(problem: Problem, position: int, operand: int) -> Rewrite:
@@ -58,12 +61,12 @@ def relayout(problem: Problem, position: int, operand: int) -> Rewrite:
     program = problem.program
     statement = program.statements[position]
     _, _, _, a, b = _parts(statement)
-    batch = groups_of(program, statement)["batch"]  # a binary contraction, else RewriteError
-    access = (a, b)[operand]
+    groups = groups_of(program, statement)  # a binary contraction, else RewriteError
+    access, other = (a, b) if operand == 0 else (b, a)
     if a.tensor == b.tensor:
         raise RewriteError("relayout of a tensor that is both operands")
     tensor = program.tensor(access.tensor)
-    order = target_order(problem, position, operand)
+    order = _order(program, groups, other, operand)
     held = memory_order(tensor, access.indices)
     if held == order:
         raise RewriteError(f"{access.tensor} is already in the order {', '.join(order)}")
@@ -80,7 +83,7 @@ def relayout(problem: Problem, position: int, operand: int) -> Rewrite:
     edit.statements.append(_statement(statement.output, statement.op, rhs, extents))
     why = (
         "its contiguous index is a batch index"
-        if held[-1] in batch
+        if held[-1] in groups["batch"]
         else "its tiles then run along the summed indices in the other operand's order"
     )
     reason = f"{access.tensor} copied into the order {', '.join(order)} ({why})"

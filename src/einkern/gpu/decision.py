@@ -239,7 +239,7 @@ def choose(task: Task, limits: DeviceLimits = H100) -> Decision:
         return proposal
     ranked = sorted(
         ((_predict(task, c, limits), number, c) for number, c in enumerate(points)),
-        key=lambda item: item[:2],
+        key=lambda item: (item[0] * _handicap(task, item[2]), item[1]),
     )
     best_time, _, best = ranked[0]
     best, tie = _lanes_tie_break(ranked)
@@ -260,6 +260,7 @@ def choose(task: Task, limits: DeviceLimits = H100) -> Decision:
                 f"measurements at {best_time * 1e6:.3g} µs ({_describe(best)}, "
                 f"{_bound(task, best, limits)})"
             )
+    tie += _batch_note(task, ranked, best)
     if best_time < margin * rules_time:
         runner = f"the rules' proposal at {rules_time * 1e6:.3g} µs"
         if len(ranked) > 1:
@@ -289,6 +290,39 @@ def choose(task: Task, limits: DeviceLimits = H100) -> Decision:
         f"{1 / MARGIN:.3g}× faster"
     )
     return Decision(proposal.config, (*proposal.steps, ("model-choice", reason)))
+
+
+#: How much faster than every other point the model must predict a GETT point whose
+#: block tile spans a batch index (:func:`einkern.gpu.gett.joins_batch`: a batch
+#: of small products in one block).  Chosen on an H100 (thirty-third session,
+#: docs/gpu.md "Batch indices in the block tile"): of the 69 contractions of seeds
+#: 2, 41 and 43 whose plan such points changed, taken without a margin they ran
+#: 1.36x faster on geometric mean but 11 ran below 0.8x, 9 of those predicted
+#: less than 1.3x faster than the plan they replaced; with it 45 change, 1.62x
+#: faster, 2 below 0.8x (held-out seed 47: 1.08x and 6 without, 1.41x and 2 with).
+BATCH_JOIN_MARGIN = 1.3
+
+
+def _handicap(task: Task, config: CudaConfig) -> float:
+    """The factor a point's predicted time is ranked by (:data:`BATCH_JOIN_MARGIN`
+    for a point whose tile spans a batch index, else 1)."""
+    return BATCH_JOIN_MARGIN if gett.joins_batch(task, config) else 1.0
+
+
+def _batch_note(task: Task, ranked: list[tuple[float, int, CudaConfig]], best: CudaConfig) -> str:
+    """What :data:`BATCH_JOIN_MARGIN` did to the choice, in words ("" when nothing)."""
+    fastest_time, _, fastest = min(ranked, key=lambda item: item[:2])
+    if gett.joins_batch(task, best):
+        return (
+            f"; its block tile spans a batch index: it had to be predicted "
+            f"{BATCH_JOIN_MARGIN:.3g}× faster than every point whose tile does not"
+        )
+    if fastest is not best and gett.joins_batch(task, fastest):
+        return (
+            f"; a point whose block tile spans a batch index was predicted at "
+            f"{fastest_time * 1e6:.3g} µs, not {BATCH_JOIN_MARGIN:.3g}× faster"
+        )
+    return ""
 
 
 #: Lanes points predicted within this share of the best are ties for the model

@@ -11,7 +11,11 @@ tiles.  The group's threads are spread the same way and the rest of each
 index's tile becomes the thread's register tile.  The K chunk (4 … 32 elements)
 is split over the reduction indices, an index contiguous in one of the inputs
 first (its tile copy is then coalesced).  Batch indices go to the grid
-(or join M when one is the output's contiguous index).
+(or join M when one is the output's contiguous index); where there are batch
+indices the tilings are also made with them joining M and joining N, so that a
+batch of small products (M and N of a few elements, or one of them empty) fills
+a block (:func:`joins_batch` tells those points apart: the decision wants them
+predicted clearly faster, ``decision.BATCH_JOIN_MARGIN``).
 
 Every point is a :class:`~einkern.gpu.config.CudaConfig` with a
 :class:`~einkern.gpu.config.GettTiling`, staged through shared memory in the
@@ -73,7 +77,9 @@ def gett_applies(task: Task) -> bool:
     if len(terms) != 1 or _factors(terms[0][1]) is None:
         return False
     r = roles(task)
-    if not (r.m and r.n and r.k) or r.output_contiguous not in r.m + r.n + r.batch:
+    if not (r.k and (r.m or r.n)) or r.output_contiguous not in r.m + r.n + r.batch:
+        return False
+    if not (r.m and r.n) and not r.batch:  # one group and no batch to join the other
         return False
     accesses = [a for a in (r.a, r.b) if a is not None]
     return all(len(set(a.indices)) == len(a.indices) for a in accesses)
@@ -125,29 +131,71 @@ def _k_order(task: Task) -> list[str]:
     return list(dict.fromkeys(first + rest))
 
 
-def _group_orders(task: Task) -> tuple[list[list[str]], list[list[str]]]:
+def _group_orders(
+    task: Task, groupings: list[tuple[tuple[str, ...], tuple[str, ...]]]
+) -> list[tuple[list[list[str]], list[list[str]]]]:
     """Orders to fill the tiles of the stored group (holding the output's
-    contiguous index) and of the other one: the output's memory order, and the
-    same with the contiguous index of the group's input pulled to the front
-    (after the output's), so that the input's tile copy is coalesced too.  When
-    the output's contiguous index is a batch index, the batch indices join M."""
+    contiguous index) and of the other one, per way of grouping the indices
+    (``groupings``): the output's memory order, and the same with the
+    contiguous index of the group's input pulled to the front (after the
+    output's), so that the input's tile copy is coalesced too."""
     problem = task.problem
     r = roles(task)
     memory = natural_order(problem, task.statement.output)
-    m = r.m + r.batch if r.output_contiguous in r.batch else r.m
     found = []
-    for group, access in ((m, r.a), (r.n, r.b)):
-        ordered = [i for i in memory if i in group]
-        inner = natural_order(problem, access)[0] if access is not None else ""
-        head = [i for i in (r.output_contiguous, inner) if i in group]
-        pinned = list(dict.fromkeys(head + ordered))
-        found.append([ordered] if pinned == ordered else [ordered, pinned])
-    first, second = found
-    return (first, second) if r.output_contiguous in m else (second, first)
+    for m, n in groupings:
+        orders = []
+        for group, access in ((m, r.a), (n, r.b)):
+            ordered = [i for i in memory if i in group]
+            inner = natural_order(problem, access)[0] if access is not None else ""
+            head = [i for i in (r.output_contiguous, inner) if i in group]
+            pinned = list(dict.fromkeys(head + ordered))
+            orders.append([ordered] if pinned == ordered else [ordered, pinned])
+        first, second = orders
+        found.append((first, second) if r.output_contiguous in m else (second, first))
+    return found
 
 
-def tilings(task: Task) -> list[GettTiling]:
-    """Every GETT tiling of the generator's grid (unchecked, distinct)."""
+def _base_grouping(task: Task) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """The plain (M, N) groups: batch indices on the grid, or joining M when one is
+    the output's contiguous index; None when M or N is empty."""
+    r = roles(task)
+    if not (r.m and r.n):
+        return None
+    return (r.m + r.batch, r.n) if r.output_contiguous in r.batch else (r.m, r.n)
+
+
+def _groupings(task: Task) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+    """The (M, N) groups tiled: the plain ones (:func:`_base_grouping`) and, where
+    there are batch indices, the batch joining M and joining N, so that a batch of
+    small products (M and N of a few elements, or one of them empty) still fills a
+    block's threads."""
+    r = roles(task)
+    base = _base_grouping(task)
+    found = [] if base is None else [base]
+    if r.batch:
+        found += [(r.m + r.batch, r.n), (r.m, r.n + r.batch)]
+    return list(dict.fromkeys(found))
+
+
+def joins_batch(task: Task, config: CudaConfig) -> bool:
+    """Whether ``config`` is a GETT point of a grouping with the batch joined to M or
+    N (:func:`_groupings`) that the plain grouping does not make (its block tile
+    spans batch indices)."""
+    return config.gett is not None and config.gett not in _plain_tilings(task)
+
+
+@functools.lru_cache(maxsize=256)
+def _plain_tilings(task: Task) -> frozenset[GettTiling]:
+    base = _base_grouping(task)
+    return frozenset(tilings(task, [base])) if base is not None else frozenset()
+
+
+def tilings(
+    task: Task, groupings: list[tuple[tuple[str, ...], tuple[str, ...]]] | None = None
+) -> list[GettTiling]:
+    """Every GETT tiling of the generator's grid (unchecked, distinct), of
+    ``groupings`` (default: :func:`_groupings`)."""
     problem = task.problem
     statement = task.statement
     size = {i: problem.index_size(statement, i) for i in statement.indices}
@@ -156,30 +204,31 @@ def tilings(task: Task) -> list[GettTiling]:
     limit = 64 if compute_dtype(task) == "float32" else 32
     found: dict[GettTiling, None] = {}
     steps = {tuple(split([(k, size[k]) for k in k_order], c)) for c in K_CHUNKS}
-    first_orders, second_orders = _group_orders(task)
-    firsts = {
-        tuple(split([(i, size[i]) for i in order], t))
-        for order in first_orders
-        for t in FIRST_TILES
-    }
-    seconds = {
-        tuple(split([(i, size[i]) for i in order], t))
-        for order in second_orders
-        for t in SECOND_TILES
-    }
-    for tiles1 in firsts:
-        for tiles2 in seconds:
-            for h1, h2 in THREADS:
-                a = _threaded(list(tiles1), h1)
-                b = _threaded(list(tiles2), h2)
-                threads = math.prod(t[1] for t in a + b)
-                regs = math.prod(t[2] for t in a + b)
-                if regs > limit or not 32 <= threads <= 1024:
-                    continue
-                # threads numbered along the output's memory order, across groups
-                tiles = tuple(sorted(a + b, key=lambda t: memory.index(t[0])))
-                for k in steps:
-                    found[GettTiling(tiles, tuple(k))] = None
+    pairs: dict[tuple[tuple[tuple[str, int], ...], ...], None] = {}
+    for first_orders, second_orders in _group_orders(task, groupings or _groupings(task)):
+        firsts = {
+            tuple(split([(i, size[i]) for i in order], t))
+            for order in first_orders
+            for t in FIRST_TILES
+        }
+        seconds = {
+            tuple(split([(i, size[i]) for i in order], t))
+            for order in second_orders
+            for t in SECOND_TILES
+        }
+        pairs.update(dict.fromkeys((t1, t2) for t1 in sorted(firsts) for t2 in sorted(seconds)))
+    for tiles1, tiles2 in pairs:
+        for h1, h2 in THREADS:
+            a = _threaded(list(tiles1), h1)
+            b = _threaded(list(tiles2), h2)
+            threads = math.prod(t[1] for t in a + b)
+            regs = math.prod(t[2] for t in a + b)
+            if regs > limit or not 32 <= threads <= 1024:
+                continue
+            # threads numbered along the output's memory order, across groups
+            tiles = tuple(sorted(a + b, key=lambda t: memory.index(t[0])))
+            for k in steps:
+                found[GettTiling(tiles, tuple(k))] = None
     return sorted(found, key=lambda g: (g.tiles, g.k))
 
 

@@ -216,7 +216,7 @@ def tilings(
             for order in second_orders
             for t in SECOND_TILES
         }
-        pairs.update(dict.fromkeys((t1, t2) for t1 in sorted(firsts) for t2 in sorted(seconds)))
+        pairs.update(dict.fromkeys((t1, t2) for t1 in firsts for t2 in seconds))
     for tiles1, tiles2 in pairs:
         for h1, h2 in THREADS:
             a = _threaded(list(tiles1), h1)

@@ -402,7 +402,9 @@ class _Traffic:
 
 def _memory_traffic(task: Task, mapping: Mapping, blocks: int, limits: DeviceLimits) -> _Traffic:
     """Compulsory DRAM bytes (times the sector waste of uncoalesced accesses to
-    tensors larger than L2, and the cost of short runs), block-tile re-reads
+    tensors larger than L2, except an output's whose sectors the neighbouring
+    blocks complete, :func:`completed_by_neighbours`; and the cost of short
+    runs), block-tile re-reads
     beyond L2, the pad copies; and what the blocks read from L2."""
     problem = task.problem
     statement = task.statement
@@ -414,7 +416,8 @@ def _memory_traffic(task: Task, mapping: Mapping, blocks: int, limits: DeviceLim
     shape = warp_footprint(problem, statement, mapping, statement.output)
     output_lines, waste = shape.lines, shape.waste
     runs = run_efficiency(run_bytes(problem, statement, mapping, statement.output, False))
-    waste = waste / runs if output_bytes > large else 1.0
+    merged = completed_by_neighbours(task, mapping, statement.output)
+    waste = (1.0 if merged else waste) / runs if output_bytes > large else 1.0
     output_passes = 2 if statement.op != "=" else 1  # read and written for += and -=
     compulsory = output_bytes * output_passes * waste
     l2 = float(output_bytes * output_passes)
@@ -464,6 +467,31 @@ def _memory_traffic(task: Task, mapping: Mapping, blocks: int, limits: DeviceLim
             + sum(problem.nbytes(a.tensor) for g in groups for a in g.accesses())
         )
     return _Traffic(compulsory + reread, l2, output_lines, wavefronts, vectors)
+
+
+def completed_by_neighbours(task: Task, mapping: Mapping, access: Access) -> bool:
+    """Whether the blocks numbered next to a block use the rest of the 32-byte
+    sectors it touches of ``access``: the first index along the access's memory
+    order that the block's tile does not cover whole is the fastest grid index of
+    several blocks.  Those sectors are then fetched from DRAM (or written back)
+    once, whole, while L2 holds them between the neighbours, so one block's
+    sector waste costs L2 bandwidth but not DRAM bandwidth (seed 47's
+    ``awdfbq,dqia->fqwbi``, column-major: each block writes 8 bytes per sector of
+    ``C``, and its neighbour along ``q`` the next 8).  Used for the output only:
+    applied to inputs and to short runs as well, it changed 95 plans and lost up
+    to 3.7x on some (docs/gpu.md "Grid order")."""
+    problem = task.problem
+    statement = task.statement
+    grid = [
+        i
+        for i in (*mapping.grid_order, *statement.parallel_indices)
+        if problem.index_size(statement, i) > mapping.tile_of(i).tile
+    ]
+    for index in natural_order(problem, access):
+        size = problem.index_size(statement, index)
+        if index in statement.parallel_indices and mapping.tile_of(index).tile < size:
+            return bool(grid) and index == grid[0]
+    return True  # the block's tile spans the whole tensor
 
 
 def _tile_bytes(task: Task, mapping: Mapping, access: Access) -> int:

@@ -26,6 +26,18 @@ def _problem(case, layout="column", dtype="float64"):
     return program(output, a, b, sizes, dtype=dtype, layout=layout)
 
 
+def _gett_point(x: str, tiling: GettTiling, boundary: str) -> CudaConfig:
+    """A GETT point as ``gett.candidates`` makes them (staged in the compute
+    layout, prefetched, the chunk loop unrolled)."""
+    return CudaConfig(
+        x=x,
+        staging=StagingConfig("all", 1, True, 0, "compute"),
+        unroll=-1,
+        boundary=boundary,
+        gett=tiling,
+    )
+
+
 def test_blocks_that_share_a_tile_of_the_largest_input_run_first() -> None:
     task = task_of(_problem(LARGE))
     mapping = decide(task)
@@ -58,14 +70,7 @@ def test_a_moved_grid_order_matches_the_reference(monkeypatch, layout) -> None:
     sizes = {"a": 9, "x": 5, "m": 7, "n": 6, "q": 2, "g": 3, "e": 2}
     problem = _problem((*LARGE[:3], sizes), layout=layout)
     task = task_of(problem)
-    tiling = GettTiling((("a", 4, 1), ("m", 2, 2)), (("g", 3),))
-    config = CudaConfig(
-        x="a",
-        staging=StagingConfig("all", 1, True, 0, "compute"),
-        unroll=-1,
-        boundary="guard",
-        gett=tiling,
-    )
+    config = _gett_point("a", GettTiling((("a", 4, 1), ("m", 2, 2)), (("g", 3),)), "guard")
     mapping = config_to_mapping(task, config)
     assert mapping.grid_order[0] == "n"
     check(problem, config)
@@ -81,13 +86,7 @@ def test_sectors_completed_by_the_next_block_are_not_wasted_in_dram() -> None:
     problem = program("fqwbi", "awdfbq", "dqia", sizes, dtype="float32", layout="column")
     task = task_of(problem)
     tiling = GettTiling((("f", 2, 1), ("w", 3, 1), ("b", 1, 3), ("i", 10, 1)), (("a", 4), ("d", 5)))
-    config = CudaConfig(
-        x="f",
-        staging=StagingConfig("all", 1, True, 0, "compute"),
-        unroll=-1,
-        boundary="exact",
-        gett=tiling,
-    )
+    config = _gett_point("f", tiling, "exact")
     mapping = config_to_mapping(task, config)
     output = task.statement.output
     assert mapping.grid_order[:2] == ("f", "q")  # f: one block (its whole extent)

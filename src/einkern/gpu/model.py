@@ -416,8 +416,12 @@ def _memory_traffic(task: Task, mapping: Mapping, blocks: int, limits: DeviceLim
     shape = warp_footprint(problem, statement, mapping, statement.output)
     output_lines, waste = shape.lines, shape.waste
     runs = run_efficiency(run_bytes(problem, statement, mapping, statement.output, False))
-    merged = completed_by_neighbours(task, mapping, statement.output)
-    waste = (1.0 if merged else waste) / runs if output_bytes > large else 1.0
+    if output_bytes <= large:
+        waste = 1.0
+    elif completed_by_neighbours(task, mapping, statement.output):
+        waste = 1.0 / runs
+    else:
+        waste = waste / runs
     output_passes = 2 if statement.op != "=" else 1  # read and written for += and -=
     compulsory = output_bytes * output_passes * waste
     l2 = float(output_bytes * output_passes)
@@ -482,15 +486,14 @@ def completed_by_neighbours(task: Task, mapping: Mapping, access: Access) -> boo
     to 3.7x on some (docs/gpu.md "Grid order")."""
     problem = task.problem
     statement = task.statement
-    grid = [
-        i
-        for i in (*mapping.grid_order, *statement.parallel_indices)
-        if problem.index_size(statement, i) > mapping.tile_of(i).tile
-    ]
+
+    def partial(index: str) -> bool:  # several blocks along the index
+        return mapping.tile_of(index).tile < problem.index_size(statement, index)
+
     for index in natural_order(problem, access):
-        size = problem.index_size(statement, index)
-        if index in statement.parallel_indices and mapping.tile_of(index).tile < size:
-            return bool(grid) and index == grid[0]
+        if index in statement.parallel_indices and partial(index):
+            grid = (*mapping.grid_order, *statement.parallel_indices)
+            return index == next(i for i in grid if partial(i))
     return True  # the block's tile spans the whole tensor
 
 

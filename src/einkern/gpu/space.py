@@ -425,17 +425,16 @@ def _grid_order(
     if not reads:
         return tuple(ordered), None
     largest = max(problem.nbytes(a.tensor) for a in reads)
-    biggest = {frozenset(a.indices) for a in reads if problem.nbytes(a.tensor) == largest}
-    if len(biggest) > 1 or largest < REUSE_FIRST_BYTES:
+    biggest = [a for a in reads if problem.nbytes(a.tensor) == largest]
+    if len({frozenset(a.indices) for a in biggest}) > 1 or largest < REUSE_FIRST_BYTES:
         return tuple(ordered), None
-    (held,) = biggest
+    held, name = set(biggest[0].indices), biggest[0].tensor
     tile = {t.index: t.tile for t in tiles}
     blocks = {i: -(-problem.index_size(statement, i) // tile.get(i, 1)) for i in ordered}
     first = [i for i in ordered if i not in held and blocks[i] > 1]
     order = tuple(first + [i for i in ordered if i not in first])
     if order[: len(first)] == tuple(ordered[: len(first)]):
         return order, None
-    name = next(str(a.tensor) for a in reads if frozenset(a.indices) == held)
     return order, (
         f"reuse-first-grid: blocks numbered along {', '.join(first)} first, the indices "
         f"that {name} (the largest input, {largest / 2**20:.3g} MiB) does not hold: blocks "

@@ -369,18 +369,44 @@ def chunk_compute(
     accumulate: Accumulate,
 ) -> list[kir.Stmt]:
     """Loops over one chunk's reduction indices around ``accumulate`` (reads of the
-    staged accesses come from their shared tiles), the innermost unrolled."""
+    staged accesses come from their shared tiles); an index of k-step 1 takes no
+    loop, and the loops are unrolled from the innermost out (:func:`_unrolls`)."""
     origin = chunks.origin(chunk)
-    loop_vars = {k: f"kk_{k}" for k in chunks.indices}
-    coords = {k: E.add(origin[k], kir.Var(v)) for k, v in loop_vars.items()}
-    ctx = Context(coords, {k: kir.Var(v) for k, v in loop_vars.items()})
-    body: tuple[kir.Stmt, ...] = tuple(accumulate(b, number, group, ctx))
-    for depth, k in enumerate(reversed(chunks.indices)):
+    looped = [k for k in chunks.indices if chunks.steps[k] > 1]
+    local: dict[str, kir.Expr] = {k: E.const(0) for k in chunks.indices}
+    local.update({k: kir.Var(f"kk_{k}") for k in looped})
+    coords = {k: E.add(origin[k], local[k]) for k in chunks.indices}
+    body: tuple[kir.Stmt, ...] = tuple(accumulate(b, number, group, Context(coords, local)))
+    unrolls = _unrolls(b.mapping.unroll, chunks, looped)
+    for k in reversed(looped):
         stop: kir.Expr = E.const(chunks.steps[k])
         if chunks.sizes[k] % chunks.steps[k]:
             stop = E.minimum(stop, E.sub(E.const(chunks.sizes[k]), origin[k]))
-        unroll = 0
-        if depth == 0 and b.mapping.unroll > 1:
-            unroll = -1 if b.mapping.unroll >= chunks.steps[k] else b.mapping.unroll
-        body = (kir.For(loop_vars[k], E.const(0), stop, 1, body, unroll=unroll),)
+        body = (kir.For(f"kk_{k}", E.const(0), stop, 1, body, unroll=unrolls[k]),)
     return list(body)
+
+
+def _unrolls(budget: int, chunks: Chunks, looped: list[str]) -> dict[str, int]:
+    """The ``unroll`` of each chunk loop (``looped``: the indices of k-step above
+    1, outermost first).  From the innermost out, loops are unrolled fully while
+    the product of their k-steps stays within the mapping's ``budget``, also a
+    loop whose trip the extent's last chunk cuts short (``#pragma unroll``, as
+    before: an explicit count there made ``tests/test_gett.py``'s c2_028 kernel
+    spill); an innermost loop longer than the budget is unrolled ``budget``
+    times, and a budget of 1 unrolls nothing.  Before, only the innermost
+    index's loop was unrolled, even when its k-step was 1: ``s:15 p:2 v:1``
+    kept nvcc's loop of 15 around one step (seed 47's ``spvn,pswv->nw``,
+    1.07 -> 0.96 ms on an H100; docs/gpu.md "Chunk loops")."""
+    unrolls = dict.fromkeys(looped, 0)
+    if budget <= 1:
+        return unrolls
+    product = 1
+    for depth, k in enumerate(reversed(looped)):
+        step = chunks.steps[k]
+        if product * step > budget:
+            if depth == 0:
+                unrolls[k] = budget
+            break
+        product *= step
+        unrolls[k] = -1
+    return unrolls

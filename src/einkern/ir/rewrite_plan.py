@@ -42,7 +42,7 @@ from typing import Protocol
 
 from .nodes import Problem
 from .rewrite import Rewrite, RewriteError, split_products
-from .rewrite_k import longest_index, split_choices, split_k, split_k_target
+from .rewrite_k import longest_index, split_choices, split_k, split_k_target, split_outer
 from .rewrite_layout import OPERANDS, relayout
 from .rewrite_ttgt import ttgt
 from .task import statement_task
@@ -192,6 +192,10 @@ def _candidates(
                     found.append(split_k(problem, position, slices, where))
                 except RewriteError as error:
                     skipped.append(f"split_k: {error.message}")
+            try:
+                found.append(split_outer(problem, position))
+            except RewriteError as error:
+                skipped.append(f"split_k: {error.message}")
     return found, skipped
 
 

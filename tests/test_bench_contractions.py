@@ -462,6 +462,37 @@ def test_predicted_seconds_is_the_model_of_the_compiled_mappings():
     assert predicted_seconds(broken) is None
 
 
+def test_predicted_seconds_of_a_rewritten_kernel_is_its_plans():
+    """A split-K plan is predicted as its own kernels, not as the direct kernel
+    of the program's statement (which the bench recorded before)."""
+    from types import SimpleNamespace
+
+    from einkern.api import plan_rewrites
+    from einkern.backends.cuda import CudaBackend
+    from einkern.backends.cuda.limits import device_limits
+    from einkern.bench.runner import predicted_seconds
+    from einkern.gpu.decision import decide
+    from einkern.gpu.model import predicted_time
+
+    text = "dims n=6, m=5, k=200000\ntensor A[n,k], B[k,m], C[n,m]\nC[i,j] = A[i,k]*B[k,j]\n"
+    problem = einkern.make_problem(einkern.load(text), {})
+    chosen = plan_rewrites(problem, "cuda")
+    assert chosen.rewrites  # a split-K plan
+    kernel = SimpleNamespace(
+        backend=CudaBackend(), problem=problem, compiled=chosen.problem, mappings=None
+    )
+    limits = device_limits()
+
+    def model(p):
+        return sum(
+            predicted_time(statement_task(p, i), decide(statement_task(p, i), limits), limits)
+            for i in range(len(p.program.statements))
+        )
+
+    assert predicted_seconds(kernel) == pytest.approx(model(chosen.problem))
+    assert model(chosen.problem) < 0.85 * model(problem)  # the plan's reason to exist
+
+
 def test_dump_writes_every_program_of_the_seed(tmp_path):
     code = _bench(["contractions", "--seed", "4", "--count", "5", "--dump", str(tmp_path)])
     assert code == 0

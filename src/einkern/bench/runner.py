@@ -326,17 +326,21 @@ def _routines_only(peer: Peer) -> bool:
 
 def predicted_seconds(kernel) -> float | None:
     """The cost model's time (:func:`einkern.gpu.model.predicted_time`, this GPU's
-    limits) of the mappings a CUDA kernel was compiled with, summed over its
-    statements; None where the model has no answer (another backend, an error)."""
+    limits) of the mappings a CUDA kernel was compiled with, summed over the
+    statements it compiled (``kernel.compiled``: those of its rewrites, if any;
+    before the thirty-fifth session the program's own statements, so that a
+    split-K plan was recorded at its direct kernel's time); None where the
+    model has no answer (another backend, an error)."""
     from ..backends.cuda.limits import device_limits
     from ..gpu.model import predicted_time
     from ..ir.task import statement_task
 
     try:
-        mappings = kernel.backend.mappings(kernel.problem, kernel.mappings)
+        compiled = getattr(kernel, "compiled", kernel.problem)
+        mappings = kernel.backend.mappings(compiled, kernel.mappings)
         limits = device_limits()
         return sum(
-            predicted_time(statement_task(kernel.problem, position), mapping, limits)
+            predicted_time(statement_task(compiled, position), mapping, limits)
             for position, mapping in enumerate(mappings)
         )
     except Exception:  # noqa: BLE001 - a missing prediction is recorded as None

@@ -438,27 +438,35 @@ def test_calibrate_case_writes_one_line_per_candidate(tmp_path, monkeypatch):
     assert calibrate_case(runner, named, stream=None, einkern_run=_einkern_run) == 0
 
 
+def _model_of(problem) -> float:
+    """The cost model's time of every statement of ``problem`` under its default
+    mapping (this machine's limits: H100 without a GPU)."""
+    from einkern.backends.cuda.limits import device_limits
+    from einkern.gpu.decision import decide
+    from einkern.gpu.model import predicted_time
+
+    limits = device_limits()
+    tasks = [statement_task(problem, i) for i in range(len(problem.program.statements))]
+    return sum(predicted_time(task, decide(task, limits), limits) for task in tasks)
+
+
 def test_predicted_seconds_is_the_model_of_the_compiled_mappings():
     """What einkern rows record as ``predicted_s`` on the GPU: the cost model of
     the mapping each statement is compiled under (no GPU needed to plan)."""
     from types import SimpleNamespace
 
     from einkern.backends.cuda import CudaBackend
-    from einkern.backends.cuda.limits import device_limits
     from einkern.bench.runner import predicted_seconds
-    from einkern.gpu.decision import decide
-    from einkern.gpu.model import predicted_time
 
     named = next(c for c in ContractionsSuite().cases(False) if c.workload == "local_grad3")
     for case in [contractions(0, 2)[1].case(), named]:
         problem = einkern.make_problem(einkern.load(case.program), case.extent_map)
-        kernel = SimpleNamespace(backend=CudaBackend(), problem=problem, mappings=None)
-        want = 0.0
-        for position in range(len(problem.program.statements)):
-            task = statement_task(problem, position)
-            want += predicted_time(task, decide(task, device_limits()), device_limits())
+        kernel = SimpleNamespace(
+            backend=CudaBackend(), problem=problem, compiled=problem, mappings=None
+        )
+        want = _model_of(problem)
         assert predicted_seconds(kernel) == pytest.approx(want) and want > 0
-    broken = SimpleNamespace(backend=object(), problem=problem, mappings=None)
+    broken = SimpleNamespace(backend=object(), problem=problem, compiled=problem, mappings=None)
     assert predicted_seconds(broken) is None
 
 
@@ -469,10 +477,7 @@ def test_predicted_seconds_of_a_rewritten_kernel_is_its_plans():
 
     from einkern.api import plan_rewrites
     from einkern.backends.cuda import CudaBackend
-    from einkern.backends.cuda.limits import device_limits
     from einkern.bench.runner import predicted_seconds
-    from einkern.gpu.decision import decide
-    from einkern.gpu.model import predicted_time
 
     text = "dims n=6, m=5, k=200000\ntensor A[n,k], B[k,m], C[n,m]\nC[i,j] = A[i,k]*B[k,j]\n"
     problem = einkern.make_problem(einkern.load(text), {})
@@ -481,16 +486,8 @@ def test_predicted_seconds_of_a_rewritten_kernel_is_its_plans():
     kernel = SimpleNamespace(
         backend=CudaBackend(), problem=problem, compiled=chosen.problem, mappings=None
     )
-    limits = device_limits()
-
-    def model(p):
-        return sum(
-            predicted_time(statement_task(p, i), decide(statement_task(p, i), limits), limits)
-            for i in range(len(p.program.statements))
-        )
-
-    assert predicted_seconds(kernel) == pytest.approx(model(chosen.problem))
-    assert model(chosen.problem) < 0.85 * model(problem)  # the plan's reason to exist
+    assert predicted_seconds(kernel) == pytest.approx(_model_of(chosen.problem))
+    assert _model_of(chosen.problem) < 0.85 * _model_of(problem)  # the plan's reason to exist
 
 
 def test_dump_writes_every_program_of_the_seed(tmp_path):

@@ -336,11 +336,10 @@ def predicted_seconds(kernel) -> float | None:
     from ..ir.task import statement_task
 
     try:
-        compiled = getattr(kernel, "compiled", kernel.problem)
-        mappings = kernel.backend.mappings(compiled, kernel.mappings)
+        mappings = kernel.backend.mappings(kernel.compiled, kernel.mappings)
         limits = device_limits()
         return sum(
-            predicted_time(statement_task(compiled, position), mapping, limits)
+            predicted_time(statement_task(kernel.compiled, position), mapping, limits)
             for position, mapping in enumerate(mappings)
         )
     except Exception:  # noqa: BLE001 - a missing prediction is recorded as None

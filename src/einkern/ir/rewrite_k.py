@@ -196,7 +196,7 @@ def split_outer(problem: Problem, position: int) -> Rewrite:
         raise RewriteError("split over the outer indices: every summed index is an operand's run")
     slices = math.prod(problem.index_size(statement, i) for i in split)
     outputs = math.prod(problem.index_size(statement, i) for i in free_indices(node))
-    largest = max(math.prod(problem.shape(a.tensor)) for a in operands)
+    largest = max(problem.numel(a.tensor) for a in operands)
     if slices * outputs > largest:
         raise RewriteError(
             f"split over {', '.join(split)}: {slices * outputs} partial sums, more than the "

@@ -120,7 +120,7 @@ def predicted(family: str, tile: int, config: MmaConfig) -> float:
 
 def _resources(job: tuple[str, int, str]) -> dict:
     """Compile one variant for sm_90 (fills the CUBIN cache; needs no GPU)."""
-    from einkern.backends.cuda.nvrtc import kernel_resources
+    from einkern.backends.cuda.resources import kernel_resources
 
     family, tile, text = job
     problem = _task(family, tile).problem

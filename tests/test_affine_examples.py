@@ -110,7 +110,8 @@ def test_example_cuda_kernels_match_the_reference_in_the_emulator(path):
 def test_example_cuda_kernels_compile_for_sm90_at_their_defaults(path):
     """What ``einkern emit PATH -b cuda --resources --arch sm_90`` compiles: the
     tensor program's kernels (raised examples) or the affine kernels, no spills."""
-    from einkern.backends.cuda.nvrtc import compile_cubin, kernel_resources
+    from einkern.backends.cuda.nvrtc import compile_cubin
+    from einkern.backends.cuda.resources import kernel_resources
     from einkern.gpu.affine import affine_kernels, distinct_kernels
     from einkern.gpu.cuda_printer import print_cuda_module
 

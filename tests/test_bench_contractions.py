@@ -440,14 +440,23 @@ def test_calibrate_case_writes_one_line_per_candidate(tmp_path, monkeypatch):
 
 def _model_of(problem) -> float:
     """The cost model's time of every statement of ``problem`` under its default
-    mapping (this machine's limits: H100 without a GPU)."""
+    mapping (this machine's limits: H100 without a GPU), with the registers
+    NVRTC compiles each SIMT kernel to."""
     from einkern.backends.cuda.limits import device_limits
+    from einkern.backends.cuda.probe import register_probe
     from einkern.gpu.decision import decide
     from einkern.gpu.model import predicted_time
 
     limits = device_limits()
-    tasks = [statement_task(problem, i) for i in range(len(problem.program.statements))]
-    return sum(predicted_time(task, decide(task, limits), limits) for task in tasks)
+    probe = register_probe(limits)
+    assert probe is not None  # NVRTC is part of the test environment
+    total = 0.0
+    for i in range(len(problem.program.statements)):
+        task = statement_task(problem, i)
+        mapping = decide(task, limits, probe)
+        registers = probe(task, mapping) if mapping.mma is None else None
+        total += predicted_time(task, mapping, limits, registers=registers)
+    return total
 
 
 def test_predicted_seconds_is_the_model_of_the_compiled_mappings():

@@ -14,7 +14,8 @@ from einkern.backends import get_backend
 from einkern.backends.cuda import CudaBackend, samples
 from einkern.backends.cuda.arrays import allocate, describe
 from einkern.backends.cuda.generate import generate
-from einkern.backends.cuda.nvrtc import compile_cubin, kernel_resources, parse_resources
+from einkern.backends.cuda.nvrtc import compile_cubin, parse_resources
+from einkern.backends.cuda.resources import kernel_resources
 from einkern.errors import BackendError, CompilationError
 from einkern.ir.nodes import Const, Tensor
 

@@ -70,7 +70,7 @@ def test_example_runs_on_the_cpu(path):
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_example_kernels_compile_for_sm90_without_spills(path):
-    from einkern.backends.cuda.nvrtc import kernel_resources
+    from einkern.backends.cuda.resources import kernel_resources
 
     program = einkern.load(path)
     problem = einkern.make_problem(program)

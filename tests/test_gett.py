@@ -319,7 +319,7 @@ def test_register_estimate_counts_the_unrolled_k_step():
     docs/gpu.md).  The estimate must grow with the k-step and stay within 64
     registers of NVRTC's count; the chosen point must compile to at most 168."""
     pytest.importorskip("cuda.bindings.nvrtc")
-    from einkern.backends.cuda.nvrtc import kernel_resources
+    from einkern.backends.cuda.resources import kernel_resources
     from einkern.gpu.model import estimated_registers
 
     sizes = {"o": 8, "g": 5, "c": 7, "m": 10, "h": 6283, "d": 1533}

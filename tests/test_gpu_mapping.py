@@ -349,7 +349,7 @@ def test_registers_of_a_family_kernel_give_the_measured_occupancy(family, tile):
     from pathlib import Path
 
     from einkern.backends.cuda.fusion import merged_task
-    from einkern.backends.cuda.nvrtc import kernel_resources
+    from einkern.backends.cuda.resources import kernel_resources
     from einkern.gpu.model import estimated_registers, occupancy, shared_bytes
 
     root = Path(__file__).resolve().parent.parent

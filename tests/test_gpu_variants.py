@@ -11,7 +11,7 @@ import pytest
 from test_gpu_emulation import PROGRAMS, random_mappings, random_problem, seed_of, tolerance
 
 import einkern
-from einkern.backends.cuda.nvrtc import kernel_resources
+from einkern.backends.cuda.resources import kernel_resources
 from einkern.backends.verify import random_inputs
 from einkern.reference import relative_error
 

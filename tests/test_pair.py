@@ -162,7 +162,7 @@ def test_the_decision_takes_the_pairing_and_says_why():
 
 def test_paired_kernels_compile_without_spills():
     pytest.importorskip("cuda.bindings.nvrtc")
-    from einkern.backends.cuda.nvrtc import kernel_resources
+    from einkern.backends.cuda.resources import kernel_resources
 
     for n in (24, 48):
         problem = _riemann(n)

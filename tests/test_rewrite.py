@@ -553,7 +553,7 @@ def test_random_contractions_rewritten(seed: int) -> None:
 def test_rewritten_cuda_source_compiles_with_nvrtc() -> None:
     """Every kernel of a rewritten problem (views, padded copies, transposes, GEMM over
     fused groups) compiles for sm_90 without spills."""
-    from einkern.backends.cuda.nvrtc import kernel_resources
+    from einkern.backends.cuda.resources import kernel_resources
 
     padded = split_k(
         problem_of(LONG.format(k=1001, layout="column", dtype="float32", op="+=")), 0, 8

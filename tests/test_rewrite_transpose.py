@@ -60,7 +60,7 @@ def test_copies_and_other_statements_keep_their_mappings() -> None:
 
 
 def test_transpose_compiles_with_nvrtc() -> None:
-    from einkern.backends.cuda.nvrtc import kernel_resources
+    from einkern.backends.cuda.resources import kernel_resources
 
     (resources,) = kernel_resources(problem_of(CASES[2]), "sm_90")
     assert resources.spill_stores == 0 and resources.shared_memory == 16 * 17 * 8  # small tile

@@ -329,19 +329,25 @@ def predicted_seconds(kernel) -> float | None:
     limits) of the mappings a CUDA kernel was compiled with, summed over the
     statements it compiled (``kernel.compiled``: those of its rewrites, if any;
     before the thirty-fifth session the program's own statements, so that a
-    split-K plan was recorded at its direct kernel's time); None where the
-    model has no answer (another backend, an error)."""
+    split-K plan was recorded at its direct kernel's time), with the compiled
+    register counts of SIMT kernels (the register probe's, as the decision uses
+    them; from the thirty-sixth session); None where the model has no answer
+    (another backend, an error)."""
     from ..backends.cuda.limits import device_limits
+    from ..backends.cuda.probe import register_probe
     from ..gpu.model import predicted_time
     from ..ir.task import statement_task
 
     try:
         mappings = kernel.backend.mappings(kernel.compiled, kernel.mappings)
         limits = device_limits()
-        return sum(
-            predicted_time(statement_task(kernel.compiled, position), mapping, limits)
-            for position, mapping in enumerate(mappings)
-        )
+        probe = register_probe(limits)
+        total = 0.0
+        for position, mapping in enumerate(mappings):
+            task = statement_task(kernel.compiled, position)
+            registers = probe(task, mapping) if probe and mapping.mma is None else None
+            total += predicted_time(task, mapping, limits, registers=registers)
+        return total
     except Exception:  # noqa: BLE001 - a missing prediction is recorded as None
         return None
 

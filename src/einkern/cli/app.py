@@ -433,7 +433,7 @@ def command_emit(args) -> int:
             _why_not_rewritten(rewrites)
         print(backend.emit(problem, fused_build_argument(plan, backend, None)))  # type: ignore[call-arg]
     if args.resources:
-        from ..backends.cuda.nvrtc import kernel_resources
+        from ..backends.cuda.resources import kernel_resources
 
         arch = args.arch or "sm_90"
         if args.arch is None and backend.available():

@@ -7,7 +7,9 @@ stays unless a GETT point is predicted at least :data:`MARGIN` times faster
 (the rules' choices were measured near the hardware limit on the workloads they
 were written for, and most of the model is not yet calibrated on measurements;
 a point of a family whose model is, the fp64 tensor-core tiles, needs only
-:data:`CALIBRATED_MARGIN`).
+:data:`CALIBRATED_MARGIN`).  Given a register probe (the CUDA backend's compiles
+with NVRTC), the best points are re-ranked with their compiled register counts
+before the choice (:func:`register_check`).
 
 :func:`explain` applies the rules in order from :func:`start_config` and records
 each applied rule's name and reason; rules of one ``group`` exclude each other
@@ -33,7 +35,7 @@ from .mma_family_model import DECISION_COUNT as FAMILY_DECISION_COUNT
 from .mma_family_model import family_candidates
 from .mma_lower import f64_pipeline
 from .mma_model import fitted_efficiency, mma_bounds, mma_candidates
-from .model import cost_terms, predicted_time
+from .model import cost_terms, estimated_registers, predicted_time
 from .rules import (
     Change,
     Facts,
@@ -217,11 +219,13 @@ def _describe(config: CudaConfig) -> str:
     )
 
 
-def choose(task: Task, limits: DeviceLimits = H100) -> Decision:
+def choose(task: Task, limits: DeviceLimits = H100, probe: RegisterProbe | None = None) -> Decision:
     """The default configuration of ``task``: the rules' proposal, or the best GETT
     point under the cost model when it is predicted :data:`MARGIN` times faster
     (:data:`CALIBRATED_MARGIN` for a point whose model is fitted to measurements);
-    the last step (``model-choice``) says which family won, why, and the runner-up."""
+    the last step (``model-choice``) says which family won, why, and the runner-up.
+    With a register ``probe`` the best points are compiled and re-ranked with their
+    real register counts first (:func:`register_check`)."""
     proposal = explain(task, limits)
     points = gett.candidates(task, limits) + gett.split_candidates(task, limits)
     points += [
@@ -241,9 +245,13 @@ def choose(task: Task, limits: DeviceLimits = H100) -> Decision:
         ((_predict(task, c, limits), number, c) for number, c in enumerate(points)),
         key=lambda item: (item[0] * _handicap(task, item[2]), item[1]),
     )
+    rules_time = _predict(task, proposal.config, limits)
+    checked = register_check(task, ranked, limits, probe)
+    if checked is not None:
+        ranked, note = checked
+        proposal = Decision(proposal.config, (*proposal.steps, ("register-check", note)))
     best_time, _, best = ranked[0]
     best, tie = _lanes_tie_break(ranked)
-    rules_time = _predict(task, proposal.config, limits)
     family = _family(best)
     described = (
         f"{len(points)} GETT/split/MMA points of {best_time * 1e6:.3g} µs and up "
@@ -290,6 +298,75 @@ def choose(task: Task, limits: DeviceLimits = H100) -> Decision:
         f"{1 / MARGIN:.3g}× faster"
     )
     return Decision(proposal.config, (*proposal.steps, ("model-choice", reason)))
+
+
+#: Compiles a mapping's kernel and returns its registers per thread (None when
+#: it does not compile); the CUDA backend's is NVRTC's count, no GPU needed.
+RegisterProbe = Callable[[Task, Mapping], int | None]
+
+#: At most this many points are compiled by :func:`register_check`.
+REGISTER_CHECKS = 8
+
+#: :func:`register_check` runs only when the best point is predicted to take at
+#: least this long: below it a kernel's launch dominates and a compile per point
+#: (about 0.2 s with NVRTC) would cost more than a wrong estimate does.
+REGISTER_CHECK_SECONDS = 10e-6
+
+Ranked = list[tuple[float, int, CudaConfig]]
+
+
+def register_check(
+    task: Task, ranked: Ranked, limits: DeviceLimits, probe: RegisterProbe | None
+) -> tuple[Ranked, str] | None:
+    """``ranked`` with its best SIMT point chosen again with compiled register
+    counts, and what was found, in words; None when there is no probe or the best
+    SIMT point is predicted under :data:`REGISTER_CHECK_SECONDS`.
+
+    The estimate (:func:`einkern.gpu.model.estimated_registers`) misses large
+    register tiles by 30 % and more (seed 47's ``ebr,imb->emri``: 135
+    estimated, 203 compiled), and the occupancy it implies decides between
+    points.  The best SIMT point is compiled and re-predicted with its real
+    count, the SIMT points re-sorted, and so on until the best is one already
+    compiled (at most :data:`REGISTER_CHECKS` compiles).  That point replaces
+    the model's first when it is predicted :data:`MARGIN` times faster than the
+    first's re-prediction (near-ties stay in the model's order), and takes the
+    first's place and estimated time: which family wins (tensor-core points,
+    the rules' proposal) stays as the margins were measured, against the
+    estimate.  docs/gpu.md "Register check"."""
+    simt = [item for item in ranked if item[2].mma is None]
+    if probe is None or not simt or simt[0][0] < REGISTER_CHECK_SECONDS:
+        return None
+    first_time, first_number, first = simt[0]
+    counts: dict[int, tuple[int | None, int, float]] = {}  # compiled, estimated, time
+
+    def key(item: tuple[float, int, CudaConfig]) -> tuple[float, int]:
+        return item[0] * _handicap(task, item[2]), item[1]
+
+    while len(counts) < REGISTER_CHECKS and simt[0][1] not in counts:
+        time, number, config = simt[0]
+        mapping = config_to_mapping(task, config)
+        registers = probe(task, mapping)
+        if registers is not None:
+            time = predicted_time(task, mapping, limits, registers=registers)
+        counts[number] = (registers, estimated_registers(task, mapping), time)
+        simt[0] = (time, number, config)
+        simt.sort(key=key)
+    best_time, number, best = simt[0]
+    found = "; ".join(
+        f"{_describe(c)}: {counts[n][0]} registers (estimated {counts[n][1]}), "
+        f"{counts[n][2] * 1e6:.3g} µs"
+        for _, n, c in sorted((t, n, c) for t, n, c in ranked if n in counts)
+    )
+    note = f"compiled the {len(counts)} best SIMT points: {found}"
+    first_checked = (counts[first_number][2], first_number, first)
+    if number == first_number or key(simt[0])[0] > MARGIN * key(first_checked)[0]:
+        return ranked, note + "; the model's first point kept"
+    rest = [item for item in ranked if item[1] != number]
+    place = next(i for i, item in enumerate(rest) if item[1] == first_number)
+    rest[place] = (first_time, number, best)
+    rest.append(first_checked)
+    rest.sort(key=key)
+    return rest, note + f"; chosen: {_describe(best)}, {1 / MARGIN:.3g}× faster or more"
 
 
 #: How much faster than every other point the model must predict a GETT point whose
@@ -378,19 +455,22 @@ def _lanes_tie_break(ranked: list[tuple[float, int, CudaConfig]]) -> tuple[CudaC
     )
 
 
-def default_config(task: Task, limits: DeviceLimits = H100) -> tuple[CudaConfig, list[str]]:
+def default_config(
+    task: Task, limits: DeviceLimits = H100, probe: RegisterProbe | None = None
+) -> tuple[CudaConfig, list[str]]:
     """The default configuration of ``task`` (:func:`choose`) and its reasons
     ("rule: reason")."""
-    decision = choose(task, limits)
+    decision = choose(task, limits, probe)
     return decision.config, list(decision.reasons)
 
 
-def decide(task: Task, limits: DeviceLimits = H100) -> Mapping:
-    """The default mapping of ``task``, with the reasons for it."""
+def decide(task: Task, limits: DeviceLimits = H100, probe: RegisterProbe | None = None) -> Mapping:
+    """The default mapping of ``task``, with the reasons for it (``probe``: see
+    :func:`register_check`)."""
     transpose = transpose_mapping(task)  # a pure permutation: einkern's transpose kernel
     if transpose is not None:
         return transpose
-    decision = choose(task, limits)
+    decision = choose(task, limits, probe)
     mapping = config_to_mapping(task, decision.config, decision.reasons)
     return _paired(task, mapping, limits) or mapping
 

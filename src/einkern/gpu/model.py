@@ -239,15 +239,20 @@ def predicted_time(
     mapping: Mapping,
     limits: DeviceLimits = H100,
     calibration: Calibration = DEFAULT_CALIBRATION,
+    registers: int | None = None,
 ) -> float:
-    """Predicted seconds for ``task`` under ``mapping``."""
-    return calibration.combine(cost_terms(task, mapping, limits))
+    """Predicted seconds for ``task`` under ``mapping`` (``registers``: the
+    compiled kernel's registers per thread, when known; else the estimate)."""
+    return calibration.combine(cost_terms(task, mapping, limits, registers))
 
 
-def cost_terms(task: Task, mapping: Mapping, limits: DeviceLimits = H100) -> Terms:
+def cost_terms(
+    task: Task, mapping: Mapping, limits: DeviceLimits = H100, registers: int | None = None
+) -> Terms:
     """The model's bounds for ``task`` under ``mapping`` (see the module docstring;
     tensor-core mappings: :mod:`einkern.gpu.mma_model`; paired terms:
-    :func:`einkern.gpu.pair.pair_terms`)."""
+    :func:`einkern.gpu.pair.pair_terms`).  ``registers`` replaces
+    :func:`estimated_registers` when the kernel was compiled (SIMT mappings)."""
     if mapping.pair:
         return pair_terms(task, mapping, limits, cost_terms)
     if mapping.mma is not None and mapping.mma.box:  # a product family
@@ -273,7 +278,8 @@ def cost_terms(task: Task, mapping: Mapping, limits: DeviceLimits = H100) -> Ter
     combine = mapping.combine_threads
     chain = points / combine + 8 * math.log2(combine)
 
-    registers = estimated_registers(task, mapping)
+    if registers is None:
+        registers = estimated_registers(task, mapping)
     resident = occupancy(mapping, registers, shared_bytes(task, mapping), limits)
     if resident == 0:
         return Terms(math.inf, math.inf, math.inf, math.inf, math.inf, 0.0)

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..backends.cuda.limits import device_limits
+from ..backends.cuda.probe import register_probe
 from ..gpu.block_order import with_block_orders
 from ..gpu.config import CudaConfig
 from ..gpu.decision import choose, default_config, explain
@@ -90,8 +91,8 @@ class CudaTarget:
         it), whose values the other lists gain in the same
         way, and for an fp64 contraction ``mma`` (None: SIMT) with the tensor-core
         tile shapes."""
-        default = default_config(task, device_limits())[0]
         limits = device_limits()
+        default = default_config(task, limits, register_probe(limits))[0]
         splits = sorted(
             split_candidates(task, limits),
             key=lambda c: predicted_time(task, config_to_mapping(task, c), limits),
@@ -134,12 +135,14 @@ class CudaTarget:
             return f"malformed configuration: {error}"
 
     def default_config(self, task: Task) -> Config:
-        return default_config(task, device_limits())[0]
+        limits = device_limits()
+        return default_config(task, limits, register_probe(limits))[0]
 
     def explain_default(self, task: Task) -> tuple[tuple[str, str], ...]:
         """The decision's (rule, reason) pairs for ``task`` (gpu/decision.RULES, and
         the cost model's choice between the rules' proposal and GETT points)."""
-        return choose(task, device_limits()).steps
+        limits = device_limits()
+        return choose(task, limits, register_probe(limits)).steps
 
     def compile(self, task: Task, config: Config) -> CompiledVariant:
         from ..backends.cuda.nvrtc import compile_cubin

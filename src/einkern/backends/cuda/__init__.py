@@ -19,7 +19,8 @@ from . import arrays as _arrays
 from .codegen import CudaSource, KernelSpec
 from .executable import CudaExecutable
 from .generate import MappingSpec, Nests, generate, resolve_mappings
-from .nvrtc import DEFAULT_ARCH, KernelResources, kernel_resources
+from .nvrtc import DEFAULT_ARCH, KernelResources
+from .resources import kernel_resources
 
 __all__ = [
     "CudaBackend",

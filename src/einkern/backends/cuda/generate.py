@@ -16,6 +16,7 @@ from ...ir.nodes import Problem
 from ...ir.task import statement_task
 from .codegen import CudaSource, KernelSpec
 from .limits import device_limits
+from .probe import register_probe
 
 MappingSpec = MappingType[int, object] | None
 
@@ -37,6 +38,7 @@ def resolve_mappings(
     from ...gpu.space import config_to_mapping
 
     limits = device_limits()
+    probe = register_probe(limits)
     chosen: dict[int, Mapping] = {}
     given = dict(mappings or {})
     for group in nests:
@@ -54,7 +56,7 @@ def resolve_mappings(
         if spec is None and position in chosen:
             continue
         if spec is None:
-            chosen[position] = decide(statement_task(problem, position), limits)
+            chosen[position] = decide(statement_task(problem, position), limits, probe)
         elif isinstance(spec, Mapping):
             chosen[position] = spec
         elif isinstance(spec, CudaConfig):

@@ -22,7 +22,6 @@ from pathlib import Path
 
 from ...errors import BackendError, CompilationError
 from ...gpu.mma_warpgroup_text import needs_arch_specific
-from ...ir.nodes import Problem
 from .. import cache
 
 DEFAULT_ARCH = "sm_90"
@@ -293,16 +292,3 @@ def _compile(source: str, name: str, arch: str, *, no_cache: bool) -> tuple[byte
     finally:
         program.close()
     return bytes(compiled.code), log.getvalue().replace("\0", "").strip()
-
-
-def kernel_resources(
-    problem: Problem, arch: str = DEFAULT_ARCH, mappings=None
-) -> list[KernelResources]:
-    """Registers, shared memory, stack and spills of every kernel of ``problem``
-    for ``arch`` (needs NVRTC, not a GPU), in statement order."""
-    from .generate import generate
-
-    generated = generate(problem, mappings)
-    module = compile_cubin(generated.text, arch)
-    found = {r.name: r for r in module.resources}
-    return [found[k.name] for k in generated.kernels if k.name in found]

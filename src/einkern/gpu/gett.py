@@ -54,6 +54,12 @@ THREADS = ((16, 4), (16, 8), (16, 16), (32, 2), (32, 4), (32, 8), (64, 2), (64, 
 #: Reduction elements staged per chunk.
 K_CHUNKS = (4, 8, 16, 32)
 
+#: A batch-joined group's head (the output's contiguous index) capped at this
+#: many elements, the rest of the group's tile going to its next indices
+#: (:func:`_capped`), and the (first, second) thread counts tried with them.
+HEAD_CAPS = (16, 32)
+CAPPED_THREADS = ((128, 2), (128, 4), (128, 8), (256, 1), (256, 2), (256, 4))
+
 
 def _factors(body) -> list[Access] | None:
     """The two accesses of a product ``A * B`` (possibly negated), else None."""
@@ -103,6 +109,26 @@ def split(extents: list[tuple[str, int]], target: int) -> list[tuple[str, int]]:
         if take > 1:
             found.append((index, take))
         rest //= take
+    return found
+
+
+def _capped(order: list[str], size: dict[str, int]) -> list[tuple[tuple[str, int], ...]]:
+    """Tiles of a group whose head (``order[0]``, the output's contiguous index)
+    is capped at :data:`HEAD_CAPS` elements, enough for whole 128-byte lines, and
+    whose next indices take the rest of a tile of :data:`FIRST_TILES`: a batch
+    of small products whose block covers a few of the batch and the whole of a
+    product (seed 47's ``mgaeqx,gxaeqn->axmn``, 23850 products of 42 × 14 × 12:
+    blocks of 32 of ``a`` × 32 of ``m`` × 7 of ``n`` run 0.19 ms, where the best
+    point without the cap ran 0.77; docs/gpu.md "Capped batch heads")."""
+    head, rest = order[0], order[1:]
+    found = []
+    for cap in HEAD_CAPS:
+        if size[head] <= cap or not rest:
+            continue
+        for target in FIRST_TILES:
+            tail = split([(i, size[i]) for i in rest], target)
+            if tail:
+                found.append(((head, cap), *tail))
     return found
 
 
@@ -195,7 +221,8 @@ def tilings(
     task: Task, groupings: list[tuple[tuple[str, ...], tuple[str, ...]]] | None = None
 ) -> list[GettTiling]:
     """Every GETT tiling of the generator's grid (unchecked, distinct), of
-    ``groupings`` (default: :func:`_groupings`)."""
+    ``groupings`` (default: :func:`_groupings`), with the tiles of :func:`_capped`
+    where a batch index is in the first group."""
     problem = task.problem
     statement = task.statement
     size = {i: problem.index_size(statement, i) for i in statement.indices}
@@ -204,7 +231,8 @@ def tilings(
     limit = 64 if compute_dtype(task) == "float32" else 32
     found: dict[GettTiling, None] = {}
     steps = {tuple(split([(k, size[k]) for k in k_order], c)) for c in K_CHUNKS}
-    pairs: dict[tuple[tuple[tuple[str, int], ...], ...], None] = {}
+    pairs: dict[tuple[tuple[tuple[str, int], ...], ...], tuple[tuple[int, int], ...]] = {}
+    batch = set(roles(task).batch)
     for first_orders, second_orders in _group_orders(task, groupings or _groupings(task)):
         firsts = {
             tuple(split([(i, size[i]) for i in order], t))
@@ -216,9 +244,14 @@ def tilings(
             for order in second_orders
             for t in SECOND_TILES
         }
-        pairs.update(dict.fromkeys((t1, t2) for t1 in firsts for t2 in seconds))
-    for tiles1, tiles2 in pairs:
-        for h1, h2 in THREADS:
+        for pair in ((t1, t2) for t1 in firsts for t2 in seconds):
+            pairs.setdefault(pair, THREADS)
+        if batch & set(first_orders[0]):  # a batch joined: the head capped as well
+            capped = {tile for order in first_orders for tile in _capped(order, size)} - firsts
+            for pair in ((t1, t2) for t1 in capped for t2 in seconds):
+                pairs.setdefault(pair, CAPPED_THREADS)
+    for (tiles1, tiles2), thread_counts in pairs.items():
+        for h1, h2 in thread_counts:
             a = _threaded(list(tiles1), h1)
             b = _threaded(list(tiles2), h2)
             threads = math.prod(t[1] for t in a + b)

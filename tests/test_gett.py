@@ -61,6 +61,22 @@ def check(problem, config: CudaConfig | None = None, seed: int = 0) -> None:
     assert result.max_relative_error <= TOLERANCE[dtype], mapping.to_json()
 
 
+def caught_with_coordinate_off_by_one(monkeypatch, problem, config: CudaConfig, index: str) -> bool:
+    """Whether the emulator's check fails once every thread's coordinate along
+    ``index`` is one off (a planted fault in ``KernelBuilder.local_coord``)."""
+    from einkern.gpu import builder
+
+    honest = builder.KernelBuilder.local_coord
+
+    def planted(self, name, slot):
+        value = honest(self, name, slot)
+        return builder.E.add(value, builder.E.const(1)) if name == index else value
+
+    monkeypatch.setattr(builder.KernelBuilder, "local_coord", planted)
+    result = verify(problem, {0: config_to_mapping(task_of(problem), config)}, seed=0)
+    return not result.ok(TOLERANCE[problem.program.tensor("C").dtype])
+
+
 SIX = {"a": 3, "b": 4, "c": 5, "d": 3, "e": 4, "f": 6, "k": 5}
 
 

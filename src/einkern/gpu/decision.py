@@ -243,15 +243,15 @@ def choose(task: Task, limits: DeviceLimits = H100, probe: RegisterProbe | None 
         return proposal
     ranked = sorted(
         ((_predict(task, c, limits), number, c) for number, c in enumerate(points)),
-        key=lambda item: (item[0] * _handicap(task, item[2]), item[1]),
+        key=_rank_key(task),
     )
-    rules_time = _predict(task, proposal.config, limits)
     checked = register_check(task, ranked, limits, probe)
     if checked is not None:
         ranked, note = checked
         proposal = Decision(proposal.config, (*proposal.steps, ("register-check", note)))
     best_time, _, best = ranked[0]
     best, tie = _lanes_tie_break(ranked)
+    rules_time = _predict(task, proposal.config, limits)
     family = _family(best)
     described = (
         f"{len(points)} GETT/split/MMA points of {best_time * 1e6:.3g} µs and up "
@@ -338,10 +338,7 @@ def register_check(
         return None
     first_time, first_number, first = simt[0]
     counts: dict[int, tuple[int | None, int, float]] = {}  # compiled, estimated, time
-
-    def key(item: tuple[float, int, CudaConfig]) -> tuple[float, int]:
-        return item[0] * _handicap(task, item[2]), item[1]
-
+    key = _rank_key(task)
     while len(counts) < REGISTER_CHECKS and simt[0][1] not in counts:
         time, number, config = simt[0]
         mapping = config_to_mapping(task, config)
@@ -351,11 +348,12 @@ def register_check(
         counts[number] = (registers, estimated_registers(task, mapping), time)
         simt[0] = (time, number, config)
         simt.sort(key=key)
-    best_time, number, best = simt[0]
+    _, number, best = simt[0]
     found = "; ".join(
         f"{_describe(c)}: {counts[n][0]} registers (estimated {counts[n][1]}), "
         f"{counts[n][2] * 1e6:.3g} µs"
-        for _, n, c in sorted((t, n, c) for t, n, c in ranked if n in counts)
+        for _, n, c in sorted(ranked, key=lambda item: item[:2])
+        if n in counts
     )
     note = f"compiled the {len(counts)} best SIMT points: {found}"
     first_checked = (counts[first_number][2], first_number, first)
@@ -378,6 +376,12 @@ def register_check(
 #: less than 1.3x faster than the plan they replaced; with it 45 change, 1.62x
 #: faster, 2 below 0.8x (held-out seed 47: 1.08x and 6 without, 1.41x and 2 with).
 BATCH_JOIN_MARGIN = 1.3
+
+
+def _rank_key(task: Task) -> Callable[[tuple[float, int, CudaConfig]], tuple[float, int]]:
+    """The order points are ranked in: predicted time times :func:`_handicap`,
+    then generation order."""
+    return lambda item: (item[0] * _handicap(task, item[2]), item[1])
 
 
 def _handicap(task: Task, config: CudaConfig) -> float:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..backends.cuda.limits import device_limits
-from ..backends.cuda.probe import register_probe
+from ..backends.cuda.probe import compile_task, register_probe
 from ..gpu.block_order import with_block_orders
 from ..gpu.config import CudaConfig
 from ..gpu.decision import choose, default_config, explain
@@ -145,20 +145,15 @@ class CudaTarget:
         return choose(task, limits, register_probe(limits)).steps
 
     def compile(self, task: Task, config: Config) -> CompiledVariant:
-        from ..backends.cuda.nvrtc import compile_cubin
-        from ..gpu.cuda_printer import launch_shape, print_cuda_module
-        from ..gpu.plan import plan_task
+        from ..gpu.cuda_printer import launch_shape
         from ..gpu.tma_text import map_buffers
 
         limits = device_limits()
         mapping = config_to_mapping(task, _own(config))
         name = f"ek_tune_s{task.positions[0]}"
-        plan = plan_task(task, mapping, name, max_shared_bytes=limits.shared_per_block_optin)
-        module = compile_cubin(
-            print_cuda_module([launch.kernel for launch in plan.launches]), limits.arch
+        plan, module, resources = compile_task(
+            task, mapping, name, limits.arch, limits.shared_per_block_optin
         )
-        found = [r for r in module.resources if r.name == name]
-        resources = found[0] if found else None
         if resources is not None and resources.spill_stores > 0:
             raise VariantError("resources", f"{resources.spill_stores} bytes of register spills")
         launches = []

@@ -52,33 +52,46 @@ class Context:
     memo: dict = field(default_factory=dict)
 
 
+def layout_strides(
+    order: tuple[str, ...], extent: dict[str, int], padding: int = 0, padded: str = ""
+) -> tuple[dict[str, int], int]:
+    """The strides of a shared tile with dimensions ``order`` (innermost first) of
+    ``extent`` elements, ``padding`` elements added to the stride of ``padded``
+    (``""``: the second dimension, padding each innermost row), and the tile's
+    size in elements."""
+    padded = padded or (order[1] if len(order) > 1 else "")
+    strides: dict[str, int] = {}
+    step = 1
+    for index in order:
+        if index == padded and index != order[0]:
+            step += padding
+        strides[index] = step
+        step *= extent[index]
+    if len(order) == 1:  # one dimension: the padding ends it, as before
+        step += padding
+    return strides, step
+
+
 @dataclass(frozen=True)
 class StagedArray:
-    """A staged tile: shared array ``name`` holding ``access`` over ``extents``."""
+    """A staged tile: shared array ``name`` holding ``access`` over ``extents``
+    (layout: :func:`layout_strides` of ``order``, ``padding`` and ``padded``)."""
 
     name: str
     access: Access
     order: tuple[str, ...]  # innermost first
     extents: tuple[tuple[str, int], ...]
     padding: int
+    padded: str = ""
 
     def extent(self, index: str) -> int:
         return dict(self.extents)[index]
 
     def strides(self) -> dict[str, int]:
-        strides = {}
-        step = 1
-        for position, index in enumerate(self.order):
-            strides[index] = step
-            step *= self.extent(index) + (self.padding if position == 0 else 0)
-        return strides
+        return layout_strides(self.order, dict(self.extents), self.padding, self.padded)[0]
 
     def size(self) -> int:
-        inner = self.order[0]
-        total = self.extent(inner) + self.padding
-        for index in self.order[1:]:
-            total *= self.extent(index)
-        return total
+        return layout_strides(self.order, dict(self.extents), self.padding, self.padded)[1]
 
     def offset(self, local: dict[str, kir.Expr]) -> kir.Expr:
         strides = self.strides()

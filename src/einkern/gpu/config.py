@@ -65,6 +65,10 @@ def _require(condition: bool, message: str) -> None:
         raise ValueError(message)
 
 
+#: ``StagingConfig.padding`` chosen per tile to avoid bank conflicts.
+AUTO_PADDING = -1
+
+
 @dataclass(frozen=True)
 class StagingConfig:
     """Shared-memory staging of the main reduction's inputs.
@@ -73,7 +77,9 @@ class StagingConfig:
     product) or ``all`` (every input of the main reduction); ``k_step``: reduction
     elements staged at a time (MAGMA's nb); ``prefetch``: the next chunk loaded into
     registers while the current one is used; ``padding``: extra elements on the
-    innermost shared dimension (bank conflicts); ``layout``: ``natural`` (the
+    innermost shared dimension (bank conflicts), or :data:`AUTO_PADDING` (-1):
+    the padding, on whichever dimension, that makes the tile's stores and reads
+    the fewest wavefronts (:mod:`einkern.gpu.shared_banks`); ``layout``: ``natural`` (the
     input's memory order) or ``compute`` (the threaded indices innermost)."""
 
     stage: str = "none"
@@ -90,8 +96,8 @@ class StagingConfig:
         )
         _require(isinstance(self.prefetch, bool), f"staging prefetch {self.prefetch!r} (a bool)")
         _require(
-            _is_int(self.padding) and self.padding >= 0,
-            f"staging padding {self.padding!r} (an integer >= 0)",
+            _is_int(self.padding) and self.padding >= AUTO_PADDING,
+            f"staging padding {self.padding!r} (an integer >= 0, or -1: automatic)",
         )
         _require(
             self.layout in LAYOUTS, f"staging layout {self.layout!r} (use {', '.join(LAYOUTS)})"

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Iterator
 
 from ..ir.nodes import Access, Binary, Neg, signed_terms
 from ..ir.task import Task
-from .config import CudaConfig, GettTiling, StagingConfig
+from .config import AUTO_PADDING, CudaConfig, GettTiling, StagingConfig
 from .device import H100, DeviceLimits
 from .lower import compute_dtype, preload_applies
 from .normalize import reduction_of
@@ -301,7 +301,7 @@ def _candidates(task: Task, limits: DeviceLimits) -> tuple[CudaConfig, ...]:
             config = CudaConfig(
                 x=tiling.first,
                 assign=assign,
-                staging=StagingConfig("all", 1, True, 0, "compute"),
+                staging=StagingConfig("all", 1, True, AUTO_PADDING, "compute"),
                 unroll=-1,
                 boundary="exact" if divisible else "guard",
                 preload=preload,

@@ -89,11 +89,18 @@ class ParallelTile:
 
 @dataclass(frozen=True)
 class Staging:
-    """An input access (written as in the IR, e.g. ``"B[l,j]"``) promoted to shared memory."""
+    """An input access (written as in the IR, e.g. ``"B[l,j]"``) promoted to shared memory.
+
+    ``order``: the shared tile's dimensions, innermost first (() = the input's
+    memory order); ``padding``: elements added to the stride of ``padded``, a
+    dimension of ``order`` other than the innermost, and so to every stride
+    outside it (``""``: the second of ``order``, i.e. padding each row of the
+    innermost dimension)."""
 
     access: str
-    order: tuple[str, ...] = ()  # shared-memory dimension order, innermost first; () = natural
+    order: tuple[str, ...] = ()
     padding: int = 0
+    padded: str = ""
 
 
 @dataclass(frozen=True)
@@ -222,6 +229,9 @@ class Mapping:
             for name, neutral in (("group_m", 1), ("batch_inner", False)):
                 if data["mma"].get(name) == neutral:
                     data["mma"].pop(name)
+        for staging in data["staged"]:
+            if not staging["padded"]:  # absent when neutral: the form before the field
+                staging.pop("padded")
         if not self.pair:
             data.pop("pair")
         return json.dumps(data, indent=indent)
@@ -237,7 +247,12 @@ class Mapping:
                 reduction_order=tuple(data.get("reduction_order", ())),
                 k_step=tuple((str(i), int(s)) for i, s in data.get("k_step", ())),
                 staged=tuple(
-                    Staging(s["access"], tuple(s.get("order", ())), int(s.get("padding", 0)))
+                    Staging(
+                        s["access"],
+                        tuple(s.get("order", ())),
+                        int(s.get("padding", 0)),
+                        str(s.get("padded", "")),
+                    )
                     for s in data.get("staged", ())
                 ),
                 prefetch=bool(data.get("prefetch", False)),
@@ -304,8 +319,10 @@ class Mapping:
             )
         for staging in self.staged:
             order = ",".join(staging.order) or "natural"
+            where = f" on the stride of {staging.padded}" if staging.padded else ""
             lines.append(
-                f"  shared: {staging.access} layout {order} padding {staging.padding} elements"
+                f"  shared: {staging.access} layout {order} "
+                f"padding {staging.padding} elements{where}"
             )
         lines.append(
             f"  prefetch {'on' if self.prefetch else 'off'}, unroll {self.unroll}, "

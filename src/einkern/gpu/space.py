@@ -37,13 +37,14 @@ from ..ir.memo import by_identity
 from ..ir.nodes import Access, Binary, Neg, Problem, signed_terms
 from ..ir.task import Task
 from .accumulation import with_accumulation
-from .config import NO_STAGING, SCALAR_CONFIG, CudaConfig, StagingConfig
+from .config import AUTO_PADDING, NO_STAGING, SCALAR_CONFIG, CudaConfig, StagingConfig
 from .device import H100, DeviceLimits
 from .lower import check_mapping, compute_dtype, preload_applies
 from .mapping import Mapping, ParallelTile, Staging
 from .mma_config import STRATEGY as MMA
 from .normalize import reduction_of
 from .padding import padded_task, padding_problems
+from .shared_banks import padded_layout
 from .staging import natural_order
 
 #: Threads along x and y; 0 stands for "the whole extent of the index" (e.g. 12
@@ -307,7 +308,29 @@ def _compute_layout(problem: Problem, access: Access, tiles) -> tuple[str, ...]:
 
 
 def config_to_mapping(task: Task, config: CudaConfig, reasons: tuple[str, ...] = ()) -> Mapping:
-    """The mapping ``config`` describes for ``task`` (``reasons``: why it was chosen)."""
+    """The mapping ``config`` describes for ``task`` (``reasons``: why it was chosen).
+    Memoised per task object: the search asks for the same points several times
+    (validity, ranking, the register check, the explanation)."""
+    known = _mappings(task)
+    key = (config, reasons)
+    mapping = known.get(key)
+    if mapping is None:
+        mapping = known[key] = _config_to_mapping(task, config, reasons)
+        if len(known) > MAPPINGS_PER_TASK:
+            del known[next(iter(known))]
+    return mapping
+
+
+#: The mappings :func:`config_to_mapping` remembers per task (oldest dropped).
+MAPPINGS_PER_TASK = 8192
+
+
+@by_identity(maxsize=16)
+def _mappings(task: Task) -> dict[tuple[CudaConfig, tuple[str, ...]], Mapping]:
+    return {}
+
+
+def _config_to_mapping(task: Task, config: CudaConfig, reasons: tuple[str, ...]) -> Mapping:
     if config.mma is not None:
         return Mapping(MMA, (), boundary="guard", mma=config.mma, reasons=reasons)
     problem = task.problem
@@ -375,7 +398,11 @@ def config_to_mapping(task: Task, config: CudaConfig, reasons: tuple[str, ...] =
         accumulators=accumulators if reduction_threads else 1,
         reasons=reasons,
     )
-    return with_accumulation(task, mapping)
+    mapping = with_accumulation(task, mapping)
+    if padding == AUTO_PADDING:
+        staged = [padded_layout(task, mapping, s) for s in mapping.staged]
+        mapping = replace(mapping, staged=tuple(staged))
+    return mapping
 
 
 def lane_index(task: Task) -> str | None:

@@ -28,8 +28,8 @@ from ..semantics import C_TYPE as CTYPE
 from ..semantics import ITEMSIZE
 from . import exprs as E
 from . import kir
-from .builder import Context, KernelBuilder, StagedArray, compute_dtype
-from .mapping import Mapping
+from .builder import Context, KernelBuilder, StagedArray, compute_dtype, layout_strides
+from .mapping import Mapping, Staging
 from .normalize import Group, reduction_of
 
 #: The compute step of a group over one context: ``accumulate(builder, group number,
@@ -73,9 +73,19 @@ def vector_width_for(task: Task, mapping: Mapping, access: Access) -> int:
     return max(width, 1)
 
 
-def _tile_elements(task: Task, mapping: Mapping, access: Access, padding: int, order) -> int:
+def _tile_elements(task: Task, mapping: Mapping, access: Access, staging: Staging) -> int:
     """Elements of ``access``'s shared tile: block tile along output indices, k-step
-    along reduction indices, ``padding`` extra per innermost row of ``order``."""
+    along reduction indices, laid out as ``staging`` says (padding included)."""
+    order = staging.order or natural_order(task.problem, access)
+    extents = tile_extents(task, mapping, access)
+    if sorted(order) != sorted(extents) or len(extents) != len(access.indices):
+        return math.prod(extents[i] for i in access.indices)  # refused by check_staging
+    return layout_strides(order, extents, *_padding(staging))[1]
+
+
+def tile_extents(task: Task, mapping: Mapping, access: Access) -> dict[str, int]:
+    """The shared tile's extent along each index of ``access``: the block tile
+    along output indices, the k-step along reduction indices."""
     problem = task.problem
     statement = task.statement
 
@@ -84,12 +94,11 @@ def _tile_elements(task: Task, mapping: Mapping, access: Access, padding: int, o
             return mapping.tile_of(index).tile
         return mapping.step_of(index, problem.index_size(statement, index))
 
-    elements = math.prod(extent(i) for i in access.indices)
-    order = order or natural_order(problem, access)
-    if order:
-        inner = extent(order[0])
-        elements = elements // max(inner, 1) * (inner + padding)
-    return elements
+    return {i: extent(i) for i in access.indices}
+
+
+def _padding(staging: Staging) -> tuple[int, str]:
+    return staging.padding, staging.padded
 
 
 def staged_bytes(task: Task, mapping: Mapping) -> int:
@@ -99,7 +108,7 @@ def staged_bytes(task: Task, mapping: Mapping) -> int:
         found = _find_access(task, staging.access)
         if found is not None:
             access = found[2]
-            total += _tile_elements(task, mapping, access, staging.padding, staging.order)
+            total += _tile_elements(task, mapping, access, staging)
     return total * ITEMSIZE[compute_dtype(task)]  # tiles hold the computed type
 
 
@@ -132,6 +141,12 @@ def check_staging(task: Task, mapping: Mapping, max_shared_bytes: int) -> list[s
             )
         if staging.padding < 0:
             problems.append(f"{staging.access}: negative padding")
+        layout = staging.order or natural_order(problem, access)
+        if staging.padded and staging.padded not in layout[1:]:
+            problems.append(
+                f"{staging.access}: padded index {staging.padded!r} is not an outer "
+                "dimension of its layout"
+            )
         if mapping.boundary == "exact":
             for index in group.indices:
                 size = problem.index_size(statement, index)
@@ -235,7 +250,9 @@ def declare_tiles(
         extents = tuple(
             (i, b.tiles[i].tile if i in b.parallel else chunks.steps[i]) for i in access.indices
         )
-        array = StagedArray(b.fresh(f"sh{number}_"), access, tuple(order), extents, staging.padding)
+        array = StagedArray(
+            b.fresh(f"sh{number}_"), access, tuple(order), extents, *_padding(staging)
+        )
         b.staged_arrays[(number, str(access))] = array
         b.shared.append(kir.SharedArray(array.name, b.ctype, array.size()))
         arrays.append(array)

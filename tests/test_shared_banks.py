@@ -83,6 +83,11 @@ def test_the_seed47_default_stores_its_tiles_without_conflicts() -> None:
         after = _store_wavefronts(task, mapping, staging)
         assert before >= 8  # the conflict the change removes
         assert after <= 8 and after * 4 <= before, (staging, before, after)
+    # --explain says why: one reason per padded tile, with the wavefronts
+    why = [r for r in mapping.reasons if r.startswith("conflict-free-tiles")]
+    assert len(why) == len(mapping.staged)
+    assert "first store 32 -> 7 wavefronts" in " ".join(why)
+    assert "why: conflict-free-tiles" in mapping.describe()
 
 
 def test_automatic_padding_is_a_staging_value_resolved_in_the_mapping() -> None:

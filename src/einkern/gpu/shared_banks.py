@@ -58,16 +58,33 @@ def padded_layout(task: Task, mapping: Mapping, staging: Staging) -> Staging:
     Padding 0 where a warp's stores run along the innermost dimension (as
     before automatic padding), or where the mapping splits its reduction over
     threads (the reads then depend on those threads too)."""
+    return _resolve(task, mapping, staging)[0]
+
+
+def padded_layouts(task: Task, mapping: Mapping) -> Mapping:
+    """``mapping`` with every staged tile's layout from :func:`padded_layout`,
+    and a reason (rule ``conflict-free-tiles``) for each tile it pads."""
+    resolved = [_resolve(task, mapping, s) for s in mapping.staged]
+    reasons = tuple(why for _, why in resolved if why)
+    return replace(
+        mapping,
+        staged=tuple(s for s, _ in resolved),
+        reasons=(*mapping.reasons, *reasons),
+    )
+
+
+def _resolve(task: Task, mapping: Mapping, staging: Staging) -> tuple[Staging, str | None]:
+    """:func:`padded_layout`, and the reason when it pads."""
     facts = _staged_facts(task).get(staging.access)
     if facts is None or mapping.reduction_threads:
-        return replace(staging, padding=0, padded="")
+        return replace(staging, padding=0, padded=""), None
     access, memory_order, itemsize = facts
     order = tuple(staging.order or memory_order)
     extent = tile_extents(task, mapping, access)
     width = vector_width_for(task, mapping, access)
     if order[0] == memory_order[0] and extent[order[0]] >= WARP * width:
         # a warp's stores run along the innermost dimension: no conflict
-        return replace(staging, padding=0, padded="") if staging.padding else staging
+        return replace(staging, padding=0, padded=""), None
     threaded = tuple(t for t in mapping.parallel if t.threads > 1)
     threads = min(WARP, mapping.threads)
     counts = _first_counts(tuple(extent[i] for i in memory_order), width)
@@ -76,10 +93,26 @@ def padded_layout(task: Task, mapping: Mapping, staging: Staging) -> Staging:
     sharing = mapping.threads / math.prod(t.threads for t in threaded if t.index in extent)
     last = max(store.varying | read.varying, default=0)  # outer extents set no stride used
     extents = tuple(extent[i] if n < last else 1 for n, i in enumerate(order))
-    padding, padded = _best_padding(order, extents, store, read, sharing, itemsize)
-    if (padding, padded) == (staging.padding, staging.padded):
-        return staging
-    return replace(staging, padding=padding, padded=padded)
+    choice = _best_padding(order, extents, store, read, sharing, itemsize)
+    resolved = replace(staging, padding=choice.padding, padded=choice.padded)
+    if not choice.padding:
+        return resolved, None
+    return resolved, (
+        f"conflict-free-tiles: {staging.access} padded by {choice.padding} on the stride "
+        f"of {choice.padded}: a warp's first store {choice.before[0]} -> {choice.after[0]} "
+        f"wavefronts, its first read {choice.before[1]} -> {choice.after[1]}"
+    )
+
+
+@dataclass(frozen=True)
+class _Choice:
+    """A layout's padding and padded dimension, and the (store, read)
+    wavefronts of padding 0 and of the choice."""
+
+    padding: int
+    padded: str
+    before: tuple[int, int]
+    after: tuple[int, int]
 
 
 @by_identity(maxsize=64)
@@ -123,21 +156,22 @@ def _best_padding(
     read: _Pattern,
     sharing: float,
     itemsize: int,
-) -> tuple[int, str]:
-    """(padding, padded dimension) of the cheapest layout: the wavefronts of
-    the store plus ``sharing`` times those of the read, the least padding among
-    equals.  The candidates pad the stride of a dimension the store steps along
-    (not the innermost) by 1 … 7 elements; none where padding 0 is already the
-    fewest wavefronts the elements need."""
+) -> _Choice:
+    """The cheapest layout: the wavefronts of the store plus ``sharing`` times
+    those of the read, the least padding among equals.  The candidates pad the
+    stride of a dimension the store steps along (not the innermost) by 1 … 7
+    elements; none where padding 0 is already the fewest wavefronts the
+    elements need."""
     layouts = _layouts(order, store)
-    store_cost = _wavefront_table(order, extents, layouts, store, itemsize)
-    read_cost = _wavefront_table(order, extents, layouts, read, itemsize)
+    stores = _wavefront_table(order, extents, layouts, store, itemsize)
+    reads = _wavefront_table(order, extents, layouts, read, itemsize)
     least = store.least(itemsize) + sharing * read.least(itemsize)
-    if store_cost[0] + sharing * read_cost[0] <= least:
-        return 0, ""
-    cost = [s + sharing * r for s, r in zip(store_cost, read_cost, strict=True)]
-    best = min(range(len(layouts)), key=lambda n: (cost[n], layouts[n][0]))
-    return layouts[best]
+    cost = [s + sharing * r for s, r in zip(stores, reads, strict=True)]
+    best = 0
+    if cost[0] > least:
+        best = min(range(len(layouts)), key=lambda n: (cost[n], layouts[n][0]))
+    padding, padded = layouts[best]
+    return _Choice(padding, padded, (stores[0], reads[0]), (stores[best], reads[best]))
 
 
 @functools.lru_cache(maxsize=4096)

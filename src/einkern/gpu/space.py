@@ -44,7 +44,7 @@ from .mapping import Mapping, ParallelTile, Staging
 from .mma_config import STRATEGY as MMA
 from .normalize import reduction_of
 from .padding import padded_task, padding_problems
-from .shared_banks import padded_layout
+from .shared_banks import padded_layouts
 from .staging import natural_order
 
 #: Threads along x and y; 0 stands for "the whole extent of the index" (e.g. 12
@@ -400,8 +400,7 @@ def _config_to_mapping(task: Task, config: CudaConfig, reasons: tuple[str, ...])
     )
     mapping = with_accumulation(task, mapping)
     if padding == AUTO_PADDING:
-        staged = [padded_layout(task, mapping, s) for s in mapping.staged]
-        mapping = replace(mapping, staged=tuple(staged))
+        mapping = padded_layouts(task, mapping)
     return mapping
 
 

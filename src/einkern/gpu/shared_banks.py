@@ -11,7 +11,7 @@ of the shared-store wavefronts of 12 of 14 GETT defaults of the contraction
 suites were bank conflicts, and their warps stalled mostly on ``mio_throttle``
 (docs/gpu.md, "Conflict-free staged tiles").
 
-:func:`padded_layout` chooses, for a staging whose padding is automatic, the
+:func:`padded_layouts` chooses, for a staging whose padding is automatic, the
 dimension whose stride is padded and by how many elements: the layout that
 minimises a warp's wavefronts over the first store of the copy plus the first
 read of the compute, the read weighted by the threads that read each element
@@ -52,18 +52,13 @@ def wavefronts(addresses: list[int], itemsize: int) -> int:
     return int(_wavefronts(np.array([addresses]), itemsize)[0])
 
 
-def padded_layout(task: Task, mapping: Mapping, staging: Staging) -> Staging:
-    """``staging`` with the padding (and the padded dimension) that makes its
-    tile's stores and reads the fewest wavefronts (see the module docstring).
-    Padding 0 where a warp's stores run along the innermost dimension (as
-    before automatic padding), or where the mapping splits its reduction over
-    threads (the reads then depend on those threads too)."""
-    return _resolve(task, mapping, staging)[0]
-
-
 def padded_layouts(task: Task, mapping: Mapping) -> Mapping:
-    """``mapping`` with every staged tile's layout from :func:`padded_layout`,
-    and a reason (rule ``conflict-free-tiles``) for each tile it pads."""
+    """``mapping`` with every staged tile padded (and on the dimension) so that
+    its stores and reads take the fewest wavefronts (see the module docstring),
+    and a reason (rule ``conflict-free-tiles``) for each tile it pads.  Padding
+    0 where a warp's stores run along the innermost dimension (as before
+    automatic padding), or where the mapping splits its reduction over threads
+    (the reads then depend on those threads too)."""
     resolved = [_resolve(task, mapping, s) for s in mapping.staged]
     reasons = tuple(why for _, why in resolved if why)
     return replace(
@@ -74,7 +69,7 @@ def padded_layouts(task: Task, mapping: Mapping) -> Mapping:
 
 
 def _resolve(task: Task, mapping: Mapping, staging: Staging) -> tuple[Staging, str | None]:
-    """:func:`padded_layout`, and the reason when it pads."""
+    """One tile's layout for :func:`padded_layouts`, and the reason when it pads."""
     facts = _staged_facts(task).get(staging.access)
     if facts is None or mapping.reduction_threads:
         return replace(staging, padding=0, padded=""), None

@@ -13,7 +13,8 @@ Each staged tile is loaded cooperatively: element ``e`` of the tile is taken by
 thread ``e mod threads``, with ``e`` numbered along the input's own memory order
 (its contiguous index fastest), so consecutive threads read consecutive
 addresses; it is stored at its place in the shared layout (``Staging.order``,
-innermost first, ``padding`` extra elements per innermost row).
+innermost first, ``padding`` extra elements on the stride of ``Staging.padded``:
+:func:`einkern.gpu.builder.layout_strides`).
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ def _tile_elements(task: Task, mapping: Mapping, access: Access, staging: Stagin
     extents = tile_extents(task, mapping, access)
     if sorted(order) != sorted(extents) or len(extents) != len(access.indices):
         return math.prod(extents[i] for i in access.indices)  # refused by check_staging
-    return layout_strides(order, extents, *_padding(staging))[1]
+    return layout_strides(order, extents, staging.padding, staging.padded)[1]
 
 
 def tile_extents(task: Task, mapping: Mapping, access: Access) -> dict[str, int]:
@@ -95,10 +96,6 @@ def tile_extents(task: Task, mapping: Mapping, access: Access) -> dict[str, int]
         return mapping.step_of(index, problem.index_size(statement, index))
 
     return {i: extent(i) for i in access.indices}
-
-
-def _padding(staging: Staging) -> tuple[int, str]:
-    return staging.padding, staging.padded
 
 
 def staged_bytes(task: Task, mapping: Mapping) -> int:
@@ -202,7 +199,7 @@ def staged_group_sections(
     of ``staged`` declared on the builder, the chunk loop, and ``accumulate`` over
     each chunk's shared tiles."""
     chunks = chunks_of(b, group)
-    arrays = declare_tiles(b, number, staged, chunks)
+    arrays = declare_tiles(b, number, staged)
     counter = f"c{number}"
     chunk = kir.Var(counter)
 
@@ -237,9 +234,7 @@ def staged_group_sections(
     return sections
 
 
-def declare_tiles(
-    b: KernelBuilder, number: int, staged: list[Access], chunks: Chunks
-) -> list[StagedArray]:
+def declare_tiles(b: KernelBuilder, number: int, staged: list[Access]) -> list[StagedArray]:
     """A shared tile for each staged access of group ``number`` (block tile along
     output indices, k-step along reduction indices), declared on the builder."""
     arrays = []
@@ -247,11 +242,9 @@ def declare_tiles(
         staging = b.mapping.staging_of(str(access))
         assert staging is not None  # the caller passes the staged accesses
         order = staging.order or natural_order(b.problem, access)
-        extents = tuple(
-            (i, b.tiles[i].tile if i in b.parallel else chunks.steps[i]) for i in access.indices
-        )
+        extents = tuple(tile_extents(b.task, b.mapping, access).items())
         array = StagedArray(
-            b.fresh(f"sh{number}_"), access, tuple(order), extents, *_padding(staging)
+            b.fresh(f"sh{number}_"), access, tuple(order), extents, staging.padding, staging.padded
         )
         b.staged_arrays[(number, str(access))] = array
         b.shared.append(kir.SharedArray(array.name, b.ctype, array.size()))

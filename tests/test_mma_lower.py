@@ -4,11 +4,14 @@ compiles with NVRTC without spills."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from conftest import problem_of
 
 from einkern.backends.emulator import emulate
+from einkern.gpu import exprs as E
 from einkern.gpu.contraction import NotAContraction, contraction_of
 from einkern.gpu.cuda_printer import print_cuda
 from einkern.gpu.mma_lower import MmaConfig, lower_mma, problems
@@ -53,6 +56,17 @@ PROGRAMS = {
         "tensor A[l,x,v], B[p,v,w,n,x,a], C[n,l,w,a,v,p]\n"
         "C[n,l,w,a,v,p] = A[l,x,v] * B[p,v,w,n,x,a]",
         dict(l=9, x=3, v=3, p=5, w=4, n=4, a=4),
+    ),
+    # three summed indices against one M and one N index: the copies share
+    # their k decodes (TileBuilder.shares_k); K = 105 is no multiple of a k-step
+    "long-sum": (
+        "tensor A[m,a,b,c], B[a,c,n,b], C[m,n]\nC[i,j] = A[i,x,y,z] * B[x,z,j,y]",
+        dict(m=20, n=12, a=3, b=5, c=7),
+    ),
+    # B's contiguous index is k: its copies run along k (one k position each)
+    "long-sum-k-contiguous": (
+        "tensor A[m,a,b], B[n,a,b], C[m,n]\nC[i,j] = A[i,x,y] * B[j,x,y]",
+        dict(m=24, n=10, a=6, b=11),
     ),
     "six-index-out": (
         "tensor A[a,b,c,k], B[k,d,e,f], C[f,a,d,b,e,c]\nC[u,p,s,q,t,r] = A[p,q,r,x] * B[x,s,t,u]",
@@ -123,6 +137,64 @@ def test_fragments_carried_across_the_barrier(name, carried):
         MmaConfig("m16n8k8_f64", 2, 1, 1, 2, 16, stages=4, copy="async"),
     ):
         _check_kernel(problem, lower_mma(task, config, carried=carried), seed=7)
+
+
+@pytest.mark.parametrize("name", ["long-sum", "long-sum-k-contiguous"])
+def test_copies_share_their_k_decodes(name):
+    """Where the k group has more indices than an operand's M or N group, the
+    copies of a k-step decode each distinct k position once, into a local (the
+    position clamped to the last, the copy's guard on the unclamped one): the
+    kernels declare those locals and match the reference on every pipeline,
+    k-steps past the sum's end included; the plain GEMM's copies do not."""
+    from einkern.gpu.mma_builder import TileBuilder
+    from einkern.gpu.mma_lower import mma_form
+
+    problem = _problem(name)
+    task = statement_task(problem, 0)
+    for config in (
+        MmaConfig("m16n8k4_f64", 2, 2, 1, 2, 16, stages=3, copy="async"),
+        MmaConfig("m16n8k4_f64", 1, 2, 2, 1, 8, stages=2, copy="async"),
+        MmaConfig("m16n8k8_f64", 2, 1, 1, 2, 16, stages=4, copy="async"),
+    ):
+        c, _ = mma_form(task, config)
+        builder = TileBuilder(task, c, config, "k")
+        assert builder.shares_k("a") and builder.shares_k("b")
+        kernel = lower_mma(task, config)
+        source = print_cuda(kernel)
+        assert re.search(r"\bint k_a\d", source) and re.search(r"\bint k_b\d", source)
+        _check_kernel(problem, kernel, seed=5)
+    gemm = statement_task(_problem("gemm"), 0)
+    config = MmaConfig("m16n8k4_f64", 2, 2, 1, 2, 16, stages=3, copy="async")
+    assert not re.search(r"\bint k_[ab]\d", print_cuda(lower_mma(gemm, config)))
+
+
+def test_a_wrong_shared_k_decode_is_caught():
+    """The emulator catches a kernel whose shared k decode is off by one position
+    (every copy of a k-step reading its neighbour's k): as a read past the
+    operand's end or as a wrong result."""
+    from einkern.gpu import mma_builder
+
+    problem = _problem("long-sum")
+    task = statement_task(problem, 0)
+    config = MmaConfig("m16n8k4_f64", 2, 2, 1, 2, 16, stages=3, copy="async")
+    original = mma_builder.TileBuilder._element_parts
+
+    def shifted(self, which, ahead=0, kk=None):
+        for j, share, target, inside, index, parts in original(self, which, ahead, kk):
+            if parts is not None:
+                parts = (parts[0], E.add(parts[1], E.const(1)))
+            yield j, share, target, inside, index, parts
+
+    mma_builder.TileBuilder._element_parts = shifted
+    try:
+        kernel = lower_mma(task, config)
+    finally:
+        mma_builder.TileBuilder._element_parts = original
+    arrays = random_arrays(problem, 5)
+    want = evaluate(problem, arrays, {})
+    given = {f"p_{k}": v.copy(order="K") for k, v in arrays.items()}
+    report = emulate([kernel], given, {})
+    assert not report.ok or not np.allclose(given["p_C"], want["C"], rtol=1e-6)
 
 
 def test_carried_fragments_need_an_even_number_of_instruction_steps():

@@ -6,6 +6,7 @@ described in :mod:`.mma_lower`."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 from ..ir.task import Task
 from ..semantics import C_TYPE
@@ -183,6 +184,15 @@ class TileBuilder:
         thread's share, shared-memory index, in-extents condition, global index);
         ``ahead``: the tile ``ahead`` k-steps after ``kk``.  Consecutive threads
         go along the operand's contiguous index."""
+        for j, share, target, inside, index, _ in self._element_parts(which, ahead, kk):
+            yield j, share, target, inside, index
+
+    def _element_parts(self, which: str, ahead: int = 0, kk: kir.Expr | None = None):
+        """:meth:`_elements`, each with its global index also in two parts where
+        :meth:`shares_k` (else None): the tile's base plus its M or N coordinates'
+        offset, and its k coordinates' offset, decoded from the k position
+        clamped to the last (an in-bounds offset for every thread, so that
+        :meth:`issue` may compute it outside the copy's guard)."""
         kk = kir.Var("kk") if kk is None else kk
         operand, rows, cols, row_group, col_group, row0, col0 = self._tile(which, kk)
         if ahead:
@@ -195,19 +205,44 @@ class TileBuilder:
         layout = self.staging[which]
         width = layout.width  # 16-bit cp.async: 8 elements along the contiguous run
         total = rows * cols // width
-        base = "base_a" if which == "a" else "base_b"
+        base = kir.Var("base_a" if which == "a" else "base_b")
+        split = self.shares_k(which)
         for j, e, share in E.thread_shares(total, threads):
             r, col = copy_position(e, rows, cols, width, fastest_col)
             gr, gc = E.add(row0, r), E.add(col0, col)
             coords = {**self.c.coordinates(row_group, gr), **self.c.coordinates(col_group, gc)}
-            index = E.add(kir.Var(base), self.c.offset(operand, coords))
+            index = E.add(base, self.c.offset(operand, coords))
             inside = E.conj(
                 [
                     _within(row0, gr, rows, self.c.size(row_group)),
                     _within(col0, gc, cols, self.c.size(col_group)),
                 ]
             )
-            yield j, share, layout.index(r, col), inside, index
+            parts = None
+            if split:
+                k_at, k_group, mn_at, mn_group = (
+                    (gr, row_group, gc, col_group)
+                    if which == "b"
+                    else (gc, col_group, gr, row_group)
+                )
+                clamped = E.minimum(k_at, E.const(self.K - 1))
+                k_part = self.c.offset(operand, self.c.coordinates(k_group, clamped))
+                rest = E.add(base, self.c.offset(operand, self.c.coordinates(mn_group, mn_at)))
+                parts = (rest, k_part)
+            yield j, share, layout.index(r, col), inside, index, parts
+
+    def shares_k(self, which: str) -> bool:
+        """Whether the copies of the A or B tile decode their k position once per
+        distinct position (:meth:`issue`): where the k group has more indices than
+        the tile's M or N group, whose offsets the compiler keeps across the
+        k-steps, the k decode is most of a copy's index arithmetic, and NVRTC
+        repeats it under each copy's guard otherwise (c47_074, four summed
+        indices: 1050 instructions per k-step for 32 MMAs, 330 decoded once).
+        Where the M or N group has as many indices or more, the decoded k parts
+        compete with those offsets for registers (docs/tensor_cores.md "Shared k
+        decodes")."""
+        mn = self.c.m if which == "a" else self.c.n
+        return len(self.c.k) > max(1, len(mn))
 
     def fetch(self, which: str, ahead: int, kk: kir.Expr | None = None) -> list[kir.Stmt]:
         """Global loads of a tile into the thread's prefetch registers (zero past
@@ -265,12 +300,23 @@ class TileBuilder:
 
     def issue(self, ahead: int, number: kir.Expr, kk: kir.Expr | None = None) -> list[kir.Stmt]:
         """Asynchronous copies of the A and B tiles ``ahead`` k-steps after ``kk``
-        into shared buffer ``number``, committed as one group."""
+        into shared buffer ``number``, committed as one group; where
+        :meth:`shares_k`, the k part of the index that several of a thread's
+        copies share is decoded once, into a local."""
         stmts: list[kir.Stmt] = []
         for which, shared in (("a", "As"), ("b", "Bs")):
             operand = self.c.a if which == "a" else self.c.b
             width = self.staging[which].width
-            for _, share, target, inside, index in self._elements(which, ahead, kk):
+            elements = list(self._element_parts(which, ahead, kk))
+            uses = Counter(parts[1] for *_, parts in elements if parts is not None)
+            locals_: dict[kir.Expr, kir.Var] = {}
+            for k_part in (k for k, n in uses.items() if n > 1):
+                name = f"k_{which}{ahead}_{len(locals_)}"
+                locals_[k_part] = kir.Var(name)
+                stmts.append(kir.Declare(name, self.itype, k_part))
+            for _, share, target, inside, index, parts in elements:
+                if parts is not None and parts[1] in locals_:
+                    index = E.add(parts[0], locals_[parts[1]])
                 at = E.add(self.buffer(which, number), target)
                 copy: kir.Stmt = kir.CopyAsync(
                     shared, at, f"p_{operand.tensor}", index, inside, width

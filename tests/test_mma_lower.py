@@ -145,9 +145,10 @@ def test_copies_share_their_k_decodes(name):
     copies of a k-step decode each distinct k position once, into a local (the
     position clamped to the last, the copy's guard on the unclamped one): the
     kernels declare those locals and match the reference on every pipeline,
-    k-steps past the sum's end included; the plain GEMM's copies do not."""
+    k-steps past the sum's end included, and ``--explain`` says so; the plain
+    GEMM's copies do not."""
     from einkern.gpu.mma_builder import TileBuilder
-    from einkern.gpu.mma_lower import mma_form
+    from einkern.gpu.mma_lower import f64_pipeline, mma_form
 
     problem = _problem(name)
     task = statement_task(problem, 0)
@@ -163,9 +164,11 @@ def test_copies_share_their_k_decodes(name):
         source = print_cuda(kernel)
         assert re.search(r"\bint k_a\d", source) and re.search(r"\bint k_b\d", source)
         _check_kernel(problem, kernel, seed=5)
+        assert f64_pipeline(task, config).count("each k position decoded once") == 2
     gemm = statement_task(_problem("gemm"), 0)
     config = MmaConfig("m16n8k4_f64", 2, 2, 1, 2, 16, stages=3, copy="async")
     assert not re.search(r"\bint k_[ab]\d", print_cuda(lower_mma(gemm, config)))
+    assert "decoded once" not in f64_pipeline(gemm, config)
 
 
 def test_a_wrong_shared_k_decode_is_caught():

@@ -199,8 +199,9 @@ def f64_loop(task: Task, config: MmaConfig) -> tuple[int, bool, bool]:
 def f64_pipeline(task: Task, config: MmaConfig) -> str | None:
     """How :func:`lower_mma` builds the k loop of an fp64 cp.async tile, for
     ``--explain`` (None for other tiles): whether fragments are carried across
-    the barrier, where the copies go, and each operand's copy width and the
-    dimension it is staged along."""
+    the barrier, where the copies go, and each operand's copy width, the
+    dimension it is staged along and whether its copies share their k decodes
+    (:meth:`~.mma_builder.TileBuilder.shares_k`)."""
     if SHAPES[config.shape].input_type != "f64" or config.copy != "async" or problems(task, config):
         return None
     resident, late, carry = f64_loop(task, config)
@@ -218,7 +219,8 @@ def f64_pipeline(task: Task, config: MmaConfig) -> str | None:
         rows, cols = (c.m, c.k) if which == "a" else (c.k, c.n)
         along = cols if layout.along_cols else rows
         width = layout.width * config.itemsize
-        parts.append(f"{which.upper()} staged along {','.join(along)}, {width}-byte copies")
+        shared = ", each k position decoded once per k-step" if builder.shares_k(which) else ""
+        parts.append(f"{which.upper()} staged along {','.join(along)}, {width}-byte copies{shared}")
     return "; ".join(parts)
 
 

@@ -87,6 +87,18 @@ class ParallelTile:
         return (run * self.threads + thread) * self.chunk + within
 
 
+def first_coordinates(
+    tiles: tuple[ParallelTile, ...], thread: int, coordinate: dict[str, int]
+) -> int:
+    """Set in ``coordinate`` the block-tile coordinate of the first element that
+    thread number ``thread`` holds of each of ``tiles`` (its digits, the first
+    tile's fastest); return the thread number the tiles leave (its next digits)."""
+    for tile in tiles:
+        digit, thread = thread % tile.threads, thread // tile.threads
+        coordinate[tile.index] = tile.local(digit, 0)
+    return thread
+
+
 @dataclass(frozen=True)
 class Staging:
     """An input access (written as in the IR, e.g. ``"B[l,j]"``) promoted to shared memory.

@@ -38,7 +38,7 @@ from ..ir.nodes import Access, Problem, signed_terms, walk
 from ..ir.task import Task
 from .device import H100, DeviceLimits
 from .lower import compute_dtype
-from .mapping import Mapping, ParallelTile
+from .mapping import Mapping, ParallelTile, first_coordinates
 from .mma_family_model import family_terms
 from .mma_model import mma_terms
 from .normalize import reduction_of
@@ -616,9 +616,7 @@ class _Layout:
         rest = thread
         for split in self.split if self.fastest else ():
             rest = self._split_digit(split, rest, coordinate)
-        for tile in self.threaded:
-            digit, rest = rest % tile.threads, rest // tile.threads
-            coordinate[tile.index] = tile.local(digit, 0)
+        rest = first_coordinates(self.threaded, rest, coordinate)
         for split in () if self.fastest else self.split:
             rest = self._split_digit(split, rest, coordinate)
         return coordinate

@@ -33,7 +33,7 @@ from ..ir.nodes import Access
 from ..ir.task import Task
 from ..semantics import ITEMSIZE
 from .builder import compute_dtype, layout_strides
-from .mapping import Mapping, ParallelTile, Staging
+from .mapping import Mapping, ParallelTile, Staging, first_coordinates
 from .normalize import reduction_of
 from .staging import natural_order, tile_extents, vector_width_for
 
@@ -261,9 +261,7 @@ def _read_pattern(
     digits, the first tile fastest), 0 along the others."""
     found = set()
     for thread in range(threads):
-        coordinate, rest = {}, thread
-        for tile in threaded:
-            digit, rest = rest % tile.threads, rest // tile.threads
-            coordinate[tile.index] = tile.local(digit, 0)
+        coordinate: dict[str, int] = {}
+        first_coordinates(threaded, thread, coordinate)
         found.add(tuple(coordinate.get(i, 0) for i in order))
     return _Pattern.of(sorted(found))

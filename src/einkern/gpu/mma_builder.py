@@ -236,8 +236,8 @@ class TileBuilder:
         distinct position (:meth:`issue`): where the k group has more indices than
         the tile's M or N group, whose offsets the compiler keeps across the
         k-steps, the k decode is most of a copy's index arithmetic, and NVRTC
-        repeats it under each copy's guard otherwise (c47_074, four summed
-        indices: 1050 instructions per k-step for 32 MMAs, 330 decoded once).
+        repeats it under each copy's guard otherwise (qkausf,qupfa->skp, four summed
+        indices: 1050 instructions per k-step for 32 MMAs, 317 decoded once).
         Where the M or N group has as many indices or more, the decoded k parts
         compete with those offsets for registers (docs/tensor_cores.md "Shared k
         decodes")."""

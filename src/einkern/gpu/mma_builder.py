@@ -234,13 +234,12 @@ class TileBuilder:
     def shares_k(self, which: str) -> bool:
         """Whether the copies of the A or B tile decode their k position once per
         distinct position (:meth:`issue`): where the k group has more indices than
-        the tile's M or N group, whose offsets the compiler keeps across the
-        k-steps, the k decode is most of a copy's index arithmetic, and NVRTC
-        repeats it under each copy's guard otherwise (qkausf,qupfa->skp, four summed
-        indices: 1050 instructions per k-step for 32 MMAs, 317 decoded once).
-        Where the M or N group has as many indices or more, the decoded k parts
-        compete with those offsets for registers (docs/tensor_cores.md "Shared k
-        decodes")."""
+        the tile's M or N group, the k decode is most of a copy's index
+        arithmetic, and NVRTC repeats it under each copy's guard otherwise
+        (qkausf,qupfa->skp, four summed indices: 1050 instructions per k-step
+        for 32 MMAs, 317 decoded once).
+        Where the M or N group has as many indices or more, sharing was measured
+        to lose (docs/tensor_cores.md "Shared k decodes")."""
         mn = self.c.m if which == "a" else self.c.n
         return len(self.c.k) > max(1, len(mn))
 

@@ -74,6 +74,11 @@ def opcode(inst: str) -> str:
     return re.sub(r"^@!?U?P\w+\s+", "", inst).split()[0].split(".")[0]
 
 
+def heavy(counts: collections.Counter) -> int:
+    """The MMA and FMA instructions among opcode ``counts``."""
+    return sum(n for op, n in counts.items() if op.endswith(HEAVY))
+
+
 def hottest_loop(insts: list[str], labels: dict[str, int]) -> collections.Counter | None:
     """Opcode counts of the loop body with the most MMA/FMA instructions."""
     best, most = None, 0
@@ -83,9 +88,8 @@ def hottest_loop(insts: list[str], labels: dict[str, int]) -> collections.Counte
         if start > end:
             continue
         counts = collections.Counter(opcode(i) for i in insts[start : end + 1])
-        heavy = sum(n for op, n in counts.items() if op.endswith(HEAVY))
-        if heavy > most:
-            best, most = counts, heavy
+        if heavy(counts) > most:
+            best, most = counts, heavy(counts)
     return best
 
 
@@ -120,12 +124,11 @@ def main() -> int:
         if loop is None:
             print("    no loop with MMA or FMA instructions")
             continue
-        total = sum(loop.values())
-        heavy = sum(n for op, n in loop.items() if op.endswith(HEAVY))
+        total, work = sum(loop.values()), heavy(loop)
         top = ", ".join(f"{op} {n}" for op, n in loop.most_common(10))
         print(
-            f"    hottest loop: {total} instructions, {heavy} MMA/FMA "
-            f"({total / heavy:.1f} per MMA/FMA): {top}"
+            f"    hottest loop: {total} instructions, {work} MMA/FMA "
+            f"({total / work:.1f} per MMA/FMA): {top}"
         )
     return 0
 

@@ -87,6 +87,14 @@ CONFIGS = {
     "async-4": MmaConfig("m16n8k4_f64", 2, 2, 1, 2, 4, stages=4, copy="async"),
 }
 
+#: cp.async pipelines of 3, 2 and 4 stages, k-steps of 4 and 2 instruction
+#: k-steps (fragments carried or not, copies sharing k decodes or not).
+ASYNC_PIPELINES = (
+    MmaConfig("m16n8k4_f64", 2, 2, 1, 2, 16, stages=3, copy="async"),
+    MmaConfig("m16n8k4_f64", 1, 2, 2, 1, 8, stages=2, copy="async"),
+    MmaConfig("m16n8k8_f64", 2, 1, 1, 2, 16, stages=4, copy="async"),
+)
+
 
 def _problem(name: str):
     text, extents = PROGRAMS[name]
@@ -131,11 +139,7 @@ def test_fragments_carried_across_the_barrier(name, carried):
     and 4 stages, k-steps of 2 and 4 instruction k-steps, partial tiles."""
     problem = _problem(name)
     task = statement_task(problem, 0)
-    for config in (
-        MmaConfig("m16n8k4_f64", 2, 2, 1, 2, 16, stages=3, copy="async"),
-        MmaConfig("m16n8k4_f64", 1, 2, 2, 1, 8, stages=2, copy="async"),
-        MmaConfig("m16n8k8_f64", 2, 1, 1, 2, 16, stages=4, copy="async"),
-    ):
+    for config in ASYNC_PIPELINES:
         _check_kernel(problem, lower_mma(task, config, carried=carried), seed=7)
 
 
@@ -152,11 +156,7 @@ def test_copies_share_their_k_decodes(name):
 
     problem = _problem(name)
     task = statement_task(problem, 0)
-    for config in (
-        MmaConfig("m16n8k4_f64", 2, 2, 1, 2, 16, stages=3, copy="async"),
-        MmaConfig("m16n8k4_f64", 1, 2, 2, 1, 8, stages=2, copy="async"),
-        MmaConfig("m16n8k8_f64", 2, 1, 1, 2, 16, stages=4, copy="async"),
-    ):
+    for config in ASYNC_PIPELINES:
         c, _ = mma_form(task, config)
         builder = TileBuilder(task, c, config, "k")
         assert builder.shares_k("a") and builder.shares_k("b")

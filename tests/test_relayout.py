@@ -109,8 +109,13 @@ def test_a_copy_read_in_the_wrong_order_is_caught(monkeypatch) -> None:
         run_cpu(rewrite)
 
 
-def test_the_plan_relays_a_gathered_operand_of_a_tensor_core_kernel() -> None:
+def test_the_plan_relays_a_gathered_operand_of_a_tensor_core_kernel(monkeypatch) -> None:
     problem = problem_of(GATHERED)
+    # its direct kernel's stores also scatter (every lane its own line): with
+    # their cost TTGT and the relayout tie (1.52 and 1.53 ms predicted; measured
+    # 1.41 and 1.38 ms), and TTGT is taken
+    assert [r.label for r in plan_rewrites(problem, "cuda").rewrites] == ["ttgt"]
+    monkeypatch.setattr(mma_model, "SCATTERED_STORE_COST", 0.0)
     chosen = plan_rewrites(problem, "cuda")
     assert [r.label for r in chosen.rewrites] == ["relayout of A"]
     assert "tile copies beside the MMAs" in " ".join(chosen.explain())

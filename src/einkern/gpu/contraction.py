@@ -336,16 +336,22 @@ def output_sector_efficiency(c: Contraction, bm: int, bn: int, itemsize: int) ->
     types), 0.25 where every element lands in a sector of its own (the ``sd_t_d2``
     statements at T = 24, whose M group's fastest index is the output's slowest:
     4.9 ms against 1.5 predicted, H100)."""
-    parts = []
-    for group, size in ((c.m, bm), (c.n, bn)):
-        flat = np.arange(min(size, c.size(group)))
-        offset = np.zeros_like(flat)
-        inner = 1
-        for index in reversed(group):
-            coordinate = flat // inner if index == group[0] else (flat // inner) % c.extent(index)
-            offset += coordinate * c.output.stride(index)
-            inner *= c.extent(index)
-        parts.append(offset)
+    parts = [
+        output_offsets(c, group, np.arange(min(size, c.size(group))))
+        for group, size in ((c.m, bm), (c.n, bn))
+    ]
     offsets = parts[0][:, None] + parts[1][None, :]
     sectors = np.unique(offsets * itemsize // 32).size
     return float(offsets.size * itemsize / (32 * sectors))
+
+
+def output_offsets(c: Contraction, group: tuple[str, ...], flat: np.ndarray) -> np.ndarray:
+    """Element offsets in the output of the positions ``flat`` (an int array) of
+    the M or N ``group`` (slowest index first; the slowest takes what is left)."""
+    offset = np.zeros_like(flat)
+    inner = 1
+    for index in reversed(group):
+        coordinate = flat // inner if index == group[0] else (flat // inner) % c.extent(index)
+        offset += coordinate * c.output.stride(index)
+        inner *= c.extent(index)
+    return offset

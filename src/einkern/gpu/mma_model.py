@@ -37,8 +37,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from ..ir.task import Task
-from .contraction import Contraction, NotAContraction, gemm_form, output_sector_efficiency
+from .contraction import (
+    Contraction,
+    NotAContraction,
+    gemm_form,
+    output_offsets,
+    output_sector_efficiency,
+)
 from .device import DeviceLimits
 from .mma import SHAPES
 from .mma_config import MmaConfig
@@ -241,6 +249,53 @@ def batch_sector_seconds(task: Task, config: MmaConfig, limits: DeviceLimits) ->
         total += task.problem.numel(operand.tensor) * itemsize * waste * passes
     scale = SIMT_MODEL_SCALE[SHAPES[config.shape].input_type]
     return BATCH_SECTOR_COST * total / limits.dram_bandwidth * scale
+
+
+#: What the direct epilogue's output costs, per byte (twice for ``+=``/``-=``),
+#: over the copy bandwidth, on the SIMT model's scale, where no two lanes of a
+#: warp's store share a 128-byte line: each element is then a request of its own
+#: (Nsight Compute, ``iuadjk,uaqk->jdiq``: 13.8 M L2 write requests for 13.8 M
+#: output elements).  Measured (H100, thirty-ninth session, the direct kernel,
+#: TTGT and relayout of 89 compute-bound fp64 contractions of seeds 2, 41 and 47
+#: timed in one run): the direct kernels of the 17 such contractions without a
+#: batch-contiguous output ran 1.0-2.5x their predicted time, a median excess
+#: of about 5 times the output's bytes at the copy bandwidth; the others
+#: 0.75-1.15x with five exceptions.  The rewrite plan adds it to the direct
+#: kernel's time (like :data:`BATCH_SECTOR_COST`).  Chosen on seeds 2 and 41 by
+#: simulating the plan on those times (8 added a loss); same-run A/B of the 13
+#: plans it changes in four seeds: 1.29x on geometric mean, held-out seed 47's
+#: three 1.36x (docs/tensor_cores.md "Scattered output stores").
+SCATTERED_STORE_COST = 6.0
+#: Bytes of the lines :func:`scattered_store_seconds` counts.
+STORE_LINE = 128
+
+
+def store_lines(c: Contraction, config: MmaConfig, itemsize: int) -> int:
+    """Distinct 128-byte lines of the output that a warp's store of its first
+    accumulator element touches in the direct epilogue (block tile at the
+    origin): 32 where every lane writes a line of its own."""
+    table = SHAPES[config.shape].c.table()[:, 0]
+    offsets = output_offsets(c, c.m, table[:, 0]) + output_offsets(c, c.n, table[:, 1])
+    return int(np.unique(offsets * itemsize // STORE_LINE).size)
+
+
+def scattered_store_seconds(task: Task, config: MmaConfig, limits: DeviceLimits) -> float:
+    """Seconds the direct epilogue of ``config`` loses where every lane of a
+    warp's store writes a 128-byte line of its own (:func:`store_lines`): the
+    output's bytes times :data:`SCATTERED_STORE_COST` over the copy bandwidth,
+    on the SIMT model's scale; 0 otherwise and for the shared epilogue."""
+    if config.epilogue != "direct":
+        return 0.0
+    c, _ = mma_form(task, config)
+    if c.output.contiguous() in c.batch:  # batch_sector_seconds charges it
+        return 0.0
+    output = task.problem.program.tensor(c.output.tensor)
+    if store_lines(c, config, output.itemsize) < 32:
+        return 0.0
+    passes = 2 if c.op in ("+=", "-=") else 1
+    total = task.problem.numel(output.name) * output.itemsize * passes
+    scale = SIMT_MODEL_SCALE[SHAPES[config.shape].input_type]
+    return SCATTERED_STORE_COST * total / limits.dram_bandwidth * scale
 
 
 def copy_seconds(task: Task, config: MmaConfig, limits: DeviceLimits) -> float:

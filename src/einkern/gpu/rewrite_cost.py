@@ -4,7 +4,10 @@ mapping (the decision algorithm's), its time predicted by :mod:`.model` (a
 transpose's by :func:`.transpose.predicted_transpose_time`), plus
 :data:`KERNEL_SECONDS` per kernel, plus for a tensor-core kernel the sectors it
 shares across batches (:func:`.mma_model.batch_sector_seconds`: what TTGT's
-GEMM, with the batch outermost, does not pay)."""
+GEMM, with the batch outermost, does not pay), its copies once more
+(:func:`.mma_model.exposed_copy_seconds`) and its output where every lane of a
+warp's store writes a line of its own
+(:func:`.mma_model.scattered_store_seconds`)."""
 
 from __future__ import annotations
 
@@ -17,7 +20,12 @@ from ..ir.task import Task, statement_task
 from .decision import decide
 from .device import H100, DeviceLimits
 from .mapping import Mapping
-from .mma_model import batch_sector_seconds, exposed_copy_seconds, mma_blocks
+from .mma_model import (
+    batch_sector_seconds,
+    exposed_copy_seconds,
+    mma_blocks,
+    scattered_store_seconds,
+)
 from .model import predicted_time
 from .transpose import STRATEGY as TRANSPOSE
 from .transpose import predicted_transpose_time
@@ -60,15 +68,17 @@ class CudaRewriteModel:
             total += sum(self._extra(task, mapping))
         return total
 
-    def _extra(self, task: Task, mapping: Mapping) -> tuple[float, float]:
-        """A tensor-core kernel's :func:`.mma_model.batch_sector_seconds` and
-        :func:`.mma_model.exposed_copy_seconds` (0 for other kernels and product
-        families)."""
+    def _extra(self, task: Task, mapping: Mapping) -> tuple[float, float, float]:
+        """A tensor-core kernel's :func:`.mma_model.batch_sector_seconds`,
+        :func:`.mma_model.exposed_copy_seconds` and
+        :func:`.mma_model.scattered_store_seconds` (0 for other kernels and
+        product families)."""
         if mapping.mma is None or mapping.mma.box:
-            return 0.0, 0.0
+            return 0.0, 0.0, 0.0
         return (
             batch_sector_seconds(task, mapping.mma, self.limits),
             exposed_copy_seconds(task, mapping.mma, self.limits),
+            scattered_store_seconds(task, mapping.mma, self.limits),
         )
 
     def tensor_cores(self, problem: Problem, position: int) -> bool:
@@ -87,7 +97,7 @@ class CudaRewriteModel:
             mapping = self.mapping(problem, position)
         except EinkernError:
             return ""
-        sectors, copies = self._extra(statement_task(problem, position), mapping)
+        sectors, copies, stores = self._extra(statement_task(problem, position), mapping)
         parts = []
         if sectors:
             parts.append(
@@ -96,6 +106,11 @@ class CudaRewriteModel:
             )
         if copies:
             parts.append(f"{copies * 1e6:.3g} us of it for its tile copies beside the MMAs")
+        if stores:
+            parts.append(
+                f"{stores * 1e6:.3g} us of it for its output stores: every lane of a warp "
+                "writes a 128-byte line of its own"
+            )
         return "; ".join(parts)
 
     def blocks(self, problem: Problem, position: int) -> int:

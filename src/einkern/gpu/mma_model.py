@@ -48,7 +48,7 @@ from .contraction import (
     output_sector_efficiency,
 )
 from .device import DeviceLimits
-from .mma import SHAPES
+from .mma import SHAPES, WARP
 from .mma_config import MmaConfig
 from .mma_lower import async_problems, f64_resident, mma_form, pointwise_problems
 from .mma_staging import sector_efficiency
@@ -290,7 +290,7 @@ def scattered_store_seconds(task: Task, config: MmaConfig, limits: DeviceLimits)
     if c.output.contiguous() in c.batch:  # batch_sector_seconds charges it
         return 0.0
     output = task.problem.program.tensor(c.output.tensor)
-    if store_lines(c, config, output.itemsize) < 32:
+    if store_lines(c, config, output.itemsize) < WARP:
         return 0.0
     passes = 2 if c.op in ("+=", "-=") else 1
     total = task.problem.numel(output.name) * output.itemsize * passes

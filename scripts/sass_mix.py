@@ -30,7 +30,8 @@ import tempfile
 from pathlib import Path
 
 import einkern
-from einkern.api import fusion_plan, rewrites_after_fusion
+from einkern.api import cuda_nests, fusion_plan, rewrites_after_fusion
+from einkern.backends import get_backend
 from einkern.backends.cuda.generate import generate
 from einkern.backends.cuda.nvrtc import compile_cubin
 from einkern.ir.bind import make_problem
@@ -104,8 +105,7 @@ def main() -> int:
     extents = {k: int(v) for k, v in (e.split("=", 1) for e in args.extent)}
     plan = fusion_plan(make_problem(einkern.load(args.program), extents), "cuda")
     problem = rewrites_after_fusion(plan, "cuda", not args.no_rewrite).problem
-    nests = tuple(n for n in plan.nests if len(n) > 1)  # as einkern.api.cuda_nests
-    generated = generate(problem, None, nests)
+    generated = generate(problem, None, **cuda_nests(plan, get_backend("cuda")))
     module = compile_cubin(generated.text, args.arch)
     with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
         cubin.write(module.cubin)

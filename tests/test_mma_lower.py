@@ -171,7 +171,7 @@ def test_copies_share_their_k_decodes(name):
     assert "decoded once" not in f64_pipeline(gemm, config)
 
 
-def test_a_wrong_shared_k_decode_is_caught():
+def test_a_wrong_shared_k_decode_is_caught(monkeypatch):
     """The emulator catches a kernel whose shared k decode is off by one position
     (every copy of a k-step reading its neighbour's k): as a read past the
     operand's end or as a wrong result."""
@@ -188,11 +188,8 @@ def test_a_wrong_shared_k_decode_is_caught():
                 parts = (parts[0], E.add(parts[1], E.const(1)))
             yield j, share, target, inside, index, parts
 
-    mma_builder.TileBuilder._element_parts = shifted
-    try:
-        kernel = lower_mma(task, config)
-    finally:
-        mma_builder.TileBuilder._element_parts = original
+    monkeypatch.setattr(mma_builder.TileBuilder, "_element_parts", shifted)
+    kernel = lower_mma(task, config)
     arrays = random_arrays(problem, 5)
     want = evaluate(problem, arrays, {})
     given = {f"p_{k}": v.copy(order="K") for k, v in arrays.items()}

@@ -9,13 +9,13 @@ from dataclasses import replace
 
 import pytest
 from conftest import problem_of
+from test_batch_contiguous import _task
 
 from einkern.api import plan_rewrites
 from einkern.gpu import mma_model
 from einkern.gpu.contraction import gemm_form
 from einkern.gpu.device import H100
 from einkern.gpu.mma_model import F64_TILES, scattered_store_seconds, store_lines
-from einkern.ir.task import statement_task
 
 #: Seed 47's case 84 (column-major): the output's contiguous index j is the
 #: middle index of the M group (d, j, i), so the rows of a warp's store (i)
@@ -36,10 +36,6 @@ BATCH_FIRST = (
     "tensor A[nb, nm, nk], B[nb, nk, nn], C[nb, nm, nn]\n"
     "C[b,m,n] = A[b,m,k] * B[b,k,n]\n"
 )
-
-
-def _task(text: str, **extents: int):
-    return statement_task(problem_of(text, **extents), 0)
 
 
 def test_a_warp_store_of_the_scattered_output_touches_32_lines():

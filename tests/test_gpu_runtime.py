@@ -245,7 +245,13 @@ def test_cuda_array_interface_arrays_wait_for_their_producer_stream(torch, gemm)
     (torch's default one here) waits for it on the GPU, not on the host."""
     a, b = operands(torch, 14)
     expected = a @ b
+    # every kernel of the test once before the producer's sleep is queued: the
+    # first launch of a kernel loads its module (CUDA's lazy loading), which waits
+    # for the device on the host — for the sleep, on a worker where torch had not
+    # yet run that multiply or fill
     side = torch.cuda.Stream()
+    gemm(InterfaceOnly(a * 1.0, side), b, C=torch.full_like(a, float("nan")))
+    torch.cuda.synchronize()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         torch.cuda._sleep(SLEEP_CYCLES)

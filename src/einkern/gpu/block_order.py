@@ -35,8 +35,9 @@ from dataclasses import dataclass, replace
 from ..ir.task import Task
 from .contraction import Contraction, gemm_form, output_sector_efficiency
 from .device import DeviceLimits
+from .mma import SHAPES
 from .mma_config import MmaConfig
-from .mma_model import mma_bounds
+from .mma_model import SIMT_MODEL_SCALE, batch_sector_seconds, mma_bounds
 
 #: The group sizes considered (1: the M tile fastest over all of M).
 GROUPS = (1, 4, 8, 16)
@@ -65,11 +66,16 @@ class Panels:
     a_bytes: int
     b_bytes: int
 
-    def tile(self, block: int, group: int) -> tuple[int, int, int]:
-        """(batch, M tile, N tile) of ``block`` in the order of ``group``; the
-        arithmetic of :meth:`~.mma_builder.TileBuilder.block_tile_coordinates`."""
+    def tile(self, block: int, group: int, batch_inner: bool = False) -> tuple[int, int, int]:
+        """(batch, M tile, N tile) of ``block`` in the order of ``group`` (the batch
+        fastest with ``batch_inner``); the arithmetic of
+        :meth:`~.mma_builder.TileBuilder.block_split` and
+        :meth:`~.mma_builder.TileBuilder.block_tile_coordinates`."""
         per_batch = self.tiles_m * self.tiles_n
-        batch, within = divmod(block, per_batch)
+        if batch_inner:
+            within, batch = divmod(block, self.batches)
+        else:
+            batch, within = divmod(block, per_batch)
         group = min(group, self.tiles_m)
         if group <= 1 or self.tiles_n == 1:
             return batch, within % self.tiles_m, within // self.tiles_m % self.tiles_n
@@ -78,16 +84,17 @@ class Panels:
         size = min(self.tiles_m - first, group)
         return batch, first + local % size, local // size
 
-    def traffic(self, group: int, wave: int) -> float:
+    def traffic(self, group: int, wave: int, batch_inner: bool = False) -> float:
         """DRAM bytes of the operand panels over the whole grid in the order of
-        ``group`` with ``wave`` blocks resident at once."""
+        ``group`` (and ``batch_inner``) with ``wave`` blocks resident at once."""
         blocks = self.tiles_m * self.tiles_n * self.batches
         waves = math.ceil(blocks / wave)
         evaluated = min(waves, WAVES)
         total = 0
         for number in range(evaluated):
             tiles = [
-                self.tile(b, group) for b in range(number * wave, min(blocks, (number + 1) * wave))
+                self.tile(b, group, batch_inner)
+                for b in range(number * wave, min(blocks, (number + 1) * wave))
             ]
             total += len({(z, m) for z, m, _ in tiles}) * self.a_bytes
             total += len({(z, n) for z, _, n in tiles}) * self.b_bytes
@@ -200,6 +207,45 @@ def block_order(
     )
 
 
+def batch_reread_seconds(task: Task, config: MmaConfig, limits: DeviceLimits) -> float:
+    """DRAM seconds, on the SIMT model's scale, of the operand panels that
+    ``config``'s kernel re-reads because of its batch order: with ``batch_inner``
+    the blocks resident at once belong to different batches and share fewer
+    panels than in the default order (0 for the default order)."""
+    if not config.batch_inner or config.box:
+        return 0.0
+    c, _ = gemm_form(task)
+    grid = panels(task, c, config)
+    wave = limits.sm_count
+    extra = grid.traffic(config.group_m, wave, True) - grid.traffic(config.group_m, wave)
+    scale = SIMT_MODEL_SCALE[SHAPES[config.shape].input_type]
+    return max(0.0, extra) / limits.dram_bandwidth * scale
+
+
+def batch_order(task: Task, config: MmaConfig, limits: DeviceLimits) -> tuple[bool, str] | None:
+    """(``batch_inner``, reason) for ``config``'s kernel of ``task`` where the
+    output's contiguous index is a batch index (None elsewhere): the batch fastest
+    across blocks when the output sectors it lets L2 merge
+    (:func:`~.mma_model.batch_sector_seconds`) are predicted to cost more than the
+    operand panels it re-reads (:func:`batch_reread_seconds`)."""
+    c, _ = gemm_form(task)
+    index = c.output.contiguous()
+    if config.box or index is None or index not in c.batch:
+        return None
+    inner = replace(config, batch_inner=True)
+    saved = batch_sector_seconds(task, config, limits) - batch_sector_seconds(task, inner, limits)
+    if saved <= 0:
+        return None
+    reread = batch_reread_seconds(task, inner, limits)
+    costs = (
+        f"the output's contiguous index {index} is a batch index: its sectors merged in L2 "
+        f"save {saved * 1e6:.3g} µs, its operand panels re-read cost {reread * 1e6:.3g} µs"
+    )
+    if saved > reread:
+        return True, f"batch fastest across blocks: {costs}"
+    return False, f"batch slowest: {costs}"
+
+
 def batch_contiguous(c: Contraction) -> bool:
     """Whether a tensor of GEMM form ``c`` has a batch index as its contiguous index
     (its sectors hold elements of several batches)."""
@@ -222,6 +268,6 @@ def with_block_orders(task: Task, tiles: list[MmaConfig], limits: DeviceLimits) 
                 found.append(replace(tile, group_m=group))
             if inner is None:
                 inner = batch_contiguous(gemm_form(task)[0])
-            if inner:
+            if inner and not tile.batch_inner:
                 found.append(replace(tile, batch_inner=True))
     return found

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from ..ir.task import Task
 from . import gett, pair, pair_space
-from .block_order import block_order
+from .block_order import batch_order, block_order
 from .config import SCALAR_CONFIG, CudaConfig
 from .device import H100, DeviceLimits
 from .lower import preload_applies
@@ -288,6 +288,11 @@ def choose(task: Task, limits: DeviceLimits = H100, probe: RegisterProbe | None 
             tile = replace(best.mma, group_m=group)
             best = replace(best, mma=tile)
             steps = (*steps, ("block-order", why))
+            order = batch_order(task, tile, limits)
+            if order is not None:
+                tile = replace(tile, batch_inner=order[0])
+                best = replace(best, mma=tile)
+                steps = (*steps, ("batch-order", order[1]))
             pipeline = f64_pipeline(task, tile)
             if pipeline is not None:
                 steps = (*steps, ("mma-pipeline", pipeline))

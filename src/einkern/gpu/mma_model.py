@@ -230,7 +230,15 @@ def batch_sector_seconds(task: Task, config: MmaConfig, limits: DeviceLimits) ->
     """Seconds the direct kernel of ``config`` loses to the sectors of tensors whose
     contiguous index is a batch index (:data:`BATCH_SECTOR_COST`), on the SIMT
     model's scale; 0 without one, and where the blocks of neighbouring batches are
-    launched one after the other (one tile per batch, or ``batch_inner``)."""
+    launched one after the other (one tile per batch).  With ``batch_inner`` the
+    output's partial sectors are merged in L2 (its sector partners run within a
+    wave); an operand's are still counted.  Measured (H100, fortieth session, the
+    direct kernel with the batch slowest and fastest across blocks, 40
+    compute-bound fp64 contractions of seeds 2, 41, 43 and 47): where the output's
+    contiguous index is a batch index the batch fastest ran faster in all 16
+    (1.24x on geometric mean, 1.02-1.98x); where only an operand's is, 0.59-2.19x,
+    and relayout or TTGT beat both orders in each of those 24
+    (docs/tensor_cores.md, "The batch order across blocks")."""
     c, _ = mma_form(task, config)
     program = task.problem.program
     bm, bn = config.block_tile()
@@ -241,7 +249,9 @@ def batch_sector_seconds(task: Task, config: MmaConfig, limits: DeviceLimits) ->
         if index is None or index not in c.batch:
             continue
         inner = math.prod(c.extent(i) for i in c.batch[c.batch.index(index) + 1 :])
-        if inner * (1 if config.batch_inner else tiles) <= 1:  # neighbours launched together
+        if inner * tiles <= 1:  # neighbours launched together
+            continue
+        if operand is c.output and config.batch_inner and inner < limits.sm_count:
             continue
         itemsize = program.tensor(operand.tensor).itemsize
         waste = min(c.extent(index), max(1, 32 // itemsize))

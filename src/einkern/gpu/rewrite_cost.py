@@ -4,7 +4,8 @@ mapping (the decision algorithm's), its time predicted by :mod:`.model` (a
 transpose's by :func:`.transpose.predicted_transpose_time`), plus
 :data:`KERNEL_SECONDS` per kernel, plus for a tensor-core kernel the sectors it
 shares across batches (:func:`.mma_model.batch_sector_seconds`: what TTGT's
-GEMM, with the batch outermost, does not pay), its copies once more
+GEMM, with the batch outermost, does not pay, and the panels its batch order
+re-reads: :func:`.block_order.batch_reread_seconds`), its copies once more
 (:func:`.mma_model.exposed_copy_seconds`) and its output where every lane of a
 warp's store writes a line of its own
 (:func:`.mma_model.scattered_store_seconds`)."""
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from ..errors import EinkernError
 from ..ir.nodes import Problem
 from ..ir.task import Task, statement_task
+from .block_order import batch_reread_seconds
 from .decision import decide
 from .device import H100, DeviceLimits
 from .mapping import Mapping
@@ -68,15 +70,17 @@ class CudaRewriteModel:
             total += sum(self._extra(task, mapping))
         return total
 
-    def _extra(self, task: Task, mapping: Mapping) -> tuple[float, float, float]:
-        """A tensor-core kernel's :func:`.mma_model.batch_sector_seconds`,
+    def _extra(self, task: Task, mapping: Mapping) -> tuple[float, float, float, float]:
+        """A tensor-core kernel's :func:`.mma_model.batch_sector_seconds` with the
+        panels its batch order re-reads (:func:`.block_order.batch_reread_seconds`),
         :func:`.mma_model.exposed_copy_seconds` and
         :func:`.mma_model.scattered_store_seconds` (0 for other kernels and
         product families)."""
         if mapping.mma is None or mapping.mma.box:
-            return 0.0, 0.0, 0.0
+            return 0.0, 0.0, 0.0, 0.0
         return (
             batch_sector_seconds(task, mapping.mma, self.limits),
+            batch_reread_seconds(task, mapping.mma, self.limits),
             exposed_copy_seconds(task, mapping.mma, self.limits),
             scattered_store_seconds(task, mapping.mma, self.limits),
         )
@@ -97,12 +101,17 @@ class CudaRewriteModel:
             mapping = self.mapping(problem, position)
         except EinkernError:
             return ""
-        sectors, copies, stores = self._extra(statement_task(problem, position), mapping)
+        sectors, rereads, copies, stores = self._extra(statement_task(problem, position), mapping)
         parts = []
         if sectors:
             parts.append(
                 f"{sectors * 1e6:.3g} us of it for sectors shared across batches: a batch "
                 "index is a tensor's contiguous index"
+            )
+        if rereads:
+            parts.append(
+                f"{rereads * 1e6:.3g} us of it for operand panels re-read: the batch is "
+                "fastest across blocks"
             )
         if copies:
             parts.append(f"{copies * 1e6:.3g} us of it for its tile copies beside the MMAs")

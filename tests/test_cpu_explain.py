@@ -77,3 +77,35 @@ def test_describe_loops():
     assert describe_loops(loops) == (
         "order i, j; OpenMP collapse 2; tiles i=8, k=4; 1 point loop(s) inside the sums"
     )
+
+
+#: gue,bvreus->grvbs (the CPU quick mode's seed-0 case 4, column-major): a sum of
+#: 120 terms over u (10) and e (12), indices that cache tiles of 16 would not split.
+SHORT_INDICES = (
+    "program c\ndims ng = 219, nr = 6, nv = 4, nb = 5, ns = 4, ne = 12, nu = 10\n"
+    "dtype float64\nlayout column\n"
+    "tensor A[ng, nu, ne], B[nb, nv, nr, ne, nu, ns], C[ng, nr, nv, nb, ns]\n"
+    "C[g,r,v,b,s] = A[g,u,e] * B[b,v,r,e,u,s]\n"
+)
+
+
+def test_long_sums_over_short_indices_get_register_tiles(tmp_path, capsys):
+    """Cache tiles that split no reduction would leave the sum innermost with one
+    scalar accumulator per output; register tiles put the contiguous output loop
+    inside it instead.  The kernel computes the reference's result."""
+    import numpy as np
+
+    path = tmp_path / "short.ein"
+    path.write_text(SHORT_INDICES)
+    code, out, _ = emit(capsys, str(path))
+    assert code == 0
+    assert "sums of 120 terms over indices of at most 16 each: cache tiles would not split" in out
+    assert "1 point loop(s) inside the sums" in out and "tiles g=8" in out
+    kernel = einkern.compile(str(path), backend="cpu")
+    rng = np.random.default_rng(3)
+    a = np.asfortranarray(rng.random((219, 10, 12)))
+    b = np.asfortranarray(rng.random((5, 4, 6, 12, 10, 4)))
+    c = np.asfortranarray(np.full((219, 6, 4, 5, 4), np.nan))
+    kernel(a, b, C=c)
+    want = np.einsum("gue,bvreus->grvbs", a, b)
+    assert np.max(np.abs(c - want)) / np.max(np.abs(want)) <= 1e-12

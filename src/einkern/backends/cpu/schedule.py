@@ -182,7 +182,9 @@ class LoopDecision:
 
 def default_loop_schedule(problem: Problem, statement: Statement) -> LoopSchedule:
     """Memory-order loops; parallel over the outer loops when there is enough work;
-    cache tiles for long reductions over several output indices."""
+    cache tiles for long reductions over several output indices, register tiles
+    for short ones and for long ones that cache tiles would not split (docs/tuning.md,
+    "The CPU target")."""
     return decide_loop_schedule(problem, statement).schedule
 
 
@@ -293,6 +295,15 @@ def _decide_loops(problem: Problem, statement: Statement) -> LoopDecision:
         return LoopDecision(LoopSchedule(order, 1), tuple(reasons))
     reductions = tileable_reduction_indices(statement)
     terms = math.prod(problem.index_size(statement, index) for index in reductions)
+    splits = any(problem.index_size(statement, index) > REDUCTION_TILE for index in reductions)
+    if reductions and terms >= LONG_REDUCTION and not splits:
+        blocked = _register_tiles(problem, statement, order)
+        if blocked is not None:
+            reasons.append(
+                f"sums of {terms:,} terms over indices of at most {REDUCTION_TILE} each: "
+                f"cache tiles would not split them; {_register_reason(blocked, order)}"
+            )
+            return LoopDecision(blocked, tuple(reasons))
     if reductions and terms >= LONG_REDUCTION:
         tiles = {index: PARALLEL_TILE for index in order[-2:]}
         tiles.update({index: REDUCTION_TILE for index in reductions})
@@ -325,10 +336,8 @@ def _decide_loops(problem: Problem, statement: Statement) -> LoopDecision:
         blocked = _register_tiles(problem, statement, order)
         if blocked is not None:
             reasons.append(
-                f"sums of {terms:,} terms (from {SHORT_SUM} to {LONG_REDUCTION}): tiles of "
-                f"{REGISTER_TILE} on {', '.join(order[-2:])} with the innermost loop "
-                f"{order[-1]} inside the sum, so each operand element loaded feeds a "
-                f"vector of {order[-1]} outputs; OpenMP over the tile loops"
+                f"sums of {terms:,} terms (from {SHORT_SUM} to {LONG_REDUCTION}): "
+                + _register_reason(blocked, order)
             )
             return LoopDecision(blocked, tuple(reasons))
     outer = math.prod(problem.index_size(statement, index) for index in order[:-1])
@@ -350,7 +359,9 @@ def _decide_loops(problem: Problem, statement: Statement) -> LoopDecision:
 def _register_tiles(
     problem: Problem, statement: Statement, order: tuple[str, ...]
 ) -> LoopSchedule | None:
-    """The register-tiled schedule of a short sum, or None when it does not fit."""
+    """The register-tiled schedule of a sum, or None when it does not fit: tiles of
+    :data:`REGISTER_TILE` on the last two output loops (where their extent exceeds
+    it), the innermost inside the sum."""
     tiles = {
         index: REGISTER_TILE
         for index in order[-2:]
@@ -363,6 +374,16 @@ def _register_tiles(
         loops, collapse=min(2, collapsible_depth(problem, statement, loops))
     )
     return loops if schedule_violation(problem, statement, loops) is None else None
+
+
+def _register_reason(loops: LoopSchedule, order: tuple[str, ...]) -> str:
+    """Why a register-tiled schedule (:func:`_register_tiles`), in words."""
+    tiles = ", ".join(f"{size} on {index}" for index, size in loops.tiles)
+    return (
+        f"register tiles ({tiles}) with the innermost loop {order[-1]} inside the sum, "
+        f"so each operand element loaded feeds a vector of {order[-1]} outputs; OpenMP "
+        "over the tile loops"
+    )
 
 
 def describe_loops(loops: LoopSchedule) -> str:

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import pytest
 from conftest import problem_of
+from test_batch_contiguous import GATHERED
 from test_block_order import _value
 
 from einkern.api import plan_rewrites
@@ -36,11 +37,7 @@ OUTPUT_BATCH = (
 )
 SIZES = {"nt": 3, "nj": 2031, "nb": 8, "ng": 4, "no": 12, "nn": 6, "nv": 942}
 #: Only an operand's contiguous index (v, of A) is a batch index.
-OPERAND_BATCH = (
-    "program g\ndims nl, nx, nv, nn\n"
-    "tensor A[nl, nx, nv], B[nv, nx, nn], C[nv, nl, nn]\n"
-    "C[v,l,n] = A[l,x,v] * B[v,x,n]\n"
-)
+OPERAND_BATCH = GATHERED
 
 
 def _task(text: str, **extents: int):

@@ -16,7 +16,6 @@ from test_block_order import _value
 
 from einkern.api import plan_rewrites
 from einkern.backends.verify import verify
-from einkern.gpu import block_order as order_module
 from einkern.gpu import decision, kir, mma_model
 from einkern.gpu.block_order import batch_order, batch_reread_seconds, panels
 from einkern.gpu.contraction import gemm_form
@@ -113,7 +112,6 @@ def test_the_rewrite_plan_weighs_the_direct_kernel_in_its_batch_order(monkeypatc
     taken = plan_rewrites(problem, "cuda")
     assert taken.rewrites == ()
     assert "operand panels re-read: the batch is fastest across blocks" in " ".join(taken.explain())
-    monkeypatch.setattr(order_module, "batch_order", lambda *args: None)
     monkeypatch.setattr(decision, "batch_order", lambda *args: None)
     assert [r.name for r in plan_rewrites(problem, "cuda").rewrites] == ["ttgt"]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 
+import numpy as np
 import pytest
 
 import einkern
@@ -93,8 +94,6 @@ def test_long_sums_over_short_indices_get_register_tiles(tmp_path, capsys):
     """Cache tiles that split no reduction would leave the sum innermost with one
     scalar accumulator per output; register tiles put the contiguous output loop
     inside it instead.  The kernel computes the reference's result."""
-    import numpy as np
-
     path = tmp_path / "short.ein"
     path.write_text(SHORT_INDICES)
     code, out, _ = emit(capsys, str(path))

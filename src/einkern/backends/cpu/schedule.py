@@ -295,16 +295,16 @@ def _decide_loops(problem: Problem, statement: Statement) -> LoopDecision:
         return LoopDecision(LoopSchedule(order, 1), tuple(reasons))
     reductions = tileable_reduction_indices(statement)
     terms = math.prod(problem.index_size(statement, index) for index in reductions)
-    splits = any(problem.index_size(statement, index) > REDUCTION_TILE for index in reductions)
-    if reductions and terms >= LONG_REDUCTION and not splits:
-        blocked = _register_tiles(problem, statement, order)
-        if blocked is not None:
-            reasons.append(
-                f"sums of {terms:,} terms over indices of at most {REDUCTION_TILE} each: "
-                f"cache tiles would not split them; {_register_reason(blocked, order)}"
-            )
-            return LoopDecision(blocked, tuple(reasons))
     if reductions and terms >= LONG_REDUCTION:
+        # cache tiles that split no reduction leave the sum innermost and scalar
+        if all(problem.index_size(statement, index) <= REDUCTION_TILE for index in reductions):
+            blocked = _register_tiles(problem, statement, order)
+            if blocked is not None:
+                reasons.append(
+                    f"sums of {terms:,} terms over indices of at most {REDUCTION_TILE} each: "
+                    f"cache tiles would not split them; {_register_reason(blocked, order)}"
+                )
+                return LoopDecision(blocked, tuple(reasons))
         tiles = {index: PARALLEL_TILE for index in order[-2:]}
         tiles.update({index: REDUCTION_TILE for index in reductions})
         # a tile as large as its extent leaves no tile loop to share out: halve

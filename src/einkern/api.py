@@ -17,7 +17,7 @@ from .ir.bind import make_problem
 from .ir.build import build_program
 from .ir.fusion_plan import FusionPlan, Group, plan_fusion, unfused_plan
 from .ir.nodes import Problem, Program
-from .ir.rewrite_plan import REWRITES, RewritePlan, plan, unchanged
+from .ir.rewrite_plan import REWRITES, CostModel, RewritePlan, plan, unchanged
 from .semantics import PRECISIONS
 
 
@@ -176,9 +176,10 @@ def plan_rewrites(
 ) -> RewritePlan:
     """The planning step between a problem and a backend: which statements are
     rewritten into several kernels (:mod:`einkern.ir.rewrite_plan`).  The CUDA
-    backend decides by its cost model; others take only ``split_products`` (decided
-    by flop count).  ``given``: mappings or tuning results name the statements, so
-    nothing is rewritten."""
+    backend decides by its cost model; the CPU backend by its own
+    (:mod:`einkern.backends.cpu.rewrites`: ``split_products`` and ``ttgt`` into BLAS
+    calls); others take only ``split_products`` (decided by flop count).  ``given``:
+    mappings or tuning results name the statements, so nothing is rewritten."""
     if rewrite is False:
         return unchanged(problem, "rewrites off (rewrite=False)")
     if given:
@@ -192,11 +193,16 @@ def plan_rewrites(
             f"rewrite={rewrite!r}: expected True, False or a collection of rewrite names",
             hint=f"names: {', '.join(REWRITES)}",
         )
-    model = None
+    model: CostModel | None = None
     if backend == "cuda":
         from .gpu.rewrite_cost import CudaRewriteModel
 
         model = CudaRewriteModel()
+    elif backend == "cpu":
+        from .backends.cpu.rewrites import CPU_REWRITES, CpuRewriteModel
+
+        model = CpuRewriteModel()
+        allowed = tuple(name for name in allowed if name in CPU_REWRITES)
     return plan(problem, model, allowed)
 
 

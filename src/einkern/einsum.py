@@ -15,7 +15,7 @@ How an einsum is computed (:func:`einsum_plan` shows it for given operands):
   operands (a loop nest over every index: far more arithmetic for chains such
   as ``ij,jk,kl->il``).
 * A pairwise step may itself run as several kernels: split-K or TTGT, where the
-  CUDA cost model says it pays (:func:`einkern.compile`'s ``rewrite``;
+  backend's cost model says it pays (:func:`einkern.compile`'s ``rewrite``;
   docs/rewrites.md); :func:`einsum_plan` shows it.
 
 The subscripts follow NumPy: ``->`` and the output (implicit output: the

@@ -87,10 +87,24 @@ class Device(Protocol):
         ...
 
 
+#: Seconds a CPU row keeps calling its function before timing it: OpenBLAS's idle
+#: threads spin for about 0.12 s after its last call (NumPy's and SciPy's alike,
+#: measured on the 2-core development machine), and an OpenMP kernel timed in
+#: that window shares its cores with them (up to 8 ms a call instead of 0.15).
+SETTLE_S = 0.15
+
+
 class PerfCounterTimer:
-    """Host wall-clock time of each call (``time.perf_counter``)."""
+    """Host wall-clock time of each call (``time.perf_counter``), after calling it
+    for ``settle_s`` seconds first (see :data:`SETTLE_S`)."""
+
+    def __init__(self, settle_s: float = 0.0) -> None:
+        self.settle_s = settle_s
 
     def time(self, fn: Callable[[], Any], runs: int) -> list[float]:
+        started = time.perf_counter()
+        while time.perf_counter() - started < self.settle_s:
+            fn()
         times = []
         for _ in range(runs):
             start = time.perf_counter()
@@ -127,8 +141,8 @@ class CpuDevice:
 
     backend = "cpu"
 
-    def __init__(self) -> None:
-        self.timer: Timer = PerfCounterTimer()
+    def __init__(self, settle_s: float = SETTLE_S) -> None:
+        self.timer: Timer = PerfCounterTimer(settle_s)
 
     def describe(self) -> str:
         from .environment import cpu_model

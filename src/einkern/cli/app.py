@@ -453,11 +453,12 @@ def _why_not_rewritten(rewrites) -> None:
 
 def _explain_cpu(problem) -> None:
     """Each statement's default loop schedule, why, and the cost model's estimate."""
-    from ..backends.cpu.schedule import decide_loop_schedule, describe_loops
-    from ..tuning.cpu_model import predicted_seconds, threads
+    from ..backends.cpu.model import predicted_seconds, threads
+    from ..backends.cpu.schedule import decide_schedule, describe_loops
 
+    decisions = decide_schedule(problem)
     for position, statement in enumerate(problem.program.statements):
-        decision = decide_loop_schedule(problem, statement)
+        decision = decisions[position]
         seconds = predicted_seconds(problem, statement, decision.schedule)
         print(f"// S{position}: {statement}")
         print(f"//   loops: {describe_loops(decision.schedule)}")

@@ -27,7 +27,7 @@ from .rewrite import (
     _statement,
     memory_order,
 )
-from .rewrite_ttgt import _parts, groups_of
+from .rewrite_ttgt import binary_parts, groups_of
 
 #: Which operand :func:`relayout` copies: the first or the second tensor factor.
 OPERANDS = (0, 1)
@@ -38,7 +38,7 @@ def target_order(problem: Problem, position: int, operand: int) -> tuple[str, ..
     (0 or 1) of statement ``position``: batch, its free indices, summed indices."""
     program = problem.program
     statement = program.statements[position]
-    _, _, _, a, b = _parts(statement)
+    _, _, _, a, b = binary_parts(statement)
     return _order(program, groups_of(program, statement), b if operand == 0 else a, operand)
 
 
@@ -60,7 +60,7 @@ def relayout(problem: Problem, position: int, operand: int) -> Rewrite:
         raise RewriteError(f"relayout of operand {operand}: a contraction has two (0 and 1)")
     program = problem.program
     statement = program.statements[position]
-    _, _, _, a, b = _parts(statement)
+    _, _, _, a, b = binary_parts(statement)
     groups = groups_of(program, statement)  # a binary contraction, else RewriteError
     access, other = (a, b) if operand == 0 else (b, a)
     if a.tensor == b.tensor:

@@ -50,7 +50,7 @@ from .rewrite import (
 GROUPS = ("batch", "M", "N", "K")
 
 
-def _parts(statement: Statement) -> tuple[int, list[Expr], Sum, Access, Access]:
+def binary_parts(statement: Statement) -> tuple[int, list[Expr], Sum, Access, Access]:
     """Sign, index-free factors, the sum, and the two tensor factors of a statement
     that is one binary contraction (else RewriteError)."""
     terms = signed_terms(statement.rhs)
@@ -72,7 +72,7 @@ def _parts(statement: Statement) -> tuple[int, list[Expr], Sum, Access, Access]:
 def groups_of(program: Program, statement: Statement) -> dict[str, list[str]]:
     """The index groups of a binary contraction (first operand's M, second's N),
     each in the order the output (K: the first operand) holds it in memory."""
-    _, _, node, a, b = _parts(statement)
+    _, _, node, a, b = binary_parts(statement)
     out = statement.output
     if len(set(out.indices)) != len(out.indices):
         raise RewriteError("a binary contraction into an output with a repeated index (a diagonal)")
@@ -97,7 +97,7 @@ def ttgt(problem: Problem, position: int) -> Rewrite:
     statement = program.statements[position]
     if _reads_own_output(program, statement):
         raise RewriteError(f"statement {position} reads its own output")
-    sign, scalars, node, a, b = _parts(statement)
+    sign, scalars, node, a, b = binary_parts(statement)
     groups = groups_of(program, statement)
     out_order = [
         i

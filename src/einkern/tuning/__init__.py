@@ -8,8 +8,8 @@ records), :mod:`.search` (constrained search spaces, generated lazily),
 :mod:`.ranking` (ties and winners), :mod:`.canonical` and :mod:`.record`
 (what a record is about), :mod:`.db` (the SQLite database), :mod:`.tuner`
 (tuning a problem), :mod:`.policy` (the ``tune=`` choice at compile time),
-:mod:`.simulate` (replaying a database), :mod:`.cpu_target` and
-:mod:`.cpu_model` (the CPU backend's target), :mod:`.cuda_target` (the CUDA
+:mod:`.simulate` (replaying a database), :mod:`.cpu_target` (the CPU backend's
+target; its model is :mod:`einkern.backends.cpu.model`), :mod:`.cuda_target` (the CUDA
 backend's), :mod:`.cli` and :mod:`.report` (``einkern tune`` and ``einkern
 db``).  Everything is per :class:`~einkern.ir.task.Task` (the statements one
 kernel computes).  See ``docs/tuning.md``.

@@ -10,6 +10,8 @@ Parameters of one statement (a configuration is a JSON dict):
                 (0: untiled); the largest few indices only
 ``inner``       parallel point loops moved inside the reduction loops
                 (statements with a sum only)
+``blas``        1: the statement is BLAS calls (:mod:`einkern.backends.cpu.blas`;
+                statements that are a GEMM in memory only), 0: generated loops
 
 :func:`schedule_from_configs` turns chosen configurations into the
 :class:`~einkern.backends.cpu.schedule.CpuSchedule` that
@@ -30,11 +32,14 @@ import numpy as np
 
 from ..arrays import copy_host_array
 from ..backends.cpu.backend import CpuExecutable, load_library
+from ..backends.cpu.blas import blas_available, gemm_of
 from ..backends.cpu.codegen import emit_c
 from ..backends.cpu.compiler import cache_directory, cached_library, compile_library, toolchain
+from ..backends.cpu.model import predicted_seconds, threads
 from ..backends.cpu.schedule import (
     CpuSchedule,
     LoopSchedule,
+    decide_schedule,
     default_loop_order,
     default_loop_schedule,
     parallel_indices,
@@ -46,7 +51,6 @@ from ..backends.cpu.schedule import (
 from ..ir.nodes import Problem, Statement
 from ..ir.task import Task
 from ..reference import evaluate
-from .cpu_model import predicted_seconds, threads
 from .target import Config, ConfigType, Parameter, ParameterConfig, Timing, VariantError
 
 MAX_ORDERS = 6
@@ -60,6 +64,9 @@ MIN_REPEATS = 10
 #: Warm-up before timing: runs until this many seconds have passed (idle cores and
 #: OpenMP threads take a few milliseconds to come up to speed).
 WARMUP_S = 0.03
+#: The warm-up of a statement that has BLAS variants: OpenBLAS's idle threads spin
+#: for about 0.12 s after its last call and slow the loop variants timed meanwhile.
+SETTLE_S = 0.15
 #: Short kernels are timed until this many seconds have passed (10x the runs at most).
 MIN_TIMED_S = 0.03
 
@@ -78,7 +85,13 @@ def loop_schedule(config: Config | Mapping[str, Any]) -> LoopSchedule:
     order = values["order"]
     if not isinstance(order, (list, tuple)) or not all(isinstance(i, str) for i in order):
         raise TypeError(f"order must be a list of index names, got {order!r}")
-    return LoopSchedule(tuple(order), int(values["collapse"]), tiles, int(values.get("inner", 0)))
+    return LoopSchedule(
+        tuple(order),
+        int(values["collapse"]),
+        tiles,
+        int(values.get("inner", 0)),
+        blas=bool(values.get("blas", 0)),
+    )
 
 
 def schedule_from_configs(
@@ -89,10 +102,11 @@ def schedule_from_configs(
     statements = problem.program.statements
     if len(configs) != len(statements):
         raise ValueError(f"{len(configs)} configurations for {len(statements)} statements")
+    defaults = decide_schedule(problem)
     loops = []
     for position, (statement, config) in enumerate(zip(statements, configs, strict=True)):
         if config is None:
-            loops.append(default_loop_schedule(problem, statement))
+            loops.append(defaults[position].schedule)
             continue
         schedule = loop_schedule(config)
         reason = schedule_violation(problem, statement, schedule)
@@ -204,6 +218,8 @@ class CpuTarget:
             result.append(Parameter(f"tile_{index}", values))
         if top_level_sums(statement.rhs) and indices:
             result.append(Parameter("inner", tuple(range(min(MAX_INNER, len(indices)) + 1))))
+        if blas_available() and not isinstance(gemm_of(problem, statement), str):
+            result.append(Parameter("blas", (0, 1)))
         return tuple(result)
 
     def violation(self, task: Task, config: Config) -> str | None:
@@ -216,14 +232,15 @@ class CpuTarget:
 
     def default_config(self, task: Task) -> Config:
         problem = task.problem
-        statement = task.statement
-        loops = default_loop_schedule(problem, statement)
+        loops = decide_schedule(problem)[task.positions[0]].schedule
         values: dict[str, Any] = {"order": list(loops.order), "collapse": loops.collapse}
         for parameter in self.parameters(task):
             if parameter.name.startswith("tile_"):
                 values[parameter.name] = loops.tile(parameter.name[len("tile_") :]) or 0
             elif parameter.name == "inner":
                 values["inner"] = loops.inner
+            elif parameter.name == "blas":
+                values["blas"] = int(loops.blas)
         return ParameterConfig.from_values(values)
 
     def compile(self, task: Task, config: Config) -> str:
@@ -269,8 +286,10 @@ class CpuTarget:
             *(scalars[s.name] for s in program.scalars)
         )
         function = executable.function
+        # BLAS and loop variants alternate: let OpenBLAS's idle threads stop spinning
+        settle = SETTLE_S if "blas" in config.values() else WARMUP_S
         began = time.perf_counter()
-        while time.perf_counter() - began < WARMUP_S:
+        while time.perf_counter() - began < settle:
             function(pointers, values)
         runs = max(repeats, MIN_REPEATS)
         times: list[float] = []

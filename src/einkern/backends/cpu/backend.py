@@ -18,6 +18,7 @@ from ...ir.nodes import Problem
 from ...semantics import NUMPY_DTYPE
 from ..binding import Call, article, bind_arguments, type_name
 from ..temporaries import HostTemporaries, resolve_views
+from .blas import hand_routines
 from .codegen import ENTRY_POINT
 from .compiler import (
     Toolchain,
@@ -91,6 +92,7 @@ def load_library(path: Path) -> Any:
         library = _LOADED.get(key)
         if library is None:
             library = ctypes.CDLL(key)
+            hand_routines(library)
             _LOADED[key] = library
     function = getattr(library, ENTRY_POINT)
     function.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_double)]

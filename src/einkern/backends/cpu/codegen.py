@@ -58,6 +58,7 @@ from ...ir.nodes import (
     walk,
 )
 from ...semantics import C_TYPE, FROM_FLOAT, STORAGE_C_TYPES, TO_FLOAT
+from .blas import call_lines, gemm_of, header_lines
 from .printer import CpuText, index, load
 from .schedule import (
     CpuSchedule,
@@ -91,7 +92,7 @@ def emit_c(problem: Problem, schedule: CpuSchedule | None = None) -> str:
         schedule = default_schedule(problem)
     check_schedule(problem, schedule)
     program = problem.program
-    lines = _header(problem)
+    lines = _header(problem, uses_blas(schedule))
     for number, (statement, loops) in enumerate(
         zip(program.statements, schedule.statements, strict=True)
     ):
@@ -109,7 +110,13 @@ def _comment_text(text: str) -> str:
     return " ".join(text.replace("*/", "* /").split())
 
 
-def _header(problem: Problem) -> list[str]:
+def uses_blas(schedule: CpuSchedule) -> bool:
+    """Whether some statement of ``schedule`` calls BLAS (outside the fused nests)."""
+    nested = {p for nest in schedule.nests for p in nest}
+    return any(loops.blas for n, loops in enumerate(schedule.statements) if n not in nested)
+
+
+def _header(problem: Problem, blas: bool = False) -> list[str]:
     program = problem.program
     sizes = ", ".join(f"{name}={value}" for name, value in problem.sizes)
     lines = [
@@ -133,6 +140,8 @@ def _header(problem: Problem) -> list[str]:
     ]
     if any(t.dtype in semantics.HALF_DTYPES for t in program.tensors):
         lines.append(semantics.storage_helpers("static inline"))
+    if blas:
+        lines += header_lines()
     return lines
 
 
@@ -242,7 +251,13 @@ def _statement_function(
             f"{_INDENT}const {ctype} {mangle('s', name)} = {cast}scalars[{positions[name]}];"
         )
 
-    lines += [_INDENT + line for line in _loop_nest(context, loops)]
+    if loops.blas:
+        gemm = gemm_of(problem, statement)
+        if isinstance(gemm, str):
+            raise ValueError(f"statement {number} cannot call BLAS: {gemm}")
+        lines += [_INDENT + line for line in call_lines(gemm, ctype)]
+    else:
+        lines += [_INDENT + line for line in _loop_nest(context, loops)]
     lines.append("}")
     return lines
 

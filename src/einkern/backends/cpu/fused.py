@@ -38,6 +38,7 @@ from .codegen import (
     _store,
     compute_dtype,
     emit_c,
+    uses_blas,
 )
 from .printer import CpuText
 from .schedule import (
@@ -104,7 +105,7 @@ def emit_program(problem: Problem, schedule: CpuSchedule | None = None) -> str:
     program = problem.program
     first = {nest[0]: nest for nest in schedule.nests}
     inside = {p for nest in schedule.nests for p in nest}
-    lines = _header(problem)
+    lines = _header(problem, uses_blas(schedule))
     for number, (statement, loops) in enumerate(
         zip(program.statements, schedule.statements, strict=True)
     ):

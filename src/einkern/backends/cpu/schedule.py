@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from ... import semantics
 from ...gpu.accumulation import ACCURATE_TERMS  # float32 sums shorter: plain (both backends)
 from ...ir.nodes import Expr, Problem, Statement, Sum, children, walk
+from . import blas
+from .blas import gemm_of
 
 #: Statements doing fewer elementary operations than this run on one thread:
 #: starting a parallel region costs more than it saves.
@@ -48,6 +50,11 @@ OUTER_PARALLELISM = 64
 #: Most elements of the per-thread sum buffers of one buffered statement
 #: (they live on the stack of each OpenMP thread).
 TILE_BUFFER_LIMIT = 4096
+
+#: Shortest side (m, n or k of one call) for the ``blas`` rule (:func:`blas_rule`):
+#: a GEMM with a shorter side is memory-bound or tiny, and OpenBLAS packs its panels
+#: for nothing (docs/tuning.md, "BLAS calls").
+BLAS_MIN_SIDE = 16
 
 #: How sums accumulate (see the module docstring).
 ACCUMULATIONS = ("plain", "blocked", "wide")
@@ -76,6 +83,9 @@ class LoopSchedule:
     tiles: tuple[tuple[str, int], ...] = ()
     inner: int = 0
     accumulate: str = "plain"
+    #: the statement is one BLAS call per batch point (:mod:`.blas`); the loops
+    #: above describe the generated code it replaces
+    blas: bool = False
 
     def __post_init__(self) -> None:
         if self.accumulate not in ACCUMULATIONS:
@@ -193,7 +203,28 @@ def decide_loop_schedule(problem: Problem, statement: Statement) -> LoopDecision
     loops = _decide_loops(problem, statement)
     accumulate, reason = choose_accumulation(problem, statement, loops.schedule)
     schedule = dataclasses.replace(loops.schedule, accumulate=accumulate)
-    return LoopDecision(schedule, (*loops.reasons, reason))
+    use, why = blas_rule(problem, statement)
+    return LoopDecision(dataclasses.replace(schedule, blas=use), (*loops.reasons, why, reason))
+
+
+def blas_rule(problem: Problem, statement: Statement) -> tuple[bool, str]:
+    """The ``blas`` rule: a statement that is a GEMM in memory, no side of it shorter
+    than :data:`BLAS_MIN_SIDE`, runs as BLAS calls; why, or why not."""
+    if not blas.BLAS_ON_CPU:
+        return False, "blas: off (einkern.backends.cpu.blas.BLAS_ON_CPU)"
+    gemm = gemm_of(problem, statement)
+    if isinstance(gemm, str):
+        return False, f"blas: not a GEMM in memory ({gemm})"
+    side = min(gemm.m, gemm.n, gemm.k)
+    if side < BLAS_MIN_SIDE:
+        return False, (
+            f"blas: a GEMM of {gemm.m} x {gemm.n} x {gemm.k} per call, a side under"
+            f" {BLAS_MIN_SIDE}: the generated loops"
+        )
+    addresses = blas.routine_addresses()
+    if isinstance(addresses, str):
+        return False, f"blas: {addresses}"
+    return True, f"blas: {gemm.describe()}"
 
 
 def longest_sum(problem: Problem, statement: Statement) -> int:
@@ -398,12 +429,53 @@ def describe_loops(loops: LoopSchedule) -> str:
         parts.append(f"{loops.inner} point loop(s) inside the sums")
     if loops.accumulate != "plain":
         parts.append(f"{loops.accumulate} accumulation")
+    if loops.blas:
+        parts.append("BLAS calls instead")
     return "; ".join(parts)
 
 
 def default_schedule(problem: Problem) -> CpuSchedule:
     """The schedule used when none is given."""
-    return CpuSchedule(tuple(default_loop_schedule(problem, s) for s in problem.program.statements))
+    return CpuSchedule(tuple(d.schedule for d in decide_schedule(problem)))
+
+
+def decide_schedule(problem: Problem) -> tuple[LoopDecision, ...]:
+    """Each statement's :func:`decide_loop_schedule`, then the ``blas-alone`` choice
+    for a program that has both BLAS calls and OpenMP loops: OpenMP's threads keep
+    spinning for a while after their loops and starve BLAS's (and the reverse), so
+    either the other statements run on one thread or every statement runs as
+    loops, whichever :mod:`.model` predicts faster (docs/tuning.md, "BLAS calls")."""
+    from .model import predicted_seconds  # the model reads this module's schedules
+
+    statements = problem.program.statements
+    decisions = [decide_loop_schedule(problem, s) for s in statements]
+    calls = [d.schedule.blas for d in decisions]
+    threaded = [not d.schedule.blas and d.schedule.collapse > 0 for d in decisions]
+    if not any(calls) or not any(threaded):
+        return tuple(decisions)
+    alone = [
+        dataclasses.replace(d.schedule, collapse=0) if t else d.schedule
+        for d, t in zip(decisions, threaded, strict=True)
+    ]
+    loops = [dataclasses.replace(d.schedule, blas=False) for d in decisions]
+    with_blas, without = (
+        sum(predicted_seconds(problem, s, x) for s, x in zip(statements, chosen, strict=True))
+        for chosen in (alone, loops)
+    )
+    figures = f"predicted {with_blas * 1e3:.3g} ms, against {without * 1e3:.3g} ms"
+    if with_blas <= without:
+        why = f"blas-alone: one thread beside the program's BLAS calls ({figures} as loops only)"
+        chosen, marked = alone, threaded
+    else:
+        why = (
+            "blas-alone: loops, not BLAS, beside the program's OpenMP loops (BLAS and"
+            f" one-thread loops {figures})"
+        )
+        chosen, marked = loops, calls
+    return tuple(
+        LoopDecision(x, (*d.reasons, why)) if m else d
+        for d, x, m in zip(decisions, chosen, marked, strict=True)
+    )
 
 
 def top_level_sums(expr: Expr) -> tuple[Sum, ...]:
@@ -474,6 +546,8 @@ def collapsible_depth(problem: Problem, statement: Statement, loops: LoopSchedul
 
 def schedule_violation(problem: Problem, statement: Statement, loops: LoopSchedule) -> str | None:
     """Why ``loops`` cannot lay out ``statement``, or None when it can."""
+    if loops.blas and isinstance(gemm := gemm_of(problem, statement), str):
+        return f"the statement cannot call BLAS: {gemm}"
     parallel = parallel_indices(statement)
     if len(loops.order) != len(parallel) or set(loops.order) != set(parallel):
         return f"loop order {loops.order} is not a permutation of the output indices {parallel}"

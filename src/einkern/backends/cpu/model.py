@@ -8,8 +8,11 @@ re-read once per iteration of the loops outside it.  Time is the larger of
 compute (flops at a scalar or vector rate: the innermost loop vectorises when
 every access is contiguous or invariant in it and it is not a floating-point
 reduction) and memory traffic over bandwidth, on the threads the OpenMP loop
-keeps busy, plus loop and parallel-region overheads.  The constants describe a
-generic core; only the ranking of variants matters.
+keeps busy, plus loop and parallel-region overheads.  A statement the schedule
+runs as BLAS calls (:mod:`.blas`) takes its flops at :data:`BLAS_FLOPS` per
+thread, or its three tensors once over the bandwidth when that is longer, plus
+:data:`BLAS_CALL_S` per call.  The constants describe a generic core; only the
+ranking of variants (and of the rewrite plan's candidates) matters.
 """
 
 from __future__ import annotations
@@ -18,14 +21,15 @@ import math
 import os
 from dataclasses import dataclass
 
-from ..backends.cpu.schedule import (
+from ...ir.analysis import statement_flops
+from ...ir.nodes import Problem, Statement
+from .blas import Gemm, gemm_of
+from .schedule import (
     LoopSchedule,
     effective_tiles,
     is_buffered,
     top_level_sums,
 )
-from ..ir.analysis import statement_flops
-from ..ir.nodes import Problem, Statement
 
 CACHE_BYTES = 1 << 20  # per core
 LINE_BYTES = 64
@@ -35,6 +39,11 @@ CORE_BANDWIDTH = 10e9  # bytes/s
 TOTAL_BANDWIDTH = 40e9
 LOOP_OVERHEAD_S = 1e-9  # per execution of the innermost loop
 PARALLEL_OVERHEAD_S = 3e-6
+#: BLAS's rate per thread by routine: two FMA units of 4 doubles at 2 GHz
+#: (4x the generated loops' vector rate; the 2-core development machine's
+#: OpenBLAS ran 35-70 GFLOP/s per core in float64, AVX-512)
+BLAS_FLOPS = {"dgemm": 32e9, "sgemm": 64e9}
+BLAS_CALL_S = 1e-6
 
 
 @dataclass(frozen=True)
@@ -110,8 +119,17 @@ def _vector_width(problem: Problem, statement: Statement, nest: list[Loop]) -> i
     return widest
 
 
+def blas_seconds(problem: Problem, gemm: Gemm) -> float:
+    """Predicted run time of a statement's BLAS calls (module docstring)."""
+    compute = gemm.flops / (BLAS_FLOPS[gemm.routine] * threads())
+    tensors = sum(problem.nbytes(t) for t in (gemm.a, gemm.b, gemm.c))
+    return max(compute, tensors / TOTAL_BANDWIDTH) + gemm.calls * BLAS_CALL_S
+
+
 def predicted_seconds(problem: Problem, statement: Statement, loops: LoopSchedule) -> float:
     """Predicted run time of ``statement`` under ``loops``."""
+    if loops.blas and not isinstance(gemm := gemm_of(problem, statement), str):
+        return blas_seconds(problem, gemm)
     nest = loop_nest(problem, statement, loops)
     accesses = (statement.output, *statement.reads())
     level = len(nest)  # outermost loop whose footprint fits in cache

@@ -10,10 +10,12 @@ import re
 import string
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import einkern
+from einkern.backends.cpu import blas
 from einkern.backends.cpu.backend import CpuExecutable, load_or_compile
 from einkern.backends.cpu.codegen import emit_c
 from einkern.backends.cpu.compiler import cache_directory, toolchain
@@ -29,6 +31,15 @@ from einkern.reference import evaluate
 from einkern.testing import random_arrays, random_scalars, relative_error
 
 TOLERANCE = 1e-5
+
+
+@pytest.fixture(autouse=True, scope="module")
+def loops_only():
+    """The loops' accumulation is under test: the ``blas`` rule off (BLAS's own
+    accuracy: tests/test_cpu_blas.py)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(blas, "BLAS_ON_CPU", False)
+        yield
 
 
 def program(text: str, dtype: str = "float32", **sizes: int) -> einkern.Problem:

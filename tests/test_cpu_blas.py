@@ -137,7 +137,7 @@ def test_a_wrong_transpose_is_caught_by_the_reference_check(monkeypatch):
             "are not one strided dimension",
         ),
         (
-            program("ik,kj->ij", {"i": 4, "j": 4, "k": 20000}, dtype="float32"),
+            program("ik,kj->ij", {"i": 4, "j": 4, "k": (1 << 20) + 1}, dtype="float32"),
             "keeps blocked sums",
         ),
         (
@@ -152,6 +152,16 @@ def test_statements_that_are_not_gemms_in_memory_say_why(text, reason):
     decision = decide_schedule(problem)[0]
     assert not decision.schedule.blas
     assert any(r.startswith("blas: ") and reason in r for r in decision.reasons)
+
+
+def test_a_long_float32_gemm_through_blas_is_accurate():
+    """OpenBLAS sums each K panel plainly and adds the panels into C: 2^16 terms
+    stay well inside float32's tolerance (the loops' blocked sums are not used)."""
+    text = program("ik,kj->ij", {"i": 32, "j": 32, "k": 1 << 16}, dtype="float32")
+    kernel = einkern.compile(text, backend="cpu")
+    assert decide_schedule(kernel.compiled)[0].schedule.blas
+    errors = assert_matches_reference(kernel, seed=6)
+    assert errors["C"] <= 1e-6
 
 
 def test_mixed_dtypes_stay_on_the_loops():

@@ -15,8 +15,8 @@ The routines are SciPy's (``scipy.linalg.cython_blas``: the OpenBLAS that SciPy
 ships, LP64 integers), whose addresses the loaded library receives through
 ``einkern_set_blas``: the generated C needs no BLAS headers or link flags.
 float32 statements summing more than :data:`FLOAT32_TERMS` terms keep the
-generated loops, whose blocked sums bound the error (OpenBLAS accumulates a
-K-panel plainly).  :func:`gemm_of` says why a statement is not a GEMM.
+generated loops, whose blocked sums bound the error.  :func:`gemm_of` says why a
+statement is not a GEMM.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import math
 from dataclasses import dataclass
 
 from ...errors import BackendError
-from ...gpu.accumulation import PLAIN_LIMIT_TERMS
 from ...gpu.ctext import mangle
 from ...ir.nodes import Const, Expr, Problem, ScalarRef, Statement
 from ...ir.rewrite import RewriteError
@@ -39,7 +38,10 @@ BLAS_ON_CPU = True
 #: The routines by dtype.
 ROUTINES = {"float64": "dgemm", "float32": "sgemm"}
 #: float32 sums of more terms than this stay on the generated loops (blocked sums).
-FLOAT32_TERMS = PLAIN_LIMIT_TERMS
+#: OpenBLAS sums a K panel plainly and adds the panels into C (two-level summation):
+#: SciPy's sgemm against a float64 product, 8 x K x 8, K = 2^14 ... 2^20, normal and
+#: uniform(0.5, 1.5) data: 2e-7 ... 1.7e-6 relative error (float32's tolerance: 1e-5).
+FLOAT32_TERMS = 1 << 20
 #: BLAS's LP64 integers.
 INT_LIMIT = (1 << 31) - 1
 #: The entry point a library with BLAS calls exports to receive the routines.

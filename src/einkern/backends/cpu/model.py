@@ -11,7 +11,8 @@ reduction) and memory traffic over bandwidth, on the threads the OpenMP loop
 keeps busy, plus loop and parallel-region overheads.  A statement the schedule
 runs as BLAS calls (:mod:`.blas`) takes its flops at :data:`BLAS_FLOPS` per
 thread, or its three tensors once over the bandwidth when that is longer, plus
-:data:`BLAS_CALL_S` per call.  The constants describe a generic core; only the
+:data:`BLAS_CALL_S` per call; a copy (a permutation, such as TTGT's) streams both
+tensors (:func:`copy_seconds`).  The constants describe a generic core; only the
 ranking of variants (and of the rewrite plan's candidates) matters.
 """
 
@@ -22,7 +23,7 @@ import os
 from dataclasses import dataclass
 
 from ...ir.analysis import statement_flops
-from ...ir.nodes import Problem, Statement
+from ...ir.nodes import Access, Problem, Statement
 from .blas import Gemm, gemm_of
 from .schedule import (
     LoopSchedule,
@@ -126,10 +127,40 @@ def blas_seconds(problem: Problem, gemm: Gemm) -> float:
     return max(compute, tensors / TOTAL_BANDWIDTH) + gemm.calls * BLAS_CALL_S
 
 
+def copy_seconds(problem: Problem, statement: Statement, loops: LoopSchedule) -> float | None:
+    """Predicted run time of a copy (the right-hand side one access, a permutation
+    of the output's indices): both tensors once over the bandwidth of the threads
+    used, twice that when the innermost loop is not contiguous in both (a
+    transpose); None for any other statement.  (The nest model charges a transpose
+    a cache line per element once the tensor passes :data:`CACHE_BYTES`, 5-10x
+    what the TTGT copies took on the development machine.)"""
+    source = statement.rhs
+    if not isinstance(source, Access) or sorted(source.indices) != sorted(statement.output.indices):
+        return None
+    nbytes = problem.nbytes(statement.output.tensor) + problem.nbytes(source.tensor)
+    workers = 1.0
+    if loops.collapse > 0:
+        iterations = math.prod(
+            problem.index_size(statement, i) for i in loops.order[: loops.collapse]
+        )
+        workers = iterations / math.ceil(iterations / threads())
+    innermost = loops.order[-1] if loops.order else None
+    strided = any(
+        (dim := problem.program.tensor(a.tensor).contiguous_dim()) is not None
+        and a.indices[dim] != innermost
+        for a in (statement.output, source)
+    )
+    seconds = nbytes * (2 if strided else 1) / min(CORE_BANDWIDTH * workers, TOTAL_BANDWIDTH)
+    return seconds + (PARALLEL_OVERHEAD_S if loops.collapse > 0 else 0.0)
+
+
 def predicted_seconds(problem: Problem, statement: Statement, loops: LoopSchedule) -> float:
     """Predicted run time of ``statement`` under ``loops``."""
     if loops.blas and not isinstance(gemm := gemm_of(problem, statement), str):
         return blas_seconds(problem, gemm)
+    copy = copy_seconds(problem, statement, loops)
+    if copy is not None:
+        return copy
     nest = loop_nest(problem, statement, loops)
     accesses = (statement.output, *statement.reads())
     level = len(nest)  # outermost loop whose footprint fits in cache

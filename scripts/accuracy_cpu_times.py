@@ -18,7 +18,8 @@ import numpy as np
 
 import einkern
 from einkern.backends.cpu.backend import CpuBackend
-from einkern.backends.cpu.schedule import ACCUMULATIONS, CpuSchedule, default_schedule
+from einkern.backends.cpu.decide import default_schedule
+from einkern.backends.cpu.schedule import ACCUMULATIONS, CpuSchedule
 from einkern.testing import random_arrays
 
 CASES = {

@@ -21,7 +21,8 @@ import numpy as np
 
 import einkern
 from einkern.backends.cpu.backend import CpuBackend
-from einkern.backends.cpu.schedule import ACCUMULATIONS, CpuSchedule, default_schedule
+from einkern.backends.cpu.decide import default_schedule
+from einkern.backends.cpu.schedule import ACCUMULATIONS, CpuSchedule
 from einkern.backends.verify import emulate_problem
 from einkern.gpu.decision import decide
 from einkern.ir.task import tasks_of

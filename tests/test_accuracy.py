@@ -19,12 +19,12 @@ from einkern.backends.cpu import blas
 from einkern.backends.cpu.backend import CpuExecutable, load_or_compile
 from einkern.backends.cpu.codegen import emit_c
 from einkern.backends.cpu.compiler import cache_directory, toolchain
+from einkern.backends.cpu.decide import default_schedule
 from einkern.backends.cpu.schedule import (
     ACCURATE_TERMS,
     CpuSchedule,
     LoopSchedule,
     choose_accumulation,
-    default_schedule,
 )
 from einkern.gpu.accumulation import sum_block
 from einkern.reference import evaluate

@@ -14,10 +14,10 @@ from einkern.api import make_problem
 from einkern.backends.cpu import blas, codegen
 from einkern.backends.cpu.backend import CpuBackend
 from einkern.backends.cpu.blas import Gemm, gemm_of
+from einkern.backends.cpu.decide import decide_schedule
 from einkern.backends.cpu.model import predicted_seconds
 from einkern.backends.cpu.schedule import (
     decide_loop_schedule,
-    decide_schedule,
     default_loop_schedule,
 )
 from einkern.errors import BackendError

@@ -332,8 +332,9 @@ def fused_build_argument(plan: FusionPlan, backend: Backend, mappings: Any) -> A
     build arguments unchanged."""
     if backend.name != "cpu" or not any(len(n) > 1 for n in plan.nests):
         return mappings
+    from .backends.cpu.decide import default_schedule
     from .backends.cpu.fused import nest_schedule
-    from .backends.cpu.schedule import CpuSchedule, default_schedule
+    from .backends.cpu.schedule import CpuSchedule
 
     schedule = mappings if isinstance(mappings, CpuSchedule) else default_schedule(plan.fused)
     return nest_schedule(schedule, plan.nests)

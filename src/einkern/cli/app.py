@@ -453,8 +453,9 @@ def _why_not_rewritten(rewrites) -> None:
 
 def _explain_cpu(problem) -> None:
     """Each statement's default loop schedule, why, and the cost model's estimate."""
+    from ..backends.cpu.decide import decide_schedule
     from ..backends.cpu.model import predicted_seconds, threads
-    from ..backends.cpu.schedule import decide_schedule, describe_loops
+    from ..backends.cpu.schedule import describe_loops
 
     decisions = decide_schedule(problem)
     for position, statement in enumerate(problem.program.statements):

@@ -35,11 +35,11 @@ from ..backends.cpu.backend import CpuExecutable, load_library
 from ..backends.cpu.blas import blas_available, gemm_of
 from ..backends.cpu.codegen import emit_c
 from ..backends.cpu.compiler import cache_directory, cached_library, compile_library, toolchain
+from ..backends.cpu.decide import decide_schedule
 from ..backends.cpu.model import predicted_seconds, threads
 from ..backends.cpu.schedule import (
     CpuSchedule,
     LoopSchedule,
-    decide_schedule,
     default_loop_order,
     default_loop_schedule,
     parallel_indices,

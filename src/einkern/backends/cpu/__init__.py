@@ -8,7 +8,8 @@ on-disk cache), :mod:`.backend` (:class:`CpuBackend` and :class:`CpuExecutable`)
 from .backend import CpuBackend, CpuExecutable
 from .codegen import compute_dtype, emit_c
 from .compiler import Toolchain, cache_directory
-from .schedule import CpuSchedule, LoopSchedule, default_schedule
+from .decide import default_schedule
+from .schedule import CpuSchedule, LoopSchedule
 
 __all__ = [
     "CpuBackend",

@@ -28,8 +28,9 @@ from .compiler import (
     find_compiler,
     toolchain,
 )
+from .decide import default_schedule
 from .fused import emit_program
-from .schedule import CpuSchedule, default_schedule
+from .schedule import CpuSchedule
 
 _DLPACK_CPU = 1  # kDLCPU
 _LOADED: dict[str, ctypes.CDLL] = {}

@@ -59,13 +59,13 @@ from ...ir.nodes import (
 )
 from ...semantics import C_TYPE, FROM_FLOAT, STORAGE_C_TYPES, TO_FLOAT
 from .blas import call_lines, gemm_of, header_lines
+from .decide import default_schedule
 from .printer import CpuText, index, load
 from .schedule import (
     CpuSchedule,
     LoopSchedule,
     buffer_shape,
     check_schedule,
-    default_schedule,
     effective_tiles,
     is_buffered,
     top_level_sums,
@@ -87,7 +87,7 @@ def compute_dtype(program: Program, statement: Statement) -> str:
 
 def emit_c(problem: Problem, schedule: CpuSchedule | None = None) -> str:
     """The complete C translation unit for ``problem`` under ``schedule``
-    (the :func:`~.schedule.default_schedule` when None)."""
+    (the :func:`~.decide.default_schedule` when None)."""
     if schedule is None:
         schedule = default_schedule(problem)
     check_schedule(problem, schedule)

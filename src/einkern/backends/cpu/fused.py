@@ -40,13 +40,13 @@ from .codegen import (
     emit_c,
     uses_blas,
 )
+from .decide import default_schedule
 from .printer import CpuText
 from .schedule import (
     PARALLEL_MIN_WORK,
     CpuSchedule,
     check_schedule,
     default_loop_order,
-    default_schedule,
     is_buffered,
     statement_work,
 )

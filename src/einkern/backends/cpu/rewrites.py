@@ -11,8 +11,9 @@ the output loops, and its loops read any layout through the cache).
 from __future__ import annotations
 
 from ...ir.nodes import Problem
+from .decide import decide_schedule
 from .model import predicted_seconds, threads
-from .schedule import decide_schedule, default_loop_schedule
+from .schedule import default_loop_schedule
 
 #: The rewrites the CPU backend plans.
 CPU_REWRITES = ("split_products", "ttgt")

@@ -15,27 +15,18 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import numpy as np
 
 import einkern
-from einkern.bench.device import SETTLE_S
+from einkern.bench.device import SETTLE_S, PerfCounterTimer
 
 EQUATION = "ij,jk,kl->il"
 
 
 def timed(fn, runs: int) -> list[float]:
     """Wall times of ``runs`` calls after ``SETTLE_S`` seconds of calls."""
-    began = time.perf_counter()
-    while time.perf_counter() - began < SETTLE_S:
-        fn()
-    times = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - started)
-    return times
+    return PerfCounterTimer(SETTLE_S).time(fn, runs)
 
 
 def main() -> None:

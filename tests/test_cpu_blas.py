@@ -164,6 +164,13 @@ def test_a_long_float32_gemm_through_blas_is_accurate():
     assert errors["C"] <= 1e-6
 
 
+def test_only_assignments_and_updates_have_a_blas_form():
+    problem, _ = statement_gemm(program("ik,kj->ij", SIZES))
+    statement = problem.program.statements[0]
+    found = gemm_of(problem, dataclasses.replace(statement, op="*="))
+    assert isinstance(found, str) and "no BLAS form" in found
+
+
 def test_mixed_dtypes_stay_on_the_loops():
     text = program("ik,kj->ij", SIZES).replace(", C[ni, nj]", "\ntensor C[ni, nj] float32")
     _, gemm = statement_gemm(text)

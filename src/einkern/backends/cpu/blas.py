@@ -95,7 +95,7 @@ class Gemm:
 
 def _fused(
     problem: Problem, statement: Statement, tensor: str, indices: list[str], group: list[str]
-):
+) -> tuple[tuple[str, ...], int] | None:
     """(order, stride) of ``group`` in a tensor whose access has ``indices``: the
     group's indices of extent above 1 by increasing stride, and the smallest
     stride; None when they do not fuse into one strided dimension."""
@@ -144,6 +144,8 @@ def gemm_of(problem: Problem, statement: Statement) -> Gemm | str:
     except RewriteError as error:
         return error.message
     out = statement.output
+    if statement.op not in ("=", "+=", "-="):
+        return f"the operator {statement.op} has no BLAS form"
     dtypes = {program.tensor(t).dtype for t in (out.tensor, first.tensor, second.tensor)}
     if len(dtypes) != 1 or next(iter(dtypes)) not in ROUTINES:
         return "BLAS needs one dtype, float32 or float64, for the three tensors"

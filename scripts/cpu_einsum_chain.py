@@ -4,7 +4,7 @@ float64 and float32, in the same run.
 
 Each row is the median wall time of ``--runs`` calls, after calling each function
 for 0.15 s (OpenBLAS's idle threads spin for about that long after a call:
-:data:`einkern.bench.device.SETTLE_S`), the two timed alternately in rounds on
+:data:`einkern.backends.cpu.blas.SETTLE_S`), the two timed alternately in rounds on
 the same random inputs.  einkern's result is checked against NumPy's (relative
 error in the largest element).  The last column is einkern's speed over NumPy's.
 
@@ -19,7 +19,8 @@ import statistics
 import numpy as np
 
 import einkern
-from einkern.bench.device import SETTLE_S, PerfCounterTimer
+from einkern.backends.cpu.blas import SETTLE_S
+from einkern.bench.device import PerfCounterTimer
 
 EQUATION = "ij,jk,kl->il"
 

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..arrays import copy_host_array, host_values
+from ..backends.cpu.blas import SETTLE_S
 from ..ir.nodes import Problem
 from ..testing import random_array, random_arrays, relative_error
 
@@ -87,16 +88,9 @@ class Device(Protocol):
         ...
 
 
-#: Seconds a CPU row keeps calling its function before timing it: OpenBLAS's idle
-#: threads spin for about 0.12 s after its last call (NumPy's and SciPy's alike,
-#: measured on the 2-core development machine), and an OpenMP kernel timed in
-#: that window shares its cores with them (up to 8 ms a call instead of 0.15).
-SETTLE_S = 0.15
-
-
 class PerfCounterTimer:
     """Host wall-clock time of each call (``time.perf_counter``), after calling it
-    for ``settle_s`` seconds first (see :data:`SETTLE_S`)."""
+    for ``settle_s`` seconds first (see :data:`einkern.backends.cpu.blas.SETTLE_S`)."""
 
     def __init__(self, settle_s: float = 0.0) -> None:
         self.settle_s = settle_s

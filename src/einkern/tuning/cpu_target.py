@@ -32,7 +32,7 @@ import numpy as np
 
 from ..arrays import copy_host_array
 from ..backends.cpu.backend import CpuExecutable, load_library
-from ..backends.cpu.blas import blas_available, gemm_of
+from ..backends.cpu.blas import SETTLE_S, blas_available, gemm_of
 from ..backends.cpu.codegen import emit_c
 from ..backends.cpu.compiler import cache_directory, cached_library, compile_library, toolchain
 from ..backends.cpu.decide import decide_schedule
@@ -64,9 +64,6 @@ MIN_REPEATS = 10
 #: Warm-up before timing: runs until this many seconds have passed (idle cores and
 #: OpenMP threads take a few milliseconds to come up to speed).
 WARMUP_S = 0.03
-#: The warm-up of a statement that has BLAS variants: OpenBLAS's idle threads spin
-#: for about 0.12 s after its last call and slow the loop variants timed meanwhile.
-SETTLE_S = 0.15
 #: Short kernels are timed until this many seconds have passed (10x the runs at most).
 MIN_TIMED_S = 0.03
 

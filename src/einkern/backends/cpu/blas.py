@@ -44,6 +44,13 @@ ROUTINES = {"float64": "dgemm", "float32": "sgemm"}
 FLOAT32_TERMS = 1 << 20
 #: BLAS's LP64 integers.
 INT_LIMIT = (1 << 31) - 1
+#: Seconds to keep calling a function before timing it: OpenBLAS's idle threads
+#: (NumPy's and SciPy's alike) spin for about 0.12 s after its last call, and an
+#: OpenMP kernel timed in that window shares its cores with them (measured on the
+#: 2-core development machine: up to 8 ms a call instead of 0.15).  The CPU bench
+#: (:mod:`einkern.bench.device`) and the CPU tuner (where BLAS variants alternate
+#: with loops) wait this long.
+SETTLE_S = 0.15
 #: The entry point a library with BLAS calls exports to receive the routines.
 SETTER = "einkern_set_blas"
 

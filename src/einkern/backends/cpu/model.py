@@ -120,6 +120,11 @@ def _vector_width(problem: Problem, statement: Statement, nest: list[Loop]) -> i
     return widest
 
 
+def _busy_threads(iterations: int) -> float:
+    """Threads kept busy on average by ``iterations`` shared out statically."""
+    return iterations / math.ceil(iterations / threads())
+
+
 def blas_seconds(problem: Problem, gemm: Gemm) -> float:
     """Predicted run time of a statement's BLAS calls (module docstring)."""
     compute = gemm.flops / (BLAS_FLOPS[gemm.routine] * threads())
@@ -140,10 +145,9 @@ def copy_seconds(problem: Problem, statement: Statement, loops: LoopSchedule) ->
     nbytes = problem.nbytes(statement.output.tensor) + problem.nbytes(source.tensor)
     workers = 1.0
     if loops.collapse > 0:
-        iterations = math.prod(
-            problem.index_size(statement, i) for i in loops.order[: loops.collapse]
+        workers = _busy_threads(
+            math.prod(problem.index_size(statement, i) for i in loops.order[: loops.collapse])
         )
-        workers = iterations / math.ceil(iterations / threads())
     innermost = loops.order[-1] if loops.order else None
     strided = any(
         (dim := problem.program.tensor(a.tensor).contiguous_dim()) is not None
@@ -181,9 +185,7 @@ def predicted_seconds(problem: Problem, statement: Statement, loops: LoopSchedul
 
     workers = 1.0
     if loops.collapse > 0:
-        iterations = math.prod(loop.trip for loop in nest[: loops.collapse])
-        available = threads()
-        workers = iterations / math.ceil(iterations / available)
+        workers = _busy_threads(math.prod(loop.trip for loop in nest[: loops.collapse]))
     flops = statement_flops(problem, statement)
     compute = flops / (SCALAR_FLOPS * _vector_width(problem, statement, nest) * workers)
     memory = traffic / min(CORE_BANDWIDTH * workers, TOTAL_BANDWIDTH)

@@ -13,7 +13,6 @@ from __future__ import annotations
 from ...ir.nodes import Problem
 from .decide import decide_schedule
 from .model import predicted_seconds, threads
-from .schedule import default_loop_schedule
 
 #: The rewrites the CPU backend plans.
 CPU_REWRITES = ("split_products", "ttgt")
@@ -41,5 +40,4 @@ class CpuRewriteModel:
         return False
 
     def details(self, problem: Problem, position: int) -> str:
-        statement = problem.program.statements[position]
-        return "BLAS" if default_loop_schedule(problem, statement).blas else "generated loops"
+        return "BLAS" if decide_schedule(problem)[position].schedule.blas else "generated loops"

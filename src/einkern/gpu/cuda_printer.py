@@ -349,10 +349,10 @@ def mma_text(section: kir.Mma, words: frozenset[str] = frozenset()) -> str:
     na, nb, nc = registers(shape)
 
     def regs(fragment: kir.Fragment, count: int, operand: bool = False) -> list[str]:
-        v, first = fragment.var, fragment.first
+        v = fragment.var
+        names = [f"{v}[{fragment.register(j)}]" for j in range(count)]
         if operand and v in words:
-            return [f"{v}[{first + j}]" for j in range(count)]
-        names = [f"{v}[{first + j}]" for j in range(count)]
+            return names
         return [f"__float_as_uint({n})" for n in names] if operand and tf32 else names
 
     tf32 = shape.input_type == "tf32"

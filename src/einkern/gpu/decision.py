@@ -32,7 +32,7 @@ from .device import H100, DeviceLimits
 from .lower import preload_applies
 from .mapping import Mapping
 from .mma_family_model import DECISION_COUNT as FAMILY_DECISION_COUNT
-from .mma_family_model import family_candidates
+from .mma_family_model import family_candidates, grouping_note
 from .mma_lower import f64_pipeline
 from .mma_model import fitted_efficiency, mma_bounds, mma_candidates
 from .model import cost_terms, estimated_registers, predicted_time
@@ -296,6 +296,8 @@ def choose(task: Task, limits: DeviceLimits = H100, probe: RegisterProbe | None 
             pipeline = f64_pipeline(task, tile)
             if pipeline is not None:
                 steps = (*steps, ("mma-pipeline", pipeline))
+        if best.mma is not None and best.mma.box:
+            steps = (*steps, ("shared-accumulators", grouping_note(task, best.mma, limits)))
         return Decision(best, steps)
     reason = (
         f"family rules kept: predicted {rules_time * 1e6:.3g} µs "

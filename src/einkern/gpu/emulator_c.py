@@ -501,6 +501,11 @@ class EmulationText(CText):
         words = mma_words(self.kernel, section)
 
         def slot(f: kir.Fragment) -> str:  # register i of lane t's fragment
+            if f.slots:  # explicit registers: a conditional chain on i
+                at = str(f.slots[-1])
+                for j in range(len(f.slots) - 2, -1, -1):
+                    at = f"({i} == {j} ? {f.slots[j]} : {at})"
+                return f"{PREFIX}tv_{f.var}[{t} * {counts[f.var]} + {at}]"
             return f"{PREFIX}tv_{f.var}[{t} * {counts[f.var]} + {f.first} + {i}]"
 
         def half(f: kir.Fragment) -> str:  # element i of a fragment of packed words

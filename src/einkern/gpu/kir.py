@@ -343,10 +343,17 @@ class Uniform:
 @dataclass(frozen=True)
 class Fragment:
     """A lane's registers of one MMA operand: ``var[first]``, ``var[first + 1]``, ...
-    of the thread-variable array ``var`` (as many as the instruction takes)."""
+    of the thread-variable array ``var`` (as many as the instruction takes), or
+    ``var[slots[0]]``, ``var[slots[1]]``, ... where ``slots`` is given (an
+    accumulator whose elements another instruction's layout placed)."""
 
     var: str
     first: int = 0
+    slots: tuple[int, ...] = ()
+
+    def register(self, j: int) -> int:
+        """The array element of the fragment's register ``j``."""
+        return self.slots[j] if self.slots else self.first + j
 
 
 @dataclass(frozen=True)

@@ -238,7 +238,7 @@ class Mapping:
         if self.mma is None:
             data.pop("mma")
         else:  # absent when neutral: the form before the fields
-            for name, neutral in (("group_m", 1), ("batch_inner", False)):
+            for name, neutral in (("group_m", 1), ("batch_inner", False), ("group_terms", False)):
                 if data["mma"].get(name) == neutral:
                     data["mma"].pop(name)
         for staging in data["staged"]:

@@ -53,6 +53,10 @@ class MmaConfig:
     #: operand or output whose contiguous index is a batch index has its 32-byte
     #: sectors used by blocks that run at the same time (False: the batch slowest)
     batch_inner: bool = False
+    #: product families only: terms that can share one accumulator layout (their
+    #: lanes own the same box elements) accumulate in the same registers and are
+    #: relaid into the box once per group (:mod:`einkern.gpu.mma_family_groups`)
+    group_terms: bool = False
 
     def block_tile(self) -> tuple[int, int]:
         shape = SHAPES[self.shape]
@@ -94,7 +98,12 @@ class MmaConfig:
         return (
             f"{self.shape} tensor cores on a product family, output box {box} in shared "
             f"memory, {self.warps_m}x{self.warps_n} warps, k-step {self.k_step}, "
-            f"{self.stages} cp.async stage(s), each term's products relaid into the box"
+            f"{self.stages} cp.async stage(s), "
+            + (
+                "terms sharing an accumulator layout relaid into the box once per group"
+                if self.group_terms
+                else "each term's products relaid into the box"
+            )
         )
 
     def values(self) -> dict[str, Any]:
@@ -109,6 +118,8 @@ class MmaConfig:
             del data["group_m"]
         if not self.batch_inner:
             del data["batch_inner"]
+        if not self.group_terms:
+            del data["group_terms"]
         return data
 
     @classmethod
@@ -144,6 +155,7 @@ class MmaConfig:
                 "epilogue": str,
                 "split": bool,
                 "batch_inner": bool,
+                "group_terms": bool,
             }.get(f.name, int)
             if not isinstance(value, wanted) or (wanted is int and isinstance(value, bool)):
                 raise TypeError(f"mma {f.name} {value!r} ({wanted.__name__})")

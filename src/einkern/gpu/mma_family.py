@@ -62,6 +62,15 @@ from .contraction import (
 )
 from .mma import SHAPES, coordinates
 from .mma_config import MmaConfig
+from .mma_family_groups import (
+    TermBits,
+    TermView,
+    bit_coordinates,
+    bit_position,
+    group_count,
+    staging_order,
+    term_groups,
+)
 from .mma_family_layout import box_strides
 from .mma_lower import statement_params
 from .thread_offsets import constant_offset
@@ -126,7 +135,12 @@ def family_of(task: Task) -> Family:
 class _Term:
     """How one term is laid on the warps: its contraction with ``a`` the operand
     of the rows, the row and column indices (slowest first), M, N, and each
-    warp's instruction tiles."""
+    warp's instruction tiles.  With ``MmaConfig.group_terms``: ``bits``, its view
+    as box bits and its accumulator registers (:mod:`.mma_family_groups`);
+    ``negate``, its sign is the opposite of its group's (its A fragments are
+    negated); ``relay``, where its group ends, the position (in the kernel's
+    order) of the term whose view and factor the relayout uses (without groups:
+    its own position)."""
 
     c: Contraction
     a: Operand
@@ -137,6 +151,9 @@ class _Term:
     n: int
     tiles_m: int
     tiles_n: int
+    bits: TermBits | None = None
+    negate: bool = False
+    relay: int | None = None
 
 
 def _box(config: MmaConfig, family: Family) -> dict[str, int]:
@@ -174,10 +191,13 @@ def _layouts(family: Family, config: MmaConfig) -> tuple[tuple[_Term, ...], tupl
     wm, wn = shape.m * config.warps_m, shape.n * config.warps_n
     laid: list[_Term] = []
     trouble: list[str] = []
-    views = _orientations(family, tuple(_box(config, family).items()))
+    box = _box(config, family)
+    views = _orientations(family, tuple(box.items()))
+    if config.group_terms:
+        return _grouped(family, config, box, views)
     for number, (c, term_views) in enumerate(zip(family.terms, views, strict=True)):
         options = [
-            _Term(c, a, b, rows, cols, m, n, m // wm, n // wn)
+            _Term(c, a, b, rows, cols, m, n, m // wm, n // wn, relay=len(laid))
             for a, b, rows, cols, m, n in term_views
             if m % wm == 0 and n % wn == 0
         ]
@@ -190,6 +210,65 @@ def _layouts(family: Family, config: MmaConfig) -> tuple[tuple[_Term, ...], tupl
             continue
         laid.append(options[0])
     return tuple(laid), tuple(trouble)
+
+
+def _term_views(family: Family, views: tuple) -> list[TermView]:
+    """What :mod:`.mma_family_groups` needs of each term's two views."""
+    return [
+        TermView(
+            (term_views[0][2], term_views[1][2]),
+            (term_views[0][3], term_views[1][3]),
+            (c.constant, c.scale),
+        )
+        for c, term_views in zip(family.terms, views, strict=True)
+    ]
+
+
+def relayouts(family: Family, config: MmaConfig) -> int | None:
+    """Relayouts per block of ``config``'s kernel: one per term, or with
+    ``group_terms`` one per group (None: the terms cannot share accumulators),
+    without laying the terms out."""
+    if not config.group_terms:
+        return len(family.terms)
+    box = _box(config, family)
+    views = _term_views(family, _orientations(family, tuple(box.items())))
+    order = box_order(family)
+    return group_count(views, box, order, config.warps_m, config.warps_n, config.shape)
+
+
+def _grouped(
+    family: Family, config: MmaConfig, box: dict[str, int], views: tuple
+) -> tuple[tuple[_Term, ...], tuple[str, ...]]:
+    """:func:`_layouts` with ``group_terms``: the terms in their groups' order
+    (:func:`.mma_family_groups.term_groups`)."""
+    shape = SHAPES[config.shape]
+    wm, wn = shape.m * config.warps_m, shape.n * config.warps_n
+    wanted = _term_views(family, views)
+    groups = term_groups(
+        wanted, box, box_order(family), config.warps_m, config.warps_n, config.shape
+    )
+    if groups is None:
+        return (), (
+            "terms share accumulators only with power-of-two box extents and warps "
+            "on an m16n8 instruction",
+        )
+    laid: list[_Term] = []
+    for group in groups:
+        first = len(laid)
+        lead = family.terms[group.terms[0]]
+        for n, (t, bits) in enumerate(zip(group.terms, group.bits, strict=True)):
+            c = family.terms[t]
+            a, b, rows, cols, m, n_ = views[t][bits.view]
+            last = n == len(group.terms) - 1
+            laid.append(
+                _Term(
+                    c, a, b, rows, cols, m, n_, m // wm, n_ // wn,
+                    bits=bits,
+                    negate=c.sign != lead.sign,
+                    relay=first if last else None,
+                )
+            )  # fmt: skip
+    return tuple(laid), ()
 
 
 def problems(task: Task, config: MmaConfig, family: Family | None = None) -> list[str]:
@@ -266,7 +345,8 @@ def tile_layout(family: Family, config: MmaConfig) -> tuple[tuple[int, ...], int
     :func:`.mma_family_layout.box_strides`."""
     laid, _ = _layouts(family, config)
     box = tuple(sorted(_box(config, family).items()))
-    return box_strides(box_order(family), box, laid, config)
+    relaid = tuple(laid[t.relay] for t in laid if t.relay is not None)
+    return box_strides(box_order(family), box, relaid, config)
 
 
 def shared_bytes(task: Task, config: MmaConfig, family: Family | None = None) -> int:
@@ -503,12 +583,17 @@ class _Builder:
         along_k = operand.contiguous() in c.k
         total = width * k_step
         K = c.size(c.k)
+        view = None if term.bits is None else term.bits.rows if which == "a" else term.bits.cols
+        walk = None if view is None else staging_order(view, operand.contiguous(), along_k)
         for _, e, share in E.thread_shares(total, threads):
             if along_k:
                 r, kk = E.div(e, k_step), E.mod(e, k_step)
             else:
                 r, kk = E.mod(e, width), E.div(e, width)
-            local = _split(names, self.box, r) if names else {}
+            if walk is not None:
+                local = bit_coordinates(walk, r)
+            else:
+                local = _split(names, self.box, r) if names else {}
             flat_k = E.add(E.const(k0), kk)
             coords = {**local, **c.coordinates(c.k, flat_k)}
             index = E.add(kir.Var(f"b{which}{j}"), c.offset(operand, coords))
@@ -516,6 +601,8 @@ class _Builder:
             if K % k_step:
                 conditions.append(E.less(flat_k, E.const(K)))
             inside = E.conj(conditions) or kir.Int(1)
+            if view is not None:  # the row or column of these coordinates
+                r = bit_position(view, local)
             if which == "a":
                 target = E.add(E.mul(r, E.const(self.lda)), kk)
             else:
@@ -573,7 +660,10 @@ class _Builder:
                     r, col = coordinates(shape.a, group, quad, i)
                     row = E.add(wrow, E.add(E.const(tm * shape.m), r))
                     at = E.add(E.mul(row, E.const(self.lda)), E.add(E.const(ks + base_a), col))
-                    frags.append(kir.Store("fa", E.const(tm * na + i), kir.Load("As", at)))
+                    value: kir.Expr = kir.Load("As", at)
+                    if term.negate:  # the opposite sign of its group's first term
+                        value = kir.Neg(value)
+                    frags.append(kir.Store("fa", E.const(tm * na + i), value))
             for tn in range(term.tiles_n):
                 for i in range(nb):
                     r, col = coordinates(shape.b, group, quad, i)
@@ -584,7 +674,11 @@ class _Builder:
             sections.append(kir.PerThread(tuple(frags)))
             for tm in range(term.tiles_m):
                 for tn in range(term.tiles_n):
-                    acc = kir.Fragment("acc", (tm * term.tiles_n + tn) * nc)
+                    tile = tm * term.tiles_n + tn
+                    if term.bits is not None:  # the group's registers of these elements
+                        acc = kir.Fragment("acc", 0, term.bits.slots[tile])
+                    else:
+                        acc = kir.Fragment("acc", tile * nc)
                     a, b = kir.Fragment("fa", tm * na), kir.Fragment("fb", tn * nb)
                     sections.append(kir.Mma(shape.name, acc, a, b, acc))
         return sections
@@ -602,8 +696,12 @@ class _Builder:
         return -sign if self.family.op == "-=" else sign
 
     def relayout(self, j: int) -> list[kir.Stmt]:
-        """Term ``j``'s accumulators added into ``Ts`` and zeroed."""
-        term, shape = self.terms[j], self.shape
+        """Term ``j``'s accumulators (its group's, where it ends one) added into
+        ``Ts`` and zeroed; nothing where a later term of its group follows."""
+        relay = self.terms[j].relay
+        if relay is None:
+            return []
+        term, shape = self.terms[relay], self.shape
         nc = shape.c.count
         group, quad = self.lane()
         wrow, wcol = self.warp_bases(term)
@@ -616,10 +714,16 @@ class _Builder:
                     r, col = coordinates(shape.c, group, quad, i)
                     row = E.add(wrow, E.add(E.const(tm * shape.m), r))
                     column = E.add(wcol, E.add(E.const(tn * shape.n), col))
-                    local = {
-                        **(_split(term.rows, self.box, row) if term.rows else {}),
-                        **(_split(term.cols, self.box, column) if term.cols else {}),
-                    }
+                    if term.bits is not None:
+                        local = {
+                            **bit_coordinates(term.bits.rows, row),
+                            **bit_coordinates(term.bits.cols, column),
+                        }
+                    else:
+                        local = {
+                            **(_split(term.rows, self.box, row) if term.rows else {}),
+                            **(_split(term.cols, self.box, column) if term.cols else {}),
+                        }
                     at = self.tile_index(local)
                     if not stmts:  # the first element's index is the term's base
                         self.bases[base] = at

@@ -64,10 +64,17 @@ def _term_key(order: tuple[str, ...], box: tuple[tuple[str, int], ...], term, co
     tiles, the instruction and warps): a term met again in another merged
     group, under other names, shares its coordinates and counts."""
     extents = dict(box)
+    bits = getattr(term, "bits", None)
+    if bits is not None:  # a view as box bits (terms sharing accumulators)
+        rows: tuple = ("bits", *((order.index(n), b) for n, b in bits.rows))
+        cols: tuple = ("bits", *((order.index(n), b) for n, b in bits.cols))
+    else:
+        rows = tuple(order.index(n) for n in term.rows)
+        cols = tuple(order.index(n) for n in term.cols)
     return (
         tuple(extents[n] for n in order),
-        tuple(order.index(n) for n in term.rows),
-        tuple(order.index(n) for n in term.cols),
+        rows,
+        cols,
         term.tiles_m,
         term.tiles_n,
         config.shape,
@@ -105,12 +112,24 @@ def _term_coordinates(key: tuple) -> np.ndarray:
     rows, cols = np.broadcast_arrays(rows, cols)
     box = dict(enumerate(extents))  # positions in the order as names
     local = {
-        **_digits(row_at, box, rows.reshape(-1, 32)),
-        **_digits(col_at, box, cols.reshape(-1, 32)),
+        **_view_digits(row_at, box, rows.reshape(-1, 32)),
+        **_view_digits(col_at, box, cols.reshape(-1, 32)),
     }
     zero = np.zeros(rows.reshape(-1, 32).shape, dtype=np.int64)
     found = np.stack([local.get(i, zero) for i in range(len(extents))], axis=-1)
     found.setflags(write=False)
+    return found
+
+
+def _view_digits(at: tuple, box: dict, flat: np.ndarray) -> dict:
+    """Each index's coordinate of the positions ``flat`` of a view: mixed radix
+    over the indices ``at`` (slowest first), or ``("bits", (index, bit), ...)``,
+    the box bit at each position, lowest first."""
+    if not at or at[0] != "bits":
+        return _digits(at, box, flat)
+    found: dict = {}
+    for position, (index, bit) in enumerate(at[1:]):
+        found[index] = found.get(index, 0) + ((flat >> position) & 1) * (1 << bit)
     return found
 
 

@@ -12,8 +12,13 @@ docs/tensor_cores.md#without-spills-fifteenth-session):
 * staged operand elements (every step's M + N rows of k-step elements) at
   :data:`STAGE_SECONDS` each: about 8 TB/s, the operands come from L2;
 * relayout wavefronts (:func:`.mma_family.tile_layout`, counted exactly from the
-  accumulator layout) at :data:`WAVEFRONT_SECONDS` each (a load and an
+  accumulator layout; one relayout per group where terms share accumulators,
+  ``MmaConfig.group_terms``) at :data:`WAVEFRONT_SECONDS` each (a load and an
   add-store of 8-byte elements);
+* the staging copies' shared-store wavefronts beyond the conflict-free number
+  (:func:`staging_conflicts`, counted exactly from the copies' addresses) at the
+  same rate: the kernels are bound by the shared-memory pipe (ncu, d1 at
+  T = 16: L1/shared 83 % busy);
 * a pointwise term's loads (one per factor and box element, L1 hits: a box's
   slice of each factor is small) at :data:`POINTWISE_SECONDS` each.
 
@@ -27,6 +32,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from functools import lru_cache
+
+import numpy as np
 
 from ..ir.task import Task
 from .contraction import NotAContraction
@@ -36,13 +44,18 @@ from .mma_config import MmaConfig
 from .mma_family import (
     Family,
     _box,
+    _layouts,
+    _lead,
     _orientations,
+    _sizes,
     box_order,
     family_of,
     problems,
+    relayouts,
     shared_bytes,
     tile_layout,
 )
+from .mma_family_groups import staging_order
 from .mma_model import MIN_FLOPS, SIMT_MODEL_SCALE
 from .terms import Terms
 
@@ -70,7 +83,9 @@ def family_terms(
     ``family``: the task's, when the caller has it."""
     family = family or family_of(task)
     box = tuple(_box(config, family).items())
-    waves = None if optimistic else tile_layout(family, config)[2]
+    waves = None
+    if not optimistic:
+        waves = tile_layout(family, config)[2] + staging_conflicts(family, config)
     work = _block_work(family, box, config, waves)
     scale = SIMT_MODEL_SCALE["f64"]
     dram = _dram_seconds(task, family, limits)
@@ -95,9 +110,55 @@ def _block_work(
         work += size * math.ceil(K / instruction) * instruction * MAC_SECONDS
         work += (m + n) * math.ceil(K / step) * step * STAGE_SECONDS
     if waves is None:
-        waves = 2 * len(family.terms) * size // 32
+        waves = 2 * (relayouts(family, config) or len(family.terms)) * size // 32
     work += size * sum(len(p.factors) for p in family.pointwise) * POINTWISE_SECONDS
     return work + waves * WAVEFRONT_SECONDS
+
+
+@lru_cache(maxsize=4096)
+def staging_conflicts(family: Family, config: MmaConfig) -> int:
+    """Shared-memory wavefronts of one block's staging copies beyond the
+    conflict-free two per warp-wide copy of 8-byte elements (per half-warp, the
+    most addresses on one of 16 banks), every k-step of a term counted as its
+    first; the copies' shared indices as :meth:`.mma_family._Builder.tile_elements`
+    computes them (a test checks that they agree)."""
+    laid, _ = _layouts(family, config)
+    lda, ldb = _lead(config), _sizes(family, config)[3]
+    extra = 0
+    for term in laid:
+        steps = math.ceil(term.c.size(term.c.k) / config.k_step)
+        for which in "ab":
+            target = staging_targets(term, which, config.k_step, lda, ldb)
+            lanes = np.full(-(-len(target) // 32) * 32, -1, dtype=np.int64)
+            lanes[: len(target)] = target
+            extra += steps * (_bank_wavefronts(lanes) - 2 * (len(lanes) // 32))
+    return max(0, extra)
+
+
+def staging_targets(term, which: str, k_step: int, lda: int, ldb: int) -> np.ndarray:
+    """Shared indices (in a stage's buffer) of the elements of term ``term``'s A
+    (``which`` "a") or B tile in the order the block's threads copy them."""
+    operand, width = (term.a, term.m) if which == "a" else (term.b, term.n)
+    along_k = operand.contiguous() in term.c.k
+    e = np.arange(width * k_step, dtype=np.int64)
+    r, kk = (e // k_step, e % k_step) if along_k else (e % width, e // width)
+    if term.bits is not None:
+        view = term.bits.rows if which == "a" else term.bits.cols
+        walk = staging_order(view, operand.contiguous(), along_k)
+        position = np.zeros_like(r)
+        for p, bit in enumerate(walk):
+            position |= ((r >> p) & 1) << view.index(bit)
+        r = position
+    return r * lda + kk if which == "a" else kk * ldb + r
+
+
+def _bank_wavefronts(addresses: np.ndarray) -> int:
+    """Per half-warp of ``addresses`` (8-byte elements; -1: an idle lane), the
+    most on one of 16 banks, summed."""
+    halves = addresses.reshape(-1, 16)
+    slots = np.arange(len(halves))[:, None] * 16 + halves % 16
+    counts = np.bincount(slots[halves >= 0].ravel(), minlength=len(halves) * 16)
+    return int(counts.reshape(-1, 16).max(axis=1).sum())
 
 
 def _per_sm(family: Family, box: tuple[tuple[str, int], ...], limits: DeviceLimits) -> float:
@@ -166,19 +227,62 @@ def family_candidates(
             work = _block_work(family, box, BASE, None)
             bounds[box] = max(dram, _per_sm(family, box, limits) * work * scale)
     found: dict[MmaConfig, float] = {}
+
+    def evaluate(config: MmaConfig) -> None:
+        if config in found or problems(task, config, family):
+            return
+        if shared_bytes(task, config, family) > limits.shared_per_block_optin:
+            return
+        terms = family_terms(task, config, limits, family=family)
+        found[config] = max(terms.dram, terms.arithmetic)
+
     for box in sorted(bounds, key=lambda b: bounds[b]):
         for wm, wn in WARPS:
             if count is not None and len(found) >= count:
                 break
-            config = replace(BASE, warps_m=wm, warps_n=wn, box=box)
-            if problems(task, config, family):
-                continue
-            if shared_bytes(task, config, family) > limits.shared_per_block_optin:
-                continue
-            terms = family_terms(task, config, limits, family=family)
-            found[config] = max(terms.dram, terms.arithmetic)
+            evaluate(replace(BASE, warps_m=wm, warps_n=wn, box=box))
+    for config in list(found):  # each beside its twin with shared accumulators
+        twin = replace(config, group_terms=True)
+        if relayouts(family, twin) is not None:
+            evaluate(twin)
     ranked = sorted(found, key=lambda c: found[c])
     return ranked if count is None else ranked[:count]
+
+
+def grouping_note(task: Task, config: MmaConfig, limits: DeviceLimits) -> str:
+    """Why the family kernel of ``config`` does or does not share accumulators
+    between terms (``MmaConfig.group_terms``): its groups, the relayouts per
+    block and the model's times of both kernels."""
+    family = family_of(task)
+    grouped = replace(config, group_terms=True)
+    plain = replace(config, group_terms=False)
+    count = len(family.terms)
+    if relayouts(family, grouped) is None:
+        return (
+            f"each of the {count} terms relaid into the box: they share accumulators "
+            "only with power-of-two box extents and warps"
+        )
+    laid, _ = _layouts(family, grouped)
+    parts, current = [], []
+    for term in laid:
+        current.append(str(family.terms.index(term.c) + 1))
+        if term.relay is not None:
+            parts.append(",".join(current))
+            current = []
+    times = []
+    for candidate in (grouped, plain):
+        terms = family_terms(task, candidate, limits, family=family)
+        times.append(f"{max(terms.dram, terms.arithmetic) * 1e6:.3g} µs")
+    groups = f"terms {' | '.join(parts)} sharing accumulators"
+    if config.group_terms:
+        return (
+            f"{groups}: {len(parts)} relayouts per block instead of {count} "
+            f"(predicted {times[0]} against {times[1]})"
+        )
+    return (
+        f"each of the {count} terms relaid: {groups} ({len(parts)} relayouts) "
+        f"predicted {times[0]} against {times[1]}"
+    )
 
 
 #: Most elements of a candidate box (8192 doubles: 64 KiB of shared memory, more

@@ -19,6 +19,7 @@ from ..gpu.decision import choose, default_config, explain
 from ..gpu.gett import best_points as best_gett_points
 from ..gpu.gett import split_candidates
 from ..gpu.kir import TensorMap
+from ..gpu.mma_family_model import family_candidates
 from ..gpu.mma_model import mma_candidates
 from ..gpu.model import predicted_time
 from ..gpu.space import config_to_mapping, parameters, violation
@@ -79,6 +80,10 @@ class CudaTarget:
             "nvrtc": ".".join(map(str, nvrtc_version())),
         }
 
+    #: Product-family configurations the space offers beside the default's: the
+    #: model's best (each evaluated beside its twin with shared accumulators).
+    TUNED_FAMILY_POINTS = 4
+
     def parameters(self, task: Task) -> tuple[Parameter, ...]:
         """The space's candidate values, each list extended by the default
         configuration's and the rules' proposal's values when they lie outside (e.g.
@@ -90,7 +95,8 @@ class CudaTarget:
         (and ``lanes``, None: the slowest thread digits, when one of them has
         it), whose values the other lists gain in the same
         way, and for an fp64 contraction ``mma`` (None: SIMT) with the tensor-core
-        tile shapes."""
+        tile shapes; for a product family ``mma`` with the family model's best
+        configurations."""
         limits = device_limits()
         default = default_config(task, limits, register_probe(limits))[0]
         splits = sorted(
@@ -115,6 +121,9 @@ class CudaTarget:
             space["mma"] = (None, *tiles)
         if any(p.mma is not None for p in points):  # a product family's default
             space.setdefault("mma", (None,))
+        families = family_candidates(task, limits, self.TUNED_FAMILY_POINTS)
+        if families:  # a product family: the model's best boxes, with(out) shared accumulators
+            space["mma"] = tuple(dict.fromkeys([*space.get("mma", (None,)), *families]))
         found = []
         for name, values in space.items():
             for point in points:

@@ -2,8 +2,10 @@
 CCSD(T) d1/d2 families, against the default kernel of the same statement and,
 with --peers, nine cuTENSOR and torch.einsum calls (issues 12 and 14).
 
-Eleven named shapes, and with ``--grid N`` N more drawn (``--seed``) from boxes
-x instruction shapes x warps x k-steps x stages; ``--jobs`` processes compile
+Sixteen named shapes (five with terms sharing accumulators, ``group_terms``)
+and the SIMT kernel of the decision's rules (issue 12's baseline), and with
+``--grid N`` N more drawn (``--seed``) from boxes x instruction shapes x warps x
+k-steps x stages x shared accumulators; ``--jobs`` processes compile
 them ahead (NVRTC, registers and spills recorded). Each variant's result is
 checked against the default kernel's; CUDA events, L2 flushed, median of
 --runs, random inputs (seed 0) made once per case. ``--json`` rows carry the
@@ -26,12 +28,14 @@ from gpu_fusion import PEERS, _peer_call, measure  # this directory: the fusion 
 import einkern
 from einkern.bench.cuda_device import CudaDevice
 from einkern.bench.suites.ccsdt import family_program
+from einkern.gpu.decision import explain
 from einkern.gpu.device import H100
 from einkern.gpu.mapping import Mapping
 from einkern.gpu.mma import SHAPES as INSTRUCTIONS
 from einkern.gpu.mma_config import STRATEGY, MmaConfig
 from einkern.gpu.mma_family import box_order, family_of, problems, shared_bytes
 from einkern.gpu.mma_family_model import _boxes, family_terms
+from einkern.gpu.space import config_to_mapping
 from einkern.ir.task import statement_task
 
 HS, PS = ("h1", "h2", "h3"), ("p4", "p5", "p6")
@@ -43,12 +47,18 @@ def _task(family: str, tile: int):
     return statement_task(einkern.make_problem(einkern.load(family_program(family, tile)), {}), 0)
 
 
-def config(h: int, p: int, warps: tuple[int, int], k_step: int, stages: int) -> MmaConfig:
+def config(
+    h: int, p: int, warps: tuple[int, int], k_step: int, stages: int, shared: bool = False
+) -> MmaConfig:
     box = tuple((i, h) for i in HS) + tuple((i, p) for i in PS)
-    return MmaConfig("m16n8k4_f64", warps[0], warps[1], 1, 1, k_step, 0, stages, "async", box=box)
+    return MmaConfig(
+        "m16n8k4_f64", warps[0], warps[1], 1, 1, k_step, 0, stages, "async", box=box,
+        group_terms=shared,
+    )  # fmt: skip
 
 
-#: name: (h box, p box, warps, k-step (0: the whole extent T), stages)
+#: name: (h box, p box, warps, k-step (0: the whole extent T), stages[, terms
+#: sharing accumulators])
 SHAPES = {
     "h4p4 w2x2 k8 s2": (4, 4, (2, 2), 8, 2),
     "h4p4 w2x2 kT s2": (4, 4, (2, 2), 0, 2),
@@ -61,13 +71,18 @@ SHAPES = {
     "h2p4 w2x1 k8 s3": (2, 4, (2, 1), 8, 3),
     "h8p2 w2x2 k8 s3": (8, 2, (2, 2), 8, 3),
     "h2p8 w2x2 k8 s3": (2, 8, (2, 2), 8, 3),
+    "h4p4 w2x2 k8 s3 shared": (4, 4, (2, 2), 8, 3, True),
+    "h4p4 w1x4 k8 s3 shared": (4, 4, (1, 4), 8, 3, True),
+    "h4p4 w2x2 k8 s4 shared": (4, 4, (2, 2), 8, 4, True),
+    "h8p2 w2x2 k8 s3 shared": (8, 2, (2, 2), 8, 3, True),
+    "h8p2 w1x4 k8 s3 shared": (8, 2, (1, 4), 8, 3, True),
 }
 
 
 def configs(tile: int) -> dict[str, MmaConfig]:
     return {
-        name: config(h, p, warps, k_step or tile, stages)
-        for name, (h, p, warps, k_step, stages) in SHAPES.items()
+        name: config(h, p, warps, k_step or tile, stages, *shared)
+        for name, (h, p, warps, k_step, stages, *shared) in SHAPES.items()
     }
 
 
@@ -95,9 +110,13 @@ def grid(family: str, tile: int, sample: int, seed: int) -> dict[str, MmaConfig]
                 for k in GRID_KSTEPS:
                     k_step = k or -(-tile // INSTRUCTIONS[shape].k) * INSTRUCTIONS[shape].k
                     for stages in GRID_STAGES:
-                        points.append(
-                            MmaConfig(shape, wm, wn, 1, 1, k_step, 0, stages, "async", box=box)
-                        )
+                        for shared in (False, True):
+                            points.append(
+                                MmaConfig(
+                                    shape, wm, wn, 1, 1, k_step, 0, stages, "async", box=box,
+                                    group_terms=shared,
+                                )
+                            )  # fmt: skip
     random.Random(seed).shuffle(points)
     found: dict[str, MmaConfig] = {}
     for config in points:
@@ -136,9 +155,17 @@ def _resources(job: tuple[str, int, str]) -> dict:
     return dict(registers=found.registers, spill=found.spill_stores, stack=found.stack_frame)
 
 
+def simt_mapping(family: str, tile: int) -> dict:
+    """The SIMT kernel the decision's rules propose for the merged statement (what
+    the default was before tensor cores): issue 12 compares with it."""
+    task = _task(family, tile)
+    return {0: config_to_mapping(task, explain(task, H100).config)}
+
+
 def variants(family: str, tile: int, peers: bool, chosen: dict[str, MmaConfig]):
     merged = family_program(family, tile)
     yield "einkern default", merged, None
+    yield "SIMT (the rules' proposal)", merged, simt_mapping(family, tile)
     for name, cfg in chosen.items():
         yield name, merged, {0: Mapping(strategy=STRATEGY, parallel=(), mma=cfg)}
     if peers:

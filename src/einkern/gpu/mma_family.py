@@ -23,7 +23,11 @@ lives in shared memory and each term's products are *relaid* into it:
   term's sign and scalars, into ``Ts`` at the box positions the accumulator
   layout gives (:mod:`.mma`), then zeroes them; ``Ts``'s strides are padded so
   that these adds hit few bank conflicts (:mod:`.mma_family_layout`).  Within a term each element is
-  one lane's; between terms the next step's barrier orders the adds.
+  one lane's; between terms the next step's barrier orders the adds;
+* with ``MmaConfig.group_terms``, terms whose lanes can own the same box
+  elements accumulate in the same registers and are relaid once per group
+  (:mod:`.mma_family_groups`: each term's view is a permutation of the box's
+  bits, and its instruction tiles name their accumulator registers).
 
 Terms without a sum (*pointwise*: the CCSD(T) singles ``t1[p4,h1]·v2[h3,h2,p6,p5]``,
 a plain ``+ D[i,j]``) join the family: after the last product each thread adds

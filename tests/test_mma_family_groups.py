@@ -215,3 +215,15 @@ def test_group_terms_round_trips_and_is_described():
     assert "once per group" in config.describe()
     with pytest.raises(TypeError):
         MmaConfig.from_values({"group_terms": 1})
+
+
+def test_the_tuner_offers_family_points_with_and_without_sharing():
+    pytest.importorskip("cuda.bindings.nvrtc")  # the default's register probe compiles
+    from einkern.tuning.cuda_target import CudaTarget
+
+    task = _family_task("d1", 16)
+    (mma,) = [p for p in CudaTarget().parameters(task) if p.name == "mma"]
+    families = [v for v in mma.values if v is not None and v.box]
+    assert None in mma.values  # SIMT stays a point
+    assert {c.group_terms for c in families} == {False, True}
+    assert all(not problems(task, c) for c in families)

@@ -15,18 +15,15 @@ import pytest
 from conftest import problem_of
 from test_mma_family import UNIFORM4, _check, _config, _family_task
 
-from einkern.backends.emulator import emulate
 from einkern.gpu import mma_family
 from einkern.gpu.decision import choose
 from einkern.gpu.device import H100
 from einkern.gpu.mma_config import MmaConfig
-from einkern.gpu.mma_family import _Builder, _layouts, family_of, lower_family, problems
-from einkern.gpu.mma_family_groups import TermBits, TermView, term_groups
+from einkern.gpu.mma_family import _Builder, _layouts, family_of, problems
+from einkern.gpu.mma_family_groups import Grouping, TermBits, TermView, term_groups
 from einkern.gpu.mma_family_model import family_candidates, staging_conflicts, staging_targets
 from einkern.gpu.thread_offsets import thread_values
 from einkern.ir.task import statement_task
-from einkern.reference import evaluate
-from einkern.testing import random_arrays
 
 H8P2 = {**{f"h{i}": 8 for i in (1, 2, 3)}, **{f"p{i}": 2 for i in (4, 5, 6)}}
 
@@ -50,19 +47,26 @@ def _d1_views() -> list[TermView]:
 ORDER = ("p4", "p5", "p6", "h1", "h2", "h3")
 
 
+def _d1_groups(box, warps_m, warps_n):
+    request = Grouping(
+        tuple(_d1_views()), tuple(sorted(box.items())), ORDER, warps_m, warps_n, "m16n8k4_f64"
+    )
+    return term_groups(request)
+
+
 @pytest.mark.parametrize(
     ("box", "warps", "groups"),
     [(UNIFORM4, (2, 2), 5), (UNIFORM4, (1, 4), 5), (H8P2, (2, 2), 3), (H8P2, (1, 4), 3)],
 )
 def test_the_d1_family_groups(box, warps, groups):
-    found = term_groups(_d1_views(), box, ORDER, *warps, "m16n8k4_f64")
+    found = _d1_groups(box, *warps)
     assert found is not None and len(found) == groups
     assert sorted(t for g in found for t in g.terms) == list(range(9))
 
 
 def test_no_groups_without_powers_of_two():
-    assert term_groups(_d1_views(), {**UNIFORM4, "h1": 3}, ORDER, 2, 2, "m16n8k4_f64") is None
-    assert term_groups(_d1_views(), UNIFORM4, ORDER, 3, 1, "m16n8k4_f64") is None
+    assert _d1_groups({**UNIFORM4, "h1": 3}, 2, 2) is None
+    assert _d1_groups(UNIFORM4, 3, 1) is None
 
 
 def _elements(bits: TermBits, warps_m: int, warps_n: int) -> dict:
@@ -90,7 +94,7 @@ def _elements(bits: TermBits, warps_m: int, warps_n: int) -> dict:
 def test_the_terms_of_a_group_own_the_same_elements(box, warps):
     """Every (thread, register) of every term of a group holds the same box
     element, and the group covers the box once."""
-    for group in term_groups(_d1_views(), box, ORDER, *warps, "m16n8k4_f64"):
+    for group in _d1_groups(box, *warps):
         first = _elements(group.bits[0], *warps)
         assert len(set(first.values())) == 4096  # each element once
         for bits in group.bits[1:]:
@@ -115,30 +119,25 @@ def test_grouped_families_match_the_reference(family, tile, config):
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
+SCALED = (
+    "program t\ndims a, b, c, k\ndtype float64\n"
+    "tensor A[a,k,b], B[k,c], C[a,b,c], D[c,k], E[k,a,b], F[a,b,k], G[c,k]\nscalar s\n"
+    "C[i,j,m] = s * A[i,x,j] * B[x,m] - s * E[x,i,j] * D[m,x] + 3 * F[i,j,x] * G[m,x]\n"
+)
+
+
 def test_grouped_scaled_terms_and_assignment():
     """`=`, a scalar and constants: terms share only with equal constants and
     scalars (their signs may differ)."""
-    problem = problem_of(
-        "program t\ndims a, b, c, k\ndtype float64\n"
-        "tensor A[a,k,b], B[k,c], C[a,b,c], D[c,k], E[k,a,b], F[a,b,k], G[c,k]\nscalar s\n"
-        "C[i,j,m] = s * A[i,x,j] * B[x,m] - s * E[x,i,j] * D[m,x] + 3 * F[i,j,x] * G[m,x]\n",
-        a=8,
-        b=4,
-        c=8,
-        k=3,
-    )
-    task = statement_task(problem, 0)
+    task = statement_task(problem_of(SCALED, a=8, b=4, c=8, k=3), 0)
     config = _grouped({"i": 4, "j": 4, "m": 8}, warps=(1, 1))
     assert problems(task, config) == []
     laid, _ = _layouts(family_of(task), config)
     assert sum(t.relay is not None for t in laid) == 2  # the two `s` terms share
     assert any(t.negate for t in laid)
-    arrays = random_arrays(problem, 2)
-    want = evaluate(problem, arrays, {"s": 0.75})["C"]
-    given = {f"p_{n}": v.copy(order="K") for n, v in arrays.items()}
-    report = emulate([lower_family(task, config)], given, {"s_s": 0.75})
+    report, got, want = _check(task, config, seed=2, scalars={"s": 0.75})
     assert report.ok, report
-    np.testing.assert_allclose(given["p_C"], want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
 def _planted(monkeypatch, change) -> tuple:

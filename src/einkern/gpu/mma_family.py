@@ -67,6 +67,7 @@ from .contraction import (
 from .mma import SHAPES, coordinates
 from .mma_config import MmaConfig
 from .mma_family_groups import (
+    Grouping,
     TermBits,
     TermView,
     bit_coordinates,
@@ -236,8 +237,18 @@ def relayouts(family: Family, config: MmaConfig) -> int | None:
         return len(family.terms)
     box = _box(config, family)
     views = _term_views(family, _orientations(family, tuple(box.items())))
-    order = box_order(family)
-    return group_count(views, box, order, config.warps_m, config.warps_n, config.shape)
+    return group_count(_grouping(family, config, box, views))
+
+
+def _grouping(family: Family, config: MmaConfig, box: dict[str, int], views: list) -> Grouping:
+    return Grouping(
+        tuple(views),
+        tuple(sorted(box.items())),
+        box_order(family),
+        config.warps_m,
+        config.warps_n,
+        config.shape,
+    )
 
 
 def _grouped(
@@ -248,9 +259,7 @@ def _grouped(
     shape = SHAPES[config.shape]
     wm, wn = shape.m * config.warps_m, shape.n * config.warps_n
     wanted = _term_views(family, views)
-    groups = term_groups(
-        wanted, box, box_order(family), config.warps_m, config.warps_n, config.shape
-    )
+    groups = term_groups(_grouping(family, config, box, wanted))
     if groups is None:
         return (), (
             "terms share accumulators only with power-of-two box extents and warps "

@@ -25,7 +25,7 @@ same positions: their lanes then own the same elements, and each instruction
 tile's accumulator registers are found by element (:attr:`TermBits.slots`).
 A term's operands may be swapped (``Cᵀ = Bᵀ·Aᵀ``) to fit a group.
 
-:func:`term_groups` covers the family's terms greedily with such groups; terms
+:func:`term_groups` covers the family's terms with the fewest such groups; terms
 of one group also need the same constant and scalars (their signs may differ:
 a term of the other sign negates its A fragments).
 """
@@ -121,56 +121,54 @@ def _c_layout_ok(shape_name: str) -> bool:
     )
 
 
-def term_groups(
-    views: Sequence[TermView],
-    box: dict[str, int],
-    order: Sequence[str],
-    warps_m: int,
-    warps_n: int,
-    shape: str,
-) -> tuple[Group, ...] | None:
+@dataclass(frozen=True)
+class Grouping:
+    """What the grouping of a family's terms depends on: the terms' views, the
+    box (extents of the output indices), the box's indices slowest first, the
+    warps and the instruction."""
+
+    views: tuple[TermView, ...]
+    box: tuple[tuple[str, int], ...]
+    order: tuple[str, ...]
+    warps_m: int
+    warps_n: int
+    shape: str
+
+
+def term_groups(request: Grouping) -> tuple[Group, ...] | None:
     """The family's terms covered by the fewest groups sharing an accumulator
     layout (:func:`_fewest`), or None where the box's extents or the warps are
     not powers of two or the instruction's accumulator is not the ``m16n8``
-    layout.  ``order``: the box's indices slowest first."""
-    key = (tuple(views), tuple(sorted(box.items())), tuple(order), warps_m, warps_n, shape)
-    cover = _cover(*key)
+    layout."""
+    cover = _cover(request)
     if cover is None:
         return None
-    lm, ln = _log2(warps_m) or 0, _log2(warps_n) or 0
-    groups = [_group(list(pairs), layout, views, box, order, lm, ln) for pairs, layout in cover]
+    lm, ln = _log2(request.warps_m) or 0, _log2(request.warps_n) or 0
+    box = dict(request.box)
+    groups = [
+        _group(list(pairs), layout, request.views, box, request.order, lm, ln)
+        for pairs, layout in cover
+    ]
     return tuple(sorted(groups, key=lambda g: g.terms[0]))
 
 
-def group_count(
-    views: Sequence[TermView],
-    box: dict[str, int],
-    order: Sequence[str],
-    warps_m: int,
-    warps_n: int,
-    shape: str,
-) -> int | None:
+def group_count(request: Grouping) -> int | None:
     """The number of groups :func:`term_groups` makes (None: it makes none),
     without laying the terms out: what the cost model's bound needs."""
-    key = (tuple(views), tuple(sorted(box.items())), tuple(order), warps_m, warps_n, shape)
-    cover = _cover(*key)
+    cover = _cover(request)
     return None if cover is None else len(cover)
 
 
 @lru_cache(maxsize=4096)
-def _cover(
-    views: tuple[TermView, ...],
-    box_items: tuple[tuple[str, int], ...],
-    order: tuple[str, ...],
-    warps_m: int,
-    warps_n: int,
-    shape: str,
-) -> tuple[tuple[tuple[tuple[int, int], ...], tuple], ...] | None:
+def _cover(request: Grouping) -> tuple[tuple[tuple[tuple[int, int], ...], tuple], ...] | None:
     """Each group's (term, view) pairs and layout (its fixed row and column
     index sets), or None (see :func:`term_groups`)."""
-    box = dict(box_items)
+    views, order, warps_m, warps_n = request.views, request.order, request.warps_m, request.warps_n
+    box = dict(request.box)
+    if not _c_layout_ok(request.shape):
+        return None
     lm, ln = _log2(warps_m), _log2(warps_n)
-    if lm is None or ln is None or not _c_layout_ok(shape):
+    if lm is None or ln is None:
         return None
     if any(_log2(e) is None for e in box.values()):
         return None
@@ -359,6 +357,7 @@ def describe(groups: Sequence[Group]) -> str:
 __all__ = [
     "Bit",
     "Group",
+    "Grouping",
     "TermBits",
     "TermView",
     "bit_coordinates",

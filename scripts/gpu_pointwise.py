@@ -13,7 +13,7 @@ from pathlib import Path
 from gpu_fusion import measure, outputs, workspace  # this directory: the fusion script's helpers
 
 import einkern
-import einkern.gpu.mma_family as family
+import einkern.gpu.mma_family_pointwise as family
 from einkern.bench.cuda_device import CudaDevice
 
 

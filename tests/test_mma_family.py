@@ -113,10 +113,10 @@ def test_pointwise_terms_join_a_family(op, registers, monkeypatch):
     a single tensor) join the contraction's family: summed in registers at the
     end, or (``registers`` False: the fallback) added by a loop at the start;
     extents the box does not divide (edges) and each operator."""
-    import einkern.gpu.mma_family as mma_family
+    import einkern.gpu.mma_family_pointwise as pointwise
 
     if not registers:
-        monkeypatch.setattr(mma_family, "POINTWISE_REGISTERS", 0)
+        monkeypatch.setattr(pointwise, "POINTWISE_REGISTERS", 0)
     problem = problem_of(POINTWISE.format(op=op), a=9, b=4, c=6, k=3, l=2)
     task = statement_task(problem, 0)
     fam = family_of(task)

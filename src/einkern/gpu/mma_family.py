@@ -33,7 +33,7 @@ Terms without a sum (*pointwise*: the CCSD(T) singles ``t1[p4,h1]·v2[h3,h2,p6,p
 a plain ``+ D[i,j]``) join the family: after the last product each thread adds
 their values at its box elements, summed in registers with each factor's values
 loaded once per thread where its elements share them, as it stores the box
-(:meth:`_Builder.pointwise_registers`; the 27 triples statements, nine of them
+(:mod:`.mma_family_pointwise`; the 27 triples statements, nine of them
 singles, run in one kernel so).
 
 The relayout costs two shared accesses per output element and term against
@@ -59,7 +59,6 @@ from .contraction import (
     Pointwise,
     _operand,
     pointwise_term,
-    pointwise_value,
     scale_factor,
     split_term,
     term_contraction,
@@ -77,6 +76,7 @@ from .mma_family_groups import (
     term_groups,
 )
 from .mma_family_layout import box_strides
+from .mma_family_pointwise import POINTWISE_CHUNK, add_loop, mixed_coordinates, register_sums
 from .mma_lower import statement_params
 from .thread_offsets import constant_offset
 
@@ -319,12 +319,6 @@ def problems(task: Task, config: MmaConfig, family: Family | None = None) -> lis
     return found
 
 
-#: Distinct factor values of one pointwise term a thread may hold in registers.
-POINTWISE_REGISTERS = 32
-
-#: Box elements of a thread whose pointwise sums are held in registers at once.
-POINTWISE_CHUNK = 32
-
 #: Accumulator registers per thread a family kernel may hold: on an H100 a box of
 #: 4x4 tiles per warp (64) spilled 2-3 KiB per thread and ran 6x slower.
 MAX_ACCUMULATORS = 32
@@ -376,17 +370,6 @@ def lower_family(task: Task, config: MmaConfig, name: str | None = None) -> kir.
     return _Builder(task, family_of(task), config, name or f"einkern_s{task.position}").kernel()
 
 
-def _split(names: tuple[str, ...], extents: dict[str, int], flat: kir.Expr) -> dict[str, kir.Expr]:
-    """Each name's coordinate from ``flat`` over ``names`` (slowest first)."""
-    found: dict[str, kir.Expr] = {}
-    inner = 1
-    for index in reversed(names):
-        step = E.div(flat, inner)
-        found[index] = step if index == names[0] else E.mod(step, extents[index])
-        inner *= extents[index]
-    return found
-
-
 class _Builder:
     def __init__(self, task: Task, family: Family, config: MmaConfig, name: str):
         self.task, self.family, self.config, self.name = task, family, config, name
@@ -412,7 +395,7 @@ class _Builder:
         self.block_vars = [f"o{n}" for n in range(len(family.extents))]
         self.block_vars += [f"b{w}{j}" for j in range(len(self.terms)) for w in "ab"]
         self.bases: dict[str, kir.Expr] = {}
-        self.pointwise_values = 0  # registers ``px`` (:meth:`pointwise_registers`)
+        self.pointwise_values = 0  # registers ``px`` (:func:`.mma_family_pointwise.register_sums`)
         self.sums: list[list[kir.Stmt]] | None = None  # its chunks, set by :meth:`fill`
 
     # -- coordinates -------------------------------------------------------------
@@ -470,111 +453,16 @@ class _Builder:
             if inside is not None and self.family.op != "=":
                 store = kir.If(inside, (store,), (kir.Store("Ts", e, kir.Float(0.0)),))
             body.append(kir.If(share, (store,)) if share is not None else store)
-        self.sums = self.pointwise_registers(list(self.box_elements()))
+        self.sums = register_sums(self, list(self.box_elements()))
         if self.sums is None:
-            body += self.add_pointwise()
+            body += add_loop(self)
         return body
-
-    def pointwise_registers(self, elements: list) -> list[list[kir.Stmt]] | None:
-        """The pointwise terms' sums at the thread's box elements, for each chunk
-        of :data:`POINTWISE_CHUNK` elements the statements that leave them in the
-        registers ``pv``: term by term, each factor's values loaded once per
-        chunk where its elements share them (a factor reads fewer coordinates
-        than the box has: the CCSD(T) singles' ``t1[p4,h1]`` takes 4 values over
-        a thread's 32 elements of a 4^6 box on 128 threads), indices written
-        against bases (:meth:`based`).  None (the loop of :meth:`add_pointwise` then) when the
-        threads do not divide the box or a term needs more than
-        :data:`POINTWISE_REGISTERS` values."""
-        if not self.family.pointwise or any(share is not None for _, share, _ in elements):
-            return None
-        chunks: list[list[kir.Stmt]] = []
-        for start in range(0, len(elements), POINTWISE_CHUNK):
-            chunk = [local for _, _, local in elements[start : start + POINTWISE_CHUNK]]
-            body: list[kir.Stmt] = [
-                kir.Store("pv", E.const(j), kir.Float(0.0)) for j in range(len(chunk))
-            ]
-            for t, term in enumerate(self.family.pointwise):
-                found = self.pointwise_chunk(t, term, chunk)
-                if found is None:
-                    self.bases = {k: v for k, v in self.bases.items() if not k.startswith("w")}
-                    return None
-                body += found
-            chunks.append(body)
-        return chunks
-
-    def pointwise_chunk(
-        self, t: int, term: Pointwise, chunk: list[dict[str, kir.Expr]]
-    ) -> list[kir.Stmt] | None:
-        """Pointwise term ``t`` added into ``pv`` at the chunk's elements (see
-        :meth:`pointwise_registers`)."""
-        loaded: dict[tuple[int, kir.Expr], int] = {}
-        assigns: list[kir.Stmt] = []
-        loads: list[kir.Stmt] = []
-        adds: list[kir.Stmt] = []
-        for j, local in enumerate(chunk):
-            value = self.scaled(term.sign, term.constant, term.scale)
-            for f, operand in enumerate(term.factors):
-                coords = {i: local[i] for i, _ in operand.strides}
-                index = E.linear(
-                    [(E.add(self.origin(i), x), operand.stride(i)) for i, x in coords.items()]
-                )
-                base = f"w{t}_{f}"  # assigned anew per chunk: short-lived
-                if j == 0:
-                    self.bases[base] = index
-                    assigns.append(kir.Assign(base, index))
-                index = self.based(index, base)
-                if (f, index) not in loaded:
-                    slot = E.const(len(loaded))
-                    load: kir.Stmt = kir.Store("px", slot, kir.Load(f"p_{operand.tensor}", index))
-                    inside = E.conj(self.inside(coords))
-                    if inside is not None:
-                        load = kir.If(inside, (load,), (kir.Store("px", slot, kir.Float(0.0)),))
-                    loaded[(f, index)] = len(loaded)
-                    loads.append(load)
-                value = E.mul(value, kir.Load("px", E.const(loaded[(f, index)])))
-            adds.append(kir.Store("pv", E.const(j), value, "+="))
-        if len(loaded) > POINTWISE_REGISTERS:
-            return None
-        self.pointwise_values = max(self.pointwise_values, len(loaded))
-        return assigns + loads + adds
-
-    def add_pointwise(self) -> list[kir.Stmt]:
-        """The pointwise terms added to each of the thread's box elements in a
-        loop (not unrolled: unrolled over a 4^6 box, nine CCSD(T) singles' loads
-        were scheduled ahead and spilled); each thread adds to the elements it
-        filled itself, so no barrier is needed before."""
-        if not self.family.pointwise:
-            return []
-        e = kir.Var("pe")
-        local = _split(self.order, self.box, e)
-        value = self.pointwise(self.family.pointwise[0], local)
-        for term in self.family.pointwise[1:]:
-            value = E.add(value, self.pointwise(term, local))
-        add: kir.Stmt = kir.Store("Ts", self.tile_index(local), value, "+=")
-        inside = E.conj(self.inside(local))
-        if inside is not None:
-            add = kir.If(inside, (add,))
-        loop = kir.For(
-            "pe",
-            kir.ThreadIdx(),
-            E.const(self.elements),
-            self.config.threads,
-            (add,),
-            1,
-        )
-        return [loop]
-
-    def pointwise(self, term: Pointwise, local: dict[str, kir.Expr]) -> kir.Expr:
-        """A pointwise term's value at box coordinates ``local``, signed for the
-        output's operator."""
-        coords = {i: E.add(self.origin(i), x) for i, x in local.items()}
-        return pointwise_value(term, coords, self.signed(term.sign))
 
     def box_elements(self):
         """(Ts index, guard on the thread's share, box coordinates) of each box
         element a thread loads or stores; consecutive threads consecutive elements."""
         for _, e, share in E.thread_shares(self.elements, self.config.threads):
-            local = _split(self.order, self.box, e)
+            local = mixed_coordinates(self.order, self.box, e)
             yield self.tile_index(local), share, local
 
     def global_index(self, local: dict[str, kir.Expr]) -> kir.Expr:
@@ -606,7 +494,7 @@ class _Builder:
             if walk is not None:
                 local = bit_coordinates(walk, r)
             else:
-                local = _split(names, self.box, r) if names else {}
+                local = mixed_coordinates(names, self.box, r) if names else {}
             flat_k = E.add(E.const(k0), kk)
             coords = {**local, **c.coordinates(c.k, flat_k)}
             index = E.add(kir.Var(f"b{which}{j}"), c.offset(operand, coords))
@@ -734,8 +622,8 @@ class _Builder:
                         }
                     else:
                         local = {
-                            **(_split(term.rows, self.box, row) if term.rows else {}),
-                            **(_split(term.cols, self.box, column) if term.cols else {}),
+                            **(mixed_coordinates(term.rows, self.box, row) if term.rows else {}),
+                            **(mixed_coordinates(term.cols, self.box, column) if term.cols else {}),
                         }
                     at = self.tile_index(local)
                     if not stmts:  # the first element's index is the term's base

@@ -31,6 +31,7 @@ from .config import SCALAR_CONFIG, CudaConfig
 from .device import H100, DeviceLimits
 from .lower import preload_applies
 from .mapping import Mapping
+from .mma_config import MmaConfig
 from .mma_family_model import DECISION_COUNT as FAMILY_DECISION_COUNT
 from .mma_family_model import family_candidates, grouping_note
 from .mma_lower import f64_pipeline
@@ -297,7 +298,13 @@ def choose(task: Task, limits: DeviceLimits = H100, probe: RegisterProbe | None 
             if pipeline is not None:
                 steps = (*steps, ("mma-pipeline", pipeline))
         if best.mma is not None and best.mma.box:
-            steps = (*steps, ("shared-accumulators", grouping_note(task, best.mma, limits)))
+            chosen = best
+
+            def predict(tile: MmaConfig) -> float:
+                return _predict(task, replace(chosen, mma=tile), limits)
+
+            note = grouping_note(task, best.mma, limits, predict)
+            steps = (*steps, ("shared-accumulators", note))
         return Decision(best, steps)
     reason = (
         f"family rules kept: predicted {rules_time * 1e6:.3g} µs "

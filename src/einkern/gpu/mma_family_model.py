@@ -31,6 +31,7 @@ SIMT mappings on one scale.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from functools import lru_cache
 
@@ -249,10 +250,16 @@ def family_candidates(
     return ranked if count is None else ranked[:count]
 
 
-def grouping_note(task: Task, config: MmaConfig, limits: DeviceLimits) -> str:
+def grouping_note(
+    task: Task,
+    config: MmaConfig,
+    limits: DeviceLimits,
+    predict: Callable[[MmaConfig], float] | None = None,
+) -> str:
     """Why the family kernel of ``config`` does or does not share accumulators
     between terms (``MmaConfig.group_terms``): its groups, the relayouts per
-    block and the model's times of both kernels."""
+    block and the predicted times of both kernels (``predict``'s seconds, the
+    decision's scale; None: the family model's larger term)."""
     family = family_of(task)
     grouped = replace(config, group_terms=True)
     plain = replace(config, group_terms=False)
@@ -271,8 +278,12 @@ def grouping_note(task: Task, config: MmaConfig, limits: DeviceLimits) -> str:
             current = []
     times = []
     for candidate in (grouped, plain):
-        terms = family_terms(task, candidate, limits, family=family)
-        times.append(f"{max(terms.dram, terms.arithmetic) * 1e6:.3g} µs")
+        if predict is not None:
+            seconds = predict(candidate)
+        else:
+            terms = family_terms(task, candidate, limits, family=family)
+            seconds = max(terms.dram, terms.arithmetic)
+        times.append(f"{seconds * 1e6:.3g} µs")
     groups = f"terms {' | '.join(parts)} sharing accumulators"
     if config.group_terms:
         return (

@@ -199,7 +199,7 @@ def _layouts(family: Family, config: MmaConfig) -> tuple[tuple[_Term, ...], tupl
     box = _box(config, family)
     views = _orientations(family, tuple(box.items()))
     if config.group_terms:
-        return _grouped(family, config, box, views)
+        return _grouped(family, config, box, views, (wm, wn))
     for number, (c, term_views) in enumerate(zip(family.terms, views, strict=True)):
         options = [
             _Term(c, a, b, rows, cols, m, n, m // wm, n // wn, relay=len(laid))
@@ -236,13 +236,14 @@ def relayouts(family: Family, config: MmaConfig) -> int | None:
     if not config.group_terms:
         return len(family.terms)
     box = _box(config, family)
-    views = _term_views(family, _orientations(family, tuple(box.items())))
-    return group_count(_grouping(family, config, box, views))
+    return group_count(_grouping(family, config, box, _orientations(family, tuple(box.items()))))
 
 
-def _grouping(family: Family, config: MmaConfig, box: dict[str, int], views: list) -> Grouping:
+def _grouping(family: Family, config: MmaConfig, box: dict[str, int], views: tuple) -> Grouping:
+    """What :func:`.mma_family_groups.term_groups` reads of ``config``'s kernel
+    (``views``: the terms' two views, :func:`_orientations`)."""
     return Grouping(
-        tuple(views),
+        tuple(_term_views(family, views)),
         tuple(sorted(box.items())),
         box_order(family),
         config.warps_m,
@@ -252,14 +253,12 @@ def _grouping(family: Family, config: MmaConfig, box: dict[str, int], views: lis
 
 
 def _grouped(
-    family: Family, config: MmaConfig, box: dict[str, int], views: tuple
+    family: Family, config: MmaConfig, box: dict[str, int], views: tuple, warp: tuple[int, int]
 ) -> tuple[tuple[_Term, ...], tuple[str, ...]]:
     """:func:`_layouts` with ``group_terms``: the terms in their groups' order
-    (:func:`.mma_family_groups.term_groups`)."""
-    shape = SHAPES[config.shape]
-    wm, wn = shape.m * config.warps_m, shape.n * config.warps_n
-    wanted = _term_views(family, views)
-    groups = term_groups(_grouping(family, config, box, wanted))
+    (:func:`.mma_family_groups.term_groups`); ``warp``: a warp's M and N."""
+    wm, wn = warp
+    groups = term_groups(_grouping(family, config, box, views))
     if groups is None:
         return (), (
             "terms share accumulators only with power-of-two box extents and warps "
@@ -410,6 +409,16 @@ class _Builder:
             if self.family.extent(i) % self.box[i]
         ]
 
+    def view_coordinates(
+        self, names: tuple[str, ...], bits: tuple | None, flat: kir.Expr
+    ) -> dict[str, kir.Expr]:
+        """Box coordinates at position ``flat`` of a term's rows or columns: its
+        box bits where terms share accumulators (``bits``), else mixed radix over
+        its indices ``names``."""
+        if bits is not None:
+            return bit_coordinates(bits, flat)
+        return mixed_coordinates(names, self.box, flat) if names else {}
+
     def tile_index(self, local: dict[str, kir.Expr]) -> kir.Expr:
         """Position in ``Ts`` of box coordinates ``local`` (absent: 0)."""
         return E.linear([(local[i], self.strides[i]) for i in reversed(self.order) if i in local])
@@ -491,10 +500,7 @@ class _Builder:
                 r, kk = E.div(e, k_step), E.mod(e, k_step)
             else:
                 r, kk = E.mod(e, width), E.div(e, width)
-            if walk is not None:
-                local = bit_coordinates(walk, r)
-            else:
-                local = mixed_coordinates(names, self.box, r) if names else {}
+            local = self.view_coordinates(names, walk, r)
             flat_k = E.add(E.const(k0), kk)
             coords = {**local, **c.coordinates(c.k, flat_k)}
             index = E.add(kir.Var(f"b{which}{j}"), c.offset(operand, coords))
@@ -603,6 +609,8 @@ class _Builder:
         if relay is None:
             return []
         term, shape = self.terms[relay], self.shape
+        row_bits = None if term.bits is None else term.bits.rows
+        col_bits = None if term.bits is None else term.bits.cols
         nc = shape.c.count
         group, quad = self.lane()
         wrow, wcol = self.warp_bases(term)
@@ -615,16 +623,10 @@ class _Builder:
                     r, col = coordinates(shape.c, group, quad, i)
                     row = E.add(wrow, E.add(E.const(tm * shape.m), r))
                     column = E.add(wcol, E.add(E.const(tn * shape.n), col))
-                    if term.bits is not None:
-                        local = {
-                            **bit_coordinates(term.bits.rows, row),
-                            **bit_coordinates(term.bits.cols, column),
-                        }
-                    else:
-                        local = {
-                            **(mixed_coordinates(term.rows, self.box, row) if term.rows else {}),
-                            **(mixed_coordinates(term.cols, self.box, column) if term.cols else {}),
-                        }
+                    local = {
+                        **self.view_coordinates(term.rows, row_bits, row),
+                        **self.view_coordinates(term.cols, col_bits, column),
+                    }
                     at = self.tile_index(local)
                     if not stmts:  # the first element's index is the term's base
                         self.bases[base] = at

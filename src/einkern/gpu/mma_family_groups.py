@@ -343,17 +343,6 @@ def staging_order(view: tuple, contiguous: str | None, along_k: bool) -> tuple:
     return (*sorted(run, key=lambda b: b[1]), *(b for b in view if b[0] != contiguous))
 
 
-def relaid_count(groups: Sequence[Group] | None, terms: int) -> int:
-    """Relayouts per block: one per group (one per term without groups)."""
-    return terms if groups is None else len(groups)
-
-
-def describe(groups: Sequence[Group]) -> str:
-    """``"3 groups (1,4,7 | 2,5,8 | 3,6,9)"``: terms numbered from 1."""
-    parts = " | ".join(",".join(str(t + 1) for t in g.terms) for g in groups)
-    return f"{len(groups)} group{'s' if len(groups) != 1 else ''} ({parts})"
-
-
 __all__ = [
     "Bit",
     "Group",
@@ -363,9 +352,7 @@ __all__ = [
     "bit_coordinates",
     "bit_position",
     "coordinate_parts",
-    "describe",
     "group_count",
-    "relaid_count",
     "staging_order",
     "term_groups",
 ]

@@ -23,6 +23,18 @@ def tile_name(config: MmaConfig) -> str:
 #: The decision's fp64 tiles by name.
 TILES = {tile_name(t): t for t in F64_TILES}
 
+#: Smaller tiles for problems that fill few SMs with the tiles above (candidates:
+#: scripts/gpu_f64_tiles.py ``--small`` times them beside ``TILES``).
+SMALL_TILES = {
+    tile_name(t): t
+    for t in (
+        MmaConfig("m16n8k4_f64", 2, 2, 1, 2, 16, stages=4, copy="async"),  # 32x32, 4 warps
+        MmaConfig("m16n8k4_f64", 2, 2, 1, 4, 16, stages=4, copy="async"),  # 32x64
+        MmaConfig("m16n8k4_f64", 2, 2, 2, 2, 16, stages=4, copy="async"),  # 64x32
+    )
+    if tile_name(t) not in TILES
+}
+
 
 def program_text(
     spec: str, layout: str, op: str, dtype: str = "float64", result: str | None = None
@@ -82,6 +94,32 @@ def generated(count: int, seed: int) -> list[dict]:
     return cases
 
 
+def generated_small(count: int, seed: int) -> list[dict]:
+    """``count`` small cases from ``seed`` (the ones few large tiles fill the GPU
+    with): GEMMs of extents 64-1536 (log-uniform, at least 4e6 flops), row- and
+    column-major, ``=`` and ``-=``; four-index contractions (extents 8-64, 2e6
+    to 2e8 multiply-adds) of random index orders."""
+    rng = random.Random(seed)
+    cases: list[dict] = []
+    while len(cases) < count:
+        if rng.random() < 0.55:
+            sizes = {c: _extent(rng, 64, 1536) for c in "ijk"}
+            if math.prod(sizes.values()) < 2e6:
+                continue
+            case = dict(spec="ij,jk->ik", sizes=sizes, layout=rng.choice(["row", "column"]),
+                        op=rng.choice(["=", "=", "-="]))  # fmt: skip
+        else:
+            a, b = list("abkl"), list("klcd")
+            rng.shuffle(a)
+            rng.shuffle(b)
+            sizes = {c: rng.choice([8, 12, 16, 24, 32, 40, 48, 64]) for c in "abcdkl"}
+            if not 2e6 <= math.prod(sizes.values()) <= 2e8:
+                continue
+            case = dict(spec=f"{''.join(a)},{''.join(b)}->abcd", sizes=sizes, layout="row", op="=")
+        cases.append(case)
+    return cases
+
+
 def fixed() -> list[dict]:
     """The gemm suite's square DGEMMs and block-LU shapes (plain products, as the
     suite times them), and the LU updates as a factorisation applies them (``-=``)."""
@@ -95,6 +133,15 @@ def fixed() -> list[dict]:
                 sizes = {"i": n, "j": bs, "k": width}
                 cases.append(dict(spec="ij,jk->ik", sizes=sizes, layout="column", op=op))
     return cases
+
+
+def fixed_small() -> list[dict]:
+    """Square row-major DGEMMs of the einsum chain and the gemm suite's small sizes
+    (n = 96 ... 1024)."""
+    return [
+        dict(spec="ij,jk->ik", sizes=dict.fromkeys("ijk", n), layout="row", op="=")
+        for n in (96, 128, 256, 384, 512, 768, 1024)
+    ]
 
 
 def task_of(case: dict):

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from f64_tile_cases import TILES, task_of
+from f64_tile_cases import SMALL_TILES, TILES, task_of
 from scipy.optimize import minimize
 from scipy.stats import spearmanr
 
@@ -124,12 +124,19 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("files", nargs="+")
     parser.add_argument("--fit-seed", type=int, default=41)
+    parser.add_argument(
+        "--small",
+        action="store_true",
+        help="the candidate SMALL_TILES too (rates from 1.0), and only their rates fitted",
+    )
     args = parser.parse_args()
+    if args.small:
+        TILES.update(SMALL_TILES)
     rows = [json.loads(line) for f in args.files for line in open(f)]
     for row in rows:  # variants of a tile (NAME/u of gpu_f64_tiles.py) are A/B data only
         row["tiles"] = {n: t for n, t in row["tiles"].items() if n in TILES}
     data = points(rows)
-    now = {t: mma_model.F64_TILE_EFFICIENCY[c] for t, c in TILES.items()}
+    now = {t: mma_model.F64_TILE_EFFICIENCY.get(c, 1.0) for t, c in TILES.items()}
     now.update(latency=mma_model.ROUND_LATENCY, exposure=mma_model.EPILOGUE_EXPOSURE,
                lone=mma_model.LONE_BLOCK_EXPONENT,
                sectors=mma_model.COPY_SECTORS_PER_CYCLE)  # fmt: skip
@@ -137,8 +144,11 @@ def main() -> None:
     fitted = [p for p in data if p.seed == args.fit_seed]
     # the tiles' rates and the round and epilogue terms without the copies' term,
     # then the copies' rate alone: fitted together, the two bounds trade places
-    found = _fit(fitted, {**now, "sectors": math.inf}, [n for n in now if n != "sectors"])
-    found = _fit(fitted, {**found, "sectors": now["sectors"]}, ["sectors"])
+    if args.small:  # the other constants as the large tiles' fit left them
+        found = _fit(fitted, now, list(SMALL_TILES))
+    else:
+        found = _fit(fitted, {**now, "sectors": math.inf}, [n for n in now if n != "sectors"])
+        found = _fit(fitted, {**found, "sectors": now["sectors"]}, ["sectors"])
     shown = {n: round(float(v * 1e6 if n == "latency" else v), 3) for n, v in found.items()}
     print(f"fitted (latency in µs): {shown}")
     report("fitted", data, [predicted(p, found) for p in data])

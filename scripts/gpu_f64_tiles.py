@@ -26,7 +26,16 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 
 import torch
-from f64_tile_cases import TILES, fixed, generated, program_text, task_of
+from f64_tile_cases import (
+    SMALL_TILES,
+    TILES,
+    fixed,
+    fixed_small,
+    generated,
+    generated_small,
+    program_text,
+    task_of,
+)
 from gpu_block_order import round_robin
 from mma_contractions import launcher
 
@@ -141,10 +150,20 @@ def main() -> None:
     parser.add_argument("--unbounded", action="store_true")
     parser.add_argument("--early-copies", action="store_true")
     parser.add_argument("--uncarried-too", action="store_true")
+    parser.add_argument(
+        "--small",
+        action="store_true",
+        help="small cases (f64_tile_cases.generated_small; with --fixed the chain's "
+        "DGEMMs n = 96 ... 1024) and the candidate SMALL_TILES beside TILES",
+    )
     args = parser.parse_args()
     global UNBOUNDED, EARLY, UNCARRIED
     UNBOUNDED, EARLY, UNCARRIED = args.unbounded, args.early_copies, args.uncarried_too
-    cases = generated(args.count, args.seed) + (fixed() if args.fixed else [])
+    if args.small:
+        TILES.update(SMALL_TILES)
+        cases = generated_small(args.count, args.seed) + (fixed_small() if args.fixed else [])
+    else:
+        cases = generated(args.count, args.seed) + (fixed() if args.fixed else [])
     driver.initialize()
     arch = driver.device_properties().arch
     jobs = [(case, name, arch) for case in cases for name in variants()]

@@ -232,7 +232,8 @@ def choose(task: Task, limits: DeviceLimits = H100, probe: RegisterProbe | None 
     points += [
         config
         for config in (
-            CudaConfig(x="", mma=tile) for tile in mma_candidates(task, arch=limits.arch)
+            CudaConfig(x="", mma=tile)
+            for tile in mma_candidates(task, arch=limits.arch, sm_count=limits.sm_count)
         )
         if violation(task, config, limits) is None
     ]

@@ -47,7 +47,7 @@ from .contraction import (
     output_offsets,
     output_sector_efficiency,
 )
-from .device import DeviceLimits
+from .device import H100, DeviceLimits
 from .mma import SHAPES, WARP
 from .mma_config import MmaConfig
 from .mma_lower import async_problems, f64_resident, mma_form, pointwise_problems
@@ -370,8 +370,26 @@ F64_TILE_EFFICIENCY = {
     MmaConfig("m16n8k4_f64", 2, 2, 2, 8, 16, stages=3, copy="async"): 1.049,  # 64x128
     MmaConfig("m16n8k4_f64", 2, 2, 2, 4, 16, stages=3, copy="async"): 1.006,  # 64x64
     MmaConfig("m16n8k4_f64", 2, 4, 4, 4, 16, stages=4, copy="async"): 1.196,  # 128x128
+    # Small tiles for problems the tiles above leave most SMs idle in, fitted
+    # (the rates alone, the other constants as above) to 47 small fp64 cases of
+    # seed 41 (GEMMs of extents 64-1536 and four-index contractions of extents
+    # 8-64, 2e6-1e9 flops; the chain's DGEMMs n = 96 ... 1024), H100, forty-third
+    # session (scripts/gpu_f64_tiles.py --small; docs/tensor_cores.md "Small
+    # tiles for small problems"); held out: seed 43.
+    MmaConfig("m16n8k4_f64", 2, 2, 1, 2, 16, stages=4, copy="async"): 0.456,  # 32x32
+    MmaConfig("m16n8k4_f64", 2, 2, 1, 4, 16, stages=4, copy="async"): 0.708,  # 32x64
+    MmaConfig("m16n8k4_f64", 2, 2, 2, 2, 16, stages=4, copy="async"): 0.719,  # 64x32
 }
 F64_TILES = tuple(F64_TILE_EFFICIENCY)
+#: The small tiles among them (block tiles under 64 × 64): the decision offers
+#: them only where the 64 × 64 tile (:data:`F64_SMALL_LIMIT`) makes fewer blocks
+#: than the GPU has SMs.  Offered everywhere, the model took them for
+#: contractions of thousands of blocks too, whose rewrite plans then charged
+#: them more than the decision knew (batch sectors, copies): 0.60-0.98x in a
+#: same-run A/B of four such seed 2, 41 and 43 cases (docs/tensor_cores.md
+#: "Small tiles for small problems").
+F64_SMALL_TILES = tuple(t for t in F64_TILES if math.prod(t.block_tile()) < 64 * 64)
+F64_SMALL_LIMIT = MmaConfig("m16n8k4_f64", 2, 2, 2, 4, 16, stages=4, copy="async")
 #: Seconds a round of resident blocks pays besides its MMAs (filling the
 #: pipeline, draining the accumulators), over the blocks resident together,
 #: fitted with :data:`F64_TILE_EFFICIENCY`.
@@ -459,6 +477,11 @@ F64_REGISTER_TILES = (
 #: which is faster (H100: a 4096×64×64 product, 3.4e7 flops, ran 0.065 ms on
 #: DMMA against 0.059 ms on the SIMT default; DGEMM 256 has 3.4e7 too).
 MIN_FLOPS = 1 << 26
+#: The same for fp64 tiles, lower: with the small tiles (32×32, 32×64, 64×32) a
+#: DMMA kernel beat the SIMT default down to DGEMM n = 256 (H100, forty-third
+#: session, docs/tensor_cores.md "Small tiles for small problems"); between this
+#: and :data:`MIN_FLOPS` the model chooses.
+F64_MIN_FLOPS = 1 << 22
 #: Fewest M and N positions for which tensor cores are offered (an instruction
 #: tile's N side): below, most of every MMA multiplies padding.  A GEMV
 #: (8192², fp64: N = 1) was predicted within a few per cent of its lanes kernel
@@ -535,10 +558,15 @@ HALF_REGISTER_TILES = {
 }
 
 
-def mma_candidates(task: Task, tuning: bool = False, arch: str = "sm_90") -> list[MmaConfig]:
+def mma_candidates(
+    task: Task, tuning: bool = False, arch: str = "sm_90", sm_count: int = H100.sm_count
+) -> list[MmaConfig]:
     """Tensor-core tile shapes for ``task``, a statement of GEMM form of at least
-    :data:`MIN_FLOPS`: fp64 ones when every tensor is float64 (``tuning``: the
-    register-prefetched ones and the shared-memory epilogue too); tf32 ones
+    :data:`MIN_FLOPS` (:data:`F64_MIN_FLOPS` for fp64): fp64 ones when every
+    tensor is float64 (``tuning``: the register-prefetched ones and the
+    shared-memory epilogue too; the small ones, :data:`F64_SMALL_TILES`, only for
+    the tuner or where the 64 × 64 tile makes fewer than ``sm_count`` blocks);
+    tf32 ones
     (3xTF32 when the precision says so) when every tensor is float32 and the
     program's precision is not ``fp32``;
     bf16 (f16) ones when both inputs are bfloat16 (float16) and the output is of
@@ -585,7 +613,9 @@ def mma_candidates(task: Task, tuning: bool = False, arch: str = "sm_90") -> lis
         return []
     if min(c.size(c.m), c.size(c.n)) < MIN_TILE_SIDE:
         return []
-    return tiles if c.flops >= MIN_FLOPS else []
+    if not tuning and _blocks(c, F64_SMALL_LIMIT) >= sm_count:
+        tiles = [t for t in tiles if t not in F64_SMALL_TILES]
+    return tiles if c.flops >= (F64_MIN_FLOPS if dtypes == {"float64"} else MIN_FLOPS) else []
 
 
 def warpgroup_candidates(c: Contraction, tiles: tuple[MmaConfig, ...]) -> list[MmaConfig]:

@@ -9,7 +9,7 @@ import random
 
 import einkern
 from einkern.gpu.mma_config import MmaConfig
-from einkern.gpu.mma_model import F64_TILES
+from einkern.gpu.mma_model import F64_SMALL_TILES, F64_TILES
 from einkern.ir.bind import make_problem
 from einkern.ir.task import statement_task
 
@@ -20,19 +20,20 @@ def tile_name(config: MmaConfig) -> str:
     return f"{bm}x{bn}w{config.threads // 32}s{config.stages}"
 
 
-#: The decision's fp64 tiles by name.
-TILES = {tile_name(t): t for t in F64_TILES}
+#: The decision's fp64 tiles by name, but the small ones.
+TILES = {tile_name(t): t for t in F64_TILES if t not in F64_SMALL_TILES}
 
-#: Smaller tiles for problems that fill few SMs with the tiles above (candidates:
-#: scripts/gpu_f64_tiles.py ``--small`` times them beside ``TILES``).
+#: The small tiles (``F64_SMALL_TILES``: offered where the 64 × 64 tile leaves SMs
+#: idle) and two candidates measured beside them and not adopted (one and two
+#: warps of 32 × 32: 168 registers, rarely the fastest); scripts/gpu_f64_tiles.py
+#: ``--small`` times them beside ``TILES``.
 SMALL_TILES = {
     tile_name(t): t
     for t in (
-        MmaConfig("m16n8k4_f64", 2, 2, 1, 2, 16, stages=4, copy="async"),  # 32x32, 4 warps
-        MmaConfig("m16n8k4_f64", 2, 2, 1, 4, 16, stages=4, copy="async"),  # 32x64
-        MmaConfig("m16n8k4_f64", 2, 2, 2, 2, 16, stages=4, copy="async"),  # 64x32
+        *F64_SMALL_TILES,
+        MmaConfig("m16n8k4_f64", 1, 1, 2, 4, 16, stages=4, copy="async"),  # 32x32, 1 warp
+        MmaConfig("m16n8k4_f64", 1, 2, 2, 4, 16, stages=4, copy="async"),  # 32x64, 2 warps
     )
-    if tile_name(t) not in TILES
 }
 
 

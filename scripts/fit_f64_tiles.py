@@ -127,7 +127,7 @@ def main() -> None:
     parser.add_argument(
         "--small",
         action="store_true",
-        help="the candidate SMALL_TILES too (rates from 1.0), and only their rates fitted",
+        help="SMALL_TILES too (from their rates, 1.0 for candidates), and only theirs fitted",
     )
     args = parser.parse_args()
     if args.small:

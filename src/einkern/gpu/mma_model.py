@@ -373,9 +373,10 @@ F64_TILE_EFFICIENCY = {
     # Small tiles for problems the tiles above leave most SMs idle in, fitted
     # (the rates alone, the other constants as above) to 47 small fp64 cases of
     # seed 41 (GEMMs of extents 64-1536 and four-index contractions of extents
-    # 8-64, 2e6-1e9 flops; the chain's DGEMMs n = 96 ... 1024), H100, forty-third
-    # session (scripts/gpu_f64_tiles.py --small; docs/tensor_cores.md "Small
-    # tiles for small problems"); held out: seed 43.
+    # 8-64, at least 2e6 multiply-adds; the chain's DGEMMs n = 96 ... 1024), H100,
+    # forty-third session (scripts/gpu_f64_tiles.py --small; docs/tensor_cores.md
+    # "Small tiles for small problems"); held out: seed 43, where the default
+    # ran 1.33x faster in a same-run A/B of its 25 changed cases.
     MmaConfig("m16n8k4_f64", 2, 2, 1, 2, 16, stages=4, copy="async"): 0.456,  # 32x32
     MmaConfig("m16n8k4_f64", 2, 2, 1, 4, 16, stages=4, copy="async"): 0.708,  # 32x64
     MmaConfig("m16n8k4_f64", 2, 2, 2, 2, 16, stages=4, copy="async"): 0.719,  # 64x32
@@ -385,9 +386,9 @@ F64_TILES = tuple(F64_TILE_EFFICIENCY)
 #: them only where the 64 × 64 tile (:data:`F64_SMALL_LIMIT`) makes fewer blocks
 #: than the GPU has SMs.  Offered everywhere, the model took them for
 #: contractions of thousands of blocks too, whose rewrite plans then charged
-#: them more than the decision knew (batch sectors, copies): 0.60-0.98x in a
-#: same-run A/B of four such seed 2, 41 and 43 cases (docs/tensor_cores.md
-#: "Small tiles for small problems").
+#: them more than the decision knew (batch sectors, copies): in a same-run A/B
+#: ``oslhxk,ohkla->axhslo`` (seed 41) ran 0.60x and ``wkflv,bflvw->kwb`` (seed
+#: 47) 0.74x (docs/tensor_cores.md "Small tiles for small problems").
 F64_SMALL_TILES = tuple(t for t in F64_TILES if math.prod(t.block_tile()) < 64 * 64)
 F64_SMALL_LIMIT = MmaConfig("m16n8k4_f64", 2, 2, 2, 4, 16, stages=4, copy="async")
 #: Seconds a round of resident blocks pays besides its MMAs (filling the

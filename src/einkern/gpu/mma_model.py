@@ -567,9 +567,8 @@ def mma_candidates(
     tensor is float64 (``tuning``: the register-prefetched ones and the
     shared-memory epilogue too; the small ones, :data:`F64_SMALL_TILES`, only for
     the tuner or where the 64 × 64 tile makes fewer than ``sm_count`` blocks);
-    tf32 ones
-    (3xTF32 when the precision says so) when every tensor is float32 and the
-    program's precision is not ``fp32``;
+    tf32 ones (3xTF32 when the precision says so) when every tensor is float32
+    and the program's precision is not ``fp32``;
     bf16 (f16) ones when both inputs are bfloat16 (float16) and the output is of
     that dtype or float32 (the products are exact and accumulate in float32, as the
     statement computes: no precision needed) — the cp.async tiles when both

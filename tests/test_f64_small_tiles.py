@@ -78,3 +78,18 @@ def test_small_tiles_compute_the_reference_with_edges(tile):
     report = emulate([kernel], given, {})
     assert report.ok, report
     np.testing.assert_allclose(given["p_C"], want["C"], rtol=1e-12, atol=1e-12)
+
+
+def test_small_tiles_compile_without_spills():
+    pytest.importorskip("cuda.bindings.nvrtc")
+    from einkern.backends.cuda.nvrtc import compile_cubin
+    from einkern.gpu.cuda_printer import print_cuda
+
+    text = (
+        "program g\ndims a, b, c, d, k, l\ndtype float64\n"
+        "tensor A[a,k,b,l], B[l,c,k,d], C[a,b,c,d]\nC[p,q,r,s] = A[p,x,q,y] * B[y,r,x,s]\n"
+    )
+    task = statement_task(problem_of(text, a=12, b=20, c=16, d=24, k=12, l=8), 0)
+    for tile in F64_SMALL_TILES:  # m16n8k4 in fp64 is an sm_90 instruction
+        module = compile_cubin(print_cuda(lower_mma(task, tile)), "sm_90")
+        assert all(r.spill_stores == 0 and r.spill_loads == 0 for r in module.resources)

@@ -296,12 +296,11 @@ def test_plan_chooses_split_k_for_a_long_reduction_on_cuda() -> None:
 
 def test_plan_splits_a_sum_over_several_short_indices_on_tensor_cores() -> None:
     """``dncf,nic->idf`` (the contractions suite's c2_080): 247 × 236 outputs,
-    a sum of 131 × 83 terms.  Split-K counts the terms of the whole sum (not the
-    131 of its longest index) and the tile's own blocks (not a SIMT mapping's):
-    16 blocks of the 64×64 fp64 tile gave 17 slices of n; since the small fp64
-    tiles (forty-third session) the direct kernel's 32×32 tile has 64 blocks and
-    the plan takes 10 slices (measured 0.92× the 17-slice plan: docs/tensor_cores.md
-    "Small tiles for small problems")."""
+    16 blocks of the 64×64 fp64 tile, a sum of 131 × 83 terms.  Split-K counts
+    the terms of the whole sum (not the 131 of its longest index) and the tile's
+    own blocks (not a SIMT mapping's; for the small tile the direct kernel now
+    takes, the 64×64 tile's): 17 slices of n, the output a batch index of the
+    tile kernel."""
     text = (
         "dims nd = 13, nf = 19, ni = 236, nn = 131, nc = 83\ndtype float64\nlayout column\n"
         "tensor A[nd, nn, nc, nf], B[nn, ni, nc], C[ni, nd, nf]\n"
@@ -310,7 +309,7 @@ def test_plan_splits_a_sum_over_several_short_indices_on_tensor_cores() -> None:
     problem = problem_of(text)
     chosen = plan_rewrites(problem, "cuda")
     assert [r.name for r in chosen.rewrites] == ["split_k"]
-    assert "10 partial sums" in chosen.rewrites[0].reason
+    assert "17 partial sums" in chosen.rewrites[0].reason
     small = problem_of(text.replace("nn = 131, nc = 83", "nn = 3, nc = 5"))
     assert not [r for r in plan_rewrites(small, "cuda").rewrites if r.name == "split_k"]
 

@@ -376,7 +376,7 @@ F64_TILE_EFFICIENCY = {
     # 8-64, at least 2e6 multiply-adds; the chain's DGEMMs n = 96 ... 1024), H100,
     # forty-third session (scripts/gpu_f64_tiles.py --small; docs/tensor_cores.md
     # "Small tiles for small problems"); held out: seed 43, where the default
-    # ran 1.33x faster in a same-run A/B of its 25 changed cases.
+    # ran 1.39x faster in a same-run A/B of its 22 changed cases.
     MmaConfig("m16n8k4_f64", 2, 2, 1, 2, 16, stages=4, copy="async"): 0.456,  # 32x32
     MmaConfig("m16n8k4_f64", 2, 2, 1, 4, 16, stages=4, copy="async"): 0.708,  # 32x64
     MmaConfig("m16n8k4_f64", 2, 2, 2, 2, 16, stages=4, copy="async"): 0.719,  # 64x32
@@ -389,8 +389,15 @@ F64_TILES = tuple(F64_TILE_EFFICIENCY)
 #: them more than the decision knew (batch sectors, copies): in a same-run A/B
 #: ``oslhxk,ohkla->axhslo`` (seed 41) ran 0.60x and ``wkflv,bflvw->kwb`` (seed
 #: 47) 0.74x (docs/tensor_cores.md "Small tiles for small problems").
-F64_SMALL_TILES = tuple(t for t in F64_TILES if math.prod(t.block_tile()) < 64 * 64)
 F64_SMALL_LIMIT = MmaConfig("m16n8k4_f64", 2, 2, 2, 4, 16, stages=4, copy="async")
+
+
+def small_f64(config: MmaConfig) -> bool:
+    """Whether ``config`` is an fp64 tile under 64 × 64 (any block order)."""
+    return SHAPES[config.shape].input_type == "f64" and math.prod(config.block_tile()) < 64 * 64
+
+
+F64_SMALL_TILES = tuple(t for t in F64_TILES if small_f64(t))
 #: Seconds a round of resident blocks pays besides its MMAs (filling the
 #: pipeline, draining the accumulators), over the blocks resident together,
 #: fitted with :data:`F64_TILE_EFFICIENCY`.

@@ -46,7 +46,7 @@ def timer() -> CudaEventTimer:
 
 
 #: The small tiles: block tiles under 64 × 64.
-SMALL = {c for c in mma_model.F64_TILES if math.prod(c.block_tile()) < 64 * 64}
+SMALL = set(mma_model.F64_SMALL_TILES)
 
 
 @contextmanager

@@ -23,6 +23,7 @@ import argparse
 import json
 import math
 import multiprocessing
+import re
 import statistics
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
@@ -137,6 +138,12 @@ def cases(seeds: list[int], count: int, programs: list[str]) -> list[tuple[str, 
     return found
 
 
+def _group(label: str) -> str:
+    """The summary group of a case: its seed (``s41``), or a program's name
+    without its trailing numbers (``contractions_c2_080_080`` -> ``contractions_c2``)."""
+    return re.sub(r"(_\d+)+$", "", label.split()[0])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, nargs="*", default=[41, 43])
@@ -162,7 +169,7 @@ def main() -> None:
                 print(f"{label:70s} unchanged", flush=True)
                 continue
             b, a = row.get("before", math.nan), row.get("after", math.nan)
-            ratios.setdefault(label.split()[0], []).append(b / a)
+            ratios.setdefault(_group(label), []).append(b / a)
             print(f"{label:70s} before {b * 1e3:8.1f} us  after {a * 1e3:8.1f} us  "
                   f"{b / a:5.2f}x  torch {row['torch'] * 1e3:8.1f} us", flush=True)  # fmt: skip
     for group, values in ratios.items():

@@ -152,6 +152,36 @@ def test_a_mapping_in_json_form_is_taken_as_a_mapping_not_a_configuration():
     assert generate(problem, {0: as_dict}).text == generate(problem, {0: mapping}).text
 
 
+def test_a_mapping_as_json_text_or_a_bad_file_gives_typed_errors(tmp_path):
+    """``to_json()``'s text is taken as the mapping (it was read as a file name and
+    raised OSError, name too long); unreadable files and bad JSON are typed errors."""
+    from einkern.backends.cuda.generate import generate
+    from einkern.backends.cuda.samples import gemm
+    from einkern.errors import EinkernError, UsageError
+    from einkern.gpu.decision import decide
+
+    problem = gemm(64, 48, 32)
+    mapping = decide(statement_task(problem, 0))
+    expected = generate(problem, {0: mapping}).text
+    assert generate(problem, {0: mapping.to_json()}).text == expected
+    saved = tmp_path / "m.json"
+    saved.write_text(mapping.to_json())
+    assert generate(problem, {0: str(saved)}).text == expected
+    with pytest.raises(UsageError, match="no such mapping file"):
+        generate(problem, {0: str(tmp_path / "absent.json")})
+    with pytest.raises(UsageError, match="cannot read mapping file"):
+        generate(problem, {0: str(tmp_path)})  # a directory
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"parallel": ')
+    with pytest.raises(MappingError, match="not JSON"):
+        generate(problem, {0: str(bad)})
+    bad.write_text("[1, 2]")
+    with pytest.raises(MappingError, match="not a mapping"):
+        generate(problem, {0: str(bad)})
+    with pytest.raises(EinkernError):
+        generate(problem, {0: '{"strategy": "x"}'})
+
+
 def test_min_blocks_reaches_the_launch_bounds_and_is_checked():
     from dataclasses import replace
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ...errors import UsageError
 from ...gpu.kir import ELEMENT_BYTES
-from ...gpu.mapping import Mapping
+from ...gpu.mapping import Mapping, MappingError
 from ...ir.nodes import Problem
 from ...ir.task import statement_task
 from .codegen import CudaSource, KernelSpec
@@ -25,7 +25,8 @@ def resolve_mappings(
     problem: Problem, mappings: MappingSpec = None, nests: Nests = ()
 ) -> dict[int, Mapping]:
     """A Mapping per statement: the given ones (Mapping, CudaConfig, either in JSON
-    form, or a JSON file of either), the decision algorithm's default for the others.
+    form as a dict or as text, or a JSON file of either), the decision
+    algorithm's default for the others.
     The members of a group of ``nests`` none of which is given that can read their
     common input from one shared tile get the mappings that do so
     (:func:`einkern.gpu.shared_input.shared_input_mappings`); those of a group
@@ -71,21 +72,36 @@ def resolve_mappings(
                 )
             )
         elif isinstance(spec, str | Path):
-            path = Path(spec)
-            if not path.exists():
-                raise UsageError(f"no such mapping file: {spec}")
-            text = path.read_text()
-            data = json.loads(text)
+            text, source = _mapping_text(spec, position)
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as error:
+                raise MappingError(f"{source}: not JSON ({error})") from None
+            if not isinstance(data, dict):
+                raise MappingError(f"{source}: not a mapping (a JSON object)")
+            task = statement_task(problem, position)
             chosen[position] = (
                 Mapping.from_json(text)
                 if "parallel" in data
-                else config_to_mapping(
-                    statement_task(problem, position), parse_config(data, str(spec))
-                )
+                else config_to_mapping(task, parse_config(data, source))
             )
         else:
             raise UsageError(f"cannot use {type(spec).__name__} as a mapping")
     return chosen
+
+
+def _mapping_text(spec: str | Path, position: int) -> tuple[str, str]:
+    """The JSON text of a mapping given as a string or path, and what to call it in
+    errors: a string that starts with ``{`` is the JSON itself (what
+    :meth:`Mapping.to_json` returns), anything else names a file."""
+    if isinstance(spec, str) and spec.lstrip().startswith("{"):
+        return spec, f"mapping of statement {position}"
+    try:
+        return Path(spec).read_text(), str(spec)
+    except FileNotFoundError:
+        raise UsageError(f"no such mapping file: {spec}") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"cannot read mapping file {spec}: {error}") from None
 
 
 def generate(problem: Problem, mappings: MappingSpec = None, nests: Nests = ()) -> CudaSource:

@@ -65,6 +65,7 @@ bytes and arrivals are checked when the phase completes, not as they arrive.
 
 from __future__ import annotations
 
+from ..ir.memo import by_identity
 from .ctext import PREFIX, indent
 from .kir import (
     ELEMENT_BYTES,
@@ -102,9 +103,10 @@ QUEUE_INT = ("site", "bar", "idx", "report")  # int fields of a queue entry
 QUEUE_LONG = ("thread", "at")  # long long fields; the coordinates are ``Q_co[n][i]``
 
 
-def sites(kernel: Kernel) -> list[TensorCopy]:
+@by_identity(maxsize=16)
+def sites(kernel: Kernel) -> tuple[TensorCopy, ...]:
     """The kernel's bulk tensor copies in text order (their queue site ids)."""
-    return [n for n in walk(kernel.body) if isinstance(n, TensorCopy)]
+    return tuple(n for n in walk(kernel.body) if isinstance(n, TensorCopy))
 
 
 def barriers(kernel: Kernel) -> dict[str, tuple[int, SharedArray]]:
@@ -127,6 +129,7 @@ def _rank(kernel: Kernel) -> int:
     return max([1, *(len(s.coords) for s in sites(kernel))])
 
 
+@by_identity(maxsize=16)
 def capacity(kernel: Kernel) -> int:
     """Queue entries per block: each mbarrier holds the copies of one phase at a
     time, at most its arrivals × the largest bytes armed / the smallest box (or

@@ -38,6 +38,7 @@ instruction: the GPU may have read either)."""
 
 from __future__ import annotations
 
+from ..ir.memo import by_identity
 from . import emulator_tma
 from .ctext import PREFIX, indent
 from .kir import ELEMENT_BYTES, SWIZZLE_LINE, Fragment, Kernel, SharedMatrix, WarpGroupMma, walk
@@ -58,9 +59,10 @@ UNISSUED, CHANGED, WRITTEN, NO_FENCE = (FIRST_KIND + i for i in range(4))
 RA, LANES, LAST = f"{PREFIX}wq_ra", f"{PREFIX}wq_lanes", f"{PREFIX}wq_last"
 
 
-def sites(kernel: Kernel) -> list[WarpGroupMma]:
+@by_identity(maxsize=16)
+def sites(kernel: Kernel) -> tuple[WarpGroupMma, ...]:
     """The kernel's warpgroup MMA sections in text order (their queue site ids)."""
-    return [n for n in walk(kernel.body) if isinstance(n, WarpGroupMma)]
+    return tuple(n for n in walk(kernel.body) if isinstance(n, WarpGroupMma))
 
 
 def shared_operands(kernel: Kernel) -> set[str]:

@@ -299,6 +299,7 @@ def test_bad_subscripts_are_typed_errors(spec, shapes, error, text):
     "operands, options, error, text",
     [
         ([np.ones((2, 2), np.int64)], {}, DtypeError, "int64"),
+        ([np.ones((2, 2), np.complex128)], {}, DtypeError, r"complex128(.|\n)*\.real, \.imag"),
         ([np.ones((4, 4))[:, ::2]], {}, LayoutError, "dense"),
         ([3.0], {}, ArgumentError, "cannot use a float"),
         ([np.ones((2, 0))], {}, ArgumentError, "size 1 or more"),

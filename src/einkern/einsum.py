@@ -323,11 +323,15 @@ def _dtype(position: int, info: ArrayInfo) -> DType:
     for dtype in DTYPES:
         if info.dtype == dtype:
             return dtype
+    if "bfloat16" in info.dtype:
+        hint = NO_NUMPY_BFLOAT16
+    elif "complex" in info.dtype:  # .astype('float64') would drop the imaginary parts
+        hint = "contract the real and imaginary parts (.real, .imag) as float arrays"
+    else:
+        hint = "convert it with .astype('float64')"
     raise DtypeError(
         f"einsum supports {', '.join(DTYPES)} operands; operand {position} is {info.dtype}",
-        hint=NO_NUMPY_BFLOAT16
-        if "bfloat16" in info.dtype
-        else "convert it with .astype('float64')",
+        hint=hint,
     )
 
 

@@ -62,46 +62,44 @@ def resolve_mappings(
             chosen[position] = spec
         elif isinstance(spec, CudaConfig):
             chosen[position] = config_to_mapping(statement_task(problem, position), spec)
-        elif isinstance(spec, dict):  # a Mapping in JSON form, or a configuration
-            chosen[position] = (
-                Mapping.from_json(json.dumps(spec))
-                if "parallel" in spec
-                else config_to_mapping(
-                    statement_task(problem, position),
-                    parse_config(spec, f"mapping of statement {position}"),
-                )
+        elif isinstance(spec, dict | str | Path):  # a Mapping or a configuration, JSON
+            data, source = (
+                (spec, f"mapping of statement {position}")
+                if isinstance(spec, dict)
+                else _mapping_data(spec, position)
             )
-        elif isinstance(spec, str | Path):
-            text, source = _mapping_text(spec, position)
-            try:
-                data = json.loads(text)
-            except json.JSONDecodeError as error:
-                raise MappingError(f"{source}: not JSON ({error})") from None
-            if not isinstance(data, dict):
-                raise MappingError(f"{source}: not a mapping (a JSON object)")
-            task = statement_task(problem, position)
             chosen[position] = (
-                Mapping.from_json(text)
+                Mapping.from_json(json.dumps(data))
                 if "parallel" in data
-                else config_to_mapping(task, parse_config(data, source))
+                else config_to_mapping(
+                    statement_task(problem, position), parse_config(data, source)
+                )
             )
         else:
             raise UsageError(f"cannot use {type(spec).__name__} as a mapping")
     return chosen
 
 
-def _mapping_text(spec: str | Path, position: int) -> tuple[str, str]:
-    """The JSON text of a mapping given as a string or path, and what to call it in
-    errors: a string that starts with ``{`` is the JSON itself (what
+def _mapping_data(spec: str | Path, position: int) -> tuple[dict, str]:
+    """The JSON object of a mapping given as a string or path, and what to call it
+    in errors: a string that starts with ``{`` is the JSON itself (what
     :meth:`Mapping.to_json` returns), anything else names a file."""
     if isinstance(spec, str) and spec.lstrip().startswith("{"):
-        return spec, f"mapping of statement {position}"
+        text, source = spec, f"mapping of statement {position}"
+    else:
+        try:
+            text, source = Path(spec).read_text(), str(spec)
+        except FileNotFoundError:
+            raise UsageError(f"no such mapping file: {spec}") from None
+        except (OSError, UnicodeDecodeError) as error:
+            raise UsageError(f"cannot read mapping file {spec}: {error}") from None
     try:
-        return Path(spec).read_text(), str(spec)
-    except FileNotFoundError:
-        raise UsageError(f"no such mapping file: {spec}") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise UsageError(f"cannot read mapping file {spec}: {error}") from None
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise MappingError(f"{source}: not JSON ({error})") from None
+    if not isinstance(data, dict):
+        raise MappingError(f"{source}: not a mapping (a JSON object)")
+    return data, source
 
 
 def generate(problem: Problem, mappings: MappingSpec = None, nests: Nests = ()) -> CudaSource:
